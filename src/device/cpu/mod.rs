@@ -1,0 +1,167 @@
+//! The CPU device: safe Rust kernels, sequential or on rayon thread pools.
+//!
+//! Work is split over `(n, c)` planes; each plane is computed by one task in a fixed order, so
+//! results are bit-identical for every thread count.
+
+use core::fmt;
+#[cfg(feature = "rayon")]
+use core::num::NonZeroUsize;
+#[cfg(feature = "rayon")]
+use std::sync::Arc;
+
+use crate::device::{Device, DeviceLimits, internal::DeviceImpl};
+use crate::error::Result;
+
+mod adaptive;
+mod workspace;
+
+/// How the CPU device spreads work over threads.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum Parallelism {
+    /// Everything on the calling thread.
+    Sequential,
+    /// A dedicated rayon pool of this many threads, built by [`Cpu::new`].
+    #[cfg(feature = "rayon")]
+    Threads(NonZeroUsize),
+    /// rayon's global pool (all hardware threads unless configured otherwise).
+    #[cfg(feature = "rayon")]
+    AllThreads,
+    /// A pool the caller built.
+    #[cfg(feature = "rayon")]
+    Pool(Arc<rayon::ThreadPool>),
+}
+
+impl fmt::Debug for Parallelism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Parallelism::Sequential => f.write_str("Sequential"),
+            #[cfg(feature = "rayon")]
+            Parallelism::Threads(n) => write!(f, "Threads({n})"),
+            #[cfg(feature = "rayon")]
+            Parallelism::AllThreads => f.write_str("AllThreads"),
+            #[cfg(feature = "rayon")]
+            Parallelism::Pool(p) => write!(f, "Pool({} threads)", p.current_num_threads()),
+        }
+    }
+}
+
+/// The CPU device.
+///
+/// ```
+/// use poolgrad::device::cpu::{Cpu, Parallelism};
+/// let seq = Cpu::sequential();
+/// assert_eq!(seq.threads(), 1);
+/// # #[cfg(feature = "rayon")] {
+/// let two = Cpu::new(Parallelism::Threads(2.try_into().unwrap()))?;
+/// assert_eq!(two.threads(), 2);
+/// # }
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Cpu {
+    parallelism: Parallelism,
+    #[cfg(feature = "rayon")]
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl Default for Cpu {
+    /// rayon's global pool with the `rayon` feature, else sequential.
+    fn default() -> Self {
+        #[cfg(feature = "rayon")]
+        return Cpu { parallelism: Parallelism::AllThreads, pool: None };
+        #[cfg(not(feature = "rayon"))]
+        return Cpu::sequential();
+    }
+}
+
+impl Cpu {
+    /// A CPU device with the given parallelism; [`Parallelism::Threads`] builds its pool here.
+    ///
+    /// # Errors
+    /// [`Error::ThreadPool`](crate::Error::ThreadPool) if rayon cannot start the threads.
+    pub fn new(parallelism: Parallelism) -> Result<Self> {
+        #[cfg(feature = "rayon")]
+        {
+            let pool = match &parallelism {
+                Parallelism::Threads(n) => Some(Arc::new(
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(n.get())
+                        .build()
+                        .map_err(|e| crate::Error::ThreadPool { threads: n.get(), reason: e.to_string() })?,
+                )),
+                Parallelism::Pool(p) => Some(Arc::clone(p)),
+                Parallelism::Sequential | Parallelism::AllThreads => None,
+            };
+            Ok(Cpu { parallelism, pool })
+        }
+        #[cfg(not(feature = "rayon"))]
+        Ok(Cpu { parallelism })
+    }
+
+    /// Runs everything on the calling thread.
+    pub fn sequential() -> Self {
+        Cpu {
+            parallelism: Parallelism::Sequential,
+            #[cfg(feature = "rayon")]
+            pool: None,
+        }
+    }
+
+    /// The parallelism setting.
+    pub fn parallelism(&self) -> &Parallelism {
+        &self.parallelism
+    }
+
+    /// Threads that kernels will use.
+    pub fn threads(&self) -> usize {
+        match &self.parallelism {
+            Parallelism::Sequential => 1,
+            #[cfg(feature = "rayon")]
+            Parallelism::AllThreads => rayon::current_num_threads(),
+            #[cfg(feature = "rayon")]
+            Parallelism::Threads(_) | Parallelism::Pool(_) => {
+                self.pool.as_ref().map_or(1, |p| p.current_num_threads())
+            }
+        }
+    }
+
+    /// Runs `f` on every task, in parallel where the setting allows. Tasks are independent, so
+    /// the result does not depend on which thread runs which task.
+    fn for_each_task<X: Send>(&self, tasks: Vec<X>, f: impl Fn(X) + Send + Sync) {
+        #[cfg(feature = "rayon")]
+        {
+            use rayon::prelude::*;
+            if tasks.len() > 1 {
+                match (&self.parallelism, &self.pool) {
+                    (Parallelism::Sequential, _) => {}
+                    (_, Some(pool)) => return pool.install(|| tasks.into_par_iter().for_each(f)),
+                    (_, None) => return tasks.into_par_iter().for_each(f),
+                }
+            }
+        }
+        tasks.into_iter().for_each(f)
+    }
+}
+
+impl DeviceImpl for Cpu {
+    type Memory = Vec<u64>;
+
+    fn alloc_workspace(&self, bytes: usize) -> Result<Vec<u64>> {
+        crate::alloc::zeroed_vec("Workspace::new", "workspace", bytes.div_ceil(8))
+    }
+
+    fn workspace_len(memory: &Vec<u64>) -> usize {
+        memory.len() * 8
+    }
+}
+
+impl Device for Cpu {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn limits(&self) -> DeviceLimits {
+        DeviceLimits::none()
+    }
+}

@@ -1,0 +1,195 @@
+//! The crate's one error type.
+//!
+//! Every variant is structured: it names the operation (`op`), the argument (`arg`) and carries the
+//! expected and the actual value, so callers can match on fields and people can read the message.
+
+use crate::element::DType;
+
+/// `Result` with [`Error`] as the default error type.
+pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+/// Everything that can go wrong in `poolgrad`.
+///
+/// Shape, parameter and index errors are reported by phase 1 ([`Plan::new`](crate::Plan::new)),
+/// before any output is written. Phase 2 ([`Executor::run`](crate::Executor::run)) fails only for
+/// device reasons.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A tensor has a rank the operation does not accept.
+    #[error("{op}: `{arg}` must have {expected} dimensions, got {got} (shape {shape:?})")]
+    Rank {
+        /// Operation or constructor that rejected the tensor.
+        op: &'static str,
+        /// Argument name.
+        arg: &'static str,
+        /// What ranks are accepted, in words.
+        expected: &'static str,
+        /// The rank given.
+        got: usize,
+        /// The shape given.
+        shape: Vec<usize>,
+    },
+
+    /// A tensor's shape differs from the one the other arguments imply.
+    #[error("{op}: `{arg}` has shape {got:?}, expected {expected:?}")]
+    ShapeMismatch {
+        /// Operation that rejected the tensor.
+        op: &'static str,
+        /// Argument name.
+        arg: &'static str,
+        /// The shape the other arguments imply.
+        expected: Vec<usize>,
+        /// The shape given.
+        got: Vec<usize>,
+    },
+
+    /// A dimension that must be non-empty is zero.
+    #[error("{op}: `{arg}` has shape {shape:?}, but its {axis} dimension must not be empty")]
+    EmptyDimension {
+        /// Operation that rejected the tensor.
+        op: &'static str,
+        /// Argument name.
+        arg: &'static str,
+        /// The axis that is empty (`"C"`, `"H"` or `"W"`).
+        axis: &'static str,
+        /// The shape given.
+        shape: Vec<usize>,
+    },
+
+    /// A scalar or small-array parameter is out of range.
+    #[error("{op}: `{arg}` is {got}, expected {expected}")]
+    InvalidParameter {
+        /// Operation that rejected the parameter.
+        op: &'static str,
+        /// Parameter name.
+        arg: &'static str,
+        /// The accepted range, in words.
+        expected: String,
+        /// The value given.
+        got: String,
+    },
+
+    /// An arg-max index does not point into its `H * W` plane.
+    #[error("{op}: `{arg}` holds {value} at position {position:?}, expected a flat index in [0, {plane})")]
+    IndexOutOfRange {
+        /// Operation that rejected the index.
+        op: &'static str,
+        /// Argument name.
+        arg: &'static str,
+        /// Position of the bad index, in the argument's own rank (`[n, c, oh, ow]` or `[c, oh, ow]`).
+        position: Vec<usize>,
+        /// The value found there.
+        value: i64,
+        /// The plane size `H * W`: valid indices are `0..plane`.
+        plane: usize,
+    },
+
+    /// The index type cannot represent every position of an `H * W` plane.
+    #[error("{op}: `{arg}` has dtype {dtype}, which holds plane indices below {max}, but H*W = {plane}")]
+    IndexTypeTooNarrow {
+        /// Operation that rejected the index type.
+        op: &'static str,
+        /// Argument name.
+        arg: &'static str,
+        /// The index dtype.
+        dtype: DType,
+        /// One past the largest index the dtype holds.
+        max: u64,
+        /// The plane size needed.
+        plane: usize,
+    },
+
+    /// Shape and strides do not describe a usable view of the data.
+    #[error("{op}: `{arg}` {reason}")]
+    Layout {
+        /// Operation or constructor that rejected the view.
+        op: &'static str,
+        /// Argument name.
+        arg: &'static str,
+        /// What is wrong, in words.
+        reason: String,
+    },
+
+    /// A size computation does not fit in `usize` (or `isize` bytes).
+    #[error("{op}: the size of `{arg}` overflows: {what}")]
+    Overflow {
+        /// Operation whose sizes overflow.
+        op: &'static str,
+        /// Argument or buffer name.
+        arg: &'static str,
+        /// The computation that overflowed.
+        what: String,
+    },
+
+    /// The allocator could not provide a buffer.
+    #[error("{op}: could not allocate {bytes} bytes for `{arg}`")]
+    Allocation {
+        /// Operation that allocated.
+        op: &'static str,
+        /// Buffer name.
+        arg: &'static str,
+        /// Bytes requested.
+        bytes: usize,
+    },
+
+    /// The input is valid in general but beyond what the chosen device supports.
+    #[error("{op} on {device}: `{arg}` is {got}, but the device supports {limit}")]
+    DeviceLimit {
+        /// The device.
+        device: &'static str,
+        /// Operation.
+        op: &'static str,
+        /// Argument name.
+        arg: &'static str,
+        /// The device's limit, in words.
+        limit: String,
+        /// The value given.
+        got: String,
+    },
+
+    /// The workspace bound to an executor is smaller than the plan needs.
+    #[error("{op}: the workspace has {got} bytes, the plan needs {expected}")]
+    WorkspaceTooSmall {
+        /// Operation.
+        op: &'static str,
+        /// Bytes the plan reported.
+        expected: usize,
+        /// Bytes in the workspace given.
+        got: usize,
+    },
+
+    /// A rayon thread pool could not be built.
+    #[error("could not build a thread pool with {threads} threads: {reason}")]
+    ThreadPool {
+        /// Threads requested.
+        threads: usize,
+        /// The reason rayon gave.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// Wraps an ndarray shape error raised while building a view of `arg`.
+    pub(crate) fn from_shape(op: &'static str, arg: &'static str, e: ndarray::ShapeError) -> Self {
+        use ndarray::ErrorKind;
+        let reason = match e.kind() {
+            ErrorKind::OutOfBounds => {
+                "does not fit in the data: the shape and strides reach past the end of the slice".to_string()
+            }
+            ErrorKind::IncompatibleShape => "does not match the length of the data".to_string(),
+            ErrorKind::Overflow => {
+                return Error::Overflow {
+                    op,
+                    arg,
+                    what: "the element count or the span of the strides exceeds isize::MAX".to_string(),
+                };
+            }
+            ErrorKind::Unsupported => {
+                "has strides that make elements alias, which an output must not do".to_string()
+            }
+            other => format!("is not a valid view: {other:?}"),
+        };
+        Error::Layout { op, arg, reason }
+    }
+}

@@ -1,0 +1,101 @@
+//! Index kinds: flat arg-max indices (`i32`, `i64`) through the sealed [`ArgmaxIndex`] trait.
+
+use crate::element::Element;
+
+pub(crate) mod repr {
+    /// Kernel-side conversions, not part of the public API.
+    pub trait IndexRepr: Copy {
+        /// `i` as this type; the caller has checked `i < MAX_PLANE`.
+        fn from_flat_checked(i: usize) -> Self;
+        /// The flat position if it lies in `0..plane`.
+        fn flat_in(self, plane: usize) -> Option<usize>;
+        /// The flat position of an index already checked to be in range.
+        fn flat_trusted(self) -> usize;
+    }
+}
+
+/// A flat arg-max index `ih * W + iw` inside one `(n, c)` plane, as PyTorch stores it: `i32` or
+/// `i64`. Sealed.
+///
+/// ```
+/// use poolgrad::ArgmaxIndex;
+/// assert_eq!(<i32 as ArgmaxIndex>::MAX_PLANE, 1 << 31);
+/// assert_eq!(i32::try_from_flat(7), Some(7));
+/// assert_eq!(i32::try_from_flat(1 << 31), None);
+/// ```
+pub trait ArgmaxIndex: Element + Ord + repr::IndexRepr {
+    /// The largest plane size `H * W` whose every position this type can hold.
+    const MAX_PLANE: u64;
+
+    /// The index as `i64` (exact).
+    fn to_i64(self) -> i64;
+
+    /// The flat position `i` as this type, or `None` if it does not fit.
+    fn try_from_flat(i: usize) -> Option<Self>;
+}
+
+impl repr::IndexRepr for i32 {
+    #[inline(always)]
+    fn from_flat_checked(i: usize) -> Self {
+        i as i32
+    }
+    #[inline(always)]
+    fn flat_in(self, plane: usize) -> Option<usize> {
+        // A negative value wraps to a huge u64 and fails the comparison.
+        ((self as i64 as u64) < plane as u64).then_some(self as usize)
+    }
+    #[inline(always)]
+    fn flat_trusted(self) -> usize {
+        self as u32 as usize
+    }
+}
+
+impl repr::IndexRepr for i64 {
+    #[inline(always)]
+    fn from_flat_checked(i: usize) -> Self {
+        i as i64
+    }
+    #[inline(always)]
+    fn flat_in(self, plane: usize) -> Option<usize> {
+        ((self as u64) < plane as u64).then_some(self as usize)
+    }
+    #[inline(always)]
+    fn flat_trusted(self) -> usize {
+        self as u64 as usize
+    }
+}
+
+impl ArgmaxIndex for i32 {
+    const MAX_PLANE: u64 = 1 << 31;
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    fn try_from_flat(i: usize) -> Option<Self> {
+        i32::try_from(i).ok()
+    }
+}
+
+impl ArgmaxIndex for i64 {
+    const MAX_PLANE: u64 = 1 << 63;
+    fn to_i64(self) -> i64 {
+        self
+    }
+    fn try_from_flat(i: usize) -> Option<Self> {
+        i64::try_from(i).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::repr::IndexRepr;
+
+    #[test]
+    fn range_check_rejects_negative_and_too_large() {
+        assert_eq!((-1i32).flat_in(10), None);
+        assert_eq!(10i32.flat_in(10), None);
+        assert_eq!(9i32.flat_in(10), Some(9));
+        assert_eq!(i64::MIN.flat_in(usize::MAX), None);
+        assert_eq!((-1i64).flat_in(usize::MAX), None);
+        assert_eq!(5i64.flat_in(6), Some(5));
+    }
+}

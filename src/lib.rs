@@ -1,0 +1,75 @@
+//! # poolgrad
+//!
+//! Exact, fast and safe 2-D max-pooling gradients with the semantics of PyTorch and of Huawei
+//! CANN's `aclnnAdaptiveMaxPool2dBackward`, together with the forward that produces their indices.
+//!
+//! ## Support
+//!
+//! | operation | CPU | element types | index kinds |
+//! |---|---|---|---|
+//! | [`adaptive_max_pool2d`] | yes | f32, f64, f16, bf16 | i32, i64 |
+//! | [`adaptive_max_pool2d_backward`] | yes | f32, f64, f16, bf16 | i32, i64 |
+//!
+//! ## Getting started
+//!
+//! ```
+//! use ndarray::Array;
+//! let x = Array::from_shape_fn((2, 3, 5, 5), |(n, c, h, w)| ((n * 7 + c * 5 + h * 3 + w) % 11) as f32);
+//! let pooled = poolgrad::adaptive_max_pool2d::<f32, i64, _, _>(&x, [3, 3])?;
+//! let grad = Array::ones(pooled.output.raw_dim());
+//! let gx = poolgrad::adaptive_max_pool2d_backward(&grad, &x, &pooled.indices)?;
+//! assert_eq!(gx.shape(), x.shape());
+//! assert_eq!(gx.sum(), grad.sum()); // every gradient lands somewhere exactly once
+//! # Ok::<(), poolgrad::Error>(())
+//! ```
+//!
+//! ## Two phases, as in aclnn
+//!
+//! 1. Describe a call with an operation struct from [`op`] over [`TensorRef`] / [`TensorMut`]
+//!    views (any non-negative strides, 3-D or 4-D).
+//! 2. [`Plan::new`] validates everything (shapes, parameters, index values, device limits) and
+//!    reports [`Plan::workspace_size`]: the `aclnnXxxGetWorkspaceSize` phase.
+//! 3. [`Plan::bind`] a [`Workspace`] to get an [`Executor`], and [`Executor::run`] it: the
+//!    `aclnnXxx` phase. [`Plan::run`] does both with a fresh workspace.
+//!
+//! The device is chosen by the [`Device`] passed to the plan: [`Cpu`](device::cpu::Cpu), with a
+//! [`Parallelism`](device::cpu::Parallelism) setting.
+//!
+//! ## Determinism and precision
+//!
+//! - Forward: row-major scan of each window, the first maximum wins; a NaN is taken and a later
+//!   NaN replaces it; indices are `ih * W + iw` inside each `(n, c)` plane.
+//! - Backward: gradients are added in row-major output order, so f32 and f64 results equal
+//!   PyTorch's CPU kernel bit for bit; f16 and bf16 are summed in f32 and rounded once.
+//! - Each plane is computed by one task: results are bit-identical for every thread count.
+//!
+//! ## Crate features
+//!
+//! - `rayon` (default): parallel CPU kernels. Without it every plan runs sequentially.
+//! - `ascend`, `proptest`: reserved for the Ascend NPU backend and the downstream testing kit.
+
+#![doc(test(attr(deny(warnings))))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod alloc;
+pub mod device;
+mod element;
+mod error;
+mod functional;
+pub mod geometry;
+mod index;
+pub mod op;
+mod plan;
+mod tensor;
+mod validate;
+
+pub use device::Device;
+pub use element::{AccFloat, DType, Element, PoolFloat};
+pub use error::{Error, Result};
+pub use functional::{Pooled, adaptive_max_pool2d, adaptive_max_pool2d_backward};
+pub use index::ArgmaxIndex;
+pub use plan::{Executor, Plan, Workspace};
+pub use tensor::{TensorMut, TensorRef};
+
+pub use half;
+pub use ndarray;

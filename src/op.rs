@@ -1,0 +1,221 @@
+//! Operation descriptors: plain structs whose fields borrow the tensors of one call.
+//!
+//! A descriptor is handed to [`Plan::new`](crate::Plan::new), which validates it (phase 1). The
+//! names follow aclnn: `self_` is the forward input of a backward operation (`self` in CANN and
+//! PyTorch); only its shape is read.
+
+use core::fmt;
+
+use crate::device::DeviceLimits;
+use crate::element::PoolFloat;
+use crate::error::{Error, Result};
+use crate::geometry::adaptive_is_divisible;
+use crate::index::ArgmaxIndex;
+use crate::tensor::{TensorMut, TensorRef, with_spatial};
+use crate::validate;
+
+pub(crate) mod internal {
+    use super::*;
+
+    /// Phase-1 checks of an operation. Not part of the public API.
+    pub trait OperationImpl {
+        /// Name used in errors, e.g. `"adaptive_max_pool2d_backward"`.
+        const NAME: &'static str;
+        /// Sizes derived while validating.
+        type Geometry: fmt::Debug + Clone + Send + Sync;
+        /// Device-independent checks: ranks, shapes, parameters, index values.
+        fn validate(&self) -> Result<Self::Geometry>;
+        /// Checks against one device's limits.
+        fn check_limits(geometry: &Self::Geometry, limits: &DeviceLimits, device: &'static str)
+        -> Result<()>;
+    }
+}
+
+/// An operation a [`Plan`](crate::Plan) can run. Sealed; implemented by the descriptors of this
+/// module.
+pub trait Operation: internal::OperationImpl {}
+
+/// Sizes of an adaptive pooling: `N` planes of `C` channels, `H x W` pooled to `Ho x Wo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveGeometry {
+    /// Batch size (1 for 3-D tensors).
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output height.
+    pub ho: usize,
+    /// Output width.
+    pub wo: usize,
+}
+
+impl AdaptiveGeometry {
+    /// Number of `(n, c)` planes.
+    pub fn planes(&self) -> usize {
+        self.n * self.c
+    }
+}
+
+fn adaptive_limits(
+    op: &'static str,
+    g: &AdaptiveGeometry,
+    limits: &DeviceLimits,
+    device: &'static str,
+) -> Result<()> {
+    let plane = g.h * g.w;
+    if let Some(max) = limits.max_plane {
+        if plane > max {
+            return Err(Error::DeviceLimit {
+                device,
+                op,
+                arg: "H * W",
+                limit: format!("at most {max}"),
+                got: plane.to_string(),
+            });
+        }
+    }
+    if let Some(max) = limits.max_non_divisible_adaptive_plane {
+        if plane > max && !adaptive_is_divisible([g.h, g.w], [g.ho, g.wo]) {
+            return Err(Error::DeviceLimit {
+                device,
+                op,
+                arg: "H * W",
+                limit: format!("at most {max} when H % Ho != 0 or W % Wo != 0"),
+                got: format!("{plane} ({}x{} pooled to {}x{})", g.h, g.w, g.ho, g.wo),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Adaptive 2-D max pooling (forward): `output` and arg-max `indices` of `input` pooled to
+/// `output_size`.
+///
+/// ```
+/// use poolgrad::{Plan, TensorMut, TensorRef, device::cpu::Cpu, op::AdaptiveMaxPool2d};
+/// let x = [1.0f32, 3.0, 2.0, 0.0];
+/// let (mut out, mut idx) = ([0.0f32; 1], [0i64; 1]);
+/// let op = AdaptiveMaxPool2d {
+///     input: TensorRef::from_slice(&x, &[1, 2, 2])?,
+///     output_size: [1, 1],
+///     output: TensorMut::from_slice(&mut out, &[1, 1, 1])?,
+///     indices: TensorMut::from_slice(&mut idx, &[1, 1, 1])?,
+/// };
+/// Plan::new(&Cpu::sequential(), op)?.run()?;
+/// assert_eq!((out, idx), ([3.0], [1]));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct AdaptiveMaxPool2d<'a, T: PoolFloat, I: ArgmaxIndex> {
+    /// Input `[N, C, H, W]` or `[C, H, W]`.
+    pub input: TensorRef<'a, T>,
+    /// `[Ho, Wo]`, each at least 1 (may exceed `H`, `W`).
+    pub output_size: [usize; 2],
+    /// Pooled values, `[N, C, Ho, Wo]` (the rank of `input`).
+    pub output: TensorMut<'a, T>,
+    /// Flat arg-max `ih * W + iw` within each plane, same shape as `output`.
+    pub indices: TensorMut<'a, I>,
+}
+
+impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d<'_, T, I> {
+    const NAME: &'static str = "adaptive_max_pool2d";
+    type Geometry = AdaptiveGeometry;
+
+    fn validate(&self) -> Result<AdaptiveGeometry> {
+        const OP: &str = "adaptive_max_pool2d";
+        let [n, c, h, w] = validate::pooling_input(OP, "input", &self.input)?;
+        validate::output_size(OP, "output_size", self.output_size)?;
+        let [ho, wo] = self.output_size;
+        let expected = with_spatial([n, c, h, w], self.output_size, self.input.ndim());
+        validate::output_shape(OP, "output", &self.output, expected.clone())?;
+        validate::output_shape(OP, "indices", &self.indices, expected)?;
+        let plane = validate::plane_size(OP, "input", h, w)?;
+        validate::index_width::<I>(OP, "indices", plane)?;
+        Ok(AdaptiveGeometry { n, c, h, w, ho, wo })
+    }
+
+    fn check_limits(g: &AdaptiveGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
+        adaptive_limits(Self::NAME, g, limits, device)
+    }
+}
+impl<T: PoolFloat, I: ArgmaxIndex> Operation for AdaptiveMaxPool2d<'_, T, I> {}
+
+/// Backward of adaptive 2-D max pooling (`aclnnAdaptiveMaxPool2dBackward`): scatters
+/// `grad_output` to the arg-max positions in `indices`, summing where they coincide.
+///
+/// `grad_input[n, c, idx] += grad_output[n, c, oh, ow]` in row-major `(oh, ow)` order; every other
+/// position is zero. `Ho`, `Wo` are read from `grad_output`.
+///
+/// ```
+/// use poolgrad::{Plan, TensorMut, TensorRef, device::cpu::Cpu, op::AdaptiveMaxPool2dBackward};
+/// let x = [0.0f32; 4];
+/// let (g, idx) = ([1.0f32, 2.0], [3i32, 3]);
+/// let mut gi = [9.0f32; 4];
+/// let op = AdaptiveMaxPool2dBackward {
+///     grad_output: TensorRef::from_slice(&g, &[1, 1, 2])?,
+///     self_: TensorRef::from_slice(&x, &[1, 2, 2])?,
+///     indices: TensorRef::from_slice(&idx, &[1, 1, 2])?,
+///     grad_input: TensorMut::from_slice(&mut gi, &[1, 2, 2])?,
+/// };
+/// Plan::new(&Cpu::sequential(), op)?.run()?;
+/// assert_eq!(gi, [0.0, 0.0, 0.0, 3.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct AdaptiveMaxPool2dBackward<'a, T: PoolFloat, I: ArgmaxIndex> {
+    /// Gradient of the pooled output, `[N, C, Ho, Wo]` or `[C, Ho, Wo]`.
+    pub grad_output: TensorRef<'a, T>,
+    /// The forward input (only its shape is read).
+    pub self_: TensorRef<'a, T>,
+    /// Flat arg-max indices from the forward, same shape as `grad_output`.
+    pub indices: TensorRef<'a, I>,
+    /// Receives the gradient of the input, shape of `self_`.
+    pub grad_input: TensorMut<'a, T>,
+}
+
+impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2dBackward<'_, T, I> {
+    const NAME: &'static str = "adaptive_max_pool2d_backward";
+    type Geometry = AdaptiveGeometry;
+
+    fn validate(&self) -> Result<AdaptiveGeometry> {
+        const OP: &str = "adaptive_max_pool2d_backward";
+        let g = adaptive_backward_shapes(&self.grad_output, &self.self_, &self.indices)?;
+        validate::output_shape(OP, "grad_input", &self.grad_input, self.self_.dims())?;
+        validate::index_values(OP, "indices", &self.indices, g.h * g.w)?;
+        Ok(g)
+    }
+
+    fn check_limits(g: &AdaptiveGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
+        adaptive_limits(Self::NAME, g, limits, device)
+    }
+}
+impl<T: PoolFloat, I: ArgmaxIndex> Operation for AdaptiveMaxPool2dBackward<'_, T, I> {}
+
+/// The shape checks of [`AdaptiveMaxPool2dBackward`] on its inputs (cheap: no data is read).
+pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
+    grad_output: &TensorRef<'_, T>,
+    self_: &TensorRef<'_, T>,
+    indices: &TensorRef<'_, I>,
+) -> Result<AdaptiveGeometry> {
+    const OP: &str = "adaptive_max_pool2d_backward";
+    let [n, c, h, w] = validate::pooling_input(OP, "self_", self_)?;
+    let [_, _, ho, wo] = grad_output.shape();
+    for (len, axis) in [(ho, "Ho"), (wo, "Wo")] {
+        if len == 0 {
+            return Err(Error::EmptyDimension {
+                op: OP,
+                arg: "grad_output",
+                axis,
+                shape: grad_output.dims(),
+            });
+        }
+    }
+    let pooled = with_spatial([n, c, h, w], [ho, wo], self_.ndim());
+    validate::input_shape(OP, "grad_output", grad_output, pooled.clone())?;
+    validate::input_shape(OP, "indices", indices, pooled)?;
+    validate::plane_size(OP, "self_", h, w)?;
+    Ok(AdaptiveGeometry { n, c, h, w, ho, wo })
+}

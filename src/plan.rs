@@ -1,0 +1,156 @@
+//! The two-phase API, as in aclnn: a [`Plan`] validates an operation and reports its workspace
+//! size (phase 1, `aclnnXxxGetWorkspaceSize`); bound to a [`Workspace`] it becomes an
+//! [`Executor`] that runs once (phase 2, `aclnnXxx`).
+
+use core::fmt;
+
+use crate::device::internal::Launch;
+use crate::device::{Device, Runs};
+use crate::error::{Error, Result};
+use crate::op::Operation;
+
+/// A validated operation bound to a device (phase 1).
+///
+/// [`Plan::new`] performs every check: ranks, shapes, parameters, index values and the device's
+/// limits. Once it succeeds, running fails only for device reasons.
+///
+/// ```
+/// use poolgrad::{Plan, TensorMut, TensorRef, Workspace, device::cpu::Cpu, op::AdaptiveMaxPool2dBackward};
+/// let cpu = Cpu::sequential();
+/// let x = [0.0f32; 6];
+/// let (g, idx) = ([1.0f32, 2.0], [0i64, 5]);
+/// let mut gi = [0.0f32; 6];
+/// let plan = Plan::new(&cpu, AdaptiveMaxPool2dBackward {
+///     grad_output: TensorRef::from_slice(&g, &[1, 1, 2])?,
+///     self_: TensorRef::from_slice(&x, &[1, 2, 3])?,
+///     indices: TensorRef::from_slice(&idx, &[1, 1, 2])?,
+///     grad_input: TensorMut::from_slice(&mut gi, &[1, 2, 3])?,
+/// })?;
+/// let mut ws = Workspace::new(&cpu, plan.workspace_size())?; // reusable across plans
+/// plan.bind(&mut ws)?.run()?;
+/// assert_eq!(gi, [1.0, 0.0, 0.0, 0.0, 0.0, 2.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+#[must_use = "a plan does nothing until it is run"]
+pub struct Plan<'d, D: Runs<O>, O: Operation> {
+    device: &'d D,
+    op: O,
+    geometry: O::Geometry,
+    prepared: <D as Launch<O>>::Prepared,
+    workspace_size: usize,
+}
+
+impl<D: Runs<O>, O: Operation + fmt::Debug> fmt::Debug for Plan<'_, D, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plan")
+            .field("device", self.device)
+            .field("op", &self.op)
+            .field("geometry", &self.geometry)
+            .field("workspace_size", &self.workspace_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'d, D: Runs<O>, O: Operation> Plan<'d, D, O> {
+    /// Phase 1: validates `op` for `device` and computes the workspace it needs.
+    ///
+    /// # Errors
+    /// Every validation error of the operation ([`Error::Rank`], [`Error::ShapeMismatch`],
+    /// [`Error::EmptyDimension`], [`Error::InvalidParameter`], [`Error::IndexOutOfRange`],
+    /// [`Error::IndexTypeTooNarrow`], [`Error::Overflow`]) and [`Error::DeviceLimit`].
+    pub fn new(device: &'d D, op: O) -> Result<Self> {
+        let geometry = op.validate()?;
+        O::check_limits(&geometry, &device.limits(), device.name())?;
+        let (prepared, workspace_size) = device.prepare(&op, &geometry)?;
+        Ok(Self { device, op, geometry, prepared, workspace_size })
+    }
+
+    /// Bytes of workspace the plan needs (0 when the kernels need none).
+    pub fn workspace_size(&self) -> usize {
+        self.workspace_size
+    }
+
+    /// Sizes derived during validation.
+    pub fn geometry(&self) -> &O::Geometry {
+        &self.geometry
+    }
+
+    /// Binds a workspace of at least [`Plan::workspace_size`] bytes (phase 2 starts here).
+    ///
+    /// # Errors
+    /// [`Error::WorkspaceTooSmall`].
+    pub fn bind<'w>(self, workspace: &'w mut Workspace<D>) -> Result<Executor<'d, 'w, D, O>> {
+        if workspace.len() < self.workspace_size {
+            return Err(Error::WorkspaceTooSmall {
+                op: O::NAME,
+                expected: self.workspace_size,
+                got: workspace.len(),
+            });
+        }
+        Ok(Executor { plan: self, workspace })
+    }
+
+    /// Allocates the workspace, binds it and runs: phase 2 in one call.
+    ///
+    /// # Errors
+    /// [`Error::Allocation`] if the workspace cannot be allocated, and device errors.
+    pub fn run(self) -> Result<()> {
+        let mut workspace = Workspace::new(self.device, self.workspace_size)?;
+        self.bind(&mut workspace)?.run()
+    }
+}
+
+/// A plan bound to its workspace, ready to run once (phase 2).
+#[must_use = "an executor does nothing until it is run"]
+pub struct Executor<'d, 'w, D: Runs<O>, O: Operation> {
+    plan: Plan<'d, D, O>,
+    workspace: &'w mut Workspace<D>,
+}
+
+impl<D: Runs<O>, O: Operation + fmt::Debug> fmt::Debug for Executor<'_, '_, D, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Executor").field("plan", &self.plan).field("workspace", &self.workspace).finish()
+    }
+}
+
+impl<D: Runs<O>, O: Operation> Executor<'_, '_, D, O> {
+    /// Runs the operation, writing its outputs.
+    ///
+    /// # Errors
+    /// Device errors only; the CPU does not fail here.
+    pub fn run(self) -> Result<()> {
+        let Plan { device, op, geometry, prepared, .. } = self.plan;
+        device.launch(op, &geometry, prepared, &mut self.workspace.memory)
+    }
+}
+
+/// Scratch memory for plans on device `D`, reusable across plans of at most its size.
+pub struct Workspace<D: Device> {
+    memory: D::Memory,
+}
+
+impl<D: Device> fmt::Debug for Workspace<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workspace").field("bytes", &self.len()).finish()
+    }
+}
+
+impl<D: Device> Workspace<D> {
+    /// Allocates `bytes` bytes of workspace on `device`.
+    ///
+    /// # Errors
+    /// [`Error::Allocation`] when the memory cannot be had (never an abort).
+    pub fn new(device: &D, bytes: usize) -> Result<Self> {
+        Ok(Self { memory: device.alloc_workspace(bytes)? })
+    }
+
+    /// Usable size in bytes.
+    pub fn len(&self) -> usize {
+        D::workspace_len(&self.memory)
+    }
+
+    /// Whether the workspace has no usable bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

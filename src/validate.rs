@@ -1,0 +1,150 @@
+//! Checks shared by every operation's phase 1. Each returns a structured [`Error`].
+
+use ndarray::ArrayView4;
+
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::index::ArgmaxIndex;
+use crate::tensor::{TensorMut, TensorRef, user_dims};
+
+/// The 4-D shape of a pooling input, whose C, H and W must be non-empty (N may be 0).
+pub(crate) fn pooling_input<E: Element>(
+    op: &'static str,
+    arg: &'static str,
+    t: &TensorRef<'_, E>,
+) -> Result<[usize; 4]> {
+    let shape = t.shape();
+    for (axis, name) in [(1, "C"), (2, "H"), (3, "W")] {
+        if shape[axis] == 0 {
+            return Err(Error::EmptyDimension { op, arg, axis: name, shape: t.dims() });
+        }
+    }
+    Ok(shape)
+}
+
+/// `[ho, wo]` with both entries at least 1.
+pub(crate) fn output_size(op: &'static str, arg: &'static str, size: [usize; 2]) -> Result<()> {
+    if size.contains(&0) {
+        return Err(Error::InvalidParameter {
+            op,
+            arg,
+            expected: "[Ho, Wo] with Ho >= 1 and Wo >= 1".into(),
+            got: format!("{size:?}"),
+        });
+    }
+    Ok(())
+}
+
+/// `got` must equal `expected` (both in the caller's rank).
+pub(crate) fn same_shape(
+    op: &'static str,
+    arg: &'static str,
+    got: Vec<usize>,
+    expected: Vec<usize>,
+) -> Result<()> {
+    if got == expected { Ok(()) } else { Err(Error::ShapeMismatch { op, arg, expected, got }) }
+}
+
+/// Shape check for an input view.
+pub(crate) fn input_shape<E: Element>(
+    op: &'static str,
+    arg: &'static str,
+    t: &TensorRef<'_, E>,
+    expected: Vec<usize>,
+) -> Result<()> {
+    same_shape(op, arg, t.dims(), expected)
+}
+
+/// Shape check for an output view.
+pub(crate) fn output_shape<E: Element>(
+    op: &'static str,
+    arg: &'static str,
+    t: &TensorMut<'_, E>,
+    expected: Vec<usize>,
+) -> Result<()> {
+    same_shape(op, arg, t.dims(), expected)
+}
+
+/// The index type `I` must hold every flat position of an `h * w` plane.
+pub(crate) fn index_width<I: ArgmaxIndex>(op: &'static str, arg: &'static str, plane: usize) -> Result<()> {
+    if (plane as u64) <= I::MAX_PLANE {
+        Ok(())
+    } else {
+        Err(Error::IndexTypeTooNarrow { op, arg, dtype: I::DTYPE, max: I::MAX_PLANE, plane })
+    }
+}
+
+/// `h * w` without overflow.
+pub(crate) fn plane_size(op: &'static str, arg: &'static str, h: usize, w: usize) -> Result<usize> {
+    h.checked_mul(w).ok_or_else(|| Error::Overflow { op, arg, what: format!("H * W = {h} * {w}") })
+}
+
+/// Every index must lie in `0..plane`; the first one that does not is reported with its position.
+pub(crate) fn index_values<I: ArgmaxIndex>(
+    op: &'static str,
+    arg: &'static str,
+    t: &TensorRef<'_, I>,
+    plane: usize,
+) -> Result<()> {
+    let view = t.view();
+    match first_out_of_range(view, plane) {
+        None => Ok(()),
+        Some((position, value)) => Err(Error::IndexOutOfRange {
+            op,
+            arg,
+            position: user_dims(&position, t.ndim()),
+            value: value.to_i64(),
+            plane,
+        }),
+    }
+}
+
+fn first_out_of_range<I: ArgmaxIndex>(view: ArrayView4<'_, I>, plane: usize) -> Option<([usize; 4], I)> {
+    let dims = view.dim();
+    if let Some(slice) = view.as_slice() {
+        // Fast path: a branch-free check per block, located only on failure.
+        const BLOCK: usize = 4096;
+        for (b, block) in slice.chunks(BLOCK).enumerate() {
+            let ok = block.iter().fold(true, |ok, v| ok & v.flat_in(plane).is_some());
+            if !ok {
+                let k = block.iter().position(|v| v.flat_in(plane).is_none())?;
+                let flat = b * BLOCK + k;
+                return Some((unflatten(flat, dims), block[k]));
+            }
+        }
+        None
+    } else {
+        view.indexed_iter()
+            .find(|(_, v)| v.flat_in(plane).is_none())
+            .map(|((n, c, h, w), v)| ([n, c, h, w], *v))
+    }
+}
+
+fn unflatten(mut flat: usize, (_, c, h, w): (usize, usize, usize, usize)) -> [usize; 4] {
+    let iw = flat % w;
+    flat /= w;
+    let ih = flat % h;
+    flat /= h;
+    [flat / c, flat % c, ih, iw]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unflatten_inverts_row_major_order() {
+        let dims = (2, 3, 4, 5);
+        let mut k = 0;
+        for n in 0..2 {
+            for c in 0..3 {
+                for h in 0..4 {
+                    for w in 0..5 {
+                        assert_eq!(unflatten(k, dims), [n, c, h, w]);
+                        k += 1;
+                    }
+                }
+            }
+        }
+    }
+}
