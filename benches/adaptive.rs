@@ -1,1 +1,75 @@
-fn main() {}
+//! Adaptive max pooling, forward and backward, on the CPU (divan harness: `cargo bench`).
+//!
+//! Shapes are the anchor cases of `shared/tools/torch-anchor/bench.py` scaled to a quick run.
+//! Timing belongs here and in examples, never in unit tests.
+
+use divan::{Bencher, black_box};
+use ndarray::Array4;
+use poolgrad::device::cpu::{Cpu, Parallelism};
+use poolgrad::op::{AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward};
+use poolgrad::{Plan, PoolFloat, TensorMut, TensorRef, Workspace};
+
+fn main() {
+    divan::main();
+}
+
+/// Input shape `(N, C, H, W)` and output size `[Ho, Wo]`.
+type Case = ((usize, usize, usize, usize), [usize; 2]);
+
+const SHAPES: [Case; 3] = [
+    ((8, 256, 28, 28), [7, 7]), // divisible
+    ((8, 256, 30, 30), [7, 7]), // overlapping windows
+    ((16, 2048, 7, 7), [1, 1]), // global pooling
+];
+
+fn input<T: PoolFloat>(shape: (usize, usize, usize, usize)) -> Array4<T> {
+    Array4::from_shape_fn(shape, |(n, c, h, w)| {
+        let v = ((n * 31 + c * 17 + h * 7 + w * 3) % 101) as f32;
+        T::from_acc(num_traits::cast(v).unwrap())
+    })
+}
+
+fn cpu(threads: usize) -> Cpu {
+    Cpu::new(Parallelism::Threads(threads.try_into().unwrap())).unwrap()
+}
+
+#[divan::bench(types = [f32, half::bf16], args = [0, 1, 2], consts = [1, 2])]
+fn backward<T: PoolFloat, const THREADS: usize>(bencher: Bencher, case: usize) {
+    let (shape, out) = SHAPES[case];
+    let x = input::<T>(shape);
+    let p = poolgrad::adaptive_max_pool2d::<T, i64, _, _>(&x, out).unwrap();
+    let mut gi = Array4::<T>::zeros(shape);
+    let device = cpu(THREADS);
+    let mut ws = Workspace::new(&device, 1 << 24).unwrap();
+    bencher.bench_local(|| {
+        let op = AdaptiveMaxPool2dBackward {
+            grad_output: TensorRef::from_array(&p.output).unwrap(),
+            self_: TensorRef::from_array(&x).unwrap(),
+            indices: TensorRef::from_array(&p.indices).unwrap(),
+            grad_input: TensorMut::from_array(&mut gi).unwrap(),
+        };
+        Plan::new(&device, op).unwrap().bind(&mut ws).unwrap().run().unwrap();
+        black_box(&gi);
+    });
+}
+
+#[divan::bench(types = [f32, half::bf16], args = [0, 1, 2], consts = [1, 2])]
+fn forward<T: PoolFloat, const THREADS: usize>(bencher: Bencher, case: usize) {
+    let (shape, out) = SHAPES[case];
+    let x = input::<T>(shape);
+    let (n, c, _, _) = shape;
+    let mut o = Array4::<T>::zeros((n, c, out[0], out[1]));
+    let mut i = Array4::<i64>::zeros((n, c, out[0], out[1]));
+    let device = cpu(THREADS);
+    let mut ws = Workspace::new(&device, 0).unwrap();
+    bencher.bench_local(|| {
+        let op = AdaptiveMaxPool2d {
+            input: TensorRef::from_array(&x).unwrap(),
+            output_size: out,
+            output: TensorMut::from_array(&mut o).unwrap(),
+            indices: TensorMut::from_array(&mut i).unwrap(),
+        };
+        Plan::new(&device, op).unwrap().bind(&mut ws).unwrap().run().unwrap();
+        black_box(&o);
+    });
+}

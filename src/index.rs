@@ -23,7 +23,7 @@ pub(crate) mod repr {
 /// assert_eq!(i32::try_from_flat(7), Some(7));
 /// assert_eq!(i32::try_from_flat(1 << 31), None);
 /// ```
-pub trait ArgmaxIndex: Element + Ord + repr::IndexRepr {
+pub trait ArgmaxIndex: Element + num_traits::PrimInt + repr::IndexRepr {
     /// The largest plane size `H * W` whose every position this type can hold.
     const MAX_PLANE: u64;
 
@@ -41,8 +41,7 @@ impl repr::IndexRepr for i32 {
     }
     #[inline(always)]
     fn flat_in(self, plane: usize) -> Option<usize> {
-        // A negative value wraps to a huge u64 and fails the comparison.
-        ((self as i64 as u64) < plane as u64).then_some(self as usize)
+        (self >= 0 && (self as u64) < plane as u64).then_some(self as usize)
     }
     #[inline(always)]
     fn flat_trusted(self) -> usize {
@@ -57,7 +56,7 @@ impl repr::IndexRepr for i64 {
     }
     #[inline(always)]
     fn flat_in(self, plane: usize) -> Option<usize> {
-        ((self as u64) < plane as u64).then_some(self as usize)
+        (self >= 0 && (self as u64) < plane as u64).then_some(self as usize)
     }
     #[inline(always)]
     fn flat_trusted(self) -> usize {

@@ -73,3 +73,8 @@ pub use tensor::{TensorMut, TensorRef};
 
 pub use half;
 pub use ndarray;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -149,7 +149,23 @@ impl<'a, E: Element> TensorRef<'a, E> {
         Self::named(array.view(), "TensorRef::from_array", "array")
     }
 
-    /// Like [`TensorRef::from_array`], with the operation and argument named in errors.
+    /// A view from an ndarray view, keeping the view's lifetime (any strides).
+    ///
+    /// ```
+    /// use ndarray::{Array3, s};
+    /// let a = Array3::<f32>::zeros((2, 4, 6));
+    /// let t = poolgrad::TensorRef::from_view(a.slice(s![.., .., ..;2]))?;
+    /// assert_eq!(t.shape(), [1, 2, 4, 3]);
+    /// # Ok::<(), poolgrad::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Rank`] for another rank.
+    pub fn from_view<D: Dimension>(view: ArrayView<'a, E, D>) -> Result<Self> {
+        Self::named(view, "TensorRef::from_view", "view")
+    }
+
+    /// Like [`TensorRef::from_view`], with the operation and argument named in errors.
     pub(crate) fn named<D: Dimension>(
         view: ArrayView<'a, E, D>,
         op: &'static str,
@@ -227,6 +243,22 @@ impl<'a, E: Element> TensorMut<'a, E> {
         D: Dimension,
     {
         Self::named(array.view_mut(), "TensorMut::from_array", "array")
+    }
+
+    /// A writable view from an ndarray mutable view, keeping the view's lifetime.
+    ///
+    /// ```
+    /// use ndarray::{Array3, s};
+    /// let mut a = Array3::<f32>::zeros((2, 4, 6));
+    /// let t = poolgrad::TensorMut::from_view(a.slice_mut(s![.., .., ..;2]))?;
+    /// assert_eq!(t.dims(), vec![2, 4, 3]);
+    /// # Ok::<(), poolgrad::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Rank`] for another rank.
+    pub fn from_view<D: Dimension>(view: ArrayViewMut<'a, E, D>) -> Result<Self> {
+        Self::named(view, "TensorMut::from_view", "view")
     }
 
     pub(crate) fn named<D: Dimension>(

@@ -129,7 +129,6 @@ fn backward_from_given_indices<T: PoolFloat, I: ArgmaxIndex>() {
 macro_rules! for_all_types {
     ($($name:ident),*) => {$(
         mod $name {
-            use super::*;
             #[test] fn f32_i32() { super::$name::<f32, i32>() }
             #[test] fn f32_i64() { super::$name::<f32, i64>() }
             #[test] fn f64_i32() { super::$name::<f64, i32>() }

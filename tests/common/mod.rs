@@ -3,10 +3,12 @@
 #![allow(dead_code)]
 
 use ndarray::{Array4, ArrayView4};
-use num_traits::{NumCast, ToPrimitive};
+use num_traits::NumCast;
 use poolgrad::PoolFloat;
 
-/// `floor(i * n / m) .. ceil((i + 1) * n / m)`, written out directly.
+/// `floor(i * n / m) .. ceil((i + 1) * n / m)`, written out directly (not with the crate's
+/// `div_ceil` form, on purpose).
+#[allow(clippy::manual_div_ceil)]
 pub fn window(i: usize, n: usize, m: usize) -> (usize, usize) {
     let start = (i * n) / m;
     let end = ((i + 1) * n + m - 1) / m;

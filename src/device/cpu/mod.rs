@@ -4,7 +4,6 @@
 //! results are bit-identical for every thread count.
 
 use core::fmt;
-#[cfg(feature = "rayon")]
 use core::num::NonZeroUsize;
 #[cfg(feature = "rayon")]
 use std::sync::Arc;
@@ -21,11 +20,11 @@ mod workspace;
 pub enum Parallelism {
     /// Everything on the calling thread.
     Sequential,
-    /// A dedicated rayon pool of this many threads, built by [`Cpu::new`].
-    #[cfg(feature = "rayon")]
+    /// A dedicated rayon pool of this many threads, built by [`Cpu::new`]. Without the `rayon`
+    /// feature this runs sequentially.
     Threads(NonZeroUsize),
-    /// rayon's global pool (all hardware threads unless configured otherwise).
-    #[cfg(feature = "rayon")]
+    /// rayon's global pool (all hardware threads unless configured otherwise). Without the
+    /// `rayon` feature this runs sequentially.
     AllThreads,
     /// A pool the caller built.
     #[cfg(feature = "rayon")]
@@ -36,9 +35,7 @@ impl fmt::Debug for Parallelism {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Parallelism::Sequential => f.write_str("Sequential"),
-            #[cfg(feature = "rayon")]
             Parallelism::Threads(n) => write!(f, "Threads({n})"),
-            #[cfg(feature = "rayon")]
             Parallelism::AllThreads => f.write_str("AllThreads"),
             #[cfg(feature = "rayon")]
             Parallelism::Pool(p) => write!(f, "Pool({} threads)", p.current_num_threads()),
@@ -113,13 +110,14 @@ impl Cpu {
         &self.parallelism
     }
 
-    /// Threads that kernels will use.
+    /// Threads that kernels will use (1 without the `rayon` feature).
     pub fn threads(&self) -> usize {
+        #[cfg(not(feature = "rayon"))]
+        return 1;
+        #[cfg(feature = "rayon")]
         match &self.parallelism {
             Parallelism::Sequential => 1,
-            #[cfg(feature = "rayon")]
             Parallelism::AllThreads => rayon::current_num_threads(),
-            #[cfg(feature = "rayon")]
             Parallelism::Threads(_) | Parallelism::Pool(_) => {
                 self.pool.as_ref().map_or(1, |p| p.current_num_threads())
             }
