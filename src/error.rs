@@ -51,7 +51,7 @@ pub enum Error {
         op: &'static str,
         /// Argument name.
         arg: &'static str,
-        /// The axis that is empty (`"C"`, `"H"` or `"W"`).
+        /// The axis that is empty (`"C"`, `"H"`, `"W"`, or `"Ho"`, `"Wo"` of a gradient).
         axis: &'static str,
         /// The shape given.
         shape: Vec<usize>,

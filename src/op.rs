@@ -219,3 +219,36 @@ pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
     validate::plane_size(OP, "self_", h, w)?;
     Ok(AdaptiveGeometry { n, c, h, w, ho, wo })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use internal::OperationImpl;
+
+    type Bwd<'a> = AdaptiveMaxPool2dBackward<'a, f32, i64>;
+
+    fn geometry(h: usize, w: usize, ho: usize, wo: usize) -> AdaptiveGeometry {
+        AdaptiveGeometry { n: 1, c: 1, h, w, ho, wo }
+    }
+
+    #[test]
+    fn device_limits_are_enforced() {
+        let limits = DeviceLimits::none().with_max_non_divisible_adaptive_plane(1 << 24);
+        // Divisible: no limit applies.
+        assert!(Bwd::check_limits(&geometry(8192, 8192, 4096, 4096), &limits, "npu").is_ok());
+        // Non-divisible and larger than 2^24.
+        let e = Bwd::check_limits(&geometry(4097, 4097, 7, 7), &limits, "npu").unwrap_err();
+        assert!(matches!(&e, Error::DeviceLimit { device: "npu", arg: "H * W", .. }), "{e:?}");
+        assert!(e.to_string().contains("16785409"), "{e}");
+        // Non-divisible but small.
+        assert!(Bwd::check_limits(&geometry(30, 30, 7, 7), &limits, "npu").is_ok());
+
+        let limits = DeviceLimits::none().with_max_plane(100);
+        let e = Bwd::check_limits(&geometry(10, 11, 2, 2), &limits, "npu").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "adaptive_max_pool2d_backward on npu: `H * W` is 110, but the device supports at most 100"
+        );
+        assert!(Bwd::check_limits(&geometry(10, 10, 2, 2), &limits, "npu").is_ok());
+    }
+}
