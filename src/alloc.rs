@@ -38,7 +38,16 @@ where
         arg,
         what: format!("the element count of shape {dims:?} exceeds usize::MAX"),
     })?;
-    let data = zeroed_vec::<E>(op, arg, len)?;
+    into_array(op, arg, zeroed_vec::<E>(op, arg, len)?, dims)
+}
+
+/// `data` as a row-major array of shape `dims` (the caller's rank `D`).
+pub(crate) fn into_array<E, D: Dimension>(
+    op: &'static str,
+    arg: &'static str,
+    data: Vec<E>,
+    dims: &[usize],
+) -> Result<Array<E, D>> {
     Array::from_shape_vec(IxDyn(dims), data)
         .and_then(|a| a.into_dimensionality::<D>())
         .map_err(|e| Error::from_shape(op, arg, e))

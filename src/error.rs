@@ -4,6 +4,7 @@
 //! expected and the actual value, so callers can match on fields and people can read the message.
 
 use crate::element::DType;
+use crate::params::MaxPool2dParams;
 
 /// `Result` with [`Error`] as the default error type.
 pub type Result<T, E = Error> = core::result::Result<T, E>;
@@ -70,6 +71,17 @@ pub enum Error {
         got: String,
     },
 
+    /// Max-pooling parameters leave no window on an input this small.
+    #[error("{op}: an input of {input:?} (H, W) is too small for {params:?}: the output would be empty")]
+    OutputTooSmall {
+        /// Operation.
+        op: &'static str,
+        /// `[H, W]` of the input.
+        input: [usize; 2],
+        /// The parameters.
+        params: MaxPool2dParams,
+    },
+
     /// An arg-max index does not point into its `H * W` plane.
     #[error("{op}: `{arg}` holds {value} at position {position:?}, expected a flat index in [0, {plane})")]
     IndexOutOfRange {
@@ -83,6 +95,35 @@ pub enum Error {
         value: i64,
         /// The plane size `H * W`: valid indices are `0..plane`.
         plane: usize,
+    },
+
+    /// An arg-max index lies in its plane but outside its pooling window, so a window-relative
+    /// mask cannot encode it.
+    #[error(
+        "{op}: `{arg}` holds {value} at position {position:?}, which is outside that output's pooling window"
+    )]
+    IndexNotInWindow {
+        /// Operation.
+        op: &'static str,
+        /// Argument name.
+        arg: &'static str,
+        /// Position of the index (caller's rank).
+        position: Vec<usize>,
+        /// The index.
+        value: i64,
+    },
+
+    /// A mask's bytes do not describe one arg-max per output position.
+    #[error("{op}: `{arg}` at output position {position:?}: {reason}")]
+    MaskContent {
+        /// Operation.
+        op: &'static str,
+        /// Argument name.
+        arg: &'static str,
+        /// The output position (caller's rank).
+        position: Vec<usize>,
+        /// What is wrong.
+        reason: String,
     },
 
     /// The index type cannot represent every position of an `H * W` plane.

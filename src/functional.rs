@@ -7,9 +7,15 @@ use ndarray::{Array, ArrayBase, Data, Dimension};
 
 use crate::device::cpu::Cpu;
 use crate::element::PoolFloat;
+use crate::error::Error;
 use crate::error::Result;
 use crate::index::ArgmaxIndex;
-use crate::op::{AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward};
+use crate::mask::{Mask, MaskLayout, MaskMut, MaskRef};
+use crate::op::{
+    AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
+    MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry, max_pool_backward_shapes,
+};
+use crate::params::MaxPool2dParams;
 use crate::plan::Plan;
 use crate::tensor::{TensorMut, TensorRef, with_spatial};
 
@@ -116,6 +122,208 @@ where
         grad_output,
         self_,
         indices,
+        grad_input: TensorMut::named(grad_input.view_mut(), OP, "grad_input")?,
+    };
+    Plan::new(&Cpu::default(), op)?.run()?;
+    Ok(grad_input)
+}
+
+/// The result of a max-pooling forward with an Ascend mask: pooled values and the mask.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PooledMask<T, L: MaskLayout, D: Dimension> {
+    /// Pooled values.
+    pub output: Array<T, D>,
+    /// The arg-max of each output as an int8 mask in layout `L`.
+    pub mask: Mask<L, D>,
+}
+
+/// 2-D max pooling with PyTorch's semantics and flat indices (`max_pool2d_with_indices`):
+/// kernel, stride, padding (at most half the kernel, never selected), dilation, ceil mode.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::MaxPool2dParams;
+/// let x = array![[[0.0f32, 5.0, 1.0, 1.0], [2.0, 3.0, 7.0, 0.0], [9.0, 1.0, 6.0, 4.0], [0.0, 8.0, 6.0, 2.0]]];
+/// let p = poolgrad::max_pool2d_with_indices::<f32, i64, _, _>(&x, &MaxPool2dParams::new([2, 2]))?;
+/// assert_eq!(p.output, array![[[5.0, 7.0], [9.0, 6.0]]]);
+/// assert_eq!(p.indices, array![[[1, 6], [8, 10]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// The parameter errors of [`MaxPool2dParams::output_size`], [`Error::Rank`],
+/// [`Error::EmptyDimension`], [`Error::IndexTypeTooNarrow`], [`Error::Overflow`],
+/// [`Error::Allocation`].
+pub fn max_pool2d_with_indices<T, I, S, D>(
+    input: &ArrayBase<S, D>,
+    params: &MaxPool2dParams,
+) -> Result<Pooled<T, I, D>>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S: Data<Elem = T>,
+    D: Dimension,
+{
+    const OP: &str = "max_pool2d_with_indices";
+    let input = TensorRef::named(input.view(), OP, "input")?;
+    let g = MaxPoolGeometry::new(OP, "input", params, &input.dims())?;
+    let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
+    let mut indices = crate::alloc::zeroed_array::<I, D>(OP, "indices", &g.pooled_dims())?;
+    let op = MaxPool2dWithIndices {
+        input,
+        params: *params,
+        output: TensorMut::named(output.view_mut(), OP, "output")?,
+        indices: TensorMut::named(indices.view_mut(), OP, "indices")?,
+    };
+    Plan::new(&Cpu::default(), op)?.run()?;
+    Ok(Pooled { output, indices })
+}
+
+/// Gradient of [`max_pool2d_with_indices`]: `grad_input[n, c, idx] += grad_output[n, c, oh, ow]`
+/// in row-major output order (bit-equal to PyTorch for f32/f64; f16/bf16 summed in f32).
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::MaxPool2dParams;
+/// let x = array![[[1.0f32, 2.0, 3.0], [4.0, 9.0, 5.0], [6.0, 7.0, 8.0]]];
+/// let params = MaxPool2dParams::new([2, 2]).with_stride([1, 1]); // overlapping windows
+/// let p = poolgrad::max_pool2d_with_indices::<f32, i32, _, _>(&x, &params)?;
+/// let g = array![[[1.0f32, 2.0], [3.0, 4.0]]];
+/// let gx = poolgrad::max_pool2d_with_indices_backward(&g, &x, &p.indices, &params)?;
+/// assert_eq!(gx[[0, 1, 1]], 10.0);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool2d_with_indices`], plus [`Error::ShapeMismatch`] and
+/// [`Error::IndexOutOfRange`].
+pub fn max_pool2d_with_indices_backward<T, I, S1, S2, S3, D>(
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    indices: &ArrayBase<S3, D>,
+    params: &MaxPool2dParams,
+) -> Result<Array<T, D>>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    S3: Data<Elem = I>,
+    D: Dimension,
+{
+    const OP: &str = "max_pool2d_with_indices_backward";
+    let self_ = TensorRef::named(self_.view(), OP, "self_")?;
+    let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
+    let indices = TensorRef::named(indices.view(), OP, "indices")?;
+    let g = max_pool_backward_shapes(OP, &grad_output, &self_, params)?;
+    crate::validate::input_shape(OP, "indices", &indices, g.pooled_dims())?;
+    let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", &self_.dims())?;
+    let op = MaxPool2dWithIndicesBackward {
+        grad_output,
+        self_,
+        indices,
+        params: *params,
+        grad_input: TensorMut::named(grad_input.view_mut(), OP, "grad_input")?,
+    };
+    Plan::new(&Cpu::default(), op)?.run()?;
+    Ok(grad_input)
+}
+
+/// 2-D max pooling that records its arg-max as an Ascend int8 mask in layout `L`
+/// (`aclnnMaxPool2dWithMask`). Dilation must be 1 and padding at most half the kernel.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::{Bitmask, I32Argmax, MaxPool2dParams};
+/// let x = array![[[0.0f32, 5.0, 1.0, 1.0], [2.0, 3.0, 7.0, 0.0], [9.0, 1.0, 6.0, 4.0], [0.0, 8.0, 6.0, 2.0]]];
+/// let params = MaxPool2dParams::new([2, 2]);
+/// let a2 = poolgrad::max_pool2d_with_mask::<f32, I32Argmax, _, _>(&x, &params)?;
+/// assert_eq!(a2.mask.as_array().shape(), &[1, 4, 64]);
+/// let legacy = poolgrad::max_pool2d_with_mask::<f32, Bitmask, _, _>(&x, &params)?;
+/// assert_eq!(legacy.mask.to_indices::<i64>()?, a2.mask.to_indices::<i64>()?);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool2d_with_indices`], plus [`Error::InvalidParameter`] for a dilation other than 1
+/// or an `I32Argmax` mask too small for its values (1x1 kernels).
+pub fn max_pool2d_with_mask<T, L, S, D>(
+    input: &ArrayBase<S, D>,
+    params: &MaxPool2dParams,
+) -> Result<PooledMask<T, L, D>>
+where
+    T: PoolFloat,
+    L: MaskLayout,
+    S: Data<Elem = T>,
+    D: Dimension,
+{
+    const OP: &str = "max_pool2d_with_mask";
+    let input = TensorRef::named(input.view(), OP, "input")?;
+    let g = MaxPoolGeometry::for_mask(OP, "input", params, &input.dims())?;
+    g.check_layout::<L>(OP)?;
+    let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
+    let mut mask = crate::alloc::zeroed_array::<i8, D>(OP, "mask", &g.dims())?;
+    let op = MaxPool2dWithMask {
+        input,
+        params: *params,
+        output: TensorMut::named(output.view_mut(), OP, "output")?,
+        mask: MaskMut::<L>::new(TensorMut::named(mask.view_mut(), OP, "mask")?),
+    };
+    Plan::new(&Cpu::default(), op)?.run()?;
+    Ok(PooledMask { output, mask: Mask::from_parts(mask, g) })
+}
+
+/// Gradient of [`max_pool2d_with_mask`] (`aclnnMaxPool2dWithMaskBackward`), for either layout.
+/// Equal to [`max_pool2d_with_indices_backward`] with the indices the mask encodes.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::{Bitmask, MaxPool2dParams};
+/// let x = array![[[0.0f32, 5.0, 1.0, 1.0], [2.0, 3.0, 7.0, 0.0], [9.0, 1.0, 6.0, 4.0], [0.0, 8.0, 6.0, 2.0]]];
+/// let params = MaxPool2dParams::new([2, 2]);
+/// let p = poolgrad::max_pool2d_with_mask::<f32, Bitmask, _, _>(&x, &params)?;
+/// let g = array![[[1.0f32, 2.0], [3.0, 4.0]]];
+/// let gx = poolgrad::max_pool2d_with_mask_backward(&g, &x, &p.mask, &params)?;
+/// assert_eq!(gx, array![[[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0], [3.0, 0.0, 4.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool2d_with_indices_backward`], plus [`Error::InvalidParameter`] when `params`
+/// differ from the mask's, and [`Error::ShapeMismatch`] when the mask was made for another input
+/// shape.
+pub fn max_pool2d_with_mask_backward<T, L, S1, S2, D>(
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    mask: &Mask<L, D>,
+    params: &MaxPool2dParams,
+) -> Result<Array<T, D>>
+where
+    T: PoolFloat,
+    L: MaskLayout,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    D: Dimension,
+{
+    const OP: &str = "max_pool2d_with_mask_backward";
+    let self_ = TensorRef::named(self_.view(), OP, "self_")?;
+    let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
+    if mask.params() != params {
+        return Err(Error::InvalidParameter {
+            op: OP,
+            arg: "params",
+            expected: format!("the parameters the mask was made with, {:?}", mask.params()),
+            got: format!("{params:?}"),
+        });
+    }
+    crate::validate::same_shape(OP, "self_", self_.dims(), mask.input_shape())?;
+    max_pool_backward_shapes(OP, &grad_output, &self_, params)?;
+    let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", &self_.dims())?;
+    let op = MaxPool2dWithMaskBackward {
+        grad_output,
+        self_,
+        mask: MaskRef::<L>::new(TensorRef::named(mask.as_array().view(), OP, "mask")?),
+        params: *params,
         grad_input: TensorMut::named(grad_input.view_mut(), OP, "grad_input")?,
     };
     Plan::new(&Cpu::default(), op)?.run()?;

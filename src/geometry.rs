@@ -4,6 +4,15 @@
 //! range `⌊i·n/m⌋ .. ⌈(i+1)·n/m⌉` (integer arithmetic, as PyTorch's `AdaptivePooling.h` and CANN's
 //! AICPU kernel compute it; the `⌈i·n/m⌉` in the aclnn document is a typo). Consecutive windows
 //! overlap when `m` does not divide `n`, and `m > n` is allowed.
+//!
+//! Max pooling along an axis of length `n` with kernel `k`, stride `s`, padding `p` and dilation
+//! `d` has `⌊(n + 2p − d(k−1) − 1 + (ceil ? s−1 : 0)) / s⌋ + 1` outputs, minus one in ceil mode
+//! when the last window would start at or past `n + p` (PyTorch's `pooling_output_shape` and
+//! aclnn's `PoolingOutShape`). Window `o` reads inputs `o·s − p + i·d` for `i < k`, skipping the
+//! ones outside `0..n` (padding is never selected).
+//!
+//! The Ascend int8 mask of a `[N, C, H, W]` input pooled to `Ho x Wo` with a `kH x kW` kernel has
+//! shape `[N, C, kH·kW, (⌈Ho·Wo/16⌉ + 1)·32]`.
 
 use core::ops::Range;
 
@@ -34,6 +43,81 @@ pub fn adaptive_is_divisible([h, w]: [usize; 2], [ho, wo]: [usize; 2]) -> bool {
     ho != 0 && wo != 0 && h % ho == 0 && w % wo == 0
 }
 
+/// The number of max-pooling outputs along one axis, or `None` when it is below 1 (or the
+/// parameters make no sense: a zero kernel, stride or dilation).
+///
+/// ```
+/// use poolgrad::geometry::pool_output_len;
+/// assert_eq!(pool_output_len(112, 3, 2, 1, 1, false), Some(56));
+/// // ceil mode adds a partial window ...
+/// assert_eq!(pool_output_len(5, 2, 2, 0, 1, true), Some(3));
+/// // ... unless it would start in the right padding: H=4, k=2, s=3, p=1.
+/// assert_eq!(pool_output_len(4, 2, 3, 1, 1, true), Some(2));
+/// assert_eq!(pool_output_len(2, 5, 1, 0, 1, false), None);
+/// ```
+pub fn pool_output_len(
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+    ceil_mode: bool,
+) -> Option<usize> {
+    if kernel == 0 || stride == 0 || dilation == 0 {
+        return None;
+    }
+    let (n, k, s, p, d) = (input as i128, kernel as i128, stride as i128, padding as i128, dilation as i128);
+    let span = n + 2 * p - d * (k - 1) - 1 + if ceil_mode { s - 1 } else { 0 };
+    let mut out = span.div_euclid(s) + 1;
+    if ceil_mode && (out - 1) * s >= n + p {
+        out -= 1;
+    }
+    if out < 1 { None } else { usize::try_from(out).ok() }
+}
+
+/// The first input position of max-pooling window `o` (may be negative: padding).
+pub(crate) fn pool_window_origin(o: usize, stride: usize, padding: usize) -> i128 {
+    o as i128 * stride as i128 - padding as i128
+}
+
+/// The input positions max-pooling window `o` reads along one axis: `(first, count)`, the valid
+/// taps being `first + i·dilation` for `i < count` (`count` is 0 if the window reads only
+/// padding).
+pub(crate) fn pool_window_taps(
+    o: usize,
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+) -> (usize, usize) {
+    let origin = pool_window_origin(o, stride, padding);
+    let (n, k, d) = (input as i128, kernel as i128, dilation as i128);
+    // First tap at or after 0, last tap before n.
+    let first_i = if origin < 0 { (-origin + d - 1) / d } else { 0 };
+    let end_i = if origin >= n { 0 } else { ((n - origin + d - 1) / d).min(k) };
+    if end_i <= first_i {
+        return (0, 0);
+    }
+    ((origin + first_i * d) as usize, (end_i - first_i) as usize)
+}
+
+/// Shape of the Ascend int8 mask: `[N, C, kH·kW, (⌈Ho·Wo/16⌉ + 1)·32]`, or `None` on overflow.
+///
+/// ```
+/// // The 4x4, k=2, s=2 example of the Ascend documents: [1, 1, 4, 64].
+/// assert_eq!(poolgrad::geometry::mask_shape(1, 1, [2, 2], [2, 2]), Some([1, 1, 4, 64]));
+/// ```
+pub fn mask_shape(n: usize, c: usize, [kh, kw]: [usize; 2], [ho, wo]: [usize; 2]) -> Option<[usize; 4]> {
+    let row_bytes = mask_words_per_row(ho.checked_mul(wo)?)?.checked_mul(2)?;
+    Some([n, c, kh.checked_mul(kw)?, row_bytes])
+}
+
+/// `u16` words per `(n, c-block, kernel offset)` row of the mask: `(⌈P/16⌉ + 1)·16`.
+pub(crate) fn mask_words_per_row(positions: usize) -> Option<usize> {
+    positions.div_ceil(16).checked_add(1)?.checked_mul(16)
+}
+
 /// The adaptive windows of every output along one axis.
 pub(crate) fn adaptive_windows(input: usize, output: usize) -> Vec<Range<usize>> {
     (0..output).map(|i| adaptive_window(i, input, output)).collect()
@@ -61,6 +145,74 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Independent characterisation: floor mode counts windows that fit in the padded input;
+    /// ceil mode counts windows that start before the padded input's last full-stride position
+    /// and inside `input + padding`.
+    #[test]
+    fn pool_output_len_matches_window_counting() {
+        for n in 1..12 {
+            for k in 1..5 {
+                for s in 1..5 {
+                    for d in 1..4 {
+                        for p in 0..=k / 2 {
+                            let eff = d * (k - 1) + 1;
+                            let padded = n + 2 * p;
+                            let floor = (0..100).filter(|o| o * s + eff <= padded).count();
+                            let ceil = (0..100).filter(|o| o * s + eff < padded + s && o * s < n + p).count();
+                            let want = |c: usize| if c == 0 { None } else { Some(c) };
+                            assert_eq!(
+                                pool_output_len(n, k, s, p, d, false),
+                                want(floor),
+                                "n{n} k{k} s{s} p{p} d{d}"
+                            );
+                            assert_eq!(
+                                pool_output_len(n, k, s, p, d, true),
+                                want(ceil),
+                                "ceil n{n} k{k} s{s} p{p} d{d}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // burn's rule gives 4 here (no last-window correction); PyTorch and aclnn give 3.
+        assert_eq!(pool_output_len(6, 1, 2, 0, 1, true), Some(3));
+        assert_eq!(pool_output_len(4, 1, 2, 0, 1, true), Some(2));
+    }
+
+    #[test]
+    fn window_taps_skip_padding() {
+        for n in 1..10 {
+            for k in 1..5 {
+                for s in 1..4 {
+                    for d in 1..4 {
+                        for p in 0..=k / 2 {
+                            for o in 0..8 {
+                                let want: Vec<usize> = (0..k)
+                                    .map(|i| o as i64 * s as i64 - p as i64 + (i * d) as i64)
+                                    .filter(|&t| (0..n as i64).contains(&t))
+                                    .map(|t| t as usize)
+                                    .collect();
+                                let (first, count) = pool_window_taps(o, n, k, s, p, d);
+                                let got: Vec<usize> = (0..count).map(|i| first + i * d).collect();
+                                assert_eq!(got, want, "o{o} n{n} k{k} s{s} p{p} d{d}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mask_rows_hold_one_spare_block() {
+        assert_eq!(mask_words_per_row(4), Some(32));
+        assert_eq!(mask_words_per_row(16), Some(32));
+        assert_eq!(mask_words_per_row(17), Some(48));
+        assert_eq!(mask_shape(2, 3, [3, 3], [56, 56]), Some([2, 3, 9, (196 + 1) * 32]));
+        assert_eq!(mask_shape(1, 1, [usize::MAX, 2], [1, 1]), None);
     }
 
     #[test]

@@ -58,7 +58,9 @@ mod error;
 mod functional;
 pub mod geometry;
 mod index;
+mod mask;
 pub mod op;
+mod params;
 mod plan;
 mod tensor;
 mod validate;
@@ -66,8 +68,13 @@ mod validate;
 pub use device::Device;
 pub use element::{AccFloat, DType, Element, PoolFloat};
 pub use error::{Error, Result};
-pub use functional::{Pooled, adaptive_max_pool2d, adaptive_max_pool2d_backward};
+pub use functional::{
+    Pooled, PooledMask, adaptive_max_pool2d, adaptive_max_pool2d_backward, max_pool2d_with_indices,
+    max_pool2d_with_indices_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward,
+};
 pub use index::ArgmaxIndex;
+pub use mask::{Bitmask, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef};
+pub use params::MaxPool2dParams;
 pub use plan::{Executor, Plan, Workspace};
 pub use tensor::{TensorMut, TensorRef};
 

@@ -11,7 +11,10 @@ use crate::element::PoolFloat;
 use crate::error::{Error, Result};
 use crate::geometry::adaptive_is_divisible;
 use crate::index::ArgmaxIndex;
-use crate::tensor::{TensorMut, TensorRef, with_spatial};
+use crate::mask::layout_repr::LayoutKind;
+use crate::mask::{MaskLayout, MaskMut, MaskRef, check_i32_argmax};
+use crate::params::MaxPool2dParams;
+use crate::tensor::{TensorMut, TensorRef, user_dims, with_spatial};
 use crate::validate;
 
 pub(crate) mod internal {
@@ -219,6 +222,276 @@ pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
     validate::plane_size(OP, "self_", h, w)?;
     Ok(AdaptiveGeometry { n, c, h, w, ho, wo })
 }
+
+/// Sizes of a max pooling: `N` planes of `C` channels, `H x W` pooled to `Ho x Wo` with `params`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxPoolGeometry {
+    /// Batch size (1 for 3-D tensors).
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output height.
+    pub ho: usize,
+    /// Output width.
+    pub wo: usize,
+    /// The pooling parameters.
+    pub params: MaxPool2dParams,
+    /// Rank of the caller's tensors (3 or 4).
+    pub(crate) ndim: usize,
+}
+
+impl MaxPoolGeometry {
+    /// Checks `params` on an input of shape `input_dims` (3-D or 4-D, C, H, W non-empty).
+    pub(crate) fn new(
+        op: &'static str,
+        arg: &'static str,
+        params: &MaxPool2dParams,
+        input_dims: &[usize],
+    ) -> Result<Self> {
+        let [n, c, h, w] = match *input_dims {
+            [c, h, w] => [1, c, h, w],
+            [n, c, h, w] => [n, c, h, w],
+            _ => {
+                return Err(Error::Rank {
+                    op,
+                    arg,
+                    expected: "3 (C, H, W) or 4 (N, C, H, W)",
+                    got: input_dims.len(),
+                    shape: input_dims.to_vec(),
+                });
+            }
+        };
+        for (len, axis) in [(c, "C"), (h, "H"), (w, "W")] {
+            if len == 0 {
+                return Err(Error::EmptyDimension { op, arg, axis, shape: input_dims.to_vec() });
+            }
+        }
+        let [ho, wo] = params.output_size_for(op, [h, w])?;
+        validate::plane_size(op, arg, h, w)?;
+        Ok(MaxPoolGeometry { n, c, h, w, ho, wo, params: *params, ndim: input_dims.len() })
+    }
+
+    /// Number of `(n, c)` planes.
+    pub fn planes(&self) -> usize {
+        self.n * self.c
+    }
+
+    /// Output positions per plane, `Ho * Wo`.
+    pub fn positions(&self) -> usize {
+        self.ho * self.wo
+    }
+
+    /// The input shape in the caller's rank.
+    pub(crate) fn input_dims(&self) -> Vec<usize> {
+        user_dims(&[self.n, self.c, self.h, self.w], self.ndim)
+    }
+
+    /// The pooled shape `[N, C, Ho, Wo]` in the caller's rank.
+    pub(crate) fn pooled_dims(&self) -> Vec<usize> {
+        with_spatial([self.n, self.c, self.h, self.w], [self.ho, self.wo], self.ndim)
+    }
+
+    /// The position `[n, c, oh, ow]` (caller's rank) of element `e` of the pooled output.
+    pub(crate) fn pooled_position(&self, e: usize) -> Vec<usize> {
+        let p = self.positions();
+        let (plane, q) = (e / p, e % p);
+        user_dims(&[plane / self.c, plane % self.c, q / self.wo, q % self.wo], self.ndim)
+    }
+}
+
+fn plane_limit(
+    op: &'static str,
+    h: usize,
+    w: usize,
+    limits: &DeviceLimits,
+    device: &'static str,
+) -> Result<()> {
+    match limits.max_plane {
+        Some(max) if h * w > max => Err(Error::DeviceLimit {
+            device,
+            op,
+            arg: "H * W",
+            limit: format!("at most {max}"),
+            got: (h * w).to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// 2-D max pooling with PyTorch-style flat indices (`max_pool2d_with_indices`), any dilation.
+///
+/// ```
+/// use poolgrad::{MaxPool2dParams, Plan, TensorMut, TensorRef, device::cpu::Cpu, op::MaxPool2dWithIndices};
+/// let x = [1.0f32, 3.0, 2.0, 0.0, 5.0, 4.0];
+/// let (mut out, mut idx) = ([0.0f32; 2], [0i64; 2]);
+/// let op = MaxPool2dWithIndices {
+///     input: TensorRef::from_slice(&x, &[1, 2, 3])?,
+///     params: MaxPool2dParams::new([2, 2]).with_stride([1, 1]),
+///     output: TensorMut::from_slice(&mut out, &[1, 1, 2])?,
+///     indices: TensorMut::from_slice(&mut idx, &[1, 1, 2])?,
+/// };
+/// Plan::new(&Cpu::sequential(), op)?.run()?;
+/// assert_eq!((out, idx), ([5.0, 5.0], [4, 4]));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct MaxPool2dWithIndices<'a, T: PoolFloat, I: ArgmaxIndex> {
+    /// Input `[N, C, H, W]` or `[C, H, W]`.
+    pub input: TensorRef<'a, T>,
+    /// Kernel, stride, padding, dilation, ceil mode.
+    pub params: MaxPool2dParams,
+    /// Pooled values `[N, C, Ho, Wo]` (rank of `input`).
+    pub output: TensorMut<'a, T>,
+    /// Flat arg-max `ih * W + iw` inside each plane, shape of `output`.
+    pub indices: TensorMut<'a, I>,
+}
+
+impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndices<'_, T, I> {
+    const NAME: &'static str = "max_pool2d_with_indices";
+    type Geometry = MaxPoolGeometry;
+
+    fn validate(&self) -> Result<MaxPoolGeometry> {
+        const OP: &str = "max_pool2d_with_indices";
+        let g = MaxPoolGeometry::new(OP, "input", &self.params, &self.input.dims())?;
+        validate::output_shape(OP, "output", &self.output, g.pooled_dims())?;
+        validate::output_shape(OP, "indices", &self.indices, g.pooled_dims())?;
+        validate::index_width::<I>(OP, "indices", g.h * g.w)?;
+        Ok(g)
+    }
+
+    fn check_limits(g: &MaxPoolGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
+        plane_limit(Self::NAME, g.h, g.w, limits, device)
+    }
+}
+impl<T: PoolFloat, I: ArgmaxIndex> Operation for MaxPool2dWithIndices<'_, T, I> {}
+
+/// Backward of [`MaxPool2dWithIndices`]: `grad_input[n, c, idx] += grad_output[n, c, oh, ow]` in
+/// row-major output order.
+#[derive(Debug)]
+pub struct MaxPool2dWithIndicesBackward<'a, T: PoolFloat, I: ArgmaxIndex> {
+    /// Gradient of the pooled output, `[N, C, Ho, Wo]`.
+    pub grad_output: TensorRef<'a, T>,
+    /// The forward input (only its shape is read).
+    pub self_: TensorRef<'a, T>,
+    /// Flat arg-max indices from the forward, shape of `grad_output`.
+    pub indices: TensorRef<'a, I>,
+    /// The forward's parameters (they fix `Ho`, `Wo`).
+    pub params: MaxPool2dParams,
+    /// Receives the gradient of the input, shape of `self_`.
+    pub grad_input: TensorMut<'a, T>,
+}
+
+impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndicesBackward<'_, T, I> {
+    const NAME: &'static str = "max_pool2d_with_indices_backward";
+    type Geometry = MaxPoolGeometry;
+
+    fn validate(&self) -> Result<MaxPoolGeometry> {
+        const OP: &str = "max_pool2d_with_indices_backward";
+        let g = max_pool_backward_shapes(OP, &self.grad_output, &self.self_, &self.params)?;
+        validate::input_shape(OP, "indices", &self.indices, g.pooled_dims())?;
+        validate::output_shape(OP, "grad_input", &self.grad_input, g.input_dims())?;
+        validate::index_values(OP, "indices", &self.indices, g.h * g.w)?;
+        Ok(g)
+    }
+
+    fn check_limits(g: &MaxPoolGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
+        plane_limit(Self::NAME, g.h, g.w, limits, device)
+    }
+}
+impl<T: PoolFloat, I: ArgmaxIndex> Operation for MaxPool2dWithIndicesBackward<'_, T, I> {}
+
+/// The shape checks shared by the max-pooling backwards (no data is read).
+pub(crate) fn max_pool_backward_shapes<T: PoolFloat>(
+    op: &'static str,
+    grad_output: &TensorRef<'_, T>,
+    self_: &TensorRef<'_, T>,
+    params: &MaxPool2dParams,
+) -> Result<MaxPoolGeometry> {
+    let g = MaxPoolGeometry::new(op, "self_", params, &self_.dims())?;
+    validate::input_shape(op, "grad_output", grad_output, g.pooled_dims())?;
+    Ok(g)
+}
+
+/// 2-D max pooling that records its arg-max as an Ascend int8 mask in layout `L`
+/// (`aclnnMaxPool2dWithMask`). Dilation must be 1.
+#[derive(Debug)]
+pub struct MaxPool2dWithMask<'a, T: PoolFloat, L: MaskLayout> {
+    /// Input `[N, C, H, W]` or `[C, H, W]`.
+    pub input: TensorRef<'a, T>,
+    /// Kernel, stride, padding (at most half the kernel), ceil mode; dilation 1.
+    pub params: MaxPool2dParams,
+    /// Pooled values `[N, C, Ho, Wo]`.
+    pub output: TensorMut<'a, T>,
+    /// The mask, `[N, C, kH*kW, (ceil(Ho*Wo/16)+1)*32]`.
+    pub mask: MaskMut<'a, L>,
+}
+
+impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMask<'_, T, L> {
+    const NAME: &'static str = "max_pool2d_with_mask";
+    type Geometry = MaxPoolGeometry;
+
+    fn validate(&self) -> Result<MaxPoolGeometry> {
+        const OP: &str = "max_pool2d_with_mask";
+        let g = MaxPoolGeometry::for_mask(OP, "input", &self.params, &self.input.dims())?;
+        g.check_layout::<L>(OP)?;
+        validate::output_shape(OP, "output", &self.output, g.pooled_dims())?;
+        validate::output_shape(OP, "mask", &self.mask.bytes, g.dims())?;
+        Ok(g)
+    }
+
+    fn check_limits(g: &MaxPoolGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
+        plane_limit(Self::NAME, g.h, g.w, limits, device)
+    }
+}
+impl<T: PoolFloat, L: MaskLayout> Operation for MaxPool2dWithMask<'_, T, L> {}
+
+/// Backward of [`MaxPool2dWithMask`] (`aclnnMaxPool2dWithMaskBackward`).
+///
+/// `I32Argmax`: every value must lie in `[0, H*W)`; gradients scatter as with indices.
+/// `Bitmask`: every set bit adds its gradient at its window offset; a bit that points into padding
+/// adds nothing; bits of channels past `C` and words past `Ho*Wo` are ignored. Either way the
+/// sums run in row-major output order.
+#[derive(Debug)]
+pub struct MaxPool2dWithMaskBackward<'a, T: PoolFloat, L: MaskLayout> {
+    /// Gradient of the pooled output, `[N, C, Ho, Wo]`.
+    pub grad_output: TensorRef<'a, T>,
+    /// The forward input (only its shape is read).
+    pub self_: TensorRef<'a, T>,
+    /// The forward's mask.
+    pub mask: MaskRef<'a, L>,
+    /// The forward's parameters.
+    pub params: MaxPool2dParams,
+    /// Receives the gradient of the input, shape of `self_`.
+    pub grad_input: TensorMut<'a, T>,
+}
+
+impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMaskBackward<'_, T, L> {
+    const NAME: &'static str = "max_pool2d_with_mask_backward";
+    type Geometry = MaxPoolGeometry;
+
+    fn validate(&self) -> Result<MaxPoolGeometry> {
+        const OP: &str = "max_pool2d_with_mask_backward";
+        self.params.check_mask_op(OP)?;
+        let g = max_pool_backward_shapes(OP, &self.grad_output, &self.self_, &self.params)?;
+        let g = MaxPoolGeometry::for_mask(OP, "self_", &g.params, &g.input_dims())?;
+        g.check_layout::<L>(OP)?;
+        validate::input_shape(OP, "mask", &self.mask.bytes, g.dims())?;
+        validate::output_shape(OP, "grad_input", &self.grad_input, g.input_dims())?;
+        if L::KIND == LayoutKind::I32Argmax {
+            check_i32_argmax(OP, "mask", &g, self.mask.bytes.view())?;
+        }
+        Ok(g)
+    }
+
+    fn check_limits(g: &MaxPoolGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
+        plane_limit(Self::NAME, g.h, g.w, limits, device)
+    }
+}
+impl<T: PoolFloat, L: MaskLayout> Operation for MaxPool2dWithMaskBackward<'_, T, L> {}
 
 #[cfg(test)]
 mod tests {

@@ -12,6 +12,10 @@ use crate::device::{Device, DeviceLimits, internal::DeviceImpl};
 use crate::error::Result;
 
 mod adaptive;
+mod forward;
+mod mask;
+mod maxpool;
+mod scatter;
 mod workspace;
 
 /// How the CPU device spreads work over threads.

@@ -1,0 +1,511 @@
+//! The Ascend int8 mask of `aclnnMaxPool2dWithMask` in both of its layouts, and every encoding
+//! and decoding of it (this module is the only place that knows the byte layout).
+//!
+//! The mask has shape `[N, C, kH·kW, (⌈Ho·Wo/16⌉ + 1)·32]` (3-D input: without `N`) whatever the
+//! layout; its bytes mean different things:
+//!
+//! - [`I32Argmax`] (Atlas A2/A3, kernels other than 1x1): little-endian `i32` flat arg-max values
+//!   `ih·W + iw`, packed in `N, C, Ho, Wo` order from byte 0; the rest of the buffer is not read
+//!   (the forward writes zeros there).
+//! - [`Bitmask`] (Atlas training and 310P, and 1x1 kernels on A2): `u16` words
+//!   `[N][⌈C/16⌉][kH·kW][⌈Ho·Wo/16⌉ + 1][16]`; bit `b` (least significant first) of word
+//!   `(n, c1, k, p)` says that channel `16·c1 + b` had its first maximum at window offset
+//!   `k = i·kW + j` for output position `p = oh·Wo + ow`. Bits of channels `>= C` and words past
+//!   `Ho·Wo` are ignored, and the forward leaves them zero.
+//!
+//! The byte offsets are those of the flat, row-major buffer: the `[N, C, kH·kW, ...]` shape is only
+//! a container.
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use ndarray::{Array, ArrayBase, ArrayView4, Data, Dimension};
+
+use crate::alloc::into_array;
+use crate::element::sealed::Sealed;
+use crate::error::{Error, Result};
+use crate::geometry::{mask_shape, mask_words_per_row, pool_window_origin};
+use crate::index::ArgmaxIndex;
+use crate::op::MaxPoolGeometry;
+use crate::params::MaxPool2dParams;
+use crate::tensor::{TensorMut, TensorRef, user_dims};
+
+pub(crate) mod layout_repr {
+    /// Which layout a marker stands for. Not part of the public API.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum LayoutKind {
+        I32Argmax,
+        Bitmask,
+    }
+
+    /// Maps a layout marker to its kind. Not part of the public API.
+    pub trait LayoutRepr {
+        const KIND: LayoutKind;
+    }
+}
+
+use layout_repr::{LayoutKind, LayoutRepr};
+
+/// A layout of the Ascend int8 mask: [`I32Argmax`] or [`Bitmask`]. Sealed.
+pub trait MaskLayout: Sealed + LayoutRepr + fmt::Debug + Send + Sync + 'static {
+    /// The layout's name, for messages.
+    const NAME: &'static str;
+}
+
+/// The layout Atlas A2/A3 write for kernels other than 1x1: `i32` flat arg-max values packed from
+/// byte 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum I32Argmax {}
+
+/// The legacy layout (Atlas training, 310P, and 1x1 kernels on A2): one bit per channel in
+/// 16-channel `u16` words, one word per window offset and output position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bitmask {}
+
+impl Sealed for I32Argmax {}
+impl Sealed for Bitmask {}
+impl LayoutRepr for I32Argmax {
+    const KIND: LayoutKind = LayoutKind::I32Argmax;
+}
+impl LayoutRepr for Bitmask {
+    const KIND: LayoutKind = LayoutKind::Bitmask;
+}
+impl MaskLayout for I32Argmax {
+    const NAME: &'static str = "I32Argmax";
+}
+impl MaskLayout for Bitmask {
+    const NAME: &'static str = "Bitmask";
+}
+
+/// Mask-specific sizes and checks of a max pooling.
+impl MaxPoolGeometry {
+    /// Checks `params` for a mask operation (dilation 1) on an input of shape `input_dims`.
+    pub(crate) fn for_mask(
+        op: &'static str,
+        arg: &'static str,
+        params: &MaxPool2dParams,
+        input_dims: &[usize],
+    ) -> Result<Self> {
+        params.check_mask_op(op)?;
+        let g = MaxPoolGeometry::new(op, arg, params, input_dims)?;
+        g.bytes().ok_or_else(|| Error::Overflow {
+            op,
+            arg: "mask",
+            what: format!("the mask byte count of {g:?}"),
+        })?;
+        Ok(g)
+    }
+
+    pub(crate) fn offsets(&self) -> usize {
+        self.params.kernel()[0] * self.params.kernel()[1]
+    }
+
+    pub(crate) fn channel_blocks(&self) -> usize {
+        self.c.div_ceil(16)
+    }
+
+    /// `u16` words per `(n, c1, k)` row.
+    pub(crate) fn row_words(&self) -> usize {
+        // Checked in `new` (through `shape4`).
+        mask_words_per_row(self.positions()).unwrap_or(0)
+    }
+
+    pub(crate) fn shape4(&self) -> Option<[usize; 4]> {
+        mask_shape(self.n, self.c, self.params.kernel(), [self.ho, self.wo])
+    }
+
+    /// The mask shape in the caller's rank.
+    pub(crate) fn dims(&self) -> Vec<usize> {
+        user_dims(&self.shape4().unwrap_or_default(), self.ndim)
+    }
+
+    pub(crate) fn bytes(&self) -> Option<usize> {
+        self.shape4()?.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+    }
+
+    /// Byte offset of the `Bitmask` word `(n, c1, k, p)`.
+    #[inline]
+    pub(crate) fn word_offset(&self, n: usize, c1: usize, k: usize, p: usize) -> usize {
+        2 * (((n * self.channel_blocks() + c1) * self.offsets() + k) * self.row_words() + p)
+    }
+
+    /// The flat input index read by window offset `k` of output position `p`, or `None` in padding.
+    #[inline]
+    pub(crate) fn flat_of(&self, p: usize, k: usize) -> Option<usize> {
+        let kw = self.params.kernel()[1];
+        let (oh, ow) = (p / self.wo, p % self.wo);
+        let ih = pool_window_origin(oh, self.params.stride()[0], self.params.padding()[0]) + (k / kw) as i128;
+        let iw = pool_window_origin(ow, self.params.stride()[1], self.params.padding()[1]) + (k % kw) as i128;
+        let inside = (0..self.h as i128).contains(&ih) && (0..self.w as i128).contains(&iw);
+        inside.then(|| ih as usize * self.w + iw as usize)
+    }
+
+    /// The window offset of flat input index `flat` at output position `p`, if it lies in that
+    /// window.
+    pub(crate) fn offset_of(&self, p: usize, flat: usize) -> Option<usize> {
+        let [kh, kw] = self.params.kernel();
+        let (oh, ow) = (p / self.wo, p % self.wo);
+        let i = (flat / self.w) as i128
+            - pool_window_origin(oh, self.params.stride()[0], self.params.padding()[0]);
+        let j = (flat % self.w) as i128
+            - pool_window_origin(ow, self.params.stride()[1], self.params.padding()[1]);
+        ((0..kh as i128).contains(&i) && (0..kw as i128).contains(&j)).then(|| i as usize * kw + j as usize)
+    }
+
+    /// Phase-1 checks of `L` on these sizes: an `I32Argmax` mask must hold `4·N·C·Ho·Wo` bytes and
+    /// planes addressable by `i32`.
+    pub(crate) fn check_layout<L: MaskLayout>(&self, op: &'static str) -> Result<()> {
+        if L::KIND == LayoutKind::I32Argmax {
+            let plane = self.h * self.w;
+            if plane as u64 > <i32 as ArgmaxIndex>::MAX_PLANE {
+                return Err(Error::IndexTypeTooNarrow {
+                    op,
+                    arg: "mask",
+                    dtype: crate::DType::I32,
+                    max: <i32 as ArgmaxIndex>::MAX_PLANE,
+                    plane,
+                });
+            }
+            let need = self.planes().saturating_mul(self.positions()).saturating_mul(4);
+            let have = self.bytes().unwrap_or(0);
+            if need > have {
+                return Err(Error::InvalidParameter {
+                    op,
+                    arg: "mask",
+                    expected: format!(
+                        "an I32Argmax mask of {have} bytes to hold 4 * N*C*Ho*Wo = {need} bytes \
+                         (on Ascend, 1x1 kernels use the Bitmask layout)"
+                    ),
+                    got: format!("kernel {:?}", self.params.kernel()),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[inline]
+pub(crate) fn read_word(bytes: &[i8], offset: usize) -> u16 {
+    u16::from_le_bytes([bytes[offset] as u8, bytes[offset + 1] as u8])
+}
+
+#[inline]
+fn read_i32(bytes: &[i8], e: usize) -> i32 {
+    let b = &bytes[4 * e..4 * e + 4];
+    i32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
+}
+
+/// Writes `indices` (`N·C·Ho·Wo` flat arg-max values, row-major) into the contiguous mask `out`
+/// in layout `kind`; every other byte becomes zero.
+///
+/// Errors: an index outside the plane; for `Bitmask`, an index outside its window.
+pub(crate) fn encode<I: ArgmaxIndex>(
+    op: &'static str,
+    arg: &'static str,
+    kind: LayoutKind,
+    g: &MaxPoolGeometry,
+    indices: &[I],
+    out: &mut [i8],
+) -> Result<()> {
+    out.fill(0);
+    let plane = g.h * g.w;
+    let bad = |e: usize, v: I| Error::IndexOutOfRange {
+        op,
+        arg,
+        position: g.pooled_position(e),
+        value: v.to_i64(),
+        plane,
+    };
+    match kind {
+        LayoutKind::I32Argmax => {
+            for (e, (&v, dst)) in indices.iter().zip(out.chunks_exact_mut(4)).enumerate() {
+                let flat = v.flat_in(plane).ok_or_else(|| bad(e, v))?;
+                for (d, b) in dst.iter_mut().zip((flat as i32).to_le_bytes()) {
+                    *d = b as i8;
+                }
+            }
+        }
+        LayoutKind::Bitmask => {
+            let p_count = g.positions();
+            for (e, &v) in indices.iter().enumerate() {
+                let flat = v.flat_in(plane).ok_or_else(|| bad(e, v))?;
+                let (plane_index, p) = (e / p_count, e % p_count);
+                let (n, c) = (plane_index / g.c, plane_index % g.c);
+                let k = g.offset_of(p, flat).ok_or_else(|| Error::IndexNotInWindow {
+                    op,
+                    arg,
+                    position: g.pooled_position(e),
+                    value: v.to_i64(),
+                })?;
+                let o = g.word_offset(n, c / 16, k, p);
+                let word = read_word(out, o) | 1 << (c % 16);
+                let [lo, hi] = word.to_le_bytes();
+                out[o] = lo as i8;
+                out[o + 1] = hi as i8;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads the flat arg-max index of every output position from the contiguous mask `bytes`.
+///
+/// Errors: an `I32Argmax` value outside the plane; a `Bitmask` position whose channel has no bit,
+/// several bits, or a bit that points into padding.
+pub(crate) fn decode<I: ArgmaxIndex>(
+    op: &'static str,
+    arg: &'static str,
+    kind: LayoutKind,
+    g: &MaxPoolGeometry,
+    bytes: &[i8],
+    out: &mut [I],
+) -> Result<()> {
+    let plane = g.h * g.w;
+    let to_index = |flat: usize| I::try_from_flat(flat);
+    match kind {
+        LayoutKind::I32Argmax => {
+            for (e, dst) in out.iter_mut().enumerate() {
+                let v = read_i32(bytes, e);
+                let flat = (v >= 0 && (v as usize) < plane).then_some(v as usize);
+                *dst = flat.and_then(to_index).ok_or_else(|| Error::IndexOutOfRange {
+                    op,
+                    arg,
+                    position: g.pooled_position(e),
+                    value: v.into(),
+                    plane,
+                })?;
+            }
+        }
+        LayoutKind::Bitmask => {
+            let p_count = g.positions();
+            for (e, dst) in out.iter_mut().enumerate() {
+                let (plane_index, p) = (e / p_count, e % p_count);
+                let (n, c) = (plane_index / g.c, plane_index % g.c);
+                let bit = 1u16 << (c % 16);
+                let mut set =
+                    (0..g.offsets()).filter(|&k| read_word(bytes, g.word_offset(n, c / 16, k, p)) & bit != 0);
+                let content =
+                    |reason: String| Error::MaskContent { op, arg, position: g.pooled_position(e), reason };
+                let k = match (set.next(), set.next()) {
+                    (Some(k), None) => k,
+                    (None, _) => return Err(content("no window offset has its bit set".into())),
+                    (Some(a), Some(b)) => {
+                        return Err(content(format!("window offsets {a} and {b} both have their bit set")));
+                    }
+                };
+                let flat = g
+                    .flat_of(p, k)
+                    .ok_or_else(|| content(format!("the bit of window offset {k} points into padding")))?;
+                *dst = to_index(flat)
+                    .ok_or_else(|| content(format!("index {flat} does not fit the index type")))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every `I32Argmax` value must lie in `[0, H·W)`: phase-1 check of a backward, over any view.
+pub(crate) fn check_i32_argmax(
+    op: &'static str,
+    arg: &'static str,
+    g: &MaxPoolGeometry,
+    view: ArrayView4<'_, i8>,
+) -> Result<()> {
+    let plane = g.h * g.w;
+    let count = g.planes() * g.positions();
+    let check = |e: usize, b: [i8; 4]| {
+        let v = i32::from_le_bytes(b.map(|x| x as u8));
+        if v >= 0 && (v as usize) < plane {
+            Ok(())
+        } else {
+            Err(Error::IndexOutOfRange { op, arg, position: g.pooled_position(e), value: v.into(), plane })
+        }
+    };
+    if let Some(bytes) = view.to_slice() {
+        for (e, b) in bytes.chunks_exact(4).take(count).enumerate() {
+            check(e, [b[0], b[1], b[2], b[3]])?;
+        }
+    } else {
+        let mut it = view.iter().copied();
+        for e in 0..count {
+            let mut b = [0i8; 4];
+            for x in &mut b {
+                *x = it.next().unwrap_or(0);
+            }
+            check(e, b)?;
+        }
+    }
+    Ok(())
+}
+
+/// The `I32Argmax` values as `i32` without copying, when the bytes allow it (a little-endian host
+/// and a 4-byte aligned buffer).
+pub(crate) fn i32_prefix(bytes: &[i8], count: usize) -> Option<&[i32]> {
+    if cfg!(target_endian = "big") {
+        return None;
+    }
+    bytemuck::try_cast_slice(bytes.get(..count.checked_mul(4)?)?).ok()
+}
+
+/// Copies the `I32Argmax` values of any mask view (logical row-major byte order) into `out`.
+pub(crate) fn read_i32_prefix(view: ArrayView4<'_, i8>, out: &mut [i32]) {
+    let mut bytes = view.iter().map(|&b| b as u8);
+    for v in out {
+        let mut b = [0u8; 4];
+        for x in &mut b {
+            *x = bytes.next().unwrap_or(0);
+        }
+        *v = i32::from_le_bytes(b);
+    }
+}
+
+/// A read-only view of a mask in layout `L`, for the two-phase API.
+#[derive(Debug, Clone, Copy)]
+pub struct MaskRef<'a, L: MaskLayout> {
+    pub(crate) bytes: TensorRef<'a, i8>,
+    layout: PhantomData<fn() -> L>,
+}
+
+impl<'a, L: MaskLayout> MaskRef<'a, L> {
+    /// Treats `bytes` as a mask in layout `L`; its shape is checked by the plan.
+    pub fn new(bytes: TensorRef<'a, i8>) -> Self {
+        MaskRef { bytes, layout: PhantomData }
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> TensorRef<'a, i8> {
+        self.bytes
+    }
+}
+
+/// A writable view of a mask in layout `L`, for the two-phase API.
+#[derive(Debug)]
+pub struct MaskMut<'a, L: MaskLayout> {
+    pub(crate) bytes: TensorMut<'a, i8>,
+    layout: PhantomData<fn() -> L>,
+}
+
+impl<'a, L: MaskLayout> MaskMut<'a, L> {
+    /// Treats `bytes` as a mask in layout `L`; its shape is checked by the plan.
+    pub fn new(bytes: TensorMut<'a, i8>) -> Self {
+        MaskMut { bytes, layout: PhantomData }
+    }
+}
+
+/// An Ascend int8 mask in layout `L`, with the pooling it belongs to.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::{Bitmask, I32Argmax, Mask, MaxPool2dParams};
+/// let params = MaxPool2dParams::new([2, 2]);
+/// let indices = array![[[1i64, 6], [8, 10]]]; // from a 4x4 input
+/// let a2 = Mask::<I32Argmax, _>::from_indices(&indices, &params, &[1, 4, 4])?;
+/// assert_eq!(a2.as_array().shape(), &[1, 4, 64]);
+/// assert_eq!(&a2.as_array().as_slice().unwrap()[..8], &[1, 0, 0, 0, 6, 0, 0, 0]);
+/// let legacy = Mask::<Bitmask, _>::from_indices(&indices, &params, &[1, 4, 4])?;
+/// assert_eq!(legacy.to_indices::<i64>()?, indices);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mask<L: MaskLayout, D: Dimension> {
+    data: Array<i8, D>,
+    geometry: MaxPoolGeometry,
+    layout: PhantomData<fn() -> L>,
+}
+
+impl<L: MaskLayout, D: Dimension> Mask<L, D> {
+    /// Wraps raw mask bytes (for example copied off a device) for a pooling with `params` of an
+    /// input of shape `input_shape`.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] unless `data` has the mask shape of that pooling; the errors of
+    /// the parameters.
+    pub fn from_raw(data: Array<i8, D>, params: &MaxPool2dParams, input_shape: &[usize]) -> Result<Self> {
+        const OP: &str = "Mask::from_raw";
+        let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
+        geometry.check_layout::<L>(OP)?;
+        crate::validate::same_shape(OP, "data", data.shape().to_vec(), geometry.dims())?;
+        Ok(Mask { data, geometry, layout: PhantomData })
+    }
+
+    /// Encodes flat arg-max indices (shape `[N, C, Ho, Wo]`) as a mask.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] for indices of another shape, [`Error::IndexOutOfRange`] for an
+    /// index outside the plane, [`Error::IndexNotInWindow`] (`Bitmask`) for an index outside its
+    /// window.
+    pub fn from_indices<I, S>(
+        indices: &ArrayBase<S, D>,
+        params: &MaxPool2dParams,
+        input_shape: &[usize],
+    ) -> Result<Self>
+    where
+        I: ArgmaxIndex,
+        S: Data<Elem = I>,
+    {
+        const OP: &str = "Mask::from_indices";
+        let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
+        geometry.check_layout::<L>(OP)?;
+        crate::validate::same_shape(OP, "indices", indices.shape().to_vec(), geometry.pooled_dims())?;
+        let bytes = geometry.bytes().unwrap_or(0);
+        let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", bytes)?;
+        let standard = indices.as_standard_layout();
+        let flat = standard.as_slice().unwrap_or(&[]);
+        encode(OP, "indices", L::KIND, &geometry, flat, &mut data)?;
+        let data = into_array(OP, "mask", data, &geometry.dims())?;
+        Ok(Mask { data, geometry, layout: PhantomData })
+    }
+
+    /// Decodes the flat arg-max index of every output position (shape `[N, C, Ho, Wo]`).
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] for an `I32Argmax` value outside the plane;
+    /// [`Error::MaskContent`] for a `Bitmask` position whose channel has no bit, several bits or
+    /// a bit in padding.
+    pub fn to_indices<I: ArgmaxIndex>(&self) -> Result<Array<I, D>> {
+        const OP: &str = "Mask::to_indices";
+        let g = &self.geometry;
+        let count = g.planes() * g.positions();
+        let mut out = crate::alloc::zeroed_vec::<I>(OP, "indices", count)?;
+        let standard = self.data.as_standard_layout();
+        decode(OP, "mask", L::KIND, g, standard.as_slice().unwrap_or(&[]), &mut out)?;
+        into_array(OP, "indices", out, &g.pooled_dims())
+    }
+
+    /// The mask bytes.
+    pub fn as_array(&self) -> &Array<i8, D> {
+        &self.data
+    }
+
+    /// The mask bytes, by value.
+    pub fn into_array(self) -> Array<i8, D> {
+        self.data
+    }
+
+    /// The pooling parameters the mask belongs to.
+    pub fn params(&self) -> &MaxPool2dParams {
+        &self.geometry.params
+    }
+
+    /// The shape of the pooled input.
+    pub fn input_shape(&self) -> Vec<usize> {
+        self.geometry.input_dims()
+    }
+
+    /// The shape of the pooled output, `[N, C, Ho, Wo]`.
+    pub fn pooled_shape(&self) -> Vec<usize> {
+        self.geometry.pooled_dims()
+    }
+
+    /// A view for the two-phase API.
+    ///
+    /// # Errors
+    /// None in practice (the mask has rank 3 or 4).
+    pub fn view(&self) -> Result<MaskRef<'_, L>> {
+        Ok(MaskRef::new(TensorRef::named(self.data.view(), "Mask::view", "mask")?))
+    }
+
+    pub(crate) fn from_parts(data: Array<i8, D>, geometry: MaxPoolGeometry) -> Self {
+        Mask { data, geometry, layout: PhantomData }
+    }
+}
