@@ -9,6 +9,8 @@
 //! |---|---|---|---|
 //! | [`adaptive_max_pool2d`] | yes | f32, f64, f16, bf16 | i32, i64 |
 //! | [`adaptive_max_pool2d_backward`] | yes | f32, f64, f16, bf16 | i32, i64 |
+//! | [`max_pool2d_with_indices`], [`max_pool2d_with_indices_backward`] | yes | f32, f64, f16, bf16 | i32, i64 |
+//! | [`max_pool2d_with_mask`], [`max_pool2d_with_mask_backward`] | yes | f32, f64, f16, bf16 | [`Mask`]`<`[`I32Argmax`]` \| `[`Bitmask`]`>` |
 //!
 //! ## Getting started
 //!

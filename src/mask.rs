@@ -406,11 +406,24 @@ impl<'a, L: MaskLayout> MaskMut<'a, L> {
 /// assert_eq!(legacy.to_indices::<i64>()?, indices);
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub struct Mask<L: MaskLayout, D: Dimension> {
     data: Array<i8, D>,
     geometry: MaxPoolGeometry,
     layout: PhantomData<fn() -> L>,
+}
+
+impl<L: MaskLayout, D: Dimension> Clone for Mask<L, D> {
+    fn clone(&self) -> Self {
+        Mask { data: self.data.clone(), geometry: self.geometry, layout: PhantomData }
+    }
+}
+
+/// Equal when the bytes and the pooling they belong to are equal.
+impl<L: MaskLayout, D: Dimension> PartialEq for Mask<L, D> {
+    fn eq(&self, other: &Self) -> bool {
+        self.geometry == other.geometry && self.data == other.data
+    }
 }
 
 impl<L: MaskLayout, D: Dimension> Mask<L, D> {

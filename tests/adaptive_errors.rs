@@ -1,5 +1,9 @@
 //! Every rejected input of the adaptive operations: the variant, its fields and the message.
 
+mod common;
+
+use common::assert_message;
+
 use ndarray::{Array, Array1, Array2, Array3, Array4, ArrayView, IxDyn, ShapeBuilder};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::{AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward};
@@ -9,19 +13,12 @@ use poolgrad::{adaptive_max_pool2d, adaptive_max_pool2d_backward};
 const FWD: &str = "adaptive_max_pool2d";
 const BWD: &str = "adaptive_max_pool2d_backward";
 
-fn msg(e: &Error, parts: &[&str]) {
-    let m = e.to_string();
-    for p in parts {
-        assert!(m.contains(p), "message {m:?} lacks {p:?}");
-    }
-}
-
 #[test]
 fn rank_two_input_is_rejected() {
     let x = Array2::<f32>::zeros((4, 4));
     let e = adaptive_max_pool2d::<f32, i64, _, _>(&x, [2, 2]).unwrap_err();
     assert!(matches!(e, Error::Rank { op: FWD, arg: "input", got: 2, .. }), "{e:?}");
-    msg(&e, &["`input`", "3 (C, H, W) or 4 (N, C, H, W)", "got 2", "[4, 4]"]);
+    assert_message(&e, &["`input`", "3 (C, H, W) or 4 (N, C, H, W)", "got 2", "[4, 4]"]);
 }
 
 #[test]
@@ -31,7 +28,7 @@ fn rank_five_grad_output_is_rejected() {
     let i = Array::<i64, _>::zeros(IxDyn(&[1, 1, 2, 2]));
     let e = adaptive_max_pool2d_backward(&g, &x, &i).unwrap_err();
     assert!(matches!(e, Error::Rank { op: BWD, arg: "grad_output", got: 5, .. }), "{e:?}");
-    msg(&e, &["`grad_output`", "got 5"]);
+    assert_message(&e, &["`grad_output`", "got 5"]);
 }
 
 #[test]
@@ -49,7 +46,7 @@ fn grad_output_with_other_channels_is_rejected() {
             got: vec![1, 2, 2, 2]
         }
     );
-    msg(&e, &["`grad_output`", "[1, 2, 2, 2]", "expected [1, 3, 2, 2]"]);
+    assert_message(&e, &["`grad_output`", "[1, 2, 2, 2]", "expected [1, 3, 2, 2]"]);
 }
 
 #[test]
@@ -62,7 +59,7 @@ fn indices_of_another_shape_are_rejected() {
         e,
         Error::ShapeMismatch { op: BWD, arg: "indices", expected: vec![2, 3, 2, 2], got: vec![2, 3, 2, 3] }
     );
-    msg(&e, &["`indices`", "[2, 3, 2, 3]", "expected [2, 3, 2, 2]"]);
+    assert_message(&e, &["`indices`", "[2, 3, 2, 3]", "expected [2, 3, 2, 2]"]);
 }
 
 #[test]
@@ -83,7 +80,7 @@ fn zero_in_output_size_is_rejected() {
     for size in [[0, 3], [3, 0]] {
         let e = adaptive_max_pool2d::<f32, i64, _, _>(&x, size).unwrap_err();
         assert!(matches!(e, Error::InvalidParameter { op: FWD, arg: "output_size", .. }), "{e:?}");
-        msg(&e, &["`output_size`", &format!("{size:?}"), "Ho >= 1 and Wo >= 1"]);
+        assert_message(&e, &["`output_size`", &format!("{size:?}"), "Ho >= 1 and Wo >= 1"]);
     }
 }
 
@@ -94,7 +91,7 @@ fn empty_grad_output_plane_is_rejected() {
     let i = Array3::<i64>::zeros((2, 0, 3));
     let e = adaptive_max_pool2d_backward(&g, &x, &i).unwrap_err();
     assert_eq!(e, Error::EmptyDimension { op: BWD, arg: "grad_output", axis: "Ho", shape: vec![2, 0, 3] });
-    msg(&e, &["`grad_output`", "[2, 0, 3]", "Ho"]);
+    assert_message(&e, &["`grad_output`", "[2, 0, 3]", "Ho"]);
 }
 
 #[test]
@@ -103,7 +100,7 @@ fn empty_c_h_or_w_is_rejected() {
         let x = Array4::<f32>::zeros(shape);
         let e = adaptive_max_pool2d::<f32, i64, _, _>(&x, [2, 2]).unwrap_err();
         assert_eq!(e, Error::EmptyDimension { op: FWD, arg: "input", axis, shape: shape.to_vec() });
-        msg(&e, &["`input`", &format!("{shape:?}"), &format!("its {axis} dimension")]);
+        assert_message(&e, &["`input`", &format!("{shape:?}"), &format!("its {axis} dimension")]);
 
         let [n, c, _, _] = shape;
         let g = Array4::<f32>::zeros((n, c, 2, 2));
@@ -135,7 +132,7 @@ fn index_outside_the_plane_is_rejected_with_its_position() {
             e,
             Error::IndexOutOfRange { op: BWD, arg: "indices", position: vec![1, 0, 0, 1], value, plane: 6 }
         );
-        msg(&e, &["`indices`", &value.to_string(), "[1, 0, 0, 1]", "[0, 6)"]);
+        assert_message(&e, &["`indices`", &value.to_string(), "[1, 0, 0, 1]", "[0, 6)"]);
     }
     // i32, 3-D: the position is reported in the caller's rank; the first bad index wins.
     let x = Array3::<f32>::zeros((2, 2, 2));
@@ -169,7 +166,7 @@ fn aliasing_output_strides_are_rejected() {
     // Rows of 4 with a row stride of 2: elements (0, 2) and (1, 0) share memory.
     let e = TensorMut::from_slice_with_strides(&mut data, &[1, 1, 2, 4], &[16, 16, 2, 1]).unwrap_err();
     assert!(matches!(e, Error::Layout { arg: "strides", .. }), "{e:?}");
-    msg(&e, &["`strides`", "alias"]);
+    assert_message(&e, &["`strides`", "alias"]);
     // The same strides are fine for an input (read only).
     let data = vec![0.0f32; 16];
     assert!(TensorRef::from_slice_with_strides(&data, &[1, 1, 2, 4], &[16, 16, 2, 1]).is_ok());
@@ -190,7 +187,7 @@ fn views_past_the_data_are_rejected() {
     let e = TensorRef::from_slice_with_strides(&data, &[1, 3, 4], &[12, 4, 1]).unwrap_err();
     assert!(matches!(e, Error::Layout { arg: "strides", .. }), "{e:?}");
     let e = TensorRef::from_slice_with_strides(&data, &[1, 3, 4], &[12, 4]).unwrap_err();
-    msg(&e, &["`strides`", "has 2 entries", "[1, 3, 4]"]);
+    assert_message(&e, &["`strides`", "has 2 entries", "[1, 3, 4]"]);
 }
 
 #[test]
@@ -203,7 +200,7 @@ fn overflowing_sizes_are_errors() {
     let i = Array4::<i64>::zeros((1, 1, 1, 1));
     let e = adaptive_max_pool2d_backward(&g, &x, &i).unwrap_err();
     assert!(matches!(e, Error::Overflow { op: BWD, arg: "grad_input", .. }), "{e:?}");
-    msg(&e, &["`grad_input`", "overflows"]);
+    assert_message(&e, &["`grad_input`", "overflows"]);
 
     // A shape whose element count overflows usize.
     let e = TensorRef::<f32>::from_slice(&one, &[1 << 40, 1 << 40, 1]).unwrap_err();
@@ -233,7 +230,7 @@ fn i32_indices_cannot_address_planes_over_2_pow_31() {
         e,
         Error::IndexTypeTooNarrow { op: FWD, arg: "indices", dtype: DType::I32, max: 1 << 31, plane }
     );
-    msg(&e, &["`indices`", "i32", &plane.to_string()]);
+    assert_message(&e, &["`indices`", "i32", &plane.to_string()]);
 }
 
 #[test]
@@ -289,7 +286,7 @@ fn a_small_workspace_is_rejected_before_running() {
     let mut small = Workspace::new(&cpu, needed - 8).unwrap();
     let e = plan.bind(&mut small).unwrap_err();
     assert_eq!(e, Error::WorkspaceTooSmall { op: FWD, expected: needed, got: needed - 8 });
-    msg(&e, &[&needed.to_string(), &(needed - 8).to_string()]);
+    assert_message(&e, &[&needed.to_string(), &(needed - 8).to_string()]);
 }
 
 #[test]

@@ -2,11 +2,9 @@
 
 mod common;
 
-use std::sync::OnceLock;
-
 use common::{arr_f64, arr_to, same_bits};
 use ndarray::{Array4, ArrayView4, s};
-use poolgrad::device::cpu::{Cpu, Parallelism};
+use poolgrad::device::cpu::Cpu;
 use poolgrad::op::{AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward};
 use poolgrad::{ArgmaxIndex, Plan, PoolFloat, TensorMut, TensorRef};
 use proptest::prelude::*;
@@ -44,21 +42,6 @@ fn case() -> impl Strategy<Value = Case> {
         })
 }
 
-fn pool(threads: usize) -> &'static Cpu {
-    static POOLS: OnceLock<Vec<Cpu>> = OnceLock::new();
-    let pools = POOLS.get_or_init(|| {
-        [2usize, 7]
-            .into_iter()
-            .map(|t| Cpu::new(Parallelism::Threads(t.try_into().unwrap())).unwrap())
-            .collect()
-    });
-    match threads {
-        2 => &pools[0],
-        7 => &pools[1],
-        _ => panic!("no pool for {threads}"),
-    }
-}
-
 /// Runs the forward through the free function (3-D when the case says so).
 fn forward<T: PoolFloat, I: ArgmaxIndex>(case: &Case) -> (Array4<T>, Array4<I>) {
     let x = arr_to::<T>(&case.x);
@@ -92,46 +75,10 @@ fn backward<T: PoolFloat, I: ArgmaxIndex>(case: &Case, idx: &Array4<i64>) -> Arr
 }
 
 fn check_backward<T: PoolFloat, I: ArgmaxIndex>(case: &Case) -> Result<(), TestCaseError> {
-    let (_, _, h, w) = case.x.dim();
     let x = arr_f64(arr_to::<T>(&case.x).view());
     let (_, idx) = common::adaptive_forward(x.view(), case.out[0], case.out[1]);
     let gi = backward::<T, I>(case, &idx);
-    let gi64 = arr_f64(gi.view());
-
-    // Against the f64 reference (gradients are small integers: every sum is exact in f64 and f32;
-    // the half types round each sum once).
-    let exact = common::backward_f64(case.grad.view(), idx.view(), h, w);
-    let tolerance = match T::DTYPE {
-        poolgrad::DType::F16 => 1e-3,
-        poolgrad::DType::BF16 => 8e-3,
-        _ => 0.0,
-    };
-    for (a, e) in gi64.iter().zip(exact.iter()) {
-        prop_assert!(approx::relative_eq!(*a, *e, max_relative = tolerance, epsilon = 0.0), "{a} vs {e}");
-    }
-    // Exactly the f32-accumulated sum rounded once (f32: PyTorch's order bit for bit).
-    if T::DTYPE != poolgrad::DType::F64 {
-        let acc = common::backward_f32(case.grad.view(), idx.view(), h, w);
-        let rounded = acc.mapv(|v| common::to_f64(T::from_acc(num_traits::cast(v).unwrap())));
-        prop_assert!(same_bits(&gi64, &rounded), "not the f32 sum rounded once");
-    } else {
-        prop_assert!(same_bits(&gi64, &exact));
-    }
-    // Sum conserved (exact for f32/f64 with integer gradients).
-    if matches!(T::DTYPE, poolgrad::DType::F32 | poolgrad::DType::F64) {
-        prop_assert_eq!(gi64.sum(), case.grad.sum());
-    }
-    // Nonzero only where some index points.
-    for ((b, c, ih, iw), v) in gi64.indexed_iter() {
-        if *v != 0.0 {
-            let k = (ih * w + iw) as i64;
-            prop_assert!(
-                idx.slice(s![b, c, .., ..]).iter().any(|&i| i == k),
-                "gradient at unindexed {ih},{iw}"
-            );
-        }
-    }
-    Ok(())
+    common::check_scatter::<T>(&arr_f64(gi.view()), &case.grad, &idx)
 }
 
 /// Plans on a given device, from arbitrary views.
@@ -241,7 +188,7 @@ fn check_threads<T: PoolFloat, I: ArgmaxIndex>(case: &Case) -> Result<(), TestCa
     };
     let one = run(&Cpu::sequential());
     for t in [2, 7] {
-        let other = run(pool(t));
+        let other = run(common::cpu_with_threads(t));
         prop_assert!(same_bits(&one.0, &other.0), "forward values differ with {t} threads");
         prop_assert_eq!(&one.1, &other.1);
         prop_assert!(same_bits(&one.2, &other.2), "backward differs with {t} threads");

@@ -1,0 +1,295 @@
+//! Hand-worked examples of max pooling with indices and with both Ascend mask layouts. Expected
+//! values and bytes are worked out in the comments (and in ascend-semantics.md A.5).
+
+mod common;
+
+use common::{cast, to_f64};
+use ndarray::{Array3, Array4, array};
+use poolgrad::{
+    ArgmaxIndex, Bitmask, Error, I32Argmax, Mask, MaxPool2dParams, PoolFloat, max_pool2d_with_indices,
+    max_pool2d_with_indices_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward,
+};
+
+fn a5<T: PoolFloat>() -> Array3<T> {
+    array![[[0., 5., 1., 1.], [2., 3., 7., 0.], [9., 1., 6., 4.], [0., 8., 6., 2.]]].mapv(cast::<T>)
+}
+
+fn bytes(mask: &ndarray::ArrayD<i8>) -> Vec<u8> {
+    mask.iter().map(|&b| b as u8).collect()
+}
+
+/// A.5: 4x4, k=2, s=2. P1 prefix `01 00 00 00 06 00 00 00 08 00 00 00 0a 00 00 00`, the rest
+/// zero; P2 (C1 = 1, 32 words = 64 bytes per window offset k): bit 0 of the words (k=0, p=2),
+/// (k=0, p=3) (the tie keeps k=0, not k=2), (k=1, p=0) and (k=2, p=1), at byte k*64 + 2p.
+#[test]
+fn ascend_worked_example_byte_for_byte() {
+    let x = a5::<f32>();
+    let params = MaxPool2dParams::new([2, 2]);
+
+    let p1 = max_pool2d_with_mask::<f32, I32Argmax, _, _>(&x, &params).unwrap();
+    assert_eq!(p1.output, array![[[5., 7.], [9., 6.]]]);
+    assert_eq!(p1.mask.as_array().shape(), &[1, 4, 64]);
+    let mut want = vec![0u8; 256];
+    want[..16].copy_from_slice(&[1, 0, 0, 0, 6, 0, 0, 0, 8, 0, 0, 0, 0x0a, 0, 0, 0]);
+    assert_eq!(bytes(&p1.mask.as_array().clone().into_dyn()), want);
+
+    let p2 = max_pool2d_with_mask::<f32, Bitmask, _, _>(&x, &params).unwrap();
+    let mut want = vec![0u8; 256];
+    for (k, p) in [(0, 2), (0, 3), (1, 0), (2, 1)] {
+        want[k * 64 + 2 * p] = 1;
+    }
+    assert_eq!(bytes(&p2.mask.as_array().clone().into_dyn()), want);
+
+    // Backward of either: gradInput[0,1]=g0, [1,2]=g1, [2,0]=g2, [2,2]=g3, rest 0.
+    let g = array![[[1.0f32, 2.0], [3.0, 4.0]]];
+    let expected = array![[[0., 1., 0., 0.], [0., 0., 2., 0.], [3., 0., 4., 0.], [0., 0., 0., 0.]]];
+    assert_eq!(max_pool2d_with_mask_backward(&g, &x, &p1.mask, &params).unwrap(), expected);
+    assert_eq!(max_pool2d_with_mask_backward(&g, &x, &p2.mask, &params).unwrap(), expected);
+    let idx = max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap().indices;
+    assert_eq!(idx, array![[[1, 6], [8, 10]]]);
+    assert_eq!(max_pool2d_with_indices_backward(&g, &x, &idx, &params).unwrap(), expected);
+}
+
+/// A raw mask copied off a device (here: the A.5 bytes written by hand) decodes to the indices.
+#[test]
+fn raw_device_masks_decode() {
+    let params = MaxPool2dParams::new([2, 2]);
+    let mut p1 = vec![0i8; 256];
+    p1[..16].copy_from_slice(&[1, 0, 0, 0, 6, 0, 0, 0, 8, 0, 0, 0, 10, 0, 0, 0]);
+    let p1 =
+        Mask::<I32Argmax, _>::from_raw(Array3::from_shape_vec((1, 4, 64), p1).unwrap(), &params, &[1, 4, 4])
+            .unwrap();
+    assert_eq!(p1.to_indices::<i32>().unwrap(), array![[[1, 6], [8, 10]]]);
+
+    let mut p2 = vec![0i8; 256];
+    for (k, p) in [(0, 2), (0, 3), (1, 0), (2, 1)] {
+        p2[k * 64 + 2 * p] = 1;
+    }
+    // Channels 1..15 are padding: the hardware may set their bits; they are ignored.
+    p2[1] = -1;
+    p2[64 * 3 + 9] = 0x7f;
+    let p2 =
+        Mask::<Bitmask, _>::from_raw(Array3::from_shape_vec((1, 4, 64), p2).unwrap(), &params, &[1, 4, 4])
+            .unwrap();
+    assert_eq!(p2.to_indices::<i64>().unwrap(), array![[[1, 6], [8, 10]]]);
+
+    let wrong = Array3::<i8>::zeros((1, 4, 48));
+    let e = Mask::<Bitmask, _>::from_raw(wrong, &params, &[1, 4, 4]).unwrap_err();
+    assert_eq!(
+        e,
+        Error::ShapeMismatch {
+            op: "Mask::from_raw",
+            arg: "data",
+            expected: vec![1, 4, 64],
+            got: vec![1, 4, 48]
+        }
+    );
+}
+
+/// Ceil-mode example of the notes: H=4, k=2, s=3, p=1 gives 2 outputs in both modes (ceil mode's
+/// third window would start at 2*3 - 1 = 5, past the input, so it is dropped). Windows: rows/cols {0} and
+/// {2, 3}. On the A.5 input: (0,0) reads 0 → idx 0; (0,1) reads 1, 1 → first at 2; (1,0) reads
+/// 9, 0 → 8; (1,1) reads 6, 4, 6, 2 → 10.
+#[test]
+fn ceil_mode_example_of_the_notes() {
+    let x = a5::<f32>();
+    for ceil in [false, true] {
+        let params =
+            MaxPool2dParams::new([2, 2]).with_stride([3, 3]).with_padding([1, 1]).with_ceil_mode(ceil);
+        let p = max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap();
+        assert_eq!(p.indices, array![[[0, 2], [8, 10]]], "ceil {ceil}");
+        let m = max_pool2d_with_mask::<f32, Bitmask, _, _>(&x, &params).unwrap();
+        assert_eq!(m.mask.to_indices::<i64>().unwrap(), p.indices);
+        // Window (0,0) reads input (0,0) at offset i=1, j=1 (k=3) past the padding.
+        let raw = m.mask.as_array();
+        assert_eq!(raw.as_slice().unwrap()[3 * 64], 1);
+    }
+}
+
+/// Ceil mode adding a window: 5x5, k=2, s=2 → floor 2x2, ceil 3x3 whose last row and column read
+/// only row/column 4. With x[i][j] = 5i + j the maximum of a window is its last valid element.
+#[test]
+fn ceil_mode_adds_a_partial_window() {
+    let x = Array3::from_shape_fn((1, 5, 5), |(_, i, j)| (5 * i + j) as f64);
+    let floor = max_pool2d_with_indices::<f64, i32, _, _>(&x, &MaxPool2dParams::new([2, 2])).unwrap();
+    assert_eq!(floor.indices, array![[[6, 8], [16, 18]]]);
+    let params = MaxPool2dParams::new([2, 2]).with_ceil_mode(true);
+    let ceil = max_pool2d_with_indices::<f64, i32, _, _>(&x, &params).unwrap();
+    assert_eq!(ceil.indices, array![[[6, 8, 9], [16, 18, 19], [21, 23, 24]]]);
+    assert_eq!(ceil.output, ceil.indices.mapv(f64::from));
+    for mask in [
+        max_pool2d_with_mask::<f64, Bitmask, _, _>(&x, &params).unwrap().mask.to_indices::<i32>().unwrap(),
+        max_pool2d_with_mask::<f64, I32Argmax, _, _>(&x, &params).unwrap().mask.to_indices::<i32>().unwrap(),
+    ] {
+        assert_eq!(mask, ceil.indices);
+    }
+}
+
+/// k=3, s=2, p=1 on the A.5 input: rows/cols {0,1} (with one pad) and {1,2,3}. Maxima: 5 at 1,
+/// 7 at 6, 9 at 8, and 8 at 13 in {3,7,0,1,6,4,8,6,2}.
+fn overlapping<T: PoolFloat, I: ArgmaxIndex>() {
+    let x = a5::<T>();
+    let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+    let p = max_pool2d_with_indices::<T, I, _, _>(&x, &params).unwrap();
+    assert_eq!(p.indices.mapv(|v| v.to_i64()), array![[[1, 6], [8, 13]]]);
+    assert_eq!(p.output.mapv(to_f64), array![[[5., 7.], [9., 8.]]]);
+
+    // A single 9 at (1,1) lies in all four windows, at offsets k = 8, 6, 2, 0 (origin (-1,-1),
+    // (-1,1), (1,-1), (1,1)). The gradient there is 1+2+3+4.
+    let mut y = Array3::<f64>::zeros((1, 4, 4));
+    y[[0, 1, 1]] = 9.0;
+    let y = y.mapv(cast::<T>);
+    let g = array![[[1., 2.], [3., 4.]]].mapv(cast::<T>);
+    let mut expected = Array3::<f64>::zeros((1, 4, 4));
+    expected[[0, 1, 1]] = 10.0;
+    let p = max_pool2d_with_indices::<T, I, _, _>(&y, &params).unwrap();
+    assert_eq!(p.indices.mapv(|v| v.to_i64()), array![[[5, 5], [5, 5]]]);
+    assert_eq!(max_pool2d_with_indices_backward(&g, &y, &p.indices, &params).unwrap().mapv(to_f64), expected);
+
+    let bits = max_pool2d_with_mask::<T, Bitmask, _, _>(&y, &params).unwrap();
+    // Shape [1, 9, 64]; word (k, p) at byte 64k + 2p.
+    let raw = bits.mask.as_array().as_slice().unwrap().to_vec();
+    let set: Vec<usize> = raw.iter().enumerate().filter(|(_, b)| **b != 0).map(|(i, _)| i).collect();
+    assert_eq!(set, vec![6, 2 * 64 + 4, 6 * 64 + 2, 8 * 64]);
+    assert_eq!(max_pool2d_with_mask_backward(&g, &y, &bits.mask, &params).unwrap().mapv(to_f64), expected);
+    let a2 = max_pool2d_with_mask::<T, I32Argmax, _, _>(&y, &params).unwrap();
+    assert_eq!(max_pool2d_with_mask_backward(&g, &y, &a2.mask, &params).unwrap().mapv(to_f64), expected);
+}
+
+/// Dilation 2 (indices ops only). 5x5 with x = 5i + j, k=2, d=2, s=1: taps o and o+2, so the
+/// maximum sits at (oh+2, ow+2). With k=3, d=2, p=1: taps o-1, o+1, o+3, valid rows {1,3},
+/// {0,2,4}, {1,3}: the last valid row and column win.
+fn dilation<T: PoolFloat, I: ArgmaxIndex>() {
+    let x = Array3::from_shape_fn((1, 5, 5), |(_, i, j)| (5 * i + j) as f64).mapv(cast::<T>);
+    let params = MaxPool2dParams::new([2, 2]).with_stride([1, 1]).with_dilation([2, 2]);
+    let p = max_pool2d_with_indices::<T, I, _, _>(&x, &params).unwrap();
+    assert_eq!(p.indices.mapv(|v| v.to_i64()), array![[[12, 13, 14], [17, 18, 19], [22, 23, 24]]]);
+    let neg = x.mapv(|v| -v);
+    let p = max_pool2d_with_indices::<T, I, _, _>(&neg, &params).unwrap();
+    assert_eq!(p.indices.mapv(|v| v.to_i64()), array![[[0, 1, 2], [5, 6, 7], [10, 11, 12]]]);
+
+    let params = MaxPool2dParams::new([3, 3]).with_stride([1, 1]).with_dilation([2, 2]).with_padding([1, 1]);
+    let p = max_pool2d_with_indices::<T, I, _, _>(&x, &params).unwrap();
+    assert_eq!(p.indices.mapv(|v| v.to_i64()), array![[[18, 19, 18], [23, 24, 23], [18, 19, 18]]]);
+    let g = Array3::from_elem((1, 3, 3), cast::<T>(1.0));
+    let gx = max_pool2d_with_indices_backward(&g, &x, &p.indices, &params).unwrap().mapv(to_f64);
+    assert_eq!(gx[[0, 3, 3]], 4.0);
+    assert_eq!(gx[[0, 4, 4]], 1.0);
+    assert_eq!(gx.sum(), 9.0);
+
+    let e = max_pool2d_with_mask::<T, Bitmask, _, _>(&x, &params).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { arg: "dilation", .. }), "{e:?}");
+}
+
+/// One 2x2 window (P = 1, 4 offsets, 32 words per row); channel c has its maximum at offset c % 4.
+/// Block c1, offset k, word p = 0 sits at byte 2 * ((c1 * 4 + k) * 32); its bit b is channel 16c1+b.
+fn channel_blocks<T: PoolFloat>(c: usize) {
+    let x = Array4::from_shape_fn((1, c, 2, 2), |(_, ch, i, j)| if i * 2 + j == ch % 4 { 1.0 } else { 0.0 })
+        .mapv(cast::<T>);
+    let params = MaxPool2dParams::new([2, 2]);
+    let m = max_pool2d_with_mask::<T, Bitmask, _, _>(&x, &params).unwrap();
+    assert_eq!(m.mask.as_array().shape(), &[1, c, 4, 64]);
+    let raw: Vec<u8> = m.mask.as_array().iter().map(|&b| b as u8).collect();
+    let mut want = vec![0u8; raw.len()];
+    for ch in 0..c {
+        let (c1, b, k) = (ch / 16, ch % 16, ch % 4);
+        let at = 2 * ((c1 * 4 + k) * 32);
+        let word = u16::from_le_bytes([want[at], want[at + 1]]) | 1 << b;
+        [want[at], want[at + 1]] = word.to_le_bytes();
+    }
+    assert_eq!(raw, want, "C = {c}");
+    let idx = m.mask.to_indices::<i64>().unwrap();
+    assert_eq!(idx, Array4::from_shape_fn((1, c, 1, 1), |(_, ch, _, _)| (ch % 4) as i64));
+
+    // Backward: each channel's gradient lands at its maximum. Garbage bits of channels >= C and
+    // of words past P (and in the spare block) must be ignored.
+    let g = Array4::from_shape_fn((1, c, 1, 1), |(_, ch, _, _)| cast::<T>((ch + 1) as f64));
+    let expected = Array4::from_shape_fn((1, c, 2, 2), |(_, ch, i, j)| {
+        (if i * 2 + j == ch % 4 { ch + 1 } else { 0 }) as f64
+    });
+    let clean = max_pool2d_with_mask_backward(&g, &x, &m.mask, &params).unwrap().mapv(to_f64);
+    assert_eq!(clean, expected);
+    let mut dirty = m.mask.as_array().clone();
+    let flat = dirty.as_slice_mut().unwrap();
+    let blocks = c.div_ceil(16);
+    for k in 0..4 {
+        let row = 2 * ((blocks - 1) * 4 + k) * 32;
+        flat[row + 2..row + 64].fill(-1); // words p = 1..31: past P, and the spare block
+        if c % 16 != 0 {
+            let word = u16::from_le_bytes([flat[row] as u8, flat[row + 1] as u8]) | (u16::MAX << (c % 16));
+            let [lo, hi] = word.to_le_bytes();
+            (flat[row], flat[row + 1]) = (lo as i8, hi as i8);
+        }
+    }
+    flat[2 * blocks * 4 * 32..].fill(-1); // past the bit-mask region: never read
+    let dirty = Mask::<Bitmask, _>::from_raw(dirty, &params, &[1, c, 2, 2]).unwrap();
+    assert_eq!(max_pool2d_with_mask_backward(&g, &x, &dirty, &params).unwrap().mapv(to_f64), expected);
+}
+
+#[test]
+fn bitmask_channel_blocks_1_16_17_20() {
+    for c in [1, 16, 17, 20] {
+        channel_blocks::<f32>(c);
+        channel_blocks::<half::bf16>(c);
+    }
+    channel_blocks::<half::f16>(33);
+    channel_blocks::<f64>(20);
+}
+
+/// A bit that points into padding adds nothing; a position with two bits set adds both.
+#[test]
+fn bitmask_bits_in_padding_add_nothing() {
+    // 2x2 input, k=3, s=2, p=1: one window with origin (-1,-1); offsets 0..3 and 6 are padding.
+    let x = Array3::<f32>::from_shape_vec((1, 2, 2), vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+    let m = max_pool2d_with_mask::<f32, Bitmask, _, _>(&x, &params).unwrap();
+    assert_eq!(m.mask.to_indices::<i32>().unwrap(), array![[[3]]]); // offset 8 = input (1,1)
+    let mut raw = m.mask.as_array().clone();
+    let flat = raw.as_slice_mut().unwrap();
+    flat[0] = 1; // offset 0: input (-1,-1), padding
+    flat[4 * 64] = 1; // offset 4: input (0,0), a second maximum
+    let both = Mask::<Bitmask, _>::from_raw(raw, &params, &[1, 2, 2]).unwrap();
+    let g = array![[[5.0f32]]];
+    let gx = max_pool2d_with_mask_backward(&g, &x, &both, &params).unwrap();
+    assert_eq!(gx, array![[[5.0, 0.0], [0.0, 5.0]]]);
+    let e = both.to_indices::<i32>().unwrap_err();
+    assert!(matches!(e, Error::MaskContent { .. }), "{e:?}");
+    assert!(e.to_string().contains("window offsets 0 and 4"), "{e}");
+}
+
+/// 1x1 kernels: every position selects its only input. P = 4 (3x3, stride 2): an I32Argmax
+/// mask of 1 * (1 + 1) * 32 = 64 bytes holds 16 bytes of values. P = 36 needs 144 bytes but the
+/// mask has 1 * (3 + 1) * 32 = 128: rejected (Ascend uses the bit mask for 1x1 kernels).
+#[test]
+fn one_by_one_kernels() {
+    let x = Array3::from_shape_fn((2, 3, 3), |(c, i, j)| (c * 9 + i * 3 + j) as f32);
+    let params = MaxPool2dParams::new([1, 1]).with_stride([2, 2]);
+    let want = array![[[0, 2], [6, 8]], [[0, 2], [6, 8]]];
+    let bits = max_pool2d_with_mask::<f32, Bitmask, _, _>(&x, &params).unwrap();
+    assert_eq!(bits.mask.as_array().shape(), &[2, 1, 64]);
+    assert_eq!(bits.mask.to_indices::<i64>().unwrap(), want);
+    // Both channels share block 0: words p = 0..3 of offset 0 hold bits 0 and 1.
+    assert_eq!(&bits.mask.as_array().as_slice().unwrap()[..10], &[3, 0, 3, 0, 3, 0, 3, 0, 0, 0]);
+    let a2 = max_pool2d_with_mask::<f32, I32Argmax, _, _>(&x, &params).unwrap();
+    assert_eq!(a2.mask.to_indices::<i64>().unwrap(), want);
+
+    let big = Array3::<f32>::zeros((1, 6, 6));
+    let e = max_pool2d_with_mask::<f32, I32Argmax, _, _>(&big, &MaxPool2dParams::new([1, 1])).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { arg: "mask", .. }), "{e:?}");
+    assert!(e.to_string().contains("128 bytes") && e.to_string().contains("144"), "{e}");
+    assert!(max_pool2d_with_mask::<f32, Bitmask, _, _>(&big, &MaxPool2dParams::new([1, 1])).is_ok());
+}
+
+macro_rules! for_all_types {
+    ($($name:ident),*) => {$(
+        mod $name {
+            #[test] fn f32_i32() { super::$name::<f32, i32>() }
+            #[test] fn f32_i64() { super::$name::<f32, i64>() }
+            #[test] fn f64_i64() { super::$name::<f64, i64>() }
+            #[test] fn f16_i32() { super::$name::<half::f16, i32>() }
+            #[test] fn bf16_i64() { super::$name::<half::bf16, i64>() }
+        }
+    )*};
+}
+
+for_all_types!(overlapping, dilation);
