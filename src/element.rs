@@ -76,12 +76,19 @@ pub trait PoolFloat: Element + num_traits::Float + Default {
     /// Rounds an accumulated value to this type (round to nearest, ties to even).
     fn from_acc(acc: Self::Acc) -> Self;
 
+    /// Widens `src` into `dst` (bulk, vectorised for the half types). Both slices must have the
+    /// same length; extra elements of the longer one are left alone.
+    fn to_acc_slice(src: &[Self], dst: &mut [Self::Acc]);
+
     /// Stores `src` into `dst`, rounding each value once (bulk, vectorised for the half types).
     /// Both slices must have the same length; extra elements of the longer one are left alone.
     fn from_acc_slice(src: &[Self::Acc], dst: &mut [Self]);
 
     /// The slice itself as accumulators when `Acc` is `Self` (`f32`, `f64`), else `None`.
     fn as_acc_mut(values: &mut [Self]) -> Option<&mut [Self::Acc]>;
+
+    /// The slice itself as accumulator values when `Acc` is `Self` (`f32`, `f64`), else `None`.
+    fn as_acc(values: &[Self]) -> Option<&[Self::Acc]>;
 }
 
 macro_rules! element {
@@ -103,33 +110,98 @@ macro_rules! native_float {
             fn to_acc(self) -> $t { self }
             #[inline(always)]
             fn from_acc(acc: $t) -> $t { acc }
+            fn to_acc_slice(src: &[$t], dst: &mut [$t]) {
+                let n = src.len().min(dst.len());
+                dst[..n].copy_from_slice(&src[..n]);
+            }
             fn from_acc_slice(src: &[$t], dst: &mut [$t]) {
                 let n = src.len().min(dst.len());
                 dst[..n].copy_from_slice(&src[..n]);
             }
             fn as_acc_mut(values: &mut [$t]) -> Option<&mut [$t]> { Some(values) }
+            fn as_acc(values: &[$t]) -> Option<&[$t]> { Some(values) }
         }
     )*};
 }
 native_float!(f32, f64);
 
-macro_rules! half_float {
-    ($($t:ty),*) => {$(
-        impl PoolFloat for $t {
-            type Acc = f32;
-            #[inline(always)]
-            fn to_acc(self) -> f32 { self.to_f32() }
-            #[inline(always)]
-            fn from_acc(acc: f32) -> $t { <$t>::from_f32(acc) }
-            fn from_acc_slice(src: &[f32], dst: &mut [$t]) {
-                let n = src.len().min(dst.len());
-                dst[..n].convert_from_f32_slice(&src[..n]);
-            }
-            fn as_acc_mut(_: &mut [$t]) -> Option<&mut [f32]> { None }
-        }
-    )*};
+impl PoolFloat for f16 {
+    type Acc = f32;
+    #[inline(always)]
+    fn to_acc(self) -> f32 {
+        self.to_f32()
+    }
+    #[inline(always)]
+    fn from_acc(acc: f32) -> f16 {
+        f16::from_f32(acc)
+    }
+    fn to_acc_slice(src: &[f16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        // F16C when the processor has it (detected at run time by `half`).
+        src[..n].convert_to_f32_slice(&mut dst[..n]);
+    }
+    fn from_acc_slice(src: &[f32], dst: &mut [f16]) {
+        let n = src.len().min(dst.len());
+        dst[..n].convert_from_f32_slice(&src[..n]);
+    }
+    fn as_acc_mut(_: &mut [f16]) -> Option<&mut [f32]> {
+        None
+    }
+    fn as_acc(_: &[f16]) -> Option<&[f32]> {
+        None
+    }
 }
-half_float!(f16, bf16);
+
+impl PoolFloat for bf16 {
+    type Acc = f32;
+    #[inline(always)]
+    fn to_acc(self) -> f32 {
+        f32::from_bits(bf16_bits_to_f32_bits(self.to_bits()))
+    }
+    #[inline(always)]
+    fn from_acc(acc: f32) -> bf16 {
+        bf16::from_bits(f32_bits_to_bf16_bits(acc.to_bits()))
+    }
+    fn to_acc_slice(src: &[bf16], dst: &mut [f32]) {
+        let bits: &[u16] = bytemuck::cast_slice(src);
+        for (d, &b) in dst.iter_mut().zip(bits) {
+            *d = f32::from_bits(bf16_bits_to_f32_bits(b));
+        }
+    }
+    fn from_acc_slice(src: &[f32], dst: &mut [bf16]) {
+        let bits: &mut [u16] = bytemuck::cast_slice_mut(dst);
+        for (d, &v) in bits.iter_mut().zip(src) {
+            *d = f32_bits_to_bf16_bits(v.to_bits());
+        }
+    }
+    fn as_acc_mut(_: &mut [bf16]) -> Option<&mut [f32]> {
+        None
+    }
+    fn as_acc(_: &[bf16]) -> Option<&[f32]> {
+        None
+    }
+}
+
+/// `bf16::to_f32` without branches, so slice loops vectorise (even with SSE2 only): a shift, and
+/// the quiet bit set on NaN as `half` does.
+#[inline(always)]
+fn bf16_bits_to_f32_bits(b: u16) -> u32 {
+    let w = u32::from(b) << 16;
+    // Both sides are below 2^31: a signed compare, which SSE2 has.
+    let nan = ((w & 0x7FFF_FFFF) as i32 > 0x7F80_0000) as u32;
+    w | (nan << 22)
+}
+
+/// `bf16::from_f32` without branches: round to nearest, ties to even, by adding `0x7FFF` plus
+/// the lowest kept bit; NaN keeps its top bits and gets the quiet bit, as `half` does. The
+/// arithmetic shift lets SSE2 narrow with a signed pack.
+#[inline(always)]
+fn f32_bits_to_bf16_bits(x: u32) -> u16 {
+    let nan = (x & 0x7FFF_FFFF) as i32 > 0x7F80_0000;
+    let rounded = (x.wrapping_add(0x7FFF + ((x >> 16) & 1)) as i32) >> 16;
+    let quiet = ((x as i32) >> 16) | 0x0040;
+    (if nan { quiet } else { rounded }) as u16
+}
 
 #[cfg(test)]
 mod tests {
@@ -144,6 +216,30 @@ mod tests {
         let mut dst = [bf16::ZERO; 3];
         bf16::from_acc_slice(&[1.0, 257.0, -3.5], &mut dst);
         assert_eq!(dst.map(|v| v.to_f32()), [1.0, 256.0, -3.5]);
+    }
+
+    /// The branch-free bf16 conversions equal `half`'s on every bf16 value, and on every f32 high
+    /// half combined with low halves that exercise each rounding case.
+    #[test]
+    fn bf16_bulk_conversions_match_half() {
+        for hi in 0..=u16::MAX {
+            assert_eq!(bf16_bits_to_f32_bits(hi), bf16::from_bits(hi).to_f32().to_bits(), "{hi:#06x}");
+            for lo in [0u32, 1, 0x7FFF, 0x8000, 0x8001, 0xC000, 0xFFFF, 0x1234] {
+                let x = (u32::from(hi) << 16) | lo;
+                assert_eq!(
+                    f32_bits_to_bf16_bits(x),
+                    bf16::from_f32(f32::from_bits(x)).to_bits(),
+                    "{x:#010x}"
+                );
+            }
+        }
+        let src = [1.0f32, 257.0, -3.5, f32::NAN, f32::INFINITY];
+        let mut dst = [bf16::ZERO; 5];
+        bf16::from_acc_slice(&src, &mut dst);
+        let mut back = [0.0f32; 5];
+        bf16::to_acc_slice(&dst, &mut back);
+        assert_eq!(&back[..3], &[1.0, 256.0, -3.5]);
+        assert!(back[3].is_nan() && back[4] == f32::INFINITY);
     }
 
     #[test]

@@ -11,8 +11,10 @@ pub type Result<T, E = Error> = core::result::Result<T, E>;
 
 /// Everything that can go wrong in `poolgrad`.
 ///
-/// Shape, parameter and index errors are reported by phase 1 ([`Plan::new`](crate::Plan::new)),
-/// before any output is written. Phase 2 ([`Executor::run`](crate::Executor::run)) fails only for
+/// Shape and parameter errors are reported by phase 1 ([`Plan::new`](crate::Plan::new)), which,
+/// like `aclnnXxxGetWorkspaceSize`, reads no tensor data. Index values are data: the CPU checks
+/// each one as it uses it, so [`Error::IndexOutOfRange`] comes from phase 2
+/// ([`Executor::run`](crate::Executor::run)), with the output zeroed. Otherwise phase 2 fails only for
 /// device reasons.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -9,8 +9,6 @@ pub(crate) mod repr {
         fn from_flat_checked(i: usize) -> Self;
         /// The flat position if it lies in `0..plane`.
         fn flat_in(self, plane: usize) -> Option<usize>;
-        /// The flat position of an index already checked to be in range.
-        fn flat_trusted(self) -> usize;
     }
 }
 
@@ -43,10 +41,6 @@ impl repr::IndexRepr for i32 {
     fn flat_in(self, plane: usize) -> Option<usize> {
         (self >= 0 && (self as u64) < plane as u64).then_some(self as usize)
     }
-    #[inline(always)]
-    fn flat_trusted(self) -> usize {
-        self as u32 as usize
-    }
 }
 
 impl repr::IndexRepr for i64 {
@@ -57,10 +51,6 @@ impl repr::IndexRepr for i64 {
     #[inline(always)]
     fn flat_in(self, plane: usize) -> Option<usize> {
         (self >= 0 && (self as u64) < plane as u64).then_some(self as usize)
-    }
-    #[inline(always)]
-    fn flat_trusted(self) -> usize {
-        self as u64 as usize
     }
 }
 

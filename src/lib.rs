@@ -29,10 +29,14 @@
 //!
 //! 1. Describe a call with an operation struct from [`op`] over [`TensorRef`] / [`TensorMut`]
 //!    views (any non-negative strides, 3-D or 4-D).
-//! 2. [`Plan::new`] validates everything (shapes, parameters, index values, device limits) and
-//!    reports [`Plan::workspace_size`]: the `aclnnXxxGetWorkspaceSize` phase.
+//! 2. [`Plan::new`] validates everything that does not need the tensors' data (ranks, shapes,
+//!    strides, parameters, device limits) and reports [`Plan::workspace_size`]: the
+//!    `aclnnXxxGetWorkspaceSize` phase.
 //! 3. [`Plan::bind`] a [`Workspace`] to get an [`Executor`], and [`Executor::run`] it: the
-//!    `aclnnXxx` phase. [`Plan::run`] does both with a fresh workspace.
+//!    `aclnnXxx` phase. [`Plan::run`] does both with a fresh workspace. Index values are checked
+//!    here, each as it is used (one pass over the indices): an index outside its plane makes
+//!    `run` return [`Error::IndexOutOfRange`] with the first such position, and leaves the
+//!    gradient zeroed.
 //!
 //! The device is chosen by the [`Device`] passed to the plan: [`Cpu`](device::cpu::Cpu), with a
 //! [`Parallelism`](device::cpu::Parallelism) setting.

@@ -304,40 +304,6 @@ pub(crate) fn decode<I: ArgmaxIndex>(
     Ok(())
 }
 
-/// Every `I32Argmax` value must lie in `[0, H·W)`: phase-1 check of a backward, over any view.
-pub(crate) fn check_i32_argmax(
-    op: &'static str,
-    arg: &'static str,
-    g: &MaxPoolGeometry,
-    view: ArrayView4<'_, i8>,
-) -> Result<()> {
-    let plane = g.h * g.w;
-    let count = g.planes() * g.positions();
-    let check = |e: usize, b: [i8; 4]| {
-        let v = i32::from_le_bytes(b.map(|x| x as u8));
-        if v >= 0 && (v as usize) < plane {
-            Ok(())
-        } else {
-            Err(Error::IndexOutOfRange { op, arg, position: g.pooled_position(e), value: v.into(), plane })
-        }
-    };
-    if let Some(bytes) = view.to_slice() {
-        for (e, b) in bytes.chunks_exact(4).take(count).enumerate() {
-            check(e, [b[0], b[1], b[2], b[3]])?;
-        }
-    } else {
-        let mut it = view.iter().copied();
-        for e in 0..count {
-            let mut b = [0i8; 4];
-            for x in &mut b {
-                *x = it.next().unwrap_or(0);
-            }
-            check(e, b)?;
-        }
-    }
-    Ok(())
-}
-
 /// The `I32Argmax` values as `i32` without copying, when the bytes allow it (a little-endian host
 /// and a 4-byte aligned buffer).
 pub(crate) fn i32_prefix(bytes: &[i8], count: usize) -> Option<&[i32]> {

@@ -11,8 +11,7 @@ use crate::element::PoolFloat;
 use crate::error::{Error, Result};
 use crate::geometry::adaptive_is_divisible;
 use crate::index::ArgmaxIndex;
-use crate::mask::layout_repr::LayoutKind;
-use crate::mask::{MaskLayout, MaskMut, MaskRef, check_i32_argmax};
+use crate::mask::{MaskLayout, MaskMut, MaskRef};
 use crate::params::MaxPool2dParams;
 use crate::tensor::{TensorMut, TensorRef, user_dims, with_spatial};
 use crate::validate;
@@ -26,7 +25,7 @@ pub(crate) mod internal {
         const NAME: &'static str;
         /// Sizes derived while validating.
         type Geometry: fmt::Debug + Clone + Send + Sync;
-        /// Device-independent checks: ranks, shapes, parameters, index values.
+        /// Device-independent checks that read no tensor data: ranks, shapes, parameters.
         fn validate(&self) -> Result<Self::Geometry>;
         /// Checks against one device's limits.
         fn check_limits(geometry: &Self::Geometry, limits: &DeviceLimits, device: &'static str)
@@ -53,12 +52,27 @@ pub struct AdaptiveGeometry {
     pub ho: usize,
     /// Output width.
     pub wo: usize,
+    /// Rank of the caller's tensors (3 or 4).
+    pub(crate) ndim: usize,
 }
 
 impl AdaptiveGeometry {
     /// Number of `(n, c)` planes.
     pub fn planes(&self) -> usize {
         self.n * self.c
+    }
+
+    /// The error for index `value` found at element `e` of the indices.
+    pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
+        validate::index_error(
+            op,
+            arg,
+            e,
+            value,
+            [self.n, self.c, self.ho, self.wo],
+            self.ndim,
+            self.h * self.w,
+        )
     }
 }
 
@@ -137,7 +151,7 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d
         validate::output_shape(OP, "indices", &self.indices, expected)?;
         let plane = validate::plane_size(OP, "input", h, w)?;
         validate::index_width::<I>(OP, "indices", plane)?;
-        Ok(AdaptiveGeometry { n, c, h, w, ho, wo })
+        Ok(AdaptiveGeometry { n, c, h, w, ho, wo, ndim: self.input.ndim() })
     }
 
     fn check_limits(g: &AdaptiveGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
@@ -187,7 +201,6 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d
         const OP: &str = "adaptive_max_pool2d_backward";
         let g = adaptive_backward_shapes(&self.grad_output, &self.self_, &self.indices)?;
         validate::output_shape(OP, "grad_input", &self.grad_input, self.self_.dims())?;
-        validate::index_values(OP, "indices", &self.indices, g.h * g.w)?;
         Ok(g)
     }
 
@@ -220,7 +233,7 @@ pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
     validate::input_shape(OP, "grad_output", grad_output, pooled.clone())?;
     validate::input_shape(OP, "indices", indices, pooled)?;
     validate::plane_size(OP, "self_", h, w)?;
-    Ok(AdaptiveGeometry { n, c, h, w, ho, wo })
+    Ok(AdaptiveGeometry { n, c, h, w, ho, wo, ndim: self_.ndim() })
 }
 
 /// Sizes of a max pooling: `N` planes of `C` channels, `H x W` pooled to `Ho x Wo` with `params`.
@@ -297,9 +310,20 @@ impl MaxPoolGeometry {
 
     /// The position `[n, c, oh, ow]` (caller's rank) of element `e` of the pooled output.
     pub(crate) fn pooled_position(&self, e: usize) -> Vec<usize> {
-        let p = self.positions();
-        let (plane, q) = (e / p, e % p);
-        user_dims(&[plane / self.c, plane % self.c, q / self.wo, q % self.wo], self.ndim)
+        validate::position(e, [self.n, self.c, self.ho, self.wo], self.ndim)
+    }
+
+    /// The error for index `value` found at element `e` of the indices (or mask values).
+    pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
+        validate::index_error(
+            op,
+            arg,
+            e,
+            value,
+            [self.n, self.c, self.ho, self.wo],
+            self.ndim,
+            self.h * self.w,
+        )
     }
 }
 
@@ -394,7 +418,6 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndi
         let g = max_pool_backward_shapes(OP, &self.grad_output, &self.self_, &self.params)?;
         validate::input_shape(OP, "indices", &self.indices, g.pooled_dims())?;
         validate::output_shape(OP, "grad_input", &self.grad_input, g.input_dims())?;
-        validate::index_values(OP, "indices", &self.indices, g.h * g.w)?;
         Ok(g)
     }
 
@@ -481,9 +504,6 @@ impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMaskB
         g.check_layout::<L>(OP)?;
         validate::input_shape(OP, "mask", &self.mask.bytes, g.dims())?;
         validate::output_shape(OP, "grad_input", &self.grad_input, g.input_dims())?;
-        if L::KIND == LayoutKind::I32Argmax {
-            check_i32_argmax(OP, "mask", &g, self.mask.bytes.view())?;
-        }
         Ok(g)
     }
 
@@ -501,7 +521,7 @@ mod tests {
     type Bwd<'a> = AdaptiveMaxPool2dBackward<'a, f32, i64>;
 
     fn geometry(h: usize, w: usize, ho: usize, wo: usize) -> AdaptiveGeometry {
-        AdaptiveGeometry { n: 1, c: 1, h, w, ho, wo }
+        AdaptiveGeometry { n: 1, c: 1, h, w, ho, wo, ndim: 4 }
     }
 
     #[test]

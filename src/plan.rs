@@ -11,8 +11,9 @@ use crate::op::Operation;
 
 /// A validated operation bound to a device (phase 1).
 ///
-/// [`Plan::new`] performs every check: ranks, shapes, parameters, index values and the device's
-/// limits. Once it succeeds, running fails only for device reasons.
+/// [`Plan::new`] performs every check that needs no tensor data: ranks, shapes, strides,
+/// parameters and the device's limits. Running then fails only for device reasons or, on the
+/// CPU, for an index outside its plane (checked as it is used, so the indices are read once).
 ///
 /// ```
 /// use poolgrad::{Plan, TensorMut, TensorRef, Workspace, device::cpu::Cpu, op::AdaptiveMaxPool2dBackward};
@@ -56,7 +57,7 @@ impl<'d, D: Runs<O>, O: Operation> Plan<'d, D, O> {
     ///
     /// # Errors
     /// Every validation error of the operation ([`Error::Rank`], [`Error::ShapeMismatch`],
-    /// [`Error::EmptyDimension`], [`Error::InvalidParameter`], [`Error::IndexOutOfRange`],
+    /// [`Error::EmptyDimension`], [`Error::InvalidParameter`], [`Error::OutputTooSmall`],
     /// [`Error::IndexTypeTooNarrow`], [`Error::Overflow`]) and [`Error::DeviceLimit`].
     pub fn new(device: &'d D, op: O) -> Result<Self> {
         let geometry = op.validate()?;
@@ -93,7 +94,8 @@ impl<'d, D: Runs<O>, O: Operation> Plan<'d, D, O> {
     /// Allocates the workspace, binds it and runs: phase 2 in one call.
     ///
     /// # Errors
-    /// [`Error::Allocation`] if the workspace cannot be allocated, and device errors.
+    /// [`Error::Allocation`] if the workspace cannot be allocated, and the errors of
+    /// [`Executor::run`].
     pub fn run(self) -> Result<()> {
         let mut workspace = Workspace::new(self.device, self.workspace_size)?;
         self.bind(&mut workspace)?.run()
@@ -117,7 +119,9 @@ impl<D: Runs<O>, O: Operation> Executor<'_, '_, D, O> {
     /// Runs the operation, writing its outputs.
     ///
     /// # Errors
-    /// Device errors only; the CPU does not fail here.
+    /// [`Error::IndexOutOfRange`] for the first index (or `I32Argmax` mask value) outside its
+    /// `H * W` plane, in row-major order, whatever the thread count; the gradient is then all
+    /// zeros. Device errors on devices other than the CPU.
     pub fn run(self) -> Result<()> {
         let Plan { device, op, geometry, prepared, .. } = self.plan;
         device.launch(op, &geometry, prepared, &mut self.workspace.memory)

@@ -1,7 +1,5 @@
 //! Checks shared by every operation's phase 1. Each returns a structured [`Error`].
 
-use ndarray::ArrayView4;
-
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
@@ -79,45 +77,23 @@ pub(crate) fn plane_size(op: &'static str, arg: &'static str, h: usize, w: usize
     h.checked_mul(w).ok_or_else(|| Error::Overflow { op, arg, what: format!("H * W = {h} * {w}") })
 }
 
-/// Every index must lie in `0..plane`; the first one that does not is reported with its position.
-pub(crate) fn index_values<I: ArgmaxIndex>(
-    op: &'static str,
-    arg: &'static str,
-    t: &TensorRef<'_, I>,
-    plane: usize,
-) -> Result<()> {
-    let view = t.view();
-    match first_out_of_range(view, plane) {
-        None => Ok(()),
-        Some((position, value)) => Err(Error::IndexOutOfRange {
-            op,
-            arg,
-            position: user_dims(&position, t.ndim()),
-            value: value.to_i64(),
-            plane,
-        }),
-    }
+/// The position, in the caller's rank, of element `e` of a row-major `[n, c, h, w]` tensor.
+pub(crate) fn position(e: usize, dims: [usize; 4], ndim: usize) -> Vec<usize> {
+    let [n, c, h, w] = dims;
+    user_dims(&unflatten(e, (n, c, h, w)), ndim)
 }
 
-fn first_out_of_range<I: ArgmaxIndex>(view: ArrayView4<'_, I>, plane: usize) -> Option<([usize; 4], I)> {
-    let dims = view.dim();
-    if let Some(slice) = view.as_slice() {
-        // Fast path: a branch-free check per block, located only on failure.
-        const BLOCK: usize = 4096;
-        for (b, block) in slice.chunks(BLOCK).enumerate() {
-            let ok = block.iter().fold(true, |ok, v| ok & v.flat_in(plane).is_some());
-            if !ok {
-                let k = block.iter().position(|v| v.flat_in(plane).is_none())?;
-                let flat = b * BLOCK + k;
-                return Some((unflatten(flat, dims), block[k]));
-            }
-        }
-        None
-    } else {
-        view.indexed_iter()
-            .find(|(_, v)| v.flat_in(plane).is_none())
-            .map(|((n, c, h, w), v)| ([n, c, h, w], *v))
-    }
+/// The error for index `value` found at element `e` of a `[n, c, ho, wo]` index tensor.
+pub(crate) fn index_error(
+    op: &'static str,
+    arg: &'static str,
+    e: usize,
+    value: i64,
+    pooled: [usize; 4],
+    ndim: usize,
+    plane: usize,
+) -> Error {
+    Error::IndexOutOfRange { op, arg, position: position(e, pooled, ndim), value, plane }
 }
 
 fn unflatten(mut flat: usize, (_, c, h, w): (usize, usize, usize, usize)) -> [usize; 4] {

@@ -306,3 +306,42 @@ fn contiguous_f32_needs_no_workspace() {
     .unwrap();
     assert_eq!(plan.workspace_size(), 0);
 }
+
+/// Index values are data: `Plan::new` accepts them, `run` rejects the first bad one (row-major,
+/// whatever the thread count) and leaves the gradient zeroed, never partly written.
+fn bad_index_in_run<T: poolgrad::PoolFloat>(cpu: &Cpu) {
+    let (n, c, h, w) = (3, 5, 4, 4);
+    let x = Array4::<T>::zeros((n, c, h, w));
+    let g = Array4::<T>::from_elem((n, c, 2, 2), T::one());
+    let mut i = Array4::<i64>::from_shape_fn((n, c, 2, 2), |(_, _, a, b)| (a * 8 + b * 2) as i64);
+    i[[2, 4, 1, 1]] = -3; // last plane
+    i[[1, 3, 0, 1]] = 16; // an earlier plane: this one is reported
+    let mut gi = Array4::<T>::from_elem((n, c, h, w), T::from_acc(num_traits::cast(7.0).unwrap()));
+    let plan = Plan::new(
+        cpu,
+        AdaptiveMaxPool2dBackward {
+            grad_output: TensorRef::from_array(&g).unwrap(),
+            self_: TensorRef::from_array(&x).unwrap(),
+            indices: TensorRef::from_array(&i).unwrap(),
+            grad_input: TensorMut::from_array(&mut gi).unwrap(),
+        },
+    )
+    .expect("phase 1 reads no data");
+    let e = plan.run().unwrap_err();
+    assert_eq!(
+        e,
+        Error::IndexOutOfRange { op: BWD, arg: "indices", position: vec![1, 3, 0, 1], value: 16, plane: 16 }
+    );
+    assert!(gi.iter().all(|v| *v == T::zero()), "gradient not zeroed after a bad index");
+}
+
+#[test]
+fn bad_index_is_reported_by_run_and_zeroes_the_gradient() {
+    let seven = Cpu::new(poolgrad::device::cpu::Parallelism::Threads(7.try_into().unwrap())).unwrap();
+    for cpu in [Cpu::sequential(), seven] {
+        bad_index_in_run::<f32>(&cpu);
+        bad_index_in_run::<f64>(&cpu);
+        bad_index_in_run::<half::bf16>(&cpu);
+        bad_index_in_run::<half::f16>(&cpu);
+    }
+}

@@ -119,9 +119,11 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                     mask::i32_prefix(bytes, count).unwrap_or(&[])
                 };
                 let mut gi = carver.output(grad_input.into_view())?;
-                let acc = carver.region::<T::Acc>(scatter.tasks * scatter.acc_per_task)?;
-                scatter::scatter(self, scatter_shape(g), &scatter, go, values, gi.slice(), acc);
-                gi.finish(OP, "grad_input")
+                let scratch = scatter.scratch::<T>(&mut carver)?;
+                let checked =
+                    scatter::scatter(self, scatter_shape(g), &scatter, go, values, gi.slice(), scratch);
+                gi.finish(OP, "grad_input")?;
+                checked.map_err(|bad| g.index_error(OP, "mask", bad.element, bad.value))
             }
             MaskBackwardPrepared::Bitmask { tasks, acc_per_task } => {
                 let bits = carver.stage(mask.bytes.view())?;

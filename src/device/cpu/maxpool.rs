@@ -98,8 +98,9 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         let go = carver.stage(grad_output.view())?;
         let ix = carver.stage(indices.view())?;
         let mut gi = carver.output(grad_input.into_view())?;
-        let acc = carver.region::<T::Acc>(p.tasks * p.acc_per_task)?;
-        scatter::scatter(self, scatter_shape(g), &p, go, ix, gi.slice(), acc);
-        gi.finish(OP, "grad_input")
+        let scratch = p.scratch::<T>(&mut carver)?;
+        let checked = scatter::scatter(self, scatter_shape(g), &p, go, ix, gi.slice(), scratch);
+        gi.finish(OP, "grad_input")?;
+        checked.map_err(|bad| g.index_error(OP, "indices", bad.element, bad.value))
     }
 }

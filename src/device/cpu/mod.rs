@@ -131,18 +131,23 @@ impl Cpu {
     /// Runs `f` on every task, in parallel where the setting allows. Tasks are independent, so
     /// the result does not depend on which thread runs which task.
     fn for_each_task<X: Send>(&self, tasks: Vec<X>, f: impl Fn(X) + Send + Sync) {
+        self.map_tasks(tasks, f);
+    }
+
+    /// Like [`Cpu::for_each_task`], collecting each task's result in task order.
+    fn map_tasks<X: Send, R: Send>(&self, tasks: Vec<X>, f: impl Fn(X) -> R + Send + Sync) -> Vec<R> {
         #[cfg(feature = "rayon")]
         {
             use rayon::prelude::*;
             if tasks.len() > 1 {
                 match (&self.parallelism, &self.pool) {
                     (Parallelism::Sequential, _) => {}
-                    (_, Some(pool)) => return pool.install(|| tasks.into_par_iter().for_each(f)),
-                    (_, None) => return tasks.into_par_iter().for_each(f),
+                    (_, Some(pool)) => return pool.install(|| tasks.into_par_iter().map(f).collect()),
+                    (_, None) => return tasks.into_par_iter().map(f).collect(),
                 }
             }
         }
-        tasks.into_iter().for_each(f)
+        tasks.into_iter().map(f).collect()
     }
 }
 

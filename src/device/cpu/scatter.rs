@@ -1,22 +1,24 @@
 //! The backward kernel shared by every flat-index gradient (adaptive, max pooling with indices,
 //! and the `I32Argmax` mask): zero each plane, then add each gradient at its index in row-major
-//! output order.
-
-use num_traits::Zero;
+//! output order. Each index is checked against the plane as it is used, so the indices are read
+//! once.
 
 use super::Cpu;
 use super::forward::{planes_per_task, task_count};
-use super::workspace::Sizer;
-use crate::element::PoolFloat;
+use super::workspace::{Carver, Sizer};
+
+use crate::element::{AccFloat, PoolFloat};
 use crate::error::Result;
 use crate::index::ArgmaxIndex;
 
 /// Phase-1 state of a scatter.
 #[derive(Debug)]
 pub struct ScatterPrepared {
-    pub(super) tasks: usize,
-    /// Accumulator elements per task (0 when gradients accumulate in place).
-    pub(super) acc_per_task: usize,
+    tasks: usize,
+    /// f32 accumulators per task: a plane for the half types, else 0 (sums go to the output).
+    acc_per_task: usize,
+    /// f32 gradients per task: one converted plane of `grad_output` for the half types, else 0.
+    grad_per_task: usize,
 }
 
 /// Sizes of a scatter: `planes` planes of `hw` inputs receiving `ohw` gradients each.
@@ -27,24 +29,51 @@ pub(super) struct ScatterShape {
     pub ohw: usize,
 }
 
+/// An index outside its plane: element `element` of the indices (row-major) holds `value`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct BadIndex {
+    pub element: usize,
+    pub value: i64,
+}
+
+/// Scratch of one scatter, carved from the workspace.
+pub(super) struct ScatterScratch<'w, T: PoolFloat> {
+    acc: &'w mut [T::Acc],
+    grad: &'w mut [T::Acc],
+}
+
 impl ScatterPrepared {
-    /// Plans a scatter and adds its accumulators to `sizer` (f32 planes for the half types).
+    /// Plans a scatter and adds its scratch to `sizer`.
     pub(super) fn new<T: PoolFloat>(cpu: &Cpu, shape: ScatterShape, sizer: &mut Sizer) -> Result<Self> {
         let tasks = task_count(cpu, shape.planes);
-        let acc_per_task = if T::as_acc_mut(&mut []).is_some() { 0 } else { shape.hw };
+        let half = T::as_acc(&[]).is_none();
+        let (acc_per_task, grad_per_task) = if half { (shape.hw, shape.ohw) } else { (0, 0) };
         sizer.region::<T::Acc>(tasks * acc_per_task)?;
-        Ok(ScatterPrepared { tasks, acc_per_task })
+        sizer.region::<T::Acc>(tasks * grad_per_task)?;
+        Ok(ScatterPrepared { tasks, acc_per_task, grad_per_task })
+    }
+
+    /// Carves the scratch counted by [`ScatterPrepared::new`].
+    pub(super) fn scratch<'w, T: PoolFloat>(&self, carver: &mut Carver<'w>) -> Result<ScatterScratch<'w, T>> {
+        Ok(ScatterScratch {
+            acc: carver.region::<T::Acc>(self.tasks * self.acc_per_task)?,
+            grad: carver.region::<T::Acc>(self.tasks * self.grad_per_task)?,
+        })
     }
 }
 
 struct Task<'s, T: PoolFloat, I> {
+    /// Index of the task's first gradient in the whole tensor.
+    first: usize,
     go: &'s [T],
     ix: &'s [I],
     gi: &'s mut [T],
     acc: &'s mut [T::Acc],
+    grad: &'s mut [T::Acc],
 }
 
-/// Scatters every plane. Indices were checked against the plane size in phase 1.
+/// Scatters every plane. On an index outside its plane, `gi` is zeroed and the first such index
+/// (in row-major order) is returned.
 pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
     shape: ScatterShape,
@@ -52,40 +81,87 @@ pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
     go: &[T],
     ix: &[I],
     gi: &mut [T],
-    acc: &mut [T::Acc],
-) {
+    scratch: ScatterScratch<'_, T>,
+) -> core::result::Result<(), BadIndex> {
     let ScatterShape { planes, hw, ohw } = shape;
     let per = planes_per_task(planes, p.tasks);
-    let mut accs = acc.chunks_mut(p.acc_per_task.max(1));
+    let mut accs = scratch.acc.chunks_mut(p.acc_per_task.max(1));
+    let mut grads = scratch.grad.chunks_mut(p.grad_per_task.max(1));
     let tasks: Vec<_> = gi
         .chunks_mut(per * hw)
         .zip(go.chunks(per * ohw))
         .zip(ix.chunks(per * ohw))
-        .map(|((gi, go), ix)| Task { go, ix, gi, acc: accs.next().unwrap_or(&mut []) })
+        .enumerate()
+        .map(|(t, ((gi, go), ix))| Task {
+            first: t * per * ohw,
+            go,
+            ix,
+            gi,
+            acc: accs.next().unwrap_or(&mut []),
+            grad: grads.next().unwrap_or(&mut []),
+        })
         .collect();
-    cpu.for_each_task(tasks, |t| {
-        for ((gi, go), ix) in t.gi.chunks_mut(hw).zip(t.go.chunks(ohw)).zip(t.ix.chunks(ohw)) {
-            scatter_plane(go, ix, gi, &mut *t.acc);
+    let bad = cpu.map_tasks(tasks, |t| {
+        for (plane, ((gi, go), ix)) in
+            t.gi.chunks_mut(hw).zip(t.go.chunks(ohw)).zip(t.ix.chunks(ohw)).enumerate()
+        {
+            scatter_plane(go, ix, gi, &mut *t.acc, &mut *t.grad)
+                .map_err(|(k, value)| BadIndex { element: t.first + plane * ohw + k, value })?;
         }
+        Ok(())
     });
+    match bad.into_iter().find_map(|r| r.err()) {
+        None => Ok(()),
+        Some(first) => {
+            gi.fill(T::zero());
+            Err(first)
+        }
+    }
 }
 
-/// One plane. The half types sum in an f32 plane and round once at the end.
-fn scatter_plane<T: PoolFloat, I: ArgmaxIndex>(go: &[T], ix: &[I], gi: &mut [T], acc: &mut [T::Acc]) {
+/// One plane. Returns the first bad index as (position in the plane, value).
+///
+/// `f32`/`f64` sum straight into the zeroed output plane. The half types widen their gradients
+/// in bulk, sum in a zeroed f32 plane, zero the output plane (a memset) and round once only the
+/// positions the indices touch.
+fn scatter_plane<T: PoolFloat, I: ArgmaxIndex>(
+    go: &[T],
+    ix: &[I],
+    gi: &mut [T],
+    acc: &mut [T::Acc],
+    grad: &mut [T::Acc],
+) -> core::result::Result<(), (usize, i64)> {
     if let Some(direct) = T::as_acc_mut(gi) {
-        direct.fill(T::Acc::zero());
-        add_all(go, ix, direct);
-    } else {
-        let acc = &mut acc[..gi.len()];
-        acc.fill(T::Acc::zero());
-        add_all(go, ix, acc);
-        T::from_acc_slice(acc, gi);
+        let go = T::as_acc(go).unwrap_or(&[]);
+        return add_all(go, ix, direct);
     }
+    let len = gi.len();
+    let (grad, acc) = (&mut grad[..go.len()], &mut acc[..len]);
+    T::to_acc_slice(go, grad);
+    add_all(grad, ix, acc)?;
+    gi.fill(T::zero());
+    for &i in ix {
+        // Every index is now known to be inside the plane.
+        let at = i.flat_in(len).unwrap_or(0);
+        gi[at] = T::from_acc(acc[at]);
+    }
+    Ok(())
 }
 
+/// Zeroes `plane` and adds each gradient at its index, checking each index.
 #[inline]
-fn add_all<T: PoolFloat, I: ArgmaxIndex>(go: &[T], ix: &[I], acc: &mut [T::Acc]) {
-    for (&g, &i) in go.iter().zip(ix) {
-        acc[i.flat_trusted()] += g.to_acc();
+fn add_all<A: AccFloat, I: ArgmaxIndex>(
+    go: &[A],
+    ix: &[I],
+    plane: &mut [A],
+) -> core::result::Result<(), (usize, i64)> {
+    plane.fill(A::zero());
+    let len = plane.len();
+    for (k, (&g, &i)) in go.iter().zip(ix).enumerate() {
+        match i.flat_in(len) {
+            Some(at) => plane[at] += g,
+            None => return Err((k, i.to_i64())),
+        }
     }
+    Ok(())
 }

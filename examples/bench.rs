@@ -1,0 +1,343 @@
+//! Times poolgrad on the benchmark shapes of `shared/tools/torch-anchor/bench.py` and prints one
+//! JSON line per case, to read side by side with the anchor's lines from the same machine.
+//!
+//! ```sh
+//! cargo run --release --example bench -- [--threads N] [--reps R] [--case NAME]...
+//! ```
+//!
+//! Each line has `name`, `median_s` (the plan API on preallocated outputs, the way a training
+//! loop calls it), `median_fn_s` (the allocating free function, the way PyTorch's op is timed),
+//! `tmin_bytes` (DESIGN.md section 4: `H*W*b + Ho*Wo*(b+i)` per plane, with the index bytes `i` of
+//! the variant) and `gbps_on_tmin` (on `median_s`). The `copy` case measures the machine's copy
+//! bandwidth in this process, so each figure can be read as a fraction of it. Max-pool backward
+//! cases run with `i64` indices (the anchor's names) and with each mask layout (`_i32argmax`,
+//! `_bitmask`); `fwd_` cases time the forwards.
+
+use std::time::Instant;
+
+use ndarray::{Array4, ArrayD, IxDyn};
+use poolgrad::device::cpu::{Cpu, Parallelism};
+use poolgrad::op::{
+    AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
+    MaxPool2dWithMask, MaxPool2dWithMaskBackward,
+};
+use poolgrad::{
+    Bitmask, I32Argmax, MaskLayout, MaskMut, MaskRef, MaxPool2dParams, Plan, PoolFloat, TensorMut, TensorRef,
+    Workspace,
+};
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Adaptive([usize; 2]),
+    MaxPool { k: usize, s: usize, p: usize, ceil: bool },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum DType {
+    F32,
+    F16,
+    BF16,
+}
+
+/// The anchor's cases: name, kind, dtype, shape.
+const CASES: [(&str, DType, [usize; 4], Kind); 9] = [
+    ("adaptive_div_f32", DType::F32, [32, 256, 28, 28], Kind::Adaptive([7, 7])),
+    ("adaptive_ovl_f32", DType::F32, [32, 256, 30, 30], Kind::Adaptive([7, 7])),
+    ("adaptive_ovl_bf16", DType::BF16, [32, 256, 30, 30], Kind::Adaptive([7, 7])),
+    ("adaptive_ovl_f16", DType::F16, [32, 256, 30, 30], Kind::Adaptive([7, 7])),
+    ("adaptive_global_f32", DType::F32, [64, 2048, 7, 7], Kind::Adaptive([1, 1])),
+    ("maxpool_stem_f32", DType::F32, [32, 64, 112, 112], Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false }),
+    ("maxpool_stem_bf16", DType::BF16, [32, 64, 112, 112], Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false }),
+    ("maxpool_k2_f32", DType::F32, [32, 128, 56, 56], Kind::MaxPool { k: 2, s: 2, p: 0, ceil: false }),
+    ("maxpool_s1_b1_f32", DType::F32, [1, 64, 264, 264], Kind::MaxPool { k: 3, s: 1, p: 1, ceil: true }),
+];
+
+struct Args {
+    threads: usize,
+    reps: usize,
+    cases: Vec<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args { threads: 2, reps: 15, cases: Vec::new() };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match a.as_str() {
+            "--threads" => {
+                args.threads = value("--threads")?.parse().map_err(|e| format!("--threads: {e}"))?
+            }
+            "--reps" => args.reps = value("--reps")?.parse().map_err(|e| format!("--reps: {e}"))?,
+            "--case" => args.cases.push(value("--case")?),
+            "--help" | "-h" => {
+                return Err("usage: bench [--threads N] [--reps R] [--case NAME]...".into());
+            }
+            other => return Err(format!("unknown argument {other:?}; try --help")),
+        }
+    }
+    Ok(args)
+}
+
+/// Deterministic values in [-1, 1) (xorshift), like the anchor's `randn` free of ties.
+fn random<T: PoolFloat>(shape: &[usize], seed: u64) -> ArrayD<T> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    ArrayD::from_shape_simple_fn(IxDyn(shape), || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let u = (state >> 40) as f32 / (1u64 << 24) as f32;
+        T::from_acc(num_traits::cast(2.0 * u - 1.0).unwrap())
+    })
+}
+
+fn median(mut times: Vec<f64>) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// Median seconds of `reps` runs after two warm-up runs.
+fn time(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    f();
+    median(
+        (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
+}
+
+fn report(name: &str, threads: usize, median_s: f64, median_fn_s: Option<f64>, tmin: f64) {
+    let fn_field = median_fn_s.map(|t| format!(", \"median_fn_s\": {t:.6e}")).unwrap_or_default();
+    println!(
+        "{{\"name\": \"{name}\", \"threads\": {threads}, \"median_s\": {median_s:.6e}{fn_field}, \"tmin_bytes\": {tmin:.0}, \"gbps_on_tmin\": {:.2}}}",
+        tmin / median_s / 1e9
+    );
+}
+
+fn params(kind: Kind) -> MaxPool2dParams {
+    match kind {
+        Kind::MaxPool { k, s, p, ceil } => {
+            MaxPool2dParams::new([k, k]).with_stride([s, s]).with_padding([p, p]).with_ceil_mode(ceil)
+        }
+        Kind::Adaptive(_) => unreachable!("adaptive cases have no max-pool parameters"),
+    }
+}
+
+/// Minimum traffic per DESIGN.md section 4: input plane once, gradient and index per output.
+fn tmin<T>(shape: [usize; 4], out: [usize; 2], index_bytes: f64) -> f64 {
+    let [n, c, h, w] = shape;
+    let b = size_of::<T>() as f64;
+    (n * c) as f64 * ((h * w) as f64 * b + (out[0] * out[1]) as f64 * (b + index_bytes))
+}
+
+fn to4<T: Clone>(a: ArrayD<T>) -> Array4<T> {
+    a.into_dimensionality().expect("4-D")
+}
+
+fn run_case<T: PoolFloat>(
+    cpu: &Cpu,
+    reps: usize,
+    name: &str,
+    shape: [usize; 4],
+    kind: Kind,
+    selected: &dyn Fn(&str) -> bool,
+) {
+    let threads = cpu.threads();
+    let x = to4(random::<T>(&shape, 1));
+    let mut ws = Workspace::new(cpu, 0).unwrap();
+    let (pooled, out) = match kind {
+        Kind::Adaptive(out) => (poolgrad::adaptive_max_pool2d::<T, i64, _, _>(&x, out).unwrap(), out),
+        Kind::MaxPool { .. } => {
+            let p = poolgrad::max_pool2d_with_indices::<T, i64, _, _>(&x, &params(kind)).unwrap();
+            let out = [p.output.shape()[2], p.output.shape()[3]];
+            (p, out)
+        }
+    };
+    let g = to4(random::<T>(pooled.output.shape(), 2));
+    let mut gi = Array4::<T>::zeros(x.raw_dim());
+
+    if selected(name) {
+        let t = match kind {
+            Kind::Adaptive(_) => time(reps, || {
+                let op = AdaptiveMaxPool2dBackward {
+                    grad_output: TensorRef::from_array(&g).unwrap(),
+                    self_: TensorRef::from_array(&x).unwrap(),
+                    indices: TensorRef::from_array(&pooled.indices).unwrap(),
+                    grad_input: TensorMut::from_array(&mut gi).unwrap(),
+                };
+                run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
+            }),
+            Kind::MaxPool { .. } => time(reps, || {
+                let op = MaxPool2dWithIndicesBackward {
+                    grad_output: TensorRef::from_array(&g).unwrap(),
+                    self_: TensorRef::from_array(&x).unwrap(),
+                    indices: TensorRef::from_array(&pooled.indices).unwrap(),
+                    params: params(kind),
+                    grad_input: TensorMut::from_array(&mut gi).unwrap(),
+                };
+                run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
+            }),
+        };
+        let t_fn = match kind {
+            Kind::Adaptive(_) => time(reps, || {
+                std::hint::black_box(
+                    poolgrad::adaptive_max_pool2d_backward(&g, &x, &pooled.indices).unwrap(),
+                );
+            }),
+            Kind::MaxPool { .. } => time(reps, || {
+                std::hint::black_box(
+                    poolgrad::max_pool2d_with_indices_backward(&g, &x, &pooled.indices, &params(kind))
+                        .unwrap(),
+                );
+            }),
+        };
+        report(name, threads, t, Some(t_fn), tmin::<T>(shape, out, 8.0));
+    }
+
+    if let Kind::MaxPool { k, .. } = kind {
+        mask_case::<T, I32Argmax>(cpu, reps, &format!("{name}_i32argmax"), &x, &g, kind, 4.0, selected);
+        let bitmask_bytes = (k * k) as f64 * 2.0 / 16.0;
+        mask_case::<T, Bitmask>(cpu, reps, &format!("{name}_bitmask"), &x, &g, kind, bitmask_bytes, selected);
+    }
+
+    let fwd = format!("fwd_{name}");
+    if selected(&fwd) {
+        let mut o = pooled.output.clone();
+        let mut i = pooled.indices.clone();
+        let t = time(reps, || match kind {
+            Kind::Adaptive(out) => {
+                let op = AdaptiveMaxPool2d {
+                    input: TensorRef::from_array(&x).unwrap(),
+                    output_size: out,
+                    output: TensorMut::from_array(&mut o).unwrap(),
+                    indices: TensorMut::from_array(&mut i).unwrap(),
+                };
+                run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
+            }
+            Kind::MaxPool { .. } => {
+                let op = MaxPool2dWithIndices {
+                    input: TensorRef::from_array(&x).unwrap(),
+                    params: params(kind),
+                    output: TensorMut::from_array(&mut o).unwrap(),
+                    indices: TensorMut::from_array(&mut i).unwrap(),
+                };
+                run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
+            }
+        });
+        // The forward reads the input once and writes values and indices.
+        report(&fwd, threads, t, None, tmin::<T>(shape, out, 8.0));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mask_case<T: PoolFloat, L: MaskLayout>(
+    cpu: &Cpu,
+    reps: usize,
+    name: &str,
+    x: &Array4<T>,
+    g: &Array4<T>,
+    kind: Kind,
+    index_bytes: f64,
+    selected: &dyn Fn(&str) -> bool,
+) {
+    if !selected(name) {
+        return;
+    }
+    let p = params(kind);
+    let pooled = poolgrad::max_pool2d_with_mask::<T, L, _, _>(x, &p).unwrap();
+    let mut gi = Array4::<T>::zeros(x.raw_dim());
+    let mut ws = Workspace::new(cpu, 0).unwrap();
+    let t = time(reps, || {
+        let op = MaxPool2dWithMaskBackward {
+            grad_output: TensorRef::from_array(g).unwrap(),
+            self_: TensorRef::from_array(x).unwrap(),
+            mask: MaskRef::<L>::new(TensorRef::from_array(pooled.mask.as_array()).unwrap()),
+            params: p,
+            grad_input: TensorMut::from_array(&mut gi).unwrap(),
+        };
+        run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
+    });
+    let t_fn = time(reps, || {
+        std::hint::black_box(poolgrad::max_pool2d_with_mask_backward(g, x, &pooled.mask, &p).unwrap());
+    });
+    let out = [g.shape()[2], g.shape()[3]];
+    report(name, cpu.threads(), t, Some(t_fn), tmin::<T>(x.dim().into(), out, index_bytes));
+
+    let fwd = format!("fwd_{name}");
+    if selected(&fwd) {
+        let mut o = pooled.output.clone();
+        let mut m = pooled.mask.as_array().clone();
+        let t = time(reps, || {
+            let op = MaxPool2dWithMask {
+                input: TensorRef::from_array(x).unwrap(),
+                params: p,
+                output: TensorMut::from_array(&mut o).unwrap(),
+                mask: MaskMut::<L>::new(TensorMut::from_array(&mut m).unwrap()),
+            };
+            run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
+        });
+        // The forward writes the whole mask (zeros included).
+        let outputs = g.len() as f64;
+        report(&fwd, cpu.threads(), t, None, tmin::<T>(x.dim().into(), out, m.len() as f64 / outputs));
+    }
+}
+
+/// Grows the workspace if the plan needs more, then runs.
+fn run<O>(plan: Plan<'_, Cpu, O>, ws: &mut Workspace<Cpu>, cpu: &Cpu)
+where
+    O: poolgrad::op::Operation,
+    Cpu: poolgrad::device::Runs<O>,
+{
+    if ws.len() < plan.workspace_size() {
+        *ws = Workspace::new(cpu, plan.workspace_size()).unwrap();
+    }
+    plan.bind(ws).unwrap().run().unwrap();
+}
+
+/// The machine's copy bandwidth with this pool: 2 x 256 MiB, counted as read + write.
+fn copy_case(cpu: &Cpu, reps: usize) {
+    let n = 64 << 20;
+    let src = vec![1.0f32; n];
+    let mut dst = vec![0.0f32; n];
+    let chunk = n.div_ceil(cpu.threads());
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(cpu.threads()).build().unwrap();
+    let t = time(reps.min(7), || {
+        use rayon::prelude::*;
+        pool.install(|| {
+            dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(d, s)| d.copy_from_slice(s))
+        });
+    });
+    let bytes = 2.0 * (n * 4) as f64;
+    println!(
+        "{{\"name\": \"copy\", \"threads\": {}, \"median_s\": {t:.6e}, \"bytes\": {bytes:.0}, \"gbps\": {:.2}}}",
+        cpu.threads(),
+        bytes / t / 1e9
+    );
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let cpu = Cpu::new(Parallelism::Threads(args.threads.max(1).try_into().unwrap())).expect("thread pool");
+    let selected = |name: &str| args.cases.is_empty() || args.cases.iter().any(|c| c == name);
+    if selected("copy") {
+        copy_case(&cpu, args.reps);
+    }
+    for (name, dtype, shape, kind) in CASES {
+        let wanted = |n: &str| selected(n);
+        match dtype {
+            DType::F32 => run_case::<f32>(&cpu, args.reps, name, shape, kind, &wanted),
+            DType::F16 => run_case::<half::f16>(&cpu, args.reps, name, shape, kind, &wanted),
+            DType::BF16 => run_case::<half::bf16>(&cpu, args.reps, name, shape, kind, &wanted),
+        }
+    }
+}
