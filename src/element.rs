@@ -52,7 +52,11 @@ pub trait Element: sealed::Sealed + bytemuck::Pod + Send + Sync + fmt::Debug + P
 }
 
 /// The accumulator types, `f32` and `f64`. Sealed.
-pub trait AccFloat: Element + num_traits::Float + AddAssign {}
+pub trait AccFloat: Element + num_traits::Float + AddAssign {
+    /// `if take { yes } else { no }` without a branch (a conditional move on the bits), for
+    /// data-dependent choices in hot loops.
+    fn choose(take: bool, yes: Self, no: Self) -> Self;
+}
 
 /// Float element types the pooling operations accept: `f32`, `f64`, [`half::f16`] and
 /// [`half::bf16`]. Sealed.
@@ -99,8 +103,19 @@ macro_rules! element {
 }
 element!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i8 => I8, i32 => I32, i64 => I64);
 
-impl AccFloat for f32 {}
-impl AccFloat for f64 {}
+impl AccFloat for f32 {
+    #[inline(always)]
+    fn choose(take: bool, yes: f32, no: f32) -> f32 {
+        f32::from_bits(core::hint::select_unpredictable(take, yes.to_bits(), no.to_bits()))
+    }
+}
+
+impl AccFloat for f64 {
+    #[inline(always)]
+    fn choose(take: bool, yes: f64, no: f64) -> f64 {
+        f64::from_bits(core::hint::select_unpredictable(take, yes.to_bits(), no.to_bits()))
+    }
+}
 
 macro_rules! native_float {
     ($($t:ty),*) => {$(

@@ -2,7 +2,7 @@
 //! forward and scatter kernels.
 
 use super::Cpu;
-use super::forward::{self, ForwardPrepared, Planes, Taps, task_count};
+use super::forward::{self, ForwardPrepared, Planes, Taps};
 use super::scatter::{self, ScatterPrepared, ScatterShape};
 use super::workspace::{Carver, Sizer};
 use crate::device::internal::Launch;
@@ -35,11 +35,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         sizer.stage(&op.input.view())?;
         sizer.stage(&op.output.as_ref().view())?;
         sizer.stage(&op.indices.as_ref().view())?;
-        let prepared = ForwardPrepared {
-            rows: taps(g.h, g.ho),
-            cols: taps(g.w, g.wo),
-            tasks: task_count(self, g.planes()),
-        };
+        let prepared =
+            ForwardPrepared::new::<T>(self, taps(g.h, g.ho), taps(g.w, g.wo), planes(g), &mut sizer)?;
         Ok((prepared, sizer.total()))
     }
 
@@ -56,7 +53,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         let x = carver.stage(input.view())?;
         let mut out = carver.output(output.into_view())?;
         let mut idx = carver.output(indices.into_view())?;
-        forward::pool(self, planes(g), &p, x, out.slice(), idx.slice());
+        let scratch = p.scratch::<T>(&mut carver)?;
+        forward::pool(self, planes(g), &p, x, out.slice(), idx.slice(), scratch);
         out.finish(OP, "output")?;
         idx.finish(OP, "indices")
     }

@@ -2,7 +2,9 @@
 //! a window given by its row and column taps.
 
 use super::Cpu;
-use crate::element::PoolFloat;
+use super::workspace::{Carver, Sizer};
+use crate::element::{AccFloat, PoolFloat};
+use crate::error::Result;
 use crate::index::ArgmaxIndex;
 
 /// The input positions one output reads along one axis: `start + i * step` for `i < count`
@@ -14,12 +16,70 @@ pub(super) struct Taps {
     pub step: usize,
 }
 
-/// Phase-1 state of a forward: the taps of every output row and column.
+/// Phase-1 state of a forward: the taps of every output row and column, and how the work is
+/// split.
 #[derive(Debug)]
 pub struct ForwardPrepared {
     pub(super) rows: Vec<Taps>,
     pub(super) cols: Vec<Taps>,
-    pub(super) tasks: usize,
+    groups: Vec<ColumnGroup>,
+    pub(super) split: Split,
+    /// f32 scratch per task: one widened input plane for the half types, else 0.
+    acc_per_task: usize,
+}
+
+impl ForwardPrepared {
+    /// Plans a forward over `planes` and adds its scratch to `sizer`.
+    pub(super) fn new<T: PoolFloat>(
+        cpu: &Cpu,
+        rows: Vec<Taps>,
+        cols: Vec<Taps>,
+        planes: Planes,
+        sizer: &mut Sizer,
+    ) -> Result<Self> {
+        let split = Split::new(cpu, planes.count, planes.ho);
+        let acc_per_task = if T::as_acc(&[]).is_some() { 0 } else { planes.h * planes.w };
+        sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
+        let groups = ColumnGroup::plan(&cols);
+        Ok(ForwardPrepared { rows, cols, groups, split, acc_per_task })
+    }
+
+    /// Carves the scratch counted by [`ForwardPrepared::new`].
+    pub(super) fn scratch<'w, T: PoolFloat>(&self, carver: &mut Carver<'w>) -> Result<&'w mut [T::Acc]> {
+        carver.region::<T::Acc>(self.split.tasks() * self.acc_per_task)
+    }
+}
+
+/// How planes are split into tasks: runs of whole planes, or, when there are fewer planes than
+/// threads, bands of output rows of one plane (so batch 1 still uses every thread).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Split {
+    /// Planes per task (bands == 1) ...
+    pub planes_per_task: usize,
+    /// ... or bands of output rows per plane (planes_per_task == 1).
+    pub bands: usize,
+    /// Output rows per band.
+    pub rows_per_band: usize,
+    tasks: usize,
+}
+
+impl Split {
+    pub(super) fn new(cpu: &Cpu, planes: usize, rows: usize) -> Self {
+        let threads = cpu.threads().max(1);
+        if planes >= threads || rows <= 1 {
+            let tasks = threads.min(planes).max(1);
+            Split { planes_per_task: planes_per_task(planes, tasks), bands: 1, rows_per_band: rows, tasks }
+        } else {
+            let bands = threads.div_ceil(planes.max(1)).min(rows).max(1);
+            let rows_per_band = rows.div_ceil(bands);
+            let bands = rows.div_ceil(rows_per_band);
+            Split { planes_per_task: 1, bands, rows_per_band, tasks: planes * bands }
+        }
+    }
+
+    pub(super) fn tasks(&self) -> usize {
+        self.tasks
+    }
 }
 
 /// Sizes of a forward call.
@@ -41,10 +101,14 @@ pub(super) fn task_count(cpu: &Cpu, planes: usize) -> usize {
     cpu.threads().min(planes).max(1)
 }
 
-struct Task<'s, T, I> {
+struct Task<'s, T: PoolFloat, I> {
+    /// The input planes the task reads (whole planes).
     x: &'s [T],
+    /// First output row of the task within each plane.
+    row0: usize,
     out: &'s mut [T],
     idx: &'s mut [I],
+    acc: &'s mut [T::Acc],
 }
 
 /// Pools every plane of the row-major `x` into `out` and `idx`.
@@ -55,53 +119,171 @@ pub(super) fn pool<T: PoolFloat, I: ArgmaxIndex>(
     x: &[T],
     out: &mut [T],
     idx: &mut [I],
+    scratch: &mut [T::Acc],
 ) {
     let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
-    let per = planes_per_task(planes.count, p.tasks);
-    let tasks: Vec<_> = x
-        .chunks(per * hw)
-        .zip(out.chunks_mut(per * ohw))
-        .zip(idx.chunks_mut(per * ohw))
-        .map(|((x, out), idx)| Task { x, out, idx })
-        .collect();
+    let Split { planes_per_task: per, rows_per_band, .. } = p.split;
+    let mut accs = scratch.chunks_mut(p.acc_per_task.max(1));
+    let mut tasks = Vec::with_capacity(p.split.tasks());
+    if p.split.bands == 1 {
+        for ((x, out), idx) in
+            x.chunks(per * hw).zip(out.chunks_mut(per * ohw)).zip(idx.chunks_mut(per * ohw))
+        {
+            tasks.push(Task { x, row0: 0, out, idx, acc: accs.next().unwrap_or(&mut []) });
+        }
+    } else {
+        let band = rows_per_band * planes.wo;
+        for ((x, out), idx) in x.chunks(hw).zip(out.chunks_mut(ohw)).zip(idx.chunks_mut(ohw)) {
+            for (b, (out, idx)) in out.chunks_mut(band).zip(idx.chunks_mut(band)).enumerate() {
+                tasks.push(Task {
+                    x,
+                    row0: b * rows_per_band,
+                    out,
+                    idx,
+                    acc: accs.next().unwrap_or(&mut []),
+                });
+            }
+        }
+    }
     cpu.for_each_task(tasks, |t| {
-        for ((x, out), idx) in t.x.chunks(hw).zip(t.out.chunks_mut(ohw)).zip(t.idx.chunks_mut(ohw)) {
-            pool_plane(x, planes.w, &p.rows, &p.cols, out, idx);
+        let rows_here = t.out.len().min(rows_per_band * planes.wo).div_ceil(planes.wo.max(1));
+        let chunk = rows_here * planes.wo;
+        for ((x, out), idx) in t.x.chunks(hw).zip(t.out.chunks_mut(chunk)).zip(t.idx.chunks_mut(chunk)) {
+            let rows = &p.rows[t.row0..t.row0 + out.len() / planes.wo];
+            match T::as_acc(x) {
+                Some(xa) => pool_plane(x, xa, planes.w, rows, &p.cols, &p.groups, out, idx),
+                None => {
+                    let xa = &mut t.acc[..hw];
+                    T::to_acc_slice(x, xa);
+                    pool_plane(x, xa, planes.w, rows, &p.cols, &p.groups, out, idx);
+                }
+            }
         }
     });
 }
 
-/// One plane: for each window, the first maximum in row-major order; a NaN is taken and a later
-/// NaN replaces it (PyTorch's rule). The index starts at the window's first input, so a window of
-/// `-inf` points there.
+/// Output columns computed together: independent windows whose compare-and-select chains the
+/// processor overlaps, and which vectorise when their columns are 1 or 2 apart.
+const LANES: usize = 8;
+
+/// How the output columns are computed: [`LANES`] at a time when their windows have the same taps
+/// and start 1 or 2 apart (so the loads vectorise), otherwise one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ColumnGroup {
+    Lanes { first: usize, stride: usize },
+    Single(usize),
+}
+
+impl ColumnGroup {
+    fn plan(cols: &[Taps]) -> Vec<ColumnGroup> {
+        let mut groups = Vec::new();
+        let mut ow = 0;
+        while ow < cols.len() {
+            let group = &cols[ow..(ow + LANES).min(cols.len())];
+            let stride = group.get(1).map_or(0, |c| c.start.wrapping_sub(group[0].start));
+            let regular = group.len() == LANES
+                && (stride == 1 || stride == 2)
+                && group.iter().enumerate().all(|(l, c)| {
+                    c.count == group[0].count
+                        && c.step == group[0].step
+                        && c.start == group[0].start + l * stride
+                });
+            if regular {
+                groups.push(ColumnGroup::Lanes { first: ow, stride });
+                ow += LANES;
+            } else {
+                groups.push(ColumnGroup::Single(ow));
+                ow += 1;
+            }
+        }
+        groups
+    }
+}
+
+/// Some output rows of one plane: for each window, the first maximum in row-major order; a NaN is
+/// taken and a later NaN replaces it (PyTorch's rule). The index starts at the window's first
+/// input, so a window of `-inf` points there. Values are compared in `xa` (the plane widened to
+/// the accumulator type, exact) and copied from `x`; data-dependent choices are made without
+/// branches.
+#[allow(clippy::too_many_arguments)]
 fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
     x: &[T],
+    xa: &[T::Acc],
     w: usize,
     rows: &[Taps],
     cols: &[Taps],
+    groups: &[ColumnGroup],
     out: &mut [T],
     idx: &mut [I],
 ) {
-    let mut slots = out.iter_mut().zip(idx.iter_mut());
-    for r in rows {
-        for c in cols {
-            let mut best = T::neg_infinity();
-            let mut best_at = r.start * w + c.start;
-            for a in 0..r.count {
-                let base = (r.start + a * r.step) * w;
-                for b in 0..c.count {
-                    let at = base + c.start + b * c.step;
-                    let v = x[at];
-                    if v > best || v.is_nan() {
-                        best = v;
-                        best_at = at;
+    let wo = cols.len();
+    for (r, (out, idx)) in rows.iter().zip(out.chunks_mut(wo).zip(idx.chunks_mut(wo))) {
+        for group in groups {
+            match *group {
+                ColumnGroup::Lanes { first, stride } => {
+                    let at = if stride == 1 {
+                        lanes::<T::Acc, 1>(xa, w, r, &cols[first])
+                    } else {
+                        lanes::<T::Acc, 2>(xa, w, r, &cols[first])
+                    };
+                    for (l, &a) in at.iter().enumerate() {
+                        out[first + l] = x[a];
+                        idx[first + l] = I::from_flat_checked(a);
                     }
                 }
-            }
-            if let Some((o, i)) = slots.next() {
-                *o = best;
-                *i = I::from_flat_checked(best_at);
+                ColumnGroup::Single(ow) => {
+                    let a = window(xa, w, r, &cols[ow]);
+                    out[ow] = x[a];
+                    idx[ow] = I::from_flat_checked(a);
+                }
             }
         }
     }
+}
+
+/// The arg-max of one window, scanning its taps in row-major order.
+#[inline]
+fn window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
+    let mut best = A::neg_infinity();
+    let mut best_at = r.start * w + c.start;
+    for a in 0..r.count {
+        let base = (r.start + a * r.step) * w + c.start;
+        for b in 0..c.count {
+            let at = base + b * c.step;
+            let v = xa[at];
+            if (v > best) | v.is_nan() {
+                best = v;
+                best_at = at;
+            }
+        }
+    }
+    best_at
+}
+
+/// The arg-max of [`LANES`] windows on rows `r` whose columns are those of `first` shifted by
+/// `S * lane`. Each lane keeps the number of its best tap (the same for every lane at each step),
+/// so the loop vectorises; the numbers become positions at the end.
+#[inline]
+fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps) -> [usize; LANES] {
+    let mut best = [A::neg_infinity(); LANES];
+    let mut best_tap = [0u32; LANES];
+    let mut tap = 0u32;
+    for a in 0..r.count {
+        let base = (r.start + a * r.step) * w + first.start;
+        for b in 0..first.count {
+            let off = base + b * first.step;
+            let span = &xa[off..off + (LANES - 1) * S + 1];
+            for l in 0..LANES {
+                let v = span[l * S];
+                let take = (v > best[l]) | v.is_nan();
+                best[l] = if take { v } else { best[l] };
+                best_tap[l] = if take { tap } else { best_tap[l] };
+            }
+            tap += 1;
+        }
+    }
+    core::array::from_fn(|l| {
+        let (a, b) = (best_tap[l] as usize / first.count, best_tap[l] as usize % first.count);
+        (r.start + a * r.step) * w + first.start + b * first.step + l * S
+    })
 }

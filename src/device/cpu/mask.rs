@@ -29,7 +29,8 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         sizer.stage(&op.output.as_ref().view())?;
         sizer.stage(&op.mask.bytes.as_ref().view())?;
         sizer.region::<i32>(g.planes() * g.positions())?;
-        Ok((prepare_forward(self, g), sizer.total()))
+        let prepared = prepare_forward::<T>(self, g, &mut sizer)?;
+        Ok((prepared, sizer.total()))
     }
 
     fn launch(
@@ -46,7 +47,8 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         let mut out = carver.output(output.into_view())?;
         let mut bytes = carver.output(mask.bytes.into_view())?;
         let idx = carver.region::<i32>(g.planes() * g.positions())?;
-        forward::pool(self, planes(g), &p, x, out.slice(), idx);
+        let scratch = p.scratch::<T>(&mut carver)?;
+        forward::pool(self, planes(g), &p, x, out.slice(), idx, scratch);
         mask::encode(OP, "mask", L::KIND, g, idx, bytes.slice())?;
         out.finish(OP, "output")?;
         bytes.finish(OP, "mask")

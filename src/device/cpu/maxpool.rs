@@ -2,7 +2,7 @@
 //! forward and scatter kernels.
 
 use super::Cpu;
-use super::forward::{self, ForwardPrepared, Planes, Taps, task_count};
+use super::forward::{self, ForwardPrepared, Planes, Taps};
 use super::scatter::{self, ScatterPrepared, ScatterShape};
 use super::workspace::{Carver, Sizer};
 use crate::device::internal::Launch;
@@ -13,7 +13,11 @@ use crate::index::ArgmaxIndex;
 use crate::op::{MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPoolGeometry};
 
 /// The forward state of a max pooling: the valid taps of every output row and column.
-pub(super) fn prepare_forward(cpu: &Cpu, g: &MaxPoolGeometry) -> ForwardPrepared {
+pub(super) fn prepare_forward<T: PoolFloat>(
+    cpu: &Cpu,
+    g: &MaxPoolGeometry,
+    sizer: &mut Sizer,
+) -> Result<ForwardPrepared> {
     let p = &g.params;
     let axis = |a: usize, input: usize, output: usize| -> Vec<Taps> {
         let [k, s, pad, d] = [p.kernel()[a], p.stride()[a], p.padding()[a], p.dilation()[a]];
@@ -24,7 +28,7 @@ pub(super) fn prepare_forward(cpu: &Cpu, g: &MaxPoolGeometry) -> ForwardPrepared
             })
             .collect()
     };
-    ForwardPrepared { rows: axis(0, g.h, g.ho), cols: axis(1, g.w, g.wo), tasks: task_count(cpu, g.planes()) }
+    ForwardPrepared::new::<T>(cpu, axis(0, g.h, g.ho), axis(1, g.w, g.wo), planes(g), sizer)
 }
 
 pub(super) fn planes(g: &MaxPoolGeometry) -> Planes {
@@ -47,7 +51,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         sizer.stage(&op.input.view())?;
         sizer.stage(&op.output.as_ref().view())?;
         sizer.stage(&op.indices.as_ref().view())?;
-        Ok((prepare_forward(self, g), sizer.total()))
+        let prepared = prepare_forward::<T>(self, g, &mut sizer)?;
+        Ok((prepared, sizer.total()))
     }
 
     fn launch(
@@ -63,7 +68,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         let x = carver.stage(input.view())?;
         let mut out = carver.output(output.into_view())?;
         let mut idx = carver.output(indices.into_view())?;
-        forward::pool(self, planes(g), &p, x, out.slice(), idx.slice());
+        let scratch = p.scratch::<T>(&mut carver)?;
+        forward::pool(self, planes(g), &p, x, out.slice(), idx.slice(), scratch);
         out.finish(OP, "output")?;
         idx.finish(OP, "indices")
     }
