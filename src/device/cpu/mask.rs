@@ -5,13 +5,14 @@
 use num_traits::Zero;
 
 use super::Cpu;
-use super::forward::{self, ForwardPrepared, planes_per_task};
+use super::forward::{self, ForwardPrepared, Taps, planes_per_task};
 use super::maxpool::{planes, prepare_forward, scatter_shape};
 use super::scatter::{self, ScatterPrepared};
 use super::workspace::{Carver, Sizer};
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
 use crate::error::Result;
+use crate::geometry::pool_window_taps;
 use crate::mask::layout_repr::LayoutKind;
 use crate::mask::{self, MaskLayout};
 use crate::op::{MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry};
@@ -61,7 +62,32 @@ pub enum MaskBackwardPrepared {
     /// Scatter the `I32Argmax` values, read in place or copied into the workspace.
     I32Argmax { scatter: ScatterPrepared, copy_values: bool },
     /// Read the bit mask in 16-channel blocks.
-    Bitmask { tasks: usize, acc_per_task: usize },
+    Bitmask { tasks: usize, acc_per_task: usize, windows: Windows },
+}
+
+/// The valid taps of every output row and column, with the window offset of the first one.
+#[derive(Debug)]
+pub struct Windows {
+    rows: Vec<(Taps, usize)>,
+    cols: Vec<(Taps, usize)>,
+}
+
+impl Windows {
+    fn new(g: &MaxPoolGeometry) -> Self {
+        let p = &g.params;
+        let axis = |a: usize, input: usize, output: usize| {
+            (0..output)
+                .map(|o| {
+                    let (k, s, pad) = (p.kernel()[a], p.stride()[a], p.padding()[a]);
+                    let (start, count) = pool_window_taps(o, input, k, s, pad, 1);
+                    // The first valid tap's offset in the window: start - (o*s - pad) >= 0.
+                    let first = (start + pad).saturating_sub(o * s);
+                    (Taps { start, count, step: 1 }, first)
+                })
+                .collect()
+        };
+        Windows { rows: axis(0, g.h, g.ho), cols: axis(1, g.w, g.wo) }
+    }
 }
 
 impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>> for Cpu {
@@ -92,7 +118,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                 let tasks = self.threads().min(g.n * g.channel_blocks()).max(1);
                 let acc_per_task = if T::as_acc_mut(&mut []).is_some() { 0 } else { 16 * g.h * g.w };
                 sizer.region::<T::Acc>(tasks * acc_per_task)?;
-                MaskBackwardPrepared::Bitmask { tasks, acc_per_task }
+                MaskBackwardPrepared::Bitmask { tasks, acc_per_task, windows: Windows::new(g) }
             }
         };
         Ok((prepared, sizer.total()))
@@ -127,11 +153,11 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                 gi.finish(OP, "grad_input")?;
                 checked.map_err(|bad| g.index_error(OP, "mask", bad.element, bad.value))
             }
-            MaskBackwardPrepared::Bitmask { tasks, acc_per_task } => {
+            MaskBackwardPrepared::Bitmask { tasks, acc_per_task, windows } => {
                 let bits = carver.stage(mask.bytes.view())?;
                 let mut gi = carver.output(grad_input.into_view())?;
                 let acc = carver.region::<T::Acc>(tasks * acc_per_task)?;
-                bitmask_backward(self, g, tasks, acc_per_task, go, bits, gi.slice(), acc);
+                bitmask_backward(self, g, &windows, tasks, acc_per_task, go, bits, gi.slice(), acc);
                 gi.finish(OP, "grad_input")
             }
         }
@@ -151,6 +177,7 @@ struct BlockTask<'s, T: PoolFloat> {
 fn bitmask_backward<T: PoolFloat>(
     cpu: &Cpu,
     g: &MaxPoolGeometry,
+    windows: &Windows,
     tasks: usize,
     acc_per_task: usize,
     go: &[T],
@@ -186,17 +213,19 @@ fn bitmask_backward<T: PoolFloat>(
             let (gi_block, gi_tail) = gi.split_at_mut(channels * hw);
             let (go_block, go_tail) = go.split_at(channels * positions);
             (gi, go) = (gi_tail, go_tail);
-            block_backward(g, n, c1, channels, go_block, bits, gi_block, &mut *t.acc);
+            block_backward(g, windows, n, c1, channels, go_block, bits, gi_block, &mut *t.acc);
         }
     });
 }
 
 /// One block of up to 16 channels: zero, then for each output position in row-major order and
-/// each window offset, add the gradient of every channel whose bit is set. Bits of channels past
-/// `C` are masked off; a bit whose window offset lies in padding adds nothing.
+/// each valid window offset, add the gradient of every channel whose bit is set. Bits of channels
+/// past `C` are masked off; offsets that lie in padding are never visited, so their bits add
+/// nothing.
 #[allow(clippy::too_many_arguments)]
 fn block_backward<T: PoolFloat>(
     g: &MaxPoolGeometry,
+    windows: &Windows,
     n: usize,
     c1: usize,
     channels: usize,
@@ -205,22 +234,29 @@ fn block_backward<T: PoolFloat>(
     gi: &mut [T],
     acc: &mut [T::Acc],
 ) {
-    let (hw, positions) = (g.h * g.w, g.positions());
+    let (hw, positions, w) = (g.h * g.w, g.positions(), g.w);
+    let kw = g.params.kernel()[1];
     let valid: u16 = if channels >= 16 { u16::MAX } else { (1u16 << channels) - 1 };
+    let block = g.word_offset(n, c1, 0, 0);
+    let row_bytes = g.word_offset(0, 0, 1, 0);
     let sum = |acc: &mut [T::Acc]| {
         acc.fill(T::Acc::zero());
-        for p in 0..positions {
-            for k in 0..g.offsets() {
-                let word = mask::read_word(bits, g.word_offset(n, c1, k, p)) & valid;
-                if word == 0 {
-                    continue;
-                }
-                let Some(flat) = g.flat_of(p, k) else { continue };
-                let mut rest = word;
-                while rest != 0 {
-                    let ch = rest.trailing_zeros() as usize;
-                    rest &= rest - 1;
-                    acc[ch * hw + flat] += go[ch * positions + p].to_acc();
+        for (oh, (r, i0)) in windows.rows.iter().enumerate() {
+            for (ow, (c, j0)) in windows.cols.iter().enumerate() {
+                let p = oh * g.wo + ow;
+                for a in 0..r.count {
+                    let (ih, i) = (r.start + a, i0 + a);
+                    for b in 0..c.count {
+                        let k = i * kw + j0 + b;
+                        let word = mask::read_word(bits, block + k * row_bytes + 2 * p) & valid;
+                        let flat = ih * w + c.start + b;
+                        let mut rest = word;
+                        while rest != 0 {
+                            let ch = rest.trailing_zeros() as usize;
+                            rest &= rest - 1;
+                            acc[ch * hw + flat] += go[ch * positions + p].to_acc();
+                        }
+                    }
                 }
             }
         }
