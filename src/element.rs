@@ -91,6 +91,12 @@ pub trait PoolFloat: Element + num_traits::Float + Default {
     /// The slice itself as accumulators when `Acc` is `Self` (`f32`, `f64`), else `None`.
     fn as_acc_mut(values: &mut [Self]) -> Option<&mut [Self::Acc]>;
 
+    /// Rounds an `f64` to this type once (round to nearest, ties to even).
+    fn round_from_f64(value: f64) -> Self;
+
+    /// The value as `f64` (exact).
+    fn to_f64_exact(self) -> f64;
+
     /// The slice itself as accumulator values when `Acc` is `Self` (`f32`, `f64`), else `None`.
     fn as_acc(values: &[Self]) -> Option<&[Self::Acc]>;
 }
@@ -134,6 +140,8 @@ macro_rules! native_float {
                 dst[..n].copy_from_slice(&src[..n]);
             }
             fn as_acc_mut(values: &mut [$t]) -> Option<&mut [$t]> { Some(values) }
+            fn round_from_f64(value: f64) -> $t { value as $t }
+            fn to_f64_exact(self) -> f64 { self as f64 }
             fn as_acc(values: &[$t]) -> Option<&[$t]> { Some(values) }
         }
     )*};
@@ -161,6 +169,12 @@ impl PoolFloat for f16 {
     }
     fn as_acc_mut(_: &mut [f16]) -> Option<&mut [f32]> {
         None
+    }
+    fn round_from_f64(value: f64) -> f16 {
+        f16::from_f64(value)
+    }
+    fn to_f64_exact(self) -> f64 {
+        self.to_f64()
     }
     fn as_acc(_: &[f16]) -> Option<&[f32]> {
         None
@@ -191,6 +205,12 @@ impl PoolFloat for bf16 {
     }
     fn as_acc_mut(_: &mut [bf16]) -> Option<&mut [f32]> {
         None
+    }
+    fn round_from_f64(value: f64) -> bf16 {
+        bf16::from_f64(value)
+    }
+    fn to_f64_exact(self) -> f64 {
+        self.to_f64()
     }
     fn as_acc(_: &[bf16]) -> Option<&[f32]> {
         None

@@ -21,7 +21,7 @@ pub(crate) mod repr {
 /// assert_eq!(i32::try_from_flat(7), Some(7));
 /// assert_eq!(i32::try_from_flat(1 << 31), None);
 /// ```
-pub trait ArgmaxIndex: Element + num_traits::PrimInt + repr::IndexRepr {
+pub trait ArgmaxIndex: Element + num_traits::PrimInt + Into<i64> + repr::IndexRepr {
     /// The largest plane size `H * W` whose every position this type can hold.
     const MAX_PLANE: u64;
 

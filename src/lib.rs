@@ -52,7 +52,9 @@
 //! ## Crate features
 //!
 //! - `rayon` (default): parallel CPU kernels. Without it every plan runs sequentially.
-//! - `ascend`, `proptest`: reserved for the Ascend NPU backend and the downstream testing kit.
+//! - `proptest`: [`testing`], a property-based testing kit for downstream models (strategies,
+//!   reference implementations, one-line checks, a finite-difference gradient check).
+//! - `ascend`: reserved for the Ascend NPU backend.
 
 #![doc(test(attr(deny(warnings))))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -69,6 +71,9 @@ pub mod op;
 mod params;
 mod plan;
 mod tensor;
+#[cfg(feature = "proptest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "proptest")))]
+pub mod testing;
 mod validate;
 
 pub use device::Device;

@@ -451,6 +451,57 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         into_array(OP, "indices", out, &g.pooled_dims())
     }
 
+    /// Every (output element, input position) pair the mask selects, in row-major output order:
+    /// `element` indexes the pooled output `[N, C, Ho, Wo]` flattened, `flat = ih * W + iw` the
+    /// input plane. An `I32Argmax` mask selects one position per output; a `Bitmask` selects one
+    /// per set bit (so possibly none or several), skipping bits that point into padding and bits
+    /// of channels past `C`. This is what the backward sums over.
+    ///
+    /// ```
+    /// use ndarray::array;
+    /// use poolgrad::{Bitmask, Mask, MaxPool2dParams};
+    /// let mask = Mask::<Bitmask, _>::from_indices(&array![[[1i64, 6]]], &MaxPool2dParams::new([2, 2]), &[1, 2, 4])?;
+    /// assert_eq!(mask.selected()?, vec![(0, 1), (1, 6)]);
+    /// # Ok::<(), poolgrad::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] for an `I32Argmax` value outside the plane.
+    pub fn selected(&self) -> Result<Vec<(usize, usize)>> {
+        const OP: &str = "Mask::selected";
+        let g = &self.geometry;
+        let standard = self.data.as_standard_layout();
+        let bytes = standard.as_slice().unwrap_or(&[]);
+        let count = g.planes() * g.positions();
+        let mut pairs = Vec::with_capacity(count);
+        match L::KIND {
+            LayoutKind::I32Argmax => {
+                let plane = g.h * g.w;
+                for e in 0..count {
+                    let v = read_i32(bytes, e);
+                    if v < 0 || v as usize >= plane {
+                        return Err(g.index_error(OP, "mask", e, v.into()));
+                    }
+                    pairs.push((e, v as usize));
+                }
+            }
+            LayoutKind::Bitmask => {
+                for e in 0..count {
+                    let (plane_index, p) = (e / g.positions(), e % g.positions());
+                    let (n, c) = (plane_index / g.c, plane_index % g.c);
+                    for k in 0..g.offsets() {
+                        if read_word(bytes, g.word_offset(n, c / 16, k, p)) & (1 << (c % 16)) != 0
+                            && let Some(flat) = g.flat_of(p, k)
+                        {
+                            pairs.push((e, flat));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(pairs)
+    }
+
     /// The mask bytes.
     pub fn as_array(&self) -> &Array<i8, D> {
         &self.data

@@ -83,27 +83,18 @@ fn adaptive_limits(
     device: &'static str,
 ) -> Result<()> {
     let plane = g.h * g.w;
-    if let Some(max) = limits.max_plane {
-        if plane > max {
-            return Err(Error::DeviceLimit {
-                device,
-                op,
-                arg: "H * W",
-                limit: format!("at most {max}"),
-                got: plane.to_string(),
-            });
-        }
-    }
-    if let Some(max) = limits.max_non_divisible_adaptive_plane {
-        if plane > max && !adaptive_is_divisible([g.h, g.w], [g.ho, g.wo]) {
-            return Err(Error::DeviceLimit {
-                device,
-                op,
-                arg: "H * W",
-                limit: format!("at most {max} when H % Ho != 0 or W % Wo != 0"),
-                got: format!("{plane} ({}x{} pooled to {}x{})", g.h, g.w, g.ho, g.wo),
-            });
-        }
+    plane_limit(op, g.h, g.w, limits, device)?;
+    if let Some(max) = limits.max_non_divisible_adaptive_plane
+        && plane > max
+        && !adaptive_is_divisible([g.h, g.w], [g.ho, g.wo])
+    {
+        return Err(Error::DeviceLimit {
+            device,
+            op,
+            arg: "H * W",
+            limit: format!("at most {max} when H % Ho != 0 or W % Wo != 0"),
+            got: format!("{plane} ({}x{} pooled to {}x{})", g.h, g.w, g.ho, g.wo),
+        });
     }
     Ok(())
 }

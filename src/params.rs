@@ -113,18 +113,18 @@ impl MaxPool2dParams {
         for (axis, n, out, name) in [(0, h, ho, "H"), (1, w, wo, "W")] {
             let [k, s, p, d] =
                 [self.kernel[axis], self.stride[axis], self.padding[axis], self.dilation[axis]];
-            if d > 1 {
-                if let Some(o) = (0..out).find(|&o| pool_window_taps(o, n, k, s, p, d).1 == 0) {
-                    return Err(Error::InvalidParameter {
-                        op,
-                        arg: "dilation",
-                        expected: "every window to read at least one input element".into(),
-                        got: format!(
-                            "{:?}, whose window {o} along {name} = {n} reads only padding",
-                            self.dilation
-                        ),
-                    });
-                }
+            if d > 1
+                && let Some(o) = (0..out).find(|&o| pool_window_taps(o, n, k, s, p, d).1 == 0)
+            {
+                return Err(Error::InvalidParameter {
+                    op,
+                    arg: "dilation",
+                    expected: "every window to read at least one input element".into(),
+                    got: format!(
+                        "{:?}, whose window {o} along {name} = {n} reads only padding",
+                        self.dilation
+                    ),
+                });
             }
         }
         Ok([ho, wo])

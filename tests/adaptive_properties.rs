@@ -1,87 +1,59 @@
-//! Property tests of adaptive max pooling against the independent reference in `common`.
+//! Property tests of adaptive max pooling, on the cases of the crate's own testing kit
+//! (`poolgrad::testing`), plus what the kit does not check: the exact `f32` summation order,
+//! strided views and thread counts.
 
 mod common;
 
-use common::{arr_f64, arr_to, same_bits};
-use ndarray::{Array4, ArrayView4, s};
+use common::{arr_f64, same_bits};
+use ndarray::{Array4, ArrayD, ArrayView4, Axis, s};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::{AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward};
+use poolgrad::testing::{AdaptiveCase, Shapes, Values, adaptive_cases};
 use poolgrad::{ArgmaxIndex, Plan, PoolFloat, TensorMut, TensorRef};
 use proptest::prelude::*;
 
-/// One random case: input values (small integers for many ties, or spread values, NaN
-/// optional), gradients (small integers, so f32/f64 sums are exact), and the output size.
-#[derive(Debug, Clone)]
-struct Case {
-    x: Array4<f64>,
-    grad: Array4<f64>,
-    out: [usize; 2],
-    three_d: bool,
+fn cases<T: PoolFloat, I: ArgmaxIndex>() -> impl Strategy<Value = AdaptiveCase<T, I>> {
+    let shapes = Shapes { batch: 1..=3, channels: 1..=4, height: 1..=9, width: 1..=9, allow_3d: true };
+    prop_oneof![
+        adaptive_cases(shapes.clone(), Values::Ties),
+        adaptive_cases(shapes.clone(), Values::Distinct),
+        adaptive_cases(shapes, Values::WithNan),
+    ]
 }
 
-fn case() -> impl Strategy<Value = Case> {
-    (1usize..=3, 1usize..=4, 1usize..=9, 1usize..=9, 1usize..=11, 1usize..=11, any::<bool>(), 0u8..3)
-        .prop_flat_map(|(n, c, h, w, ho, wo, three_d, style)| {
-            let n = if three_d { 1 } else { n };
-            let len = n * c * h * w;
-            let value = match style {
-                0 => (-3i32..3).prop_map(f64::from).boxed(), // many ties
-                1 => (-2000i32..2000).prop_map(|v| f64::from(v) / 8.0).boxed(), // spread, exact in f16
-                _ => prop_oneof![9 => (-3i32..3).prop_map(f64::from), 1 => Just(f64::NAN)].boxed(),
-            };
-            (
-                proptest::collection::vec(value, len),
-                proptest::collection::vec((-8i32..8).prop_map(f64::from), n * c * ho * wo),
-            )
-                .prop_map(move |(xs, gs)| Case {
-                    x: Array4::from_shape_vec((n, c, h, w), xs).unwrap(),
-                    grad: Array4::from_shape_vec((n, c, ho, wo), gs).unwrap(),
-                    out: [ho, wo],
-                    three_d,
-                })
-        })
+fn as4<E: Clone>(a: &ArrayD<E>) -> Array4<E> {
+    let v = if a.ndim() == 3 { a.view().insert_axis(Axis(0)) } else { a.view() };
+    v.into_dimensionality().expect("3-D or 4-D").to_owned()
 }
 
-/// Runs the forward through the free function (3-D when the case says so).
-fn forward<T: PoolFloat, I: ArgmaxIndex>(case: &Case) -> (Array4<T>, Array4<I>) {
-    let x = arr_to::<T>(&case.x);
-    if case.three_d {
-        let x3 = x.index_axis(ndarray::Axis(0), 0).to_owned();
-        let p = poolgrad::adaptive_max_pool2d::<T, I, _, _>(&x3, case.out).unwrap();
-        assert_eq!(p.output.ndim(), 3);
-        (p.output.insert_axis(ndarray::Axis(0)), p.indices.insert_axis(ndarray::Axis(0)))
-    } else {
-        let p = poolgrad::adaptive_max_pool2d::<T, I, _, _>(&x, case.out).unwrap();
-        (p.output, p.indices)
-    }
-}
-
-fn check_forward<T: PoolFloat, I: ArgmaxIndex>(case: &Case) -> Result<(), TestCaseError> {
-    // The reference sees the values after rounding to T.
-    let x = arr_f64(arr_to::<T>(&case.x).view());
-    let (ref_out, ref_idx) = common::adaptive_forward(x.view(), case.out[0], case.out[1]);
-    let (out, idx) = forward::<T, I>(case);
-    prop_assert!(same_bits(&arr_f64(out.view()), &ref_out), "values differ");
-    prop_assert_eq!(idx.mapv(|v| v.to_i64()), ref_idx);
+/// The free functions against the kit's reference (forward exactly; backward at the dtype's
+/// tolerance, with the gradient invariants and linearity), in the case's own rank.
+fn check_against_kit<T: PoolFloat, I: ArgmaxIndex>(case: &AdaptiveCase<T, I>) -> Result<(), TestCaseError> {
+    let mine = poolgrad::adaptive_max_pool2d::<T, I, _, _>(&case.input, case.output_size).unwrap();
+    prop_assert_eq!(mine.output.ndim(), case.input.ndim());
+    case.check_forward(&mine.output, &mine.indices)?;
+    case.check_backward(|g| poolgrad::adaptive_max_pool2d_backward(g, &case.input, &case.indices).unwrap())?;
     Ok(())
 }
 
-/// Backward through the free function, from the reference indices.
-fn backward<T: PoolFloat, I: ArgmaxIndex>(case: &Case, idx: &Array4<i64>) -> Array4<T> {
-    let x = arr_to::<T>(&case.x);
-    let g = arr_to::<T>(&case.grad);
-    let ix = idx.mapv(|v| I::try_from_flat(v as usize).unwrap());
-    poolgrad::adaptive_max_pool2d_backward(&g, &x, &ix).unwrap()
+/// Beyond the kit's tolerance: f32 results are PyTorch's row-major f32 sums bit for bit, and the
+/// half types are that f32 sum rounded once.
+fn check_summation_order<T: PoolFloat, I: ArgmaxIndex>(
+    case: &AdaptiveCase<T, I>,
+) -> Result<(), TestCaseError> {
+    let gi = poolgrad::adaptive_max_pool2d_backward(&case.grad_output, &case.input, &case.indices).unwrap();
+    let (go, idx) = (arr_f64(as4(&case.grad_output).view()), as4(&case.indices).mapv(|i| i.to_i64()));
+    let (_, _, h, w) = as4(&case.input).dim();
+    let want = if T::DTYPE == poolgrad::DType::F64 {
+        common::backward_f64(go.view(), idx.view(), h, w)
+    } else {
+        common::backward_f32(go.view(), idx.view(), h, w)
+            .mapv(|v| T::from_acc(num_traits::cast(v).unwrap()).to_f64_exact())
+    };
+    prop_assert!(same_bits(&arr_f64(as4(&gi).view()), &want), "not the row-major sum rounded once");
+    Ok(())
 }
 
-fn check_backward<T: PoolFloat, I: ArgmaxIndex>(case: &Case) -> Result<(), TestCaseError> {
-    let x = arr_f64(arr_to::<T>(&case.x).view());
-    let (_, idx) = common::adaptive_forward(x.view(), case.out[0], case.out[1]);
-    let gi = backward::<T, I>(case, &idx);
-    common::check_scatter::<T>(&arr_f64(gi.view()), &case.grad, &idx)
-}
-
-/// Plans on a given device, from arbitrary views.
 fn plan_forward<'a, T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
     x: ArrayView4<'a, T>,
@@ -110,14 +82,13 @@ fn plan_backward<'a, T: PoolFloat, I: ArgmaxIndex>(
 }
 
 /// Strided, permuted and reversed views give the contiguous result bit for bit.
-fn check_views<T: PoolFloat, I: ArgmaxIndex>(case: &Case) -> Result<(), TestCaseError> {
-    let (n, c, h, w) = case.x.dim();
-    let [ho, wo] = case.out;
+fn check_views<T: PoolFloat, I: ArgmaxIndex>(case: &AdaptiveCase<T, I>) -> Result<(), TestCaseError> {
+    let (x, g, want_idx) = (as4(&case.input), as4(&case.grad_output), as4(&case.indices));
+    let (n, c, h, w) = x.dim();
+    let [ho, wo] = case.output_size;
     let cpu = Cpu::sequential();
-    let x = arr_to::<T>(&case.x);
-    let (want_out, want_idx) = forward::<T, I>(&Case { three_d: false, ..case.clone() });
 
-    // Input: every other column of a wider array. Outputs: transposed storage (non-standard strides).
+    // Input: every other column of a wider array. Outputs: transposed storage.
     let mut wide = Array4::<T>::from_elem((n, c, h, 2 * w), T::nan());
     wide.slice_mut(s![.., .., .., ..;2]).assign(&x);
     let mut out_t = Array4::<T>::zeros((n, c, wo, ho));
@@ -128,25 +99,22 @@ fn check_views<T: PoolFloat, I: ArgmaxIndex>(case: &Case) -> Result<(), TestCase
         plan_forward(
             &cpu,
             wide.slice(s![.., .., .., ..;2]),
-            case.out,
+            case.output_size,
             TensorMut::from_view(ov.view_mut()).unwrap(),
             TensorMut::from_view(iv.view_mut()).unwrap(),
         );
     }
-    let got_out = out_t.permuted_axes([0, 1, 3, 2]);
-    prop_assert!(same_bits(&arr_f64(got_out.view()), &arr_f64(want_out.view())));
+    prop_assert!(same_bits(
+        &arr_f64(out_t.permuted_axes([0, 1, 3, 2]).view()),
+        &arr_f64(as4(&case.output).view())
+    ));
     prop_assert_eq!(idx_t.permuted_axes([0, 1, 3, 2]), want_idx.clone());
 
-    // Backward: reversed-row gradient view (negative stride), broadcast-free strided indices,
-    // strided grad_input.
-    let g = arr_to::<T>(&case.grad);
-    let want_gi = {
-        let mut gi = Array4::<T>::zeros((n, c, h, w));
-        plan_backward(&cpu, g.view(), x.view(), want_idx.view(), TensorMut::from_array(&mut gi).unwrap());
-        gi
-    };
+    // Backward: a reversed-row gradient view (negative stride), strided indices and a strided
+    // gradient output whose other channels must stay untouched.
+    let want_gi =
+        as4(&poolgrad::adaptive_max_pool2d_backward(&case.grad_output, &case.input, &case.indices).unwrap());
     let g_rev_storage = g.slice(s![.., .., ..;-1, ..]).to_owned();
-    let g_view = g_rev_storage.slice(s![.., .., ..;-1, ..]);
     let mut idx_wide = Array4::<I>::zeros((n, c, ho, 3 * wo));
     idx_wide.slice_mut(s![.., .., .., ..;3]).assign(&want_idx);
     let mut gi_wide = Array4::<T>::from_elem((n, 2 * c, h, w), T::nan());
@@ -154,31 +122,29 @@ fn check_views<T: PoolFloat, I: ArgmaxIndex>(case: &Case) -> Result<(), TestCase
         let mut gv = gi_wide.slice_mut(s![.., ..;2, .., ..]);
         plan_backward(
             &cpu,
-            g_view,
+            g_rev_storage.slice(s![.., .., ..;-1, ..]),
             wide.slice(s![.., .., .., ..;2]),
             idx_wide.slice(s![.., .., .., ..;3]),
             TensorMut::from_view(gv.view_mut()).unwrap(),
         );
     }
     prop_assert!(same_bits(&arr_f64(gi_wide.slice(s![.., ..;2, .., ..])), &arr_f64(want_gi.view())));
-    // The interleaved channels were not touched.
     prop_assert!(gi_wide.slice(s![.., 1..;2, .., ..]).iter().all(|v| v.is_nan()));
     Ok(())
 }
 
 /// 1, 2 and 7 threads give identical bits, forward and backward.
-fn check_threads<T: PoolFloat, I: ArgmaxIndex>(case: &Case) -> Result<(), TestCaseError> {
-    let (n, c, h, w) = case.x.dim();
-    let [ho, wo] = case.out;
-    let x = arr_to::<T>(&case.x);
-    let g = arr_to::<T>(&case.grad);
+fn check_threads<T: PoolFloat, I: ArgmaxIndex>(case: &AdaptiveCase<T, I>) -> Result<(), TestCaseError> {
+    let (x, g) = (as4(&case.input), as4(&case.grad_output));
+    let (n, c, h, w) = x.dim();
+    let [ho, wo] = case.output_size;
     let run = |cpu: &Cpu| {
         let mut out = Array4::<T>::zeros((n, c, ho, wo));
         let mut idx = Array4::<I>::zeros((n, c, ho, wo));
         plan_forward(
             cpu,
             x.view(),
-            case.out,
+            case.output_size,
             TensorMut::from_array(&mut out).unwrap(),
             TensorMut::from_array(&mut idx).unwrap(),
         );
@@ -202,10 +168,10 @@ macro_rules! properties {
             use super::*;
             proptest! {
                 #![proptest_config(ProptestConfig::with_cases(48))]
-                #[test] fn forward_matches_reference(c in case()) { check_forward::<$t, $i>(&c)?; }
-                #[test] fn backward_matches_reference(c in case()) { check_backward::<$t, $i>(&c)?; }
-                #[test] fn views_match_contiguous(c in case()) { check_views::<$t, $i>(&c)?; }
-                #[test] fn thread_counts_agree(c in case()) { check_threads::<$t, $i>(&c)?; }
+                #[test] fn against_the_kit(c in cases::<$t, $i>()) { check_against_kit(&c)?; }
+                #[test] fn summation_order(c in cases::<$t, $i>()) { check_summation_order(&c)?; }
+                #[test] fn views_match_contiguous(c in cases::<$t, $i>()) { check_views(&c)?; }
+                #[test] fn thread_counts_agree(c in cases::<$t, $i>()) { check_threads(&c)?; }
             }
         }
     )*};

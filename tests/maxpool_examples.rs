@@ -215,7 +215,7 @@ fn channel_blocks<T: PoolFloat>(c: usize) {
     for k in 0..4 {
         let row = 2 * ((blocks - 1) * 4 + k) * 32;
         flat[row + 2..row + 64].fill(-1); // words p = 1..31: past P, and the spare block
-        if c % 16 != 0 {
+        if !c.is_multiple_of(16) {
             let word = u16::from_le_bytes([flat[row] as u8, flat[row + 1] as u8]) | (u16::MAX << (c % 16));
             let [lo, hi] = word.to_le_bytes();
             (flat[row], flat[row + 1]) = (lo as i8, hi as i8);

@@ -1,0 +1,161 @@
+//! A finite-difference gradient check for max pooling, valid away from ties.
+
+use ndarray::ArrayD;
+
+use super::check::Mismatch;
+use super::reference::{Pooling, forward4};
+
+/// Settings of [`finite_difference_check`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FiniteDifference {
+    /// The step: each checked input is moved by `±eps`.
+    pub eps: f64,
+    /// An input is checked only if, in every window that reads it, the maximum beats the second
+    /// largest value by more than `margin` (which must exceed `2 * eps`), so no arg-max moves.
+    pub margin: f64,
+    /// Allowed `|finite difference - gradient|`, plus the same amount relative to the gradient.
+    pub tolerance: f64,
+}
+
+impl Default for FiniteDifference {
+    fn default() -> Self {
+        FiniteDifference { eps: 1e-3, margin: 1e-2, tolerance: 1e-6 }
+    }
+}
+
+/// How many inputs [`finite_difference_check`] compared, and how many it skipped near ties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GradCheck {
+    /// Inputs whose gradient was compared with a central difference.
+    pub checked: usize,
+    /// Inputs skipped because a window that reads them has no clear maximum (or a NaN).
+    pub skipped: usize,
+}
+
+/// Checks `gradient`, claimed to be `d/dx sum(grad_output * pool(x))` at `input`, against
+/// central differences `(L(x + eps e_j) - L(x - eps e_j)) / (2 eps)` computed with the reference
+/// forward in `f64`.
+///
+/// Max pooling is piecewise linear: away from ties the difference is exact, so every input
+/// whose windows all have a maximum clear of the runner-up by `margin` is checked; the others
+/// are skipped and counted. Inputs no window reads must have a zero gradient. Use it to check an
+/// autodiff engine's pooling gradient (or a hand-written backward) on small inputs: each checked
+/// input costs two forwards.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::MaxPool2dParams;
+/// use poolgrad::testing::{finite_difference_check, reference::Pooling, FiniteDifference};
+/// let x = array![[[1.0, 5.0, 2.0], [0.0, 3.0, 4.0]]].into_dyn();
+/// let pooling = Pooling::Max(MaxPool2dParams::new([2, 2]).with_stride([1, 1]));
+/// let g = array![[[1.0, 2.0]]].into_dyn();
+/// // Both windows, {1, 5, 0, 3} and {5, 2, 3, 4}, select the 5: it receives 1 + 2.
+/// let grad = array![[[0.0, 3.0, 0.0], [0.0, 0.0, 0.0]]].into_dyn();
+/// let report = finite_difference_check(&pooling, &x, &g, &grad, &FiniteDifference::default())?;
+/// assert_eq!(report.checked, 6);
+/// let wrong = array![[[0.0, 1.0, 0.0], [0.0, 0.0, 2.0]]].into_dyn();
+/// let m = finite_difference_check(&pooling, &x, &g, &wrong, &FiniteDifference::default()).unwrap_err();
+/// assert_eq!(m.position, vec![0, 0, 1]);
+/// # Ok::<(), poolgrad::testing::Mismatch>(())
+/// ```
+///
+/// # Errors
+/// The first input whose gradient differs from its finite difference, or a shape problem.
+pub fn finite_difference_check(
+    pooling: &Pooling,
+    input: &ArrayD<f64>,
+    grad_output: &ArrayD<f64>,
+    gradient: &ArrayD<f64>,
+    settings: &FiniteDifference,
+) -> Result<GradCheck, Mismatch> {
+    let fail = |detail: String| Mismatch {
+        what: "finite-difference check".into(),
+        position: Vec::new(),
+        expected: f64::NAN,
+        actual: f64::NAN,
+        detail,
+    };
+    if gradient.shape() != input.shape() {
+        return Err(fail(format!(
+            "gradient has shape {:?}, the input {:?}",
+            gradient.shape(),
+            input.shape()
+        )));
+    }
+    let x4 = as4(input).ok_or_else(|| fail(format!("input must be 3-D or 4-D, got {:?}", input.shape())))?;
+    let (n, c, h, w) = x4.dim();
+    let [ho, wo] = pooling.output_size([h, w]).map_err(|e| fail(e.to_string()))?;
+    let g4 = as4(grad_output).filter(|g| g.dim() == (n, c, ho, wo)).ok_or_else(|| {
+        fail(format!("grad_output has shape {:?}, expected the pooled shape", grad_output.shape()))
+    })?;
+    let loss = |x: &ndarray::Array4<f64>| -> Result<f64, Mismatch> {
+        let (values, _) = forward4(x.view(), pooling).map_err(|e| fail(e.to_string()))?;
+        Ok(values.iter().zip(g4.iter()).map(|(v, g)| v * g).sum())
+    };
+
+    // Which inputs every window reading them leaves clear of ties.
+    let mut clear = vec![true; x4.len()];
+    for b in 0..n {
+        for ch in 0..c {
+            for oh in 0..ho {
+                for ow in 0..wo {
+                    let taps = pooling.window([h, w], [ho, wo], oh, ow);
+                    let vals: Vec<f64> = taps.iter().map(|&(i, j)| x4[[b, ch, i, j]]).collect();
+                    let top = vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let runner_up = match vals.iter().position(|&v| v == top) {
+                        Some(at) => vals
+                            .iter()
+                            .enumerate()
+                            .filter(|&(k, _)| k != at)
+                            .map(|(_, &v)| v)
+                            .fold(f64::NEG_INFINITY, f64::max),
+                        None => f64::NEG_INFINITY,
+                    };
+                    let finite = vals.iter().all(|v| v.is_finite());
+                    if !finite || top - runner_up <= settings.margin {
+                        for &(i, j) in &taps {
+                            clear[((b * c + ch) * h + i) * w + j] = false;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    let g_in = as4(gradient).ok_or_else(|| fail("gradient must be 3-D or 4-D".into()))?;
+    let mut x = x4.to_owned();
+    let mut report = GradCheck { checked: 0, skipped: 0 };
+    for (k, ((b, ch, i, j), &claimed)) in g_in.indexed_iter().enumerate() {
+        if !clear[k] {
+            report.skipped += 1;
+            continue;
+        }
+        let original = x[[b, ch, i, j]];
+        x[[b, ch, i, j]] = original + settings.eps;
+        let plus = loss(&x)?;
+        x[[b, ch, i, j]] = original - settings.eps;
+        let minus = loss(&x)?;
+        x[[b, ch, i, j]] = original;
+        let estimate = (plus - minus) / (2.0 * settings.eps);
+        if (estimate - claimed).abs() > settings.tolerance * (1.0 + claimed.abs()) {
+            let position = if input.ndim() == 3 { vec![ch, i, j] } else { vec![b, ch, i, j] };
+            return Err(Mismatch {
+                what: "finite-difference check".into(),
+                position,
+                expected: estimate,
+                actual: claimed,
+                detail: format!("central difference with eps {} vs the gradient given", settings.eps),
+            });
+        }
+        report.checked += 1;
+    }
+    Ok(report)
+}
+
+fn as4(a: &ArrayD<f64>) -> Option<ndarray::ArrayView4<'_, f64>> {
+    match a.ndim() {
+        3 => a.view().insert_axis(ndarray::Axis(0)).into_dimensionality().ok(),
+        4 => a.view().into_dimensionality().ok(),
+        _ => None,
+    }
+}

@@ -1,0 +1,403 @@
+//! Reference implementations of the six operations: obvious loops, sums in `f64`, written from
+//! the definitions and not from the kernels. They are the definition of the semantics; use them
+//! to check any implementation (this crate's kernels included).
+//!
+//! - A window is scanned in row-major order; the first maximum wins; a NaN is taken and a later
+//!   NaN replaces it; padding is never read. The index is `ih * W + iw` inside the `(n, c)`
+//!   plane, and starts at the window's first input (so a window of `-inf` points there).
+//! - Adaptive window `i` of an axis `n` long pooled to `m` is `⌊i·n/m⌋ .. ⌈(i+1)·n/m⌉`; a max-pool
+//!   window reads `o·s − p + i·d` for `i < k`, skipping positions outside the input. Output sizes
+//!   come from [`MaxPool2dParams::output_size`].
+//! - A backward adds each `grad_output[n, c, oh, ow]` at its selected position; the sum of each
+//!   input position is formed in `f64` and rounded to `T` once. (poolgrad's kernels sum in `f32`
+//!   or `f64` in row-major order, so `f32`, `f16` and `bf16` results may differ from the reference
+//!   by the `f32` summation error: compare with [`Tolerance::for_dtype`](super::Tolerance::for_dtype).)
+//!
+//! Inputs are ndarray arrays or views of rank 3 (`[C, H, W]`) or 4 (`[N, C, H, W]`); results have
+//! the input's rank. Indices come back as `i64`.
+
+use ndarray::{Array, Array4, ArrayBase, ArrayView4, Data, Dimension};
+
+use crate::error::{Error, Result};
+use crate::index::ArgmaxIndex;
+use crate::mask::{Mask, MaskLayout};
+use crate::params::MaxPool2dParams;
+use crate::tensor::TensorRef;
+use crate::{PoolFloat, alloc};
+
+/// Which pooling a window belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// Adaptive max pooling to `[Ho, Wo]`.
+    Adaptive([usize; 2]),
+    /// Max pooling with these parameters.
+    Max(MaxPool2dParams),
+}
+
+impl Pooling {
+    /// The pooled size `[Ho, Wo]` of an `[H, W]` plane.
+    ///
+    /// # Errors
+    /// A zero adaptive output size, or the errors of [`MaxPool2dParams::output_size`].
+    pub fn output_size(&self, input: [usize; 2]) -> Result<[usize; 2]> {
+        match self {
+            Pooling::Adaptive(size) => {
+                crate::validate::output_size("reference", "output_size", *size)?;
+                Ok(*size)
+            }
+            Pooling::Max(params) => params.output_size(input),
+        }
+    }
+
+    /// The input positions `(ih, iw)` window `(oh, ow)` reads, in row-major order.
+    ///
+    /// ```
+    /// use poolgrad::MaxPool2dParams;
+    /// use poolgrad::testing::reference::Pooling;
+    /// let p = Pooling::Max(MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]));
+    /// assert_eq!(p.window([4, 4], [2, 2], 0, 0), vec![(0, 0), (0, 1), (1, 0), (1, 1)]);
+    /// assert_eq!(Pooling::Adaptive([1, 3]).window([1, 5], [1, 3], 0, 1), vec![(0, 1), (0, 2), (0, 3)]);
+    /// ```
+    pub fn window(
+        &self,
+        [h, w]: [usize; 2],
+        [ho, wo]: [usize; 2],
+        oh: usize,
+        ow: usize,
+    ) -> Vec<(usize, usize)> {
+        let rows = self.axis(0, h, ho, oh);
+        let cols = self.axis(1, w, wo, ow);
+        rows.iter().flat_map(|&ih| cols.iter().map(move |&iw| (ih, iw))).collect()
+    }
+
+    fn axis(&self, a: usize, n: usize, m: usize, o: usize) -> Vec<usize> {
+        match self {
+            Pooling::Adaptive(_) => {
+                // floor(o n / m) .. ceil((o + 1) n / m)
+                let (o, n, m) = (o as u128, n as u128, m as u128);
+                let start = (o * n) / m;
+                let end = ((o + 1) * n).div_ceil(m);
+                (start as usize..end as usize).collect()
+            }
+            Pooling::Max(p) => {
+                let (k, s, pad, d) = (p.kernel()[a], p.stride()[a], p.padding()[a], p.dilation()[a]);
+                (0..k)
+                    .map(|i| o as i128 * s as i128 - pad as i128 + (i * d) as i128)
+                    .filter(|&t| t >= 0 && t < n as i128)
+                    .map(|t| t as usize)
+                    .collect()
+            }
+        }
+    }
+}
+
+/// Values and `i64` indices of a pooling of a 4-D view.
+pub(crate) fn forward4<T: PoolFloat>(
+    x: ArrayView4<'_, T>,
+    pooling: &Pooling,
+) -> Result<(Array4<T>, Array4<i64>)> {
+    let (n, c, h, w) = x.dim();
+    let [ho, wo] = pooling.output_size([h, w])?;
+    let mut values = Array4::from_elem((n, c, ho, wo), T::neg_infinity());
+    let mut indices = Array4::<i64>::zeros((n, c, ho, wo));
+    for b in 0..n {
+        for ch in 0..c {
+            for oh in 0..ho {
+                for ow in 0..wo {
+                    let taps = pooling.window([h, w], [ho, wo], oh, ow);
+                    let Some(&(ih0, iw0)) = taps.first() else {
+                        return Err(Error::InvalidParameter {
+                            op: "reference",
+                            arg: "params",
+                            expected: "every window to read at least one input".into(),
+                            got: format!("window ({oh}, {ow}) reads none"),
+                        });
+                    };
+                    let mut best = f64::NEG_INFINITY;
+                    let mut best_at = ih0 * w + iw0;
+                    for (ih, iw) in taps {
+                        let v = x[[b, ch, ih, iw]].to_f64_exact();
+                        if v > best || v.is_nan() {
+                            best = v;
+                            best_at = ih * w + iw;
+                        }
+                    }
+                    values[[b, ch, oh, ow]] = x[[b, ch, best_at / w, best_at % w]];
+                    indices[[b, ch, oh, ow]] = best_at as i64;
+                }
+            }
+        }
+    }
+    Ok((values, indices))
+}
+
+/// Sums `grad_output` at the selected positions in f64 and rounds once.
+fn backward4<T: PoolFloat>(
+    go: ArrayView4<'_, T>,
+    input: [usize; 4],
+    selected: impl Iterator<Item = (usize, usize)>,
+) -> Result<Array4<T>> {
+    let [n, c, h, w] = input;
+    let (_, _, ho, wo) = go.dim();
+    let mut sums = Array4::<f64>::zeros((n, c, h, w));
+    for (e, flat) in selected {
+        let (plane, q) = (e / (ho * wo), e % (ho * wo));
+        let (b, ch) = (plane / c, plane % c);
+        sums[[b, ch, flat / w, flat % w]] += go[[b, ch, q / wo, q % wo]].to_f64_exact();
+    }
+    Ok(sums.mapv(T::round_from_f64))
+}
+
+fn view4<'a, T: crate::Element, D: Dimension>(
+    a: &'a ArrayBase<impl Data<Elem = T>, D>,
+    arg: &'static str,
+) -> Result<TensorRef<'a, T>> {
+    TensorRef::named(a.view(), "reference", arg)
+}
+
+fn restore<T, D: Dimension>(a: Array4<T>, ndim: usize) -> Result<Array<T, D>> {
+    let dims = crate::tensor::user_dims(a.shape(), ndim);
+    let data = a.into_raw_vec_and_offset().0;
+    alloc::into_array("reference", "result", data, &dims)
+}
+
+/// Flat indices as `(element, position)` pairs, checked against the plane.
+fn index_pairs<I: ArgmaxIndex>(indices: &TensorRef<'_, I>, plane: usize) -> Result<Vec<(usize, usize)>> {
+    let view = indices.view();
+    let (n, c, ho, wo) = view.dim();
+    view.iter()
+        .enumerate()
+        .map(|(e, &i)| {
+            i.flat_in(plane).map(|f| (e, f)).ok_or_else(|| {
+                crate::validate::index_error(
+                    "reference",
+                    "indices",
+                    e,
+                    i.to_i64(),
+                    [n, c, ho, wo],
+                    indices.ndim(),
+                    plane,
+                )
+            })
+        })
+        .collect()
+}
+
+fn backward_with_indices<T, I, D>(
+    grad_output: TensorRef<'_, T>,
+    self_: TensorRef<'_, T>,
+    indices: TensorRef<'_, I>,
+    pooling: &Pooling,
+) -> Result<Array<T, D>>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    D: Dimension,
+{
+    let [n, c, h, w] = self_.shape();
+    let [ho, wo] = pooling.output_size([h, w])?;
+    let pooled = crate::tensor::with_spatial([n, c, h, w], [ho, wo], self_.ndim());
+    crate::validate::input_shape("reference", "grad_output", &grad_output, pooled.clone())?;
+    crate::validate::input_shape("reference", "indices", &indices, pooled)?;
+    let pairs = index_pairs(&indices, h * w)?;
+    restore(backward4(grad_output.view(), [n, c, h, w], pairs.into_iter())?, self_.ndim())
+}
+
+/// Reference adaptive max pooling: `(values, indices)`.
+///
+/// ```
+/// use ndarray::array;
+/// let x = array![[[3.0f32, 1.0, 4.0, 1.0, 5.0]]];
+/// let (v, i) = poolgrad::testing::reference::adaptive_max_pool2d(&x, [1, 3])?;
+/// assert_eq!((v, i), (array![[[3.0, 4.0, 5.0]]], array![[[0, 2, 4]]]));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// A rank other than 3 or 4, or a zero output size.
+pub fn adaptive_max_pool2d<T, S, D>(
+    input: &ArrayBase<S, D>,
+    output_size: [usize; 2],
+) -> Result<(Array<T, D>, Array<i64, D>)>
+where
+    T: PoolFloat,
+    S: Data<Elem = T>,
+    D: Dimension,
+{
+    let x = view4(input, "input")?;
+    let (v, i) = forward4(x.view(), &Pooling::Adaptive(output_size))?;
+    Ok((restore(v, x.ndim())?, restore(i, x.ndim())?))
+}
+
+/// Reference backward of adaptive max pooling.
+///
+/// ```
+/// use ndarray::array;
+/// let x = array![[[0.0f32, 0.0, 0.0]]];
+/// let g = array![[[1.0f32, 2.0]]];
+/// let gx = poolgrad::testing::reference::adaptive_max_pool2d_backward(&g, &x, &array![[[1i64, 1]]])?;
+/// assert_eq!(gx, array![[[0.0, 3.0, 0.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// Ranks, shapes, or an index outside its plane.
+pub fn adaptive_max_pool2d_backward<T, I, S1, S2, S3, D>(
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    indices: &ArrayBase<S3, D>,
+) -> Result<Array<T, D>>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    S3: Data<Elem = I>,
+    D: Dimension,
+{
+    let go = view4(grad_output, "grad_output")?;
+    let [_, _, ho, wo] = go.shape();
+    backward_with_indices(
+        go,
+        view4(self_, "self_")?,
+        view4(indices, "indices")?,
+        &Pooling::Adaptive([ho, wo]),
+    )
+}
+
+/// Reference max pooling with flat indices.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::MaxPool2dParams;
+/// let x = array![[[1.0f64, 2.0], [4.0, 3.0]]];
+/// let (v, i) = poolgrad::testing::reference::max_pool2d_with_indices(&x, &MaxPool2dParams::new([2, 2]))?;
+/// assert_eq!((v, i), (array![[[4.0]]], array![[[2]]]));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// A rank other than 3 or 4, or parameters the input does not allow.
+pub fn max_pool2d_with_indices<T, S, D>(
+    input: &ArrayBase<S, D>,
+    params: &MaxPool2dParams,
+) -> Result<(Array<T, D>, Array<i64, D>)>
+where
+    T: PoolFloat,
+    S: Data<Elem = T>,
+    D: Dimension,
+{
+    let x = view4(input, "input")?;
+    let (v, i) = forward4(x.view(), &Pooling::Max(*params))?;
+    Ok((restore(v, x.ndim())?, restore(i, x.ndim())?))
+}
+
+/// Reference backward of max pooling with flat indices.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::MaxPool2dParams;
+/// let x = array![[[1.0f64, 2.0], [4.0, 3.0]]];
+/// let gx = poolgrad::testing::reference::max_pool2d_with_indices_backward(
+///     &array![[[5.0]]], &x, &array![[[2i32]]], &MaxPool2dParams::new([2, 2]))?;
+/// assert_eq!(gx, array![[[0.0, 0.0], [5.0, 0.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// Ranks, shapes, parameters, or an index outside its plane.
+pub fn max_pool2d_with_indices_backward<T, I, S1, S2, S3, D>(
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    indices: &ArrayBase<S3, D>,
+    params: &MaxPool2dParams,
+) -> Result<Array<T, D>>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    S3: Data<Elem = I>,
+    D: Dimension,
+{
+    backward_with_indices(
+        view4(grad_output, "grad_output")?,
+        view4(self_, "self_")?,
+        view4(indices, "indices")?,
+        &Pooling::Max(*params),
+    )
+}
+
+/// Reference max pooling with an Ascend mask: the reference indices, encoded by [`Mask`] (whose
+/// documentation defines both byte layouts).
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::{Bitmask, MaxPool2dParams};
+/// let x = array![[[1.0f32, 2.0], [4.0, 3.0]]];
+/// let (_, mask) = poolgrad::testing::reference::max_pool2d_with_mask::<_, Bitmask, _, _>(&x, &MaxPool2dParams::new([2, 2]))?;
+/// assert_eq!(mask.to_indices::<i64>()?, array![[[2]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool2d_with_indices`], plus the mask operations' constraints (dilation 1).
+pub fn max_pool2d_with_mask<T, L, S, D>(
+    input: &ArrayBase<S, D>,
+    params: &MaxPool2dParams,
+) -> Result<(Array<T, D>, Mask<L, D>)>
+where
+    T: PoolFloat,
+    L: MaskLayout,
+    S: Data<Elem = T>,
+    D: Dimension,
+{
+    let (values, indices) = max_pool2d_with_indices(input, params)?;
+    let mask = Mask::from_indices(&indices, params, input.shape())?;
+    Ok((values, mask))
+}
+
+/// Reference backward through an Ascend mask: every position the mask selects
+/// ([`Mask::selected`]) receives its output's gradient.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::{I32Argmax, MaxPool2dParams};
+/// let params = MaxPool2dParams::new([2, 2]);
+/// let x = array![[[1.0f32, 2.0], [4.0, 3.0]]];
+/// let (_, mask) = poolgrad::testing::reference::max_pool2d_with_mask::<_, I32Argmax, _, _>(&x, &params)?;
+/// let gx = poolgrad::testing::reference::max_pool2d_with_mask_backward(&array![[[1.5f32]]], &x, &mask, &params)?;
+/// assert_eq!(gx, array![[[0.0, 0.0], [1.5, 0.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// Ranks, shapes, parameters other than the mask's, or an `I32Argmax` value outside its plane.
+pub fn max_pool2d_with_mask_backward<T, L, S1, S2, D>(
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    mask: &Mask<L, D>,
+    params: &MaxPool2dParams,
+) -> Result<Array<T, D>>
+where
+    T: PoolFloat,
+    L: MaskLayout,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    D: Dimension,
+{
+    let go = view4(grad_output, "grad_output")?;
+    let x = view4(self_, "self_")?;
+    if mask.params() != params {
+        return Err(Error::InvalidParameter {
+            op: "reference",
+            arg: "params",
+            expected: format!("the mask's parameters {:?}", mask.params()),
+            got: format!("{params:?}"),
+        });
+    }
+    crate::validate::same_shape("reference", "self_", x.dims(), mask.input_shape())?;
+    crate::validate::input_shape("reference", "grad_output", &go, mask.pooled_shape())?;
+    let selected = mask.selected()?;
+    restore(backward4(go.view(), x.shape(), selected.into_iter())?, x.ndim())
+}
