@@ -54,6 +54,18 @@ impl Tolerance {
 }
 
 /// The first difference between a result and its reference.
+///
+/// ```
+/// use poolgrad::testing::Mismatch;
+/// let m = Mismatch {
+///     what: "backward vs reference".into(),
+///     position: vec![1, 0, 4],
+///     expected: -4.0,
+///     actual: -2.0,
+///     detail: "tolerance abs 0.00001 + rel 0.00001".into(),
+/// };
+/// assert_eq!(m.to_string(), "backward vs reference: first mismatch at [1, 0, 4]: expected -4, got -2 (tolerance abs 0.00001 + rel 0.00001)");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mismatch {
     /// What was compared, e.g. `"backward vs reference"`.
@@ -137,6 +149,14 @@ pub fn compare<T: PoolFloat>(
 
 /// Compares index arrays (or mask bytes) exactly.
 ///
+/// ```
+/// use ndarray::array;
+/// let e = array![[1i64, 6], [8, 10]].into_dyn();
+/// let a = array![[1i64, 6], [8, 14]].into_dyn();
+/// let m = poolgrad::testing::compare_indices("indices", e.view(), a.view()).unwrap_err();
+/// assert_eq!((m.position, m.expected, m.actual), (vec![1, 1], 10.0, 14.0));
+/// ```
+///
 /// # Errors
 /// The first [`Mismatch`], or a shape difference.
 pub fn compare_indices<I: Element + Into<i64>>(
@@ -164,6 +184,17 @@ pub fn compare_indices<I: Element + Into<i64>>(
 /// The invariants of a pooling gradient, given the `(output element, input position)` pairs the
 /// forward selected: `grad_input` is zero wherever nothing was selected, and its sum equals the
 /// sum of `grad_output` (within the dtype's tolerance, scaled by the number of terms).
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::testing::check_gradient_invariants;
+/// let g = array![[[1.0f32, 2.0]]].into_dyn();
+/// let selected = [(0, 1), (1, 1)]; // both outputs chose input 1 of a 1x3 plane
+/// let good = array![[[0.0f32, 3.0, 0.0]]].into_dyn();
+/// assert!(check_gradient_invariants(g.view(), &selected, good.view()).is_ok());
+/// let stray = array![[[0.5f32, 2.5, 0.0]]].into_dyn(); // input 0 was never selected
+/// assert_eq!(check_gradient_invariants(g.view(), &selected, stray.view()).unwrap_err().position, vec![0, 0, 0]);
+/// ```
 ///
 /// # Errors
 /// The first [`Mismatch`].
@@ -214,6 +245,21 @@ pub fn check_gradient_invariants<T: PoolFloat>(
 
 /// Linearity of a backward in `grad_output`: `f(a + b) == f(a) + f(b)` and `f(2a) == 2 f(a)`,
 /// within the dtype's tolerance.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::testing::check_linearity;
+/// let x = array![[[1.0f32, 3.0]]];
+/// let idx = array![[[1i64]]];
+/// let backward = |g: &ndarray::ArrayD<f32>| {
+///     let g3 = g.view().into_dimensionality::<ndarray::Ix3>().unwrap();
+///     poolgrad::adaptive_max_pool2d_backward(&g3, &x, &idx).unwrap().into_dyn()
+/// };
+/// let (a, b) = (array![[[2.0f32]]].into_dyn(), array![[[-5.0f32]]].into_dyn());
+/// assert!(check_linearity(backward, &a, &b).is_ok());
+/// // Not linear: a backward that adds a constant.
+/// assert!(check_linearity(|g: &ndarray::ArrayD<f32>| g.mapv(|v| v + 1.0), &a, &b).is_err());
+/// ```
 ///
 /// # Errors
 /// The first [`Mismatch`].

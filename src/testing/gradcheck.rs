@@ -6,6 +6,12 @@ use super::check::Mismatch;
 use super::reference::{Pooling, forward4};
 
 /// Settings of [`finite_difference_check`].
+///
+/// ```
+/// use poolgrad::testing::FiniteDifference;
+/// let loose = FiniteDifference { tolerance: 1e-4, ..FiniteDifference::default() };
+/// assert!(loose.margin > 2.0 * loose.eps);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FiniteDifference {
     /// The step: each checked input is moved by `±eps`.
@@ -24,6 +30,16 @@ impl Default for FiniteDifference {
 }
 
 /// How many inputs [`finite_difference_check`] compared, and how many it skipped near ties.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::testing::{finite_difference_check, reference::Pooling, FiniteDifference};
+/// let x = array![[[1.0, 1.0]]].into_dyn(); // a tie: neither input can be checked
+/// let report = finite_difference_check(&Pooling::Adaptive([1, 1]), &x, &array![[[1.0]]].into_dyn(),
+///     &array![[[1.0, 0.0]]].into_dyn(), &FiniteDifference::default())?;
+/// assert_eq!((report.checked, report.skipped), (0, 2));
+/// # Ok::<(), poolgrad::testing::Mismatch>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GradCheck {
     /// Inputs whose gradient was compared with a central difference.

@@ -26,6 +26,12 @@ use crate::tensor::TensorRef;
 use crate::{PoolFloat, alloc};
 
 /// Which pooling a window belongs to.
+///
+/// ```
+/// use poolgrad::testing::reference::Pooling;
+/// let global = Pooling::Adaptive([1, 1]);
+/// assert_eq!(global.window([2, 2], [1, 1], 0, 0).len(), 4);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pooling {
     /// Adaptive max pooling to `[Ho, Wo]`.
@@ -36,6 +42,14 @@ pub enum Pooling {
 
 impl Pooling {
     /// The pooled size `[Ho, Wo]` of an `[H, W]` plane.
+    ///
+    /// ```
+    /// use poolgrad::MaxPool2dParams;
+    /// use poolgrad::testing::reference::Pooling;
+    /// assert_eq!(Pooling::Adaptive([3, 2]).output_size([5, 5])?, [3, 2]);
+    /// assert_eq!(Pooling::Max(MaxPool2dParams::new([2, 2])).output_size([5, 5])?, [2, 2]);
+    /// # Ok::<(), poolgrad::Error>(())
+    /// ```
     ///
     /// # Errors
     /// A zero adaptive output size, or the errors of [`MaxPool2dParams::output_size`].

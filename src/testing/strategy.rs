@@ -44,6 +44,14 @@ impl Default for Shapes {
 }
 
 /// The input values of generated cases.
+///
+/// ```
+/// use poolgrad::testing::{adaptive_cases, Shapes, Values};
+/// use proptest::prelude::*;
+/// proptest!(|(case in adaptive_cases::<f32, i32>(Shapes::default(), Values::WithNan))| {
+///     prop_assert_eq!(case.output.shape(), case.indices.shape());
+/// });
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Values {
     /// Small integers in `-2..2`: many ties, where first-maximum rules matter.
@@ -56,6 +64,16 @@ pub enum Values {
 
 /// Bounds of generated max-pooling parameters. Padding is drawn in `0..=kernel/2`; parameters
 /// that leave no window, or a dilated window with no input, are not generated.
+///
+/// ```
+/// use poolgrad::testing::{max_pool_cases, ParamBounds, Shapes, Values};
+/// use proptest::prelude::*;
+/// let stems = ParamBounds { kernel: 3..=3, stride: 2..=2, dilation: 1..=1, ceil_mode: false };
+/// proptest!(|(case in max_pool_cases::<f32, i64>(Shapes::default(), stems.clone(), Values::Distinct))| {
+///     prop_assert_eq!(case.params.kernel(), [3, 3]);
+///     prop_assert!(case.params.padding()[0] <= 1);
+/// });
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParamBounds {
     /// Kernel size per axis.
@@ -117,7 +135,7 @@ fn pooled_dims(input: &[usize], out: [usize; 2]) -> Vec<usize> {
     d
 }
 
-/// A generated adaptive max-pooling case with its reference forward.
+/// A generated adaptive max-pooling case with its reference forward; see [`adaptive_cases`].
 #[derive(Debug, Clone)]
 pub struct AdaptiveCase<T, I> {
     /// The input, `[C, H, W]` or `[N, C, H, W]`.
@@ -159,7 +177,8 @@ pub fn adaptive_cases<T: PoolFloat, I: ArgmaxIndex>(
         })
 }
 
-/// A generated max-pooling case (flat indices) with its reference forward.
+/// A generated max-pooling case (flat indices) with its reference forward; see
+/// [`max_pool_cases`].
 #[derive(Debug, Clone)]
 pub struct MaxPoolCase<T, I> {
     /// The input, `[C, H, W]` or `[N, C, H, W]`.
@@ -222,7 +241,7 @@ pub fn max_pool_cases<T: PoolFloat, I: ArgmaxIndex>(
         })
 }
 
-/// A generated max-pooling case with an Ascend mask in layout `L`.
+/// A generated max-pooling case with an Ascend mask in layout `L`; see [`mask_cases`].
 pub struct MaskCase<T, L: MaskLayout> {
     /// The input, `[C, H, W]` or `[N, C, H, W]`.
     pub input: ArrayD<T>,
@@ -332,6 +351,15 @@ fn plane_of<T>(input: &ArrayD<T>) -> usize {
 impl<T: PoolFloat, I: ArgmaxIndex> AdaptiveCase<T, I> {
     /// Checks a forward's values and indices against the reference, exactly.
     ///
+    /// ```
+    /// use poolgrad::testing::{adaptive_cases, Shapes, Values};
+    /// use proptest::prelude::*;
+    /// proptest!(|(case in adaptive_cases::<half::bf16, i64>(Shapes::default(), Values::Ties))| {
+    ///     let p = poolgrad::adaptive_max_pool2d::<half::bf16, i64, _, _>(&case.input, case.output_size).unwrap();
+    ///     case.check_forward(&p.output, &p.indices)?;
+    /// });
+    /// ```
+    ///
     /// # Errors
     /// The first [`Mismatch`].
     pub fn check_forward(&self, output: &ArrayD<T>, indices: &ArrayD<I>) -> Result<(), Mismatch> {
@@ -341,6 +369,14 @@ impl<T: PoolFloat, I: ArgmaxIndex> AdaptiveCase<T, I> {
 
     /// Runs `backward` (a function of `grad_output`; the case's input and indices are at hand)
     /// and checks it against the reference, the gradient invariants and linearity.
+    ///
+    /// ```
+    /// use poolgrad::testing::{adaptive_cases, Shapes, Values};
+    /// use proptest::prelude::*;
+    /// proptest!(|(case in adaptive_cases::<f64, i32>(Shapes::default(), Values::Distinct))| {
+    ///     case.check_backward(|g| poolgrad::adaptive_max_pool2d_backward(g, &case.input, &case.indices).unwrap())?;
+    /// });
+    /// ```
     ///
     /// # Errors
     /// The first [`Mismatch`].
@@ -353,6 +389,14 @@ impl<T: PoolFloat, I: ArgmaxIndex> AdaptiveCase<T, I> {
     }
 
     /// The pooling, for [`finite_difference_check`](super::finite_difference_check).
+    ///
+    /// ```
+    /// use poolgrad::testing::{adaptive_cases, reference::Pooling, Shapes, Values};
+    /// use proptest::prelude::*;
+    /// proptest!(|(case in adaptive_cases::<f32, i64>(Shapes::default(), Values::Ties))| {
+    ///     prop_assert_eq!(case.pooling(), Pooling::Adaptive(case.output_size));
+    /// });
+    /// ```
     pub fn pooling(&self) -> Pooling {
         Pooling::Adaptive(self.output_size)
     }
@@ -360,6 +404,15 @@ impl<T: PoolFloat, I: ArgmaxIndex> AdaptiveCase<T, I> {
 
 impl<T: PoolFloat, I: ArgmaxIndex> MaxPoolCase<T, I> {
     /// Checks a forward's values and indices against the reference, exactly.
+    ///
+    /// ```
+    /// use poolgrad::testing::{max_pool_cases, ParamBounds, Shapes, Values};
+    /// use proptest::prelude::*;
+    /// proptest!(|(case in max_pool_cases::<f32, i32>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
+    ///     let p = poolgrad::max_pool2d_with_indices::<f32, i32, _, _>(&case.input, &case.params).unwrap();
+    ///     case.check_forward(&p.output, &p.indices)?;
+    /// });
+    /// ```
     ///
     /// # Errors
     /// The first [`Mismatch`].
@@ -369,7 +422,7 @@ impl<T: PoolFloat, I: ArgmaxIndex> MaxPoolCase<T, I> {
     }
 
     /// Runs `backward` on the case's gradient and checks it against the reference, the gradient
-    /// invariants and linearity.
+    /// invariants and linearity (see [`max_pool_cases`] for an example).
     ///
     /// # Errors
     /// The first [`Mismatch`].
@@ -386,6 +439,14 @@ impl<T: PoolFloat, I: ArgmaxIndex> MaxPoolCase<T, I> {
     }
 
     /// The pooling, for [`finite_difference_check`](super::finite_difference_check).
+    ///
+    /// ```
+    /// use poolgrad::testing::{max_pool_cases, reference::Pooling, ParamBounds, Shapes, Values};
+    /// use proptest::prelude::*;
+    /// proptest!(|(case in max_pool_cases::<f32, i64>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
+    ///     prop_assert_eq!(case.pooling(), Pooling::Max(case.params));
+    /// });
+    /// ```
     pub fn pooling(&self) -> Pooling {
         Pooling::Max(self.params)
     }
@@ -393,6 +454,16 @@ impl<T: PoolFloat, I: ArgmaxIndex> MaxPoolCase<T, I> {
 
 impl<T: PoolFloat, L: MaskLayout> MaskCase<T, L> {
     /// Checks a forward's values and mask bytes against the reference, exactly.
+    ///
+    /// ```
+    /// use poolgrad::testing::{mask_cases, ParamBounds, Shapes, Values};
+    /// use poolgrad::I32Argmax;
+    /// use proptest::prelude::*;
+    /// proptest!(|(case in mask_cases::<f32, I32Argmax>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
+    ///     let p = poolgrad::max_pool2d_with_mask::<f32, I32Argmax, _, _>(&case.input, &case.params).unwrap();
+    ///     case.check_forward(&p.output, &p.mask)?;
+    /// });
+    /// ```
     ///
     /// # Errors
     /// The first [`Mismatch`].
@@ -406,7 +477,7 @@ impl<T: PoolFloat, L: MaskLayout> MaskCase<T, L> {
     }
 
     /// Runs `backward` on the case's gradient and checks it against the reference, the gradient
-    /// invariants and linearity.
+    /// invariants and linearity (see [`mask_cases`] for an example).
     ///
     /// # Errors
     /// The first [`Mismatch`].
