@@ -2,7 +2,7 @@
 //! JSON line per case, to read side by side with the anchor's lines from the same machine.
 //!
 //! ```sh
-//! cargo run --release --example bench -- [--threads N] [--reps R] [--case NAME]...
+//! cargo run --release --example bench -- [--threads N] [--reps R] [--plan-only] [--case NAME]...
 //! ```
 //!
 //! Each line has `name`, `median_s` (the plan API on preallocated outputs, the way a training
@@ -56,10 +56,12 @@ struct Args {
     threads: usize,
     reps: usize,
     cases: Vec<String>,
+    /// Skip the free-function timings (for profiling the kernels alone).
+    plan_only: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { threads: 2, reps: 15, cases: Vec::new() };
+    let mut args = Args { threads: 2, reps: 15, cases: Vec::new(), plan_only: false };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -69,8 +71,9 @@ fn parse_args() -> Result<Args, String> {
             }
             "--reps" => args.reps = value("--reps")?.parse().map_err(|e| format!("--reps: {e}"))?,
             "--case" => args.cases.push(value("--case")?),
+            "--plan-only" => args.plan_only = true,
             "--help" | "-h" => {
-                return Err("usage: bench [--threads N] [--reps R] [--case NAME]...".into());
+                return Err("usage: bench [--threads N] [--reps R] [--plan-only] [--case NAME]...".into());
             }
             other => return Err(format!("unknown argument {other:?}; try --help")),
         }
@@ -88,6 +91,12 @@ fn random<T: PoolFloat>(shape: &[usize], seed: u64) -> ArrayD<T> {
         let u = (state >> 40) as f32 / (1u64 << 24) as f32;
         T::from_acc(num_traits::cast(2.0 * u - 1.0).unwrap())
     })
+}
+
+static PLAN_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn plan_only() -> bool {
+    PLAN_ONLY.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 fn median(mut times: Vec<f64>) -> f64 {
@@ -182,7 +191,7 @@ fn run_case<T: PoolFloat>(
                 run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
             }),
         };
-        let t_fn = match kind {
+        let t_fn = (!plan_only()).then(|| match kind {
             Kind::Adaptive(_) => time(reps, || {
                 std::hint::black_box(
                     poolgrad::adaptive_max_pool2d_backward(&g, &x, &pooled.indices).unwrap(),
@@ -194,8 +203,8 @@ fn run_case<T: PoolFloat>(
                         .unwrap(),
                 );
             }),
-        };
-        report(name, threads, t, Some(t_fn), tmin::<T>(shape, out, 8.0));
+        });
+        report(name, threads, t, t_fn, tmin::<T>(shape, out, 8.0));
     }
 
     if let Kind::MaxPool { k, .. } = kind {
@@ -261,11 +270,13 @@ fn mask_case<T: PoolFloat, L: MaskLayout>(
         };
         run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
     });
-    let t_fn = time(reps, || {
-        std::hint::black_box(poolgrad::max_pool2d_with_mask_backward(g, x, &pooled.mask, &p).unwrap());
+    let t_fn = (!plan_only()).then(|| {
+        time(reps, || {
+            std::hint::black_box(poolgrad::max_pool2d_with_mask_backward(g, x, &pooled.mask, &p).unwrap());
+        })
     });
     let out = [g.shape()[2], g.shape()[3]];
-    report(name, cpu.threads(), t, Some(t_fn), tmin::<T>(x.dim().into(), out, index_bytes));
+    report(name, cpu.threads(), t, t_fn, tmin::<T>(x.dim().into(), out, index_bytes));
 
     let fwd = format!("fwd_{name}");
     if selected(&fwd) {
@@ -327,6 +338,7 @@ fn main() {
             std::process::exit(2);
         }
     };
+    PLAN_ONLY.store(args.plan_only, std::sync::atomic::Ordering::Relaxed);
     let cpu = Cpu::new(Parallelism::Threads(args.threads.max(1).try_into().unwrap())).expect("thread pool");
     let selected = |name: &str| args.cases.is_empty() || args.cases.iter().any(|c| c == name);
     if selected("copy") {

@@ -7,6 +7,8 @@ use super::Cpu;
 use super::forward::{planes_per_task, task_count};
 use super::workspace::{Carver, Sizer};
 
+use num_traits::Zero;
+
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::Result;
 use crate::index::ArgmaxIndex;
@@ -122,8 +124,9 @@ pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
 /// One plane. Returns the first bad index as (position in the plane, value).
 ///
 /// `f32`/`f64` sum straight into the zeroed output plane. The half types widen their gradients
-/// in bulk, sum in a zeroed f32 plane, zero the output plane (a memset) and round once only the
-/// positions the indices touch.
+/// in bulk and sum in a zeroed f32 plane; after each addition the rounded running sum is stored,
+/// so the last store to a position holds its whole sum rounded once, and the indices are read
+/// once.
 fn scatter_plane<T: PoolFloat, I: ArgmaxIndex>(
     go: &[T],
     ix: &[I],
@@ -138,11 +141,12 @@ fn scatter_plane<T: PoolFloat, I: ArgmaxIndex>(
     let len = gi.len();
     let (grad, acc) = (&mut grad[..go.len()], &mut acc[..len]);
     T::to_acc_slice(go, grad);
-    add_all(grad, ix, acc)?;
+    acc.fill(T::Acc::zero());
     gi.fill(T::zero());
-    for &i in ix {
-        // Every index is now known to be inside the plane.
-        let at = i.flat_in(len).unwrap_or(0);
+    for (k, (&g, &i)) in grad.iter().zip(ix).enumerate() {
+        let Some(at) = i.flat_in(len) else { return Err((k, i.to_i64())) };
+        acc[at] += g;
+        // The last store to a position holds its whole sum, rounded once.
         gi[at] = T::from_acc(acc[at]);
     }
     Ok(())
