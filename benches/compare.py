@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Runs PyTorch's anchor and poolgrad's bench side by side on this machine, in one session, and
+writes the README's performance table (Markdown, to stdout) and a bar chart (SVG).
+
+Usage (from the repository root, after `cargo build --release --example bench`):
+    python3 benches/compare.py --torch /path/to/python-with-torch [--svg benches/performance.svg]
+
+Runs, in this order: the anchor at 2 threads, poolgrad at 2 threads, the companion PyTorch
+timings (benches/torch_extra.py) at 2 threads, then the anchor and poolgrad at 1 thread. Every
+figure is a median; the machine is shared, so read ratios within one run.
+"""
+import argparse, json, os, subprocess, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ANCHOR = os.path.join(ROOT, "..", "shared", "tools", "torch-anchor", "bench.py")
+BENCH = os.path.join(ROOT, "target", "release", "examples", "bench")
+
+
+def run(cmd):
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def by_name(rows):
+    return {r["name"]: r for r in rows}
+
+
+def svg_chart(rows, path):
+    """Horizontal bars per case: GB/s on the minimum traffic of poolgrad (plan API) and of
+    PyTorch writing into a preallocated gradient (`out=`), the kernel-to-kernel comparison."""
+    width, bar, gap, left = 760, 12, 10, 170
+    height = 60 + len(rows) * (2 * bar + gap)
+    peak = max(max(r[1], r[2], r[3]) for r in rows) * 1.1
+    scale = (width - left - 40) / peak
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{left}" y="18" font-size="13">Backward, GB/s on the minimum traffic (2 threads; higher is better)</text>']
+    copy_x = left + rows[0][3] * scale
+    out.append(f'<line x1="{copy_x:.1f}" y1="28" x2="{copy_x:.1f}" y2="{height - 10}" stroke="#888" stroke-dasharray="4 3"/>')
+    out.append(f'<text x="{copy_x + 3:.1f}" y="38" fill="#555">copy bandwidth {rows[0][3]:.1f}</text>')
+    y = 48
+    for name, ours, torch, _copy in rows:
+        out.append(f'<text x="{left - 6}" y="{y + bar + 4}" text-anchor="end">{name}</text>')
+        out.append(f'<rect x="{left}" y="{y}" width="{ours * scale:.1f}" height="{bar}" fill="#2a7ab9"/>')
+        out.append(f'<text x="{left + ours * scale + 3:.1f}" y="{y + bar - 2}">poolgrad {ours:.1f}</text>')
+        out.append(f'<rect x="{left}" y="{y + bar}" width="{torch * scale:.1f}" height="{bar}" fill="#e07b39"/>')
+        out.append(f'<text x="{left + torch * scale + 3:.1f}" y="{y + 2 * bar - 2}">PyTorch out= {torch:.1f}</text>')
+        y += 2 * bar + gap
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--torch", required=True, help="a python with torch (see shared/tools/torch-anchor/setup.sh)")
+    ap.add_argument("--svg", default=os.path.join(ROOT, "benches", "performance.svg"))
+    args = ap.parse_args()
+
+    anchor2 = by_name(run([args.torch, ANCHOR, "2"]))
+    ours2 = by_name(run([BENCH, "--threads", "2"]))
+    extra = {(r["name"], r["variant"]): r["median_s"] for r in run([args.torch, os.path.join(ROOT, "benches", "torch_extra.py"), "2"])}
+    anchor1 = by_name(run([args.torch, ANCHOR, "1"]))
+    ours1 = by_name(run([BENCH, "--threads", "1", "--plan-only"]))
+    copy2, copy1 = ours2["copy"]["gbps"], ours1["copy"]["gbps"]
+
+    ms = lambda s: f"{s * 1e3:.2f}"
+    print(f"Copy bandwidth measured in the same process: {copy2:.1f} GB/s with 2 threads, {copy1:.1f} GB/s with 1.\n")
+    print("| backward (2 threads) | PyTorch op, ms | PyTorch `out=`, ms | poolgrad fn, ms | poolgrad plan, ms | op / plan | `out=` / plan | plan GB/s on T_min | of copy | 1 thread: PyTorch op / plan |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    chart = []
+    for name, a in anchor2.items():
+        o = ours2[name]
+        t_out = extra[(name, "backward_out")]
+        r1 = anchor1[name]["median_s"] / ours1[name]["median_s"]
+        print(f"| {name} | {ms(a['median_s'])} | {ms(t_out)} | {ms(o['median_fn_s'])} | {ms(o['median_s'])} | "
+              f"{a['median_s'] / o['median_s']:.1f}x | {t_out / o['median_s']:.2f}x | {o['gbps_on_tmin']:.1f} | "
+              f"{o['gbps_on_tmin'] / copy2 * 100:.0f}% | {r1:.1f}x |")
+        chart.append((name, o["gbps_on_tmin"], a["tmin_bytes"] / t_out / 1e9, copy2))
+    print()
+    print("| mask backward (2 threads) | poolgrad plan, ms | GB/s on T_min | of copy |")
+    print("|---|---|---|---|")
+    for name, o in ours2.items():
+        if not name.startswith("fwd_") and (name.endswith("_i32argmax") or name.endswith("_bitmask")):
+            print(f"| {name} | {ms(o['median_s'])} | {o['gbps_on_tmin']:.1f} | {o['gbps_on_tmin'] / copy2 * 100:.0f}% |")
+    print()
+    print("| forward (2 threads) | PyTorch, ms | PyTorch `out=`, ms | poolgrad plan, ms | PyTorch / poolgrad |")
+    print("|---|---|---|---|---|")
+    for name in anchor2:
+        f = ours2["fwd_" + name]["median_s"]
+        t, to = extra[(name, "forward")], extra[(name, "forward_out")]
+        print(f"| {name} | {ms(t)} | {ms(to)} | {ms(f)} | {min(t, to) / f:.2f}x |")
+    svg_chart(chart, args.svg)
+    print(f"\n(chart written to {os.path.relpath(args.svg, ROOT)})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
