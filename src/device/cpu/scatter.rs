@@ -104,6 +104,8 @@ pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
         })
         .collect();
     let bad = cpu.map_tasks(tasks, |t| {
+        // The half types' accumulators start at zero; each plane puts back the zeros it used.
+        t.acc.fill(T::Acc::zero());
         for (plane, ((gi, go), ix)) in
             t.gi.chunks_mut(hw).zip(t.go.chunks(ohw)).zip(t.ix.chunks(ohw)).enumerate()
         {
@@ -124,9 +126,9 @@ pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
 /// One plane. Returns the first bad index as (position in the plane, value).
 ///
 /// `f32`/`f64` sum straight into the zeroed output plane. The half types widen their gradients
-/// in bulk and sum in a zeroed f32 plane; after each addition the rounded running sum is stored,
-/// so the last store to a position holds its whole sum rounded once, and the indices are read
-/// once.
+/// in bulk and sum in an f32 plane that is zero on entry (and left zero); after each addition
+/// the rounded running sum is stored, so the last store to a position holds its whole sum
+/// rounded once.
 fn scatter_plane<T: PoolFloat, I: ArgmaxIndex>(
     go: &[T],
     ix: &[I],
@@ -141,13 +143,16 @@ fn scatter_plane<T: PoolFloat, I: ArgmaxIndex>(
     let len = gi.len();
     let (grad, acc) = (&mut grad[..go.len()], &mut acc[..len]);
     T::to_acc_slice(go, grad);
-    acc.fill(T::Acc::zero());
     gi.fill(T::zero());
     for (k, (&g, &i)) in grad.iter().zip(ix).enumerate() {
         let Some(at) = i.flat_in(len) else { return Err((k, i.to_i64())) };
         acc[at] += g;
         // The last store to a position holds its whole sum, rounded once.
         gi[at] = T::from_acc(acc[at]);
+    }
+    // Leave the accumulators zero for the next plane: only the touched ones changed.
+    for &i in ix {
+        acc[i.flat_in(len).unwrap_or(0)] = T::Acc::zero();
     }
     Ok(())
 }
