@@ -218,10 +218,13 @@ fn bitmask_backward<T: PoolFloat>(
     });
 }
 
-/// One block of up to 16 channels: zero, then for each output position in row-major order and
-/// each valid window offset, add the gradient of every channel whose bit is set. Bits of channels
-/// past `C` are masked off; offsets that lie in padding are never visited, so their bits add
-/// nothing.
+/// One block of up to 16 channels: for each output position in row-major order and each valid
+/// window offset, add the gradient of every channel whose bit is set. Bits of channels past `C`
+/// are masked off; offsets that lie in padding are never visited, so their bits add nothing.
+///
+/// An input row is zeroed just before the first output row whose windows reach it (as oneDNN
+/// does), so the rows being summed stay in cache across the block's channels: a bit always
+/// points inside its own window, so no contribution lands on a row not yet zeroed.
 #[allow(clippy::too_many_arguments)]
 fn block_backward<T: PoolFloat>(
     g: &MaxPoolGeometry,
@@ -239,27 +242,43 @@ fn block_backward<T: PoolFloat>(
     let valid: u16 = if channels >= 16 { u16::MAX } else { (1u16 << channels) - 1 };
     let block = g.word_offset(n, c1, 0, 0);
     let row_bytes = g.word_offset(0, 0, 1, 0);
-    let sum = |acc: &mut [T::Acc]| {
-        acc.fill(T::Acc::zero());
-        for (oh, (r, i0)) in windows.rows.iter().enumerate() {
-            for (ow, (c, j0)) in windows.cols.iter().enumerate() {
-                let p = oh * g.wo + ow;
-                for a in 0..r.count {
-                    let (ih, i) = (r.start + a, i0 + a);
-                    for b in 0..c.count {
-                        let k = i * kw + j0 + b;
-                        let word = mask::read_word(bits, block + k * row_bytes + 2 * p) & valid;
-                        let flat = ih * w + c.start + b;
-                        let mut rest = word;
-                        while rest != 0 {
-                            let ch = rest.trailing_zeros() as usize;
-                            rest &= rest - 1;
-                            acc[ch * hw + flat] += go[ch * positions + p].to_acc();
-                        }
+    let zero_rows = |acc: &mut [T::Acc], rows: core::ops::Range<usize>| {
+        for ch in 0..channels {
+            acc[ch * hw + rows.start * w..ch * hw + rows.end * w].fill(T::Acc::zero());
+        }
+    };
+    let add_row = |acc: &mut [T::Acc], oh: usize| {
+        let (r, i0) = &windows.rows[oh];
+        for (ow, (c, j0)) in windows.cols.iter().enumerate() {
+            let p = oh * g.wo + ow;
+            for a in 0..r.count {
+                let (ih, i) = (r.start + a, i0 + a);
+                for b in 0..c.count {
+                    let k = i * kw + j0 + b;
+                    let word = mask::read_word(bits, block + k * row_bytes + 2 * p) & valid;
+                    let flat = ih * w + c.start + b;
+                    let mut rest = word;
+                    while rest != 0 {
+                        let ch = rest.trailing_zeros() as usize;
+                        rest &= rest - 1;
+                        acc[ch * hw + flat] += go[ch * positions + p].to_acc();
                     }
                 }
             }
         }
+    };
+    let sum = |acc: &mut [T::Acc]| {
+        let mut zeroed = 0;
+        for oh in 0..g.ho {
+            let (r, _) = &windows.rows[oh];
+            let reach = r.start + r.count;
+            if reach > zeroed {
+                zero_rows(acc, zeroed..reach);
+                zeroed = reach;
+            }
+            add_row(acc, oh);
+        }
+        zero_rows(acc, zeroed..g.h);
     };
     if let Some(direct) = T::as_acc_mut(gi) {
         sum(direct);
