@@ -256,24 +256,7 @@ impl MaxPoolGeometry {
         params: &MaxPool2dParams,
         input_dims: &[usize],
     ) -> Result<Self> {
-        let [n, c, h, w] = match *input_dims {
-            [c, h, w] => [1, c, h, w],
-            [n, c, h, w] => [n, c, h, w],
-            _ => {
-                return Err(Error::Rank {
-                    op,
-                    arg,
-                    expected: "3 (C, H, W) or 4 (N, C, H, W)",
-                    got: input_dims.len(),
-                    shape: input_dims.to_vec(),
-                });
-            }
-        };
-        for (len, axis) in [(c, "C"), (h, "H"), (w, "W")] {
-            if len == 0 {
-                return Err(Error::EmptyDimension { op, arg, axis, shape: input_dims.to_vec() });
-            }
-        }
+        let [n, c, h, w] = validate::pooling_dims(op, arg, input_dims)?;
         let [ho, wo] = params.output_size_for(op, [h, w])?;
         validate::plane_size(op, arg, h, w)?;
         Ok(MaxPoolGeometry { n, c, h, w, ho, wo, params: *params, ndim: input_dims.len() })

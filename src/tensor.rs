@@ -12,7 +12,7 @@ use ndarray::{Dimension, ShapeBuilder};
 use crate::element::Element;
 use crate::error::{Error, Result};
 
-const RANKS: &str = "3 (C, H, W) or 4 (N, C, H, W)";
+pub(crate) const RANKS: &str = "3 (C, H, W) or 4 (N, C, H, W)";
 
 /// A read-only view of a 3-D or 4-D tensor.
 ///

@@ -5,19 +5,37 @@ use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
 use crate::tensor::{TensorMut, TensorRef, user_dims};
 
-/// The 4-D shape of a pooling input, whose C, H and W must be non-empty (N may be 0).
+/// The 4-D shape `[N, C, H, W]` of a pooling input given in the caller's rank (3 or 4), whose C,
+/// H and W must be non-empty (N may be 0).
+pub(crate) fn pooling_dims(op: &'static str, arg: &'static str, dims: &[usize]) -> Result<[usize; 4]> {
+    let shape = match *dims {
+        [c, h, w] => [1, c, h, w],
+        [n, c, h, w] => [n, c, h, w],
+        _ => {
+            return Err(Error::Rank {
+                op,
+                arg,
+                expected: crate::tensor::RANKS,
+                got: dims.len(),
+                shape: dims.to_vec(),
+            });
+        }
+    };
+    for (axis, name) in [(1, "C"), (2, "H"), (3, "W")] {
+        if shape[axis] == 0 {
+            return Err(Error::EmptyDimension { op, arg, axis: name, shape: dims.to_vec() });
+        }
+    }
+    Ok(shape)
+}
+
+/// [`pooling_dims`] of a view.
 pub(crate) fn pooling_input<E: Element>(
     op: &'static str,
     arg: &'static str,
     t: &TensorRef<'_, E>,
 ) -> Result<[usize; 4]> {
-    let shape = t.shape();
-    for (axis, name) in [(1, "C"), (2, "H"), (3, "W")] {
-        if shape[axis] == 0 {
-            return Err(Error::EmptyDimension { op, arg, axis: name, shape: t.dims() });
-        }
-    }
-    Ok(shape)
+    pooling_dims(op, arg, &t.dims())
 }
 
 /// `[ho, wo]` with both entries at least 1.
