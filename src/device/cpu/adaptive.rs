@@ -4,7 +4,6 @@
 use super::Cpu;
 use super::forward::{self, ForwardPrepared, Planes, Taps};
 use super::scatter::{self, ScatterPrepared, ScatterShape};
-use super::workspace::{Carver, Sizer};
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
 use crate::error::Result;
@@ -23,6 +22,10 @@ fn planes(g: &AdaptiveGeometry) -> Planes {
     Planes { count: g.planes(), h: g.h, w: g.w, ho: g.ho, wo: g.wo }
 }
 
+fn scatter_shape(g: &AdaptiveGeometry) -> ScatterShape {
+    ScatterShape { planes: g.planes(), hw: g.h * g.w, ohw: g.ho * g.wo }
+}
+
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for Cpu {
     type Prepared = ForwardPrepared;
 
@@ -31,13 +34,17 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         op: &AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
     ) -> Result<(ForwardPrepared, usize)> {
-        let mut sizer = Sizer::new("adaptive_max_pool2d");
-        sizer.stage(&op.input.view())?;
-        sizer.stage(&op.output.as_ref().view())?;
-        sizer.stage(&op.indices.as_ref().view())?;
-        let prepared =
-            ForwardPrepared::new::<T>(self, taps(g.h, g.ho), taps(g.w, g.wo), planes(g), &mut sizer)?;
-        Ok((prepared, sizer.total()))
+        let (rows, cols) = (taps(g.h, g.ho), taps(g.w, g.wo));
+        forward::prepare_indexed(
+            self,
+            "adaptive_max_pool2d",
+            &op.input,
+            &op.output,
+            &op.indices,
+            rows,
+            cols,
+            planes(g),
+        )
     }
 
     fn launch(
@@ -47,21 +54,9 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         p: ForwardPrepared,
         memory: &mut Vec<u64>,
     ) -> Result<()> {
-        const OP: &str = "adaptive_max_pool2d";
-        let AdaptiveMaxPool2d { input, output, indices, .. } = op;
-        let mut carver = Carver::new(OP, memory);
-        let x = carver.stage(input.view())?;
-        let mut out = carver.output(output.into_view())?;
-        let mut idx = carver.output(indices.into_view())?;
-        let scratch = p.scratch::<T>(&mut carver)?;
-        forward::pool(self, planes(g), &p, x, out.slice(), idx.slice(), scratch);
-        out.finish(OP, "output")?;
-        idx.finish(OP, "indices")
+        let views = (op.input, op.output, op.indices);
+        forward::run_indexed(self, "adaptive_max_pool2d", views, planes(g), &p, memory)
     }
-}
-
-fn scatter_shape(g: &AdaptiveGeometry) -> ScatterShape {
-    ScatterShape { planes: g.planes(), hw: g.h * g.w, ohw: g.ho * g.wo }
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I>> for Cpu {
@@ -72,12 +67,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         op: &AdaptiveMaxPool2dBackward<'a, T, I>,
         g: &AdaptiveGeometry,
     ) -> Result<(ScatterPrepared, usize)> {
-        let mut sizer = Sizer::new("adaptive_max_pool2d_backward");
-        sizer.stage(&op.grad_output.view())?;
-        sizer.stage(&op.indices.view())?;
-        sizer.stage(&op.grad_input.as_ref().view())?;
-        let prepared = ScatterPrepared::new::<T>(self, scatter_shape(g), &mut sizer)?;
-        Ok((prepared, sizer.total()))
+        const OP: &str = "adaptive_max_pool2d_backward";
+        scatter::prepare_indexed(self, OP, &op.grad_output, &op.indices, &op.grad_input, scatter_shape(g))
     }
 
     fn launch(
@@ -88,14 +79,9 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         memory: &mut Vec<u64>,
     ) -> Result<()> {
         const OP: &str = "adaptive_max_pool2d_backward";
-        let AdaptiveMaxPool2dBackward { grad_output, indices, grad_input, .. } = op;
-        let mut carver = Carver::new(OP, memory);
-        let go = carver.stage(grad_output.view())?;
-        let ix = carver.stage(indices.view())?;
-        let mut gi = carver.output(grad_input.into_view())?;
-        let scratch = p.scratch::<T>(&mut carver)?;
-        let checked = scatter::scatter(self, scatter_shape(g), &p, go, ix, gi.slice(), scratch);
-        gi.finish(OP, "grad_input")?;
-        checked.map_err(|bad| g.index_error(OP, "indices", bad.element, bad.value))
+        let views = (op.grad_output, op.indices, op.grad_input);
+        scatter::run_indexed(self, OP, views, scatter_shape(g), &p, memory, |e, v| {
+            g.index_error(OP, "indices", e, v)
+        })
     }
 }

@@ -6,6 +6,7 @@ use super::workspace::{Carver, Sizer};
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::Result;
 use crate::index::ArgmaxIndex;
+use crate::tensor::{TensorMut, TensorRef};
 
 /// The input positions one output reads along one axis: `start + i * step` for `i < count`
 /// (`count >= 1`, checked in phase 1).
@@ -99,6 +100,45 @@ pub(super) fn planes_per_task(planes: usize, tasks: usize) -> usize {
 
 pub(super) fn task_count(cpu: &Cpu, planes: usize) -> usize {
     cpu.threads().min(planes).max(1)
+}
+
+/// Plans a forward that writes values and flat indices from the views of one call.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    op: &'static str,
+    input: &TensorRef<'_, T>,
+    output: &TensorMut<'_, T>,
+    indices: &TensorMut<'_, I>,
+    rows: Vec<Taps>,
+    cols: Vec<Taps>,
+    planes: Planes,
+) -> Result<(ForwardPrepared, usize)> {
+    let mut sizer = Sizer::new(op);
+    sizer.stage(&input.view())?;
+    sizer.stage(&output.as_ref().view())?;
+    sizer.stage(&indices.as_ref().view())?;
+    let prepared = ForwardPrepared::new::<T>(cpu, rows, cols, planes, &mut sizer)?;
+    Ok((prepared, sizer.total()))
+}
+
+/// Runs a forward planned by [`prepare_indexed`].
+pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    op: &'static str,
+    (input, output, indices): (TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
+    planes: Planes,
+    p: &ForwardPrepared,
+    memory: &mut [u64],
+) -> Result<()> {
+    let mut carver = Carver::new(op, memory);
+    let x = carver.stage(input.view())?;
+    let mut out = carver.output(output.into_view())?;
+    let mut idx = carver.output(indices.into_view())?;
+    let scratch = p.scratch::<T>(&mut carver)?;
+    pool(cpu, planes, p, x, out.slice(), idx.slice(), scratch);
+    out.finish(op, "output")?;
+    idx.finish(op, "indices")
 }
 
 struct Task<'s, T: PoolFloat, I> {

@@ -10,8 +10,9 @@ use super::workspace::{Carver, Sizer};
 use num_traits::Zero;
 
 use crate::element::{AccFloat, PoolFloat};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
+use crate::tensor::{TensorMut, TensorRef};
 
 /// Phase-1 state of a scatter.
 #[derive(Debug)]
@@ -62,6 +63,44 @@ impl ScatterPrepared {
             grad: carver.region::<T::Acc>(self.tasks * self.grad_per_task)?,
         })
     }
+}
+
+/// Plans the backward of a flat-index pooling from the views of one call.
+pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    op: &'static str,
+    grad_output: &TensorRef<'_, T>,
+    indices: &TensorRef<'_, I>,
+    grad_input: &TensorMut<'_, T>,
+    shape: ScatterShape,
+) -> Result<(ScatterPrepared, usize)> {
+    let mut sizer = Sizer::new(op);
+    sizer.stage(&grad_output.view())?;
+    sizer.stage(&indices.view())?;
+    sizer.stage(&grad_input.as_ref().view())?;
+    let prepared = ScatterPrepared::new::<T>(cpu, shape, &mut sizer)?;
+    Ok((prepared, sizer.total()))
+}
+
+/// Runs a backward planned by [`prepare_indexed`]; `bad_index` turns the first index outside
+/// its plane (element, value) into the operation's error.
+pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    op: &'static str,
+    (grad_output, indices, grad_input): (TensorRef<'_, T>, TensorRef<'_, I>, TensorMut<'_, T>),
+    shape: ScatterShape,
+    p: &ScatterPrepared,
+    memory: &mut [u64],
+    bad_index: impl FnOnce(usize, i64) -> Error,
+) -> Result<()> {
+    let mut carver = Carver::new(op, memory);
+    let go = carver.stage(grad_output.view())?;
+    let ix = carver.stage(indices.view())?;
+    let mut gi = carver.output(grad_input.into_view())?;
+    let scratch = p.scratch::<T>(&mut carver)?;
+    let checked = scatter(cpu, shape, p, go, ix, gi.slice(), scratch);
+    gi.finish(op, "grad_input")?;
+    checked.map_err(|bad| bad_index(bad.element, bad.value))
 }
 
 struct Task<'s, T: PoolFloat, I> {
