@@ -27,6 +27,23 @@ pub(crate) fn zeroed_vec<E: bytemuck::Zeroable>(
     })
 }
 
+/// The first `len` items as a vector, or [`Error::Allocation`] when there is no room for them.
+pub(crate) fn collect_exact<T>(
+    op: &'static str,
+    arg: &'static str,
+    len: usize,
+    items: impl Iterator<Item = T>,
+) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::Allocation {
+        op,
+        arg,
+        bytes: len.saturating_mul(size_of::<T>()),
+    })?;
+    v.extend(items.take(len));
+    Ok(v)
+}
+
 /// A zeroed array of shape `dims` (the caller's rank `D`).
 pub(crate) fn zeroed_array<E, D>(op: &'static str, arg: &'static str, dims: &[usize]) -> Result<Array<E, D>>
 where

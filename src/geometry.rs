@@ -118,11 +118,6 @@ pub(crate) fn mask_words_per_row(positions: usize) -> Option<usize> {
     positions.div_ceil(16).checked_add(1)?.checked_mul(16)
 }
 
-/// The adaptive windows of every output along one axis.
-pub(crate) fn adaptive_windows(input: usize, output: usize) -> Vec<Range<usize>> {
-    (0..output).map(|i| adaptive_window(i, input, output)).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,7 +126,7 @@ mod tests {
     fn windows_cover_the_axis_and_are_never_empty() {
         for n in 1..40 {
             for m in 1..45 {
-                let ws = adaptive_windows(n, m);
+                let ws: Vec<Range<usize>> = (0..m).map(|i| adaptive_window(i, n, m)).collect();
                 assert_eq!(ws[0].start, 0);
                 assert_eq!(ws[m - 1].end, n);
                 for (i, w) in ws.iter().enumerate() {

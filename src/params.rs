@@ -113,7 +113,10 @@ impl MaxPool2dParams {
         for (axis, n, out, name) in [(0, h, ho, "H"), (1, w, wo, "W")] {
             let [k, s, p, d] =
                 [self.kernel[axis], self.stride[axis], self.padding[axis], self.dilation[axis]];
-            if d > 1
+            // With d <= n every window reads an input: its first tap at or past 0 lies below n.
+            // With d > n a window can jump over the input, but then only kernels of 1 or 2 have
+            // any output, so the windows are few.
+            if d > n
                 && let Some(o) = (0..out).find(|&o| pool_window_taps(o, n, k, s, p, d).1 == 0)
             {
                 return Err(Error::InvalidParameter {

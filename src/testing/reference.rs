@@ -94,12 +94,11 @@ impl Pooling {
                 (start as usize..end as usize).collect()
             }
             Pooling::Max(p) => {
+                // The taps o*s - p + i*d that fall inside the input (the kernel may be far larger
+                // than the input, so only those are visited).
                 let (k, s, pad, d) = (p.kernel()[a], p.stride()[a], p.padding()[a], p.dilation()[a]);
-                (0..k)
-                    .map(|i| o as i128 * s as i128 - pad as i128 + (i * d) as i128)
-                    .filter(|&t| t >= 0 && t < n as i128)
-                    .map(|t| t as usize)
-                    .collect()
+                let (first, count) = crate::geometry::pool_window_taps(o, n, k, s, pad, d);
+                (0..count).map(|i| first + i * d).collect()
             }
         }
     }
@@ -112,8 +111,8 @@ pub(crate) fn forward4<T: PoolFloat>(
 ) -> Result<(Array4<T>, Array4<i64>)> {
     let (n, c, h, w) = x.dim();
     let [ho, wo] = pooling.output_size([h, w])?;
-    let mut values = Array4::from_elem((n, c, ho, wo), T::neg_infinity());
-    let mut indices = Array4::<i64>::zeros((n, c, ho, wo));
+    let mut values = alloc::zeroed_array::<T, ndarray::Ix4>("reference", "output", &[n, c, ho, wo])?;
+    let mut indices = alloc::zeroed_array::<i64, ndarray::Ix4>("reference", "indices", &[n, c, ho, wo])?;
     for b in 0..n {
         for ch in 0..c {
             for oh in 0..ho {
@@ -153,13 +152,15 @@ fn backward4<T: PoolFloat>(
 ) -> Result<Array4<T>> {
     let [n, c, h, w] = input;
     let (_, _, ho, wo) = go.dim();
-    let mut sums = Array4::<f64>::zeros((n, c, h, w));
+    let mut sums = alloc::zeroed_array::<f64, ndarray::Ix4>("reference", "grad_input", &[n, c, h, w])?;
     for (e, flat) in selected {
         let (plane, q) = (e / (ho * wo), e % (ho * wo));
         let (b, ch) = (plane / c, plane % c);
         sums[[b, ch, flat / w, flat % w]] += go[[b, ch, q / wo, q % wo]].to_f64_exact();
     }
-    Ok(sums.mapv(T::round_from_f64))
+    let mut out = alloc::zeroed_array::<T, ndarray::Ix4>("reference", "grad_input", &[n, c, h, w])?;
+    out.zip_mut_with(&sums, |o, &s| *o = T::round_from_f64(s));
+    Ok(out)
 }
 
 fn view4<'a, T: crate::Element, D: Dimension>(

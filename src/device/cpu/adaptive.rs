@@ -4,18 +4,25 @@
 use super::Cpu;
 use super::forward::{self, ForwardPrepared, Planes, Taps};
 use super::scatter::{self, ScatterPrepared, ScatterShape};
+use crate::alloc::collect_exact;
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
 use crate::error::Result;
-use crate::geometry::adaptive_windows;
+use crate::geometry::adaptive_window;
 use crate::index::ArgmaxIndex;
 use crate::op::{AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward};
 
-fn taps(input: usize, output: usize) -> Vec<Taps> {
-    adaptive_windows(input, output)
-        .into_iter()
-        .map(|r| Taps { start: r.start, count: r.len(), step: 1 })
-        .collect()
+/// The windows of one axis (none when there are no planes: the output is empty, whatever its
+/// other sizes).
+fn taps(g: &AdaptiveGeometry, input: usize, output: usize) -> Result<Vec<Taps>> {
+    let len = if g.planes() == 0 { 0 } else { output };
+    let windows = (0..len).map(|i| adaptive_window(i, input, output));
+    collect_exact(
+        "adaptive_max_pool2d",
+        "windows",
+        len,
+        windows.map(|r| Taps { start: r.start, count: r.len(), step: 1 }),
+    )
 }
 
 fn planes(g: &AdaptiveGeometry) -> Planes {
@@ -34,7 +41,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         op: &AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
     ) -> Result<(ForwardPrepared, usize)> {
-        let (rows, cols) = (taps(g.h, g.ho), taps(g.w, g.wo));
+        let (rows, cols) = (taps(g, g.h, g.ho)?, taps(g, g.w, g.wo)?);
         forward::prepare_indexed(
             self,
             "adaptive_max_pool2d",

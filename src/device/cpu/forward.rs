@@ -41,7 +41,7 @@ impl ForwardPrepared {
         let split = Split::new(cpu, planes.count, planes.ho);
         let acc_per_task = if T::as_acc(&[]).is_some() { 0 } else { planes.h * planes.w };
         sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
-        let groups = ColumnGroup::plan(&cols);
+        let groups = ColumnGroup::plan(&cols)?;
         Ok(ForwardPrepared { rows, cols, groups, split, acc_per_task })
     }
 
@@ -215,8 +215,9 @@ enum ColumnGroup {
 }
 
 impl ColumnGroup {
-    fn plan(cols: &[Taps]) -> Vec<ColumnGroup> {
-        let mut groups = Vec::new();
+    fn plan(cols: &[Taps]) -> Result<Vec<ColumnGroup>> {
+        let mut groups =
+            crate::alloc::collect_exact("pooling", "column groups", cols.len(), core::iter::empty())?;
         let mut ow = 0;
         while ow < cols.len() {
             let group = &cols[ow..(ow + LANES).min(cols.len())];
@@ -236,7 +237,7 @@ impl ColumnGroup {
                 ow += 1;
             }
         }
-        groups
+        Ok(groups)
     }
 }
 

@@ -9,6 +9,7 @@ use super::forward::{self, ForwardPrepared, Taps, planes_per_task};
 use super::maxpool::{planes, prepare_forward, scatter_shape};
 use super::scatter::{self, ScatterPrepared};
 use super::workspace::{Carver, Sizer};
+use crate::alloc::collect_exact;
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
 use crate::error::Result;
@@ -73,20 +74,21 @@ pub struct Windows {
 }
 
 impl Windows {
-    fn new(g: &MaxPoolGeometry) -> Self {
+    /// (None when there are no planes: the output is empty, whatever its other sizes.)
+    fn new(g: &MaxPoolGeometry) -> Result<Self> {
         let p = &g.params;
         let axis = |a: usize, input: usize, output: usize| {
-            (0..output)
-                .map(|o| {
-                    let (k, s, pad) = (p.kernel()[a], p.stride()[a], p.padding()[a]);
-                    let (start, count) = pool_window_taps(o, input, k, s, pad, 1);
-                    // The first valid tap's offset in the window: start - (o*s - pad) >= 0.
-                    let first = (start + pad).saturating_sub(o * s);
-                    (Taps { start, count, step: 1 }, first)
-                })
-                .collect()
+            let len = if g.planes() == 0 { 0 } else { output };
+            let windows = (0..len).map(|o| {
+                let (k, s, pad) = (p.kernel()[a], p.stride()[a], p.padding()[a]);
+                let (start, count) = pool_window_taps(o, input, k, s, pad, 1);
+                // The first valid tap's offset in the window: start - (o*s - pad) >= 0.
+                let first = (start + pad).saturating_sub(o * s);
+                (Taps { start, count, step: 1 }, first)
+            });
+            collect_exact("max_pool2d_with_mask_backward", "windows", len, windows)
         };
-        Windows { rows: axis(0, g.h, g.ho), cols: axis(1, g.w, g.wo) }
+        Ok(Windows { rows: axis(0, g.h, g.ho)?, cols: axis(1, g.w, g.wo)? })
     }
 }
 
@@ -118,7 +120,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                 let tasks = self.threads().min(g.n * g.channel_blocks()).max(1);
                 let acc_per_task = if T::as_acc_mut(&mut []).is_some() { 0 } else { 16 * g.h * g.w };
                 sizer.region::<T::Acc>(tasks * acc_per_task)?;
-                MaskBackwardPrepared::Bitmask { tasks, acc_per_task, windows: Windows::new(g) }
+                MaskBackwardPrepared::Bitmask { tasks, acc_per_task, windows: Windows::new(g)? }
             }
         };
         Ok((prepared, sizer.total()))

@@ -5,6 +5,7 @@ use super::Cpu;
 use super::forward::{self, ForwardPrepared, Planes, Taps};
 use super::scatter::{self, ScatterPrepared, ScatterShape};
 use super::workspace::Sizer;
+use crate::alloc::collect_exact;
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
 use crate::error::Result;
@@ -13,18 +14,19 @@ use crate::index::ArgmaxIndex;
 use crate::op::{MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPoolGeometry};
 
 /// The valid taps of every output row and column of a max pooling.
-fn window_taps(g: &MaxPoolGeometry) -> (Vec<Taps>, Vec<Taps>) {
+/// (None when there are no planes: the output is empty, whatever its other sizes.)
+fn window_taps(g: &MaxPoolGeometry) -> Result<(Vec<Taps>, Vec<Taps>)> {
     let p = &g.params;
-    let axis = |a: usize, input: usize, output: usize| -> Vec<Taps> {
+    let axis = |a: usize, input: usize, output: usize| -> Result<Vec<Taps>> {
         let [k, s, pad, d] = [p.kernel()[a], p.stride()[a], p.padding()[a], p.dilation()[a]];
-        (0..output)
-            .map(|o| {
-                let (start, count) = pool_window_taps(o, input, k, s, pad, d);
-                Taps { start, count, step: d }
-            })
-            .collect()
+        let len = if g.planes() == 0 { 0 } else { output };
+        let taps = (0..len).map(|o| {
+            let (start, count) = pool_window_taps(o, input, k, s, pad, d);
+            Taps { start, count, step: d }
+        });
+        collect_exact("max_pool2d", "windows", len, taps)
     };
-    (axis(0, g.h, g.ho), axis(1, g.w, g.wo))
+    Ok((axis(0, g.h, g.ho)?, axis(1, g.w, g.wo)?))
 }
 
 /// The forward state of a max pooling, with its scratch added to `sizer`.
@@ -33,7 +35,7 @@ pub(super) fn prepare_forward<T: PoolFloat>(
     g: &MaxPoolGeometry,
     sizer: &mut Sizer,
 ) -> Result<ForwardPrepared> {
-    let (rows, cols) = window_taps(g);
+    let (rows, cols) = window_taps(g)?;
     ForwardPrepared::new::<T>(cpu, rows, cols, planes(g), sizer)
 }
 
@@ -53,7 +55,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         op: &MaxPool2dWithIndices<'a, T, I>,
         g: &MaxPoolGeometry,
     ) -> Result<(ForwardPrepared, usize)> {
-        let (rows, cols) = window_taps(g);
+        let (rows, cols) = window_taps(g)?;
         forward::prepare_indexed(
             self,
             "max_pool2d_with_indices",

@@ -1,0 +1,106 @@
+//! Replays the fuzzing corpus (`tests/fuzz/corpus/*/*`, every past finding among it) and random
+//! byte strings through the hostile-input harness, on stable, in the normal test suite. The
+//! property: every call returns a result equal to the reference, or an error; never a panic.
+
+mod hostile;
+
+use proptest::prelude::*;
+
+#[test]
+fn corpus_replays_without_a_finding() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/corpus");
+    let mut replayed = 0;
+    let mut targets: Vec<_> = std::fs::read_dir(&root).expect("tests/fuzz/corpus exists").flatten().collect();
+    targets.sort_by_key(|e| e.file_name());
+    for target in targets {
+        let name = target.file_name().to_string_lossy().into_owned();
+        assert!(hostile::TARGETS.contains(&name.as_str()), "unknown corpus folder {name}");
+        let mut files: Vec<_> =
+            std::fs::read_dir(target.path()).expect("a corpus folder").flatten().collect();
+        files.sort_by_key(|e| e.file_name());
+        for file in files {
+            hostile::run_target(&name, &std::fs::read(file.path()).expect("a corpus file"));
+            replayed += 1;
+        }
+    }
+    assert!(replayed > 0, "the corpus is empty");
+    println!("replayed {replayed} corpus inputs");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+        hostile::run(&data);
+    }
+}
+
+/// Findings of the first fuzzing runs, each fixed in the crate.
+mod findings {
+    use ndarray::{ArrayViewD, IxDyn, ShapeBuilder};
+    use poolgrad::MaxPool2dParams;
+    use poolgrad::testing::reference;
+
+    fn broadcast(dims: &[usize]) -> ArrayViewD<'static, f32> {
+        static ONE: [f32; 1] = [1.0];
+        ArrayViewD::from_shape(IxDyn(dims).strides(IxDyn(&vec![0; dims.len()])), &ONE[..]).unwrap()
+    }
+
+    /// The reference allocated its result with ndarray's infallible constructors: a huge output
+    /// aborted the process. It now returns an error.
+    #[test]
+    fn reference_rejects_impossible_outputs() {
+        let x = broadcast(&[1, 1, 4, 4]);
+        let e = reference::adaptive_max_pool2d(&x, [1 << 31, 1 << 31]).unwrap_err();
+        assert!(matches!(e, poolgrad::Error::Allocation { .. } | poolgrad::Error::Overflow { .. }), "{e:?}");
+        let e = poolgrad::adaptive_max_pool2d::<f32, i64, _, _>(&x, [1 << 31, 1 << 31]).unwrap_err();
+        assert!(matches!(e, poolgrad::Error::Allocation { .. } | poolgrad::Error::Overflow { .. }), "{e:?}");
+    }
+
+    /// The reference visited every tap of the kernel, even a kernel of 2^40 over a 1x1 input
+    /// (a hang); it now visits only the taps inside the input.
+    #[test]
+    fn huge_kernels_cost_their_valid_taps_only() {
+        let x = broadcast(&[1, 1, 1]);
+        let p = MaxPool2dParams::new([1 << 40, 1 << 40]).with_padding([1 << 39, 1 << 39]);
+        let (v, i) = reference::max_pool2d_with_indices(&x, &p).unwrap();
+        assert_eq!((v.shape(), i[[0, 0, 0]]), (&[1, 1, 1][..], 0));
+        let pooled = poolgrad::max_pool2d_with_indices::<f32, i64, _, _>(&x, &p).unwrap();
+        assert_eq!(pooled.indices[[0, 0, 0]], 0);
+    }
+
+    /// Window tables are per output row and column; with no planes (N = 0) the output is empty
+    /// whatever Ho and Wo are, and the tables were still allocated: an abort for Wo = 2^40
+    /// (found by the `raw_mask` target). They are now skipped when there are no planes, and
+    /// allocated fallibly otherwise.
+    #[test]
+    fn empty_batches_allocate_no_window_tables() {
+        let x = broadcast(&[0, 1, 4, 4]);
+        let p = poolgrad::adaptive_max_pool2d::<f32, i64, _, _>(&x, [1 << 40, 1]).unwrap();
+        assert_eq!(p.output.shape(), &[0, 1, 1 << 40, 1]);
+        // Where ndarray itself cannot describe the shape, an error (not an abort).
+        let e = poolgrad::adaptive_max_pool2d::<f32, i64, _, _>(&x, [1 << 40, 1 << 40]).unwrap_err();
+        assert!(matches!(e, poolgrad::Error::Overflow { .. }), "{e:?}");
+
+        let x = broadcast(&[0, 1, 1, 1 << 40]);
+        let params = MaxPool2dParams::new([1, 1]);
+        let p = poolgrad::max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap();
+        assert_eq!(p.indices.shape(), &[0, 1, 1, 1 << 40]);
+
+        let bitmask = poolgrad::max_pool2d_with_mask::<f32, poolgrad::Bitmask, _, _>(&x, &params).unwrap();
+        let g = broadcast(&[0, 1, 1, 1 << 40]);
+        let gx = poolgrad::max_pool2d_with_mask_backward(&g, &x, &bitmask.mask, &params).unwrap();
+        assert_eq!(gx.shape(), &[0, 1, 1, 1 << 40]);
+    }
+
+    /// The check that no dilated window reads only padding walked every output window (a hang on
+    /// huge broadcast inputs); it now only looks where a window can miss the input.
+    #[test]
+    fn dilation_check_is_constant_time() {
+        let p = MaxPool2dParams::new([2, 2]).with_dilation([3, 3]).with_stride([1, 1]);
+        assert_eq!(p.output_size([1 << 40, 1 << 40]).unwrap(), [(1 << 40) - 3, (1 << 40) - 3]);
+        // Where a window can miss (dilation above the input), it is still caught.
+        let p = MaxPool2dParams::new([2, 1]).with_stride([1, 1]).with_dilation([4, 1]).with_padding([1, 0]);
+        assert!(p.output_size([3, 4]).is_err());
+    }
+}

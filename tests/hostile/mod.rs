@@ -1,0 +1,418 @@
+//! Hostile input for every public entry point, decoded from arbitrary bytes. Shared by the
+//! cargo-fuzz targets (`tests/fuzz`) and the corpus replay test (`tests/fuzz_corpus.rs`).
+//!
+//! The property: each call returns `Ok` with a result equal to the reference
+//! (`poolgrad::testing::reference`), or an `Err`. A panic anywhere is a finding.
+#![allow(dead_code)]
+
+use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
+use poolgrad::testing::{Tolerance, compare, compare_indices, reference};
+use poolgrad::{ArgmaxIndex, Bitmask, I32Argmax, Mask, MaskLayout, MaxPool2dParams, PoolFloat};
+
+/// Reads the fuzzer's bytes; past the end it yields zeros.
+pub struct Bytes<'a> {
+    data: &'a [u8],
+}
+
+impl<'a> Bytes<'a> {
+    pub fn new(data: &'a [u8]) -> Self {
+        Bytes { data }
+    }
+
+    pub fn u8(&mut self) -> u8 {
+        match self.data.split_first() {
+            Some((&b, rest)) => {
+                self.data = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    pub fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(core::array::from_fn(|_| self.u8()))
+    }
+
+    /// Mostly small sizes, sometimes zero, sometimes huge.
+    pub fn size(&mut self) -> usize {
+        match self.u8() {
+            0..=219 => usize::from(self.u8() % 7) + 1,
+            220..=229 => 0,
+            230..=239 => usize::from(self.u8()) * 64,
+            240..=249 => 1 << (self.u8() % 40),
+            _ => self.u64() as usize,
+        }
+    }
+
+    pub fn small(&mut self, max: u8) -> usize {
+        usize::from(self.u8() % (max + 1))
+    }
+
+    pub fn value(&mut self) -> f64 {
+        match self.u8() {
+            0..=199 => f64::from(self.u8() % 7) - 3.0,
+            200..=229 => f64::from(self.u8()) / 16.0 - 8.0,
+            230..=239 => f64::NAN,
+            240..=244 => f64::INFINITY,
+            245..=249 => f64::NEG_INFINITY,
+            _ => f64::from_bits(self.u64()),
+        }
+    }
+
+    pub fn index(&mut self, plane: usize) -> i64 {
+        match self.u8() {
+            0..=229 => (self.u64() % plane.max(1) as u64) as i64,
+            230..=239 => -1,
+            240..=249 => plane as i64,
+            _ => self.u64() as i64,
+        }
+    }
+}
+
+/// Elements a test may materialise; larger shapes are only checked for rejection.
+const BUDGET: usize = 1 << 16;
+
+fn count(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
+fn dims(b: &mut Bytes) -> Vec<usize> {
+    let rank = match b.u8() % 16 {
+        0 => 2,
+        1 => 5,
+        2..=7 => 3,
+        _ => 4,
+    };
+    (0..rank).map(|_| b.size()).collect()
+}
+
+fn array<T: PoolFloat>(b: &mut Bytes, dims: &[usize]) -> Option<ArrayD<T>> {
+    let n = count(dims).filter(|&n| n <= BUDGET)?;
+    let data = (0..n).map(|_| T::round_from_f64(b.value())).collect();
+    ArrayD::from_shape_vec(IxDyn(dims), data).ok()
+}
+
+/// A broadcast view of any shape over one element: huge shapes without memory. Shapes whose
+/// results would be allocatable yet slow to compute (between 2^18 and 2^40 elements) are
+/// skipped, so that the fuzzer stays fast; smaller ones run, larger ones must be rejected.
+fn broadcast<'a, T: PoolFloat>(one: &'a [T], dims: &[usize]) -> Option<ArrayViewD<'a, T>> {
+    if count(dims).is_some_and(|n| n > 1 << 18 && n <= 1 << 40) {
+        return None;
+    }
+    ArrayViewD::from_shape(IxDyn(dims).strides(IxDyn(&vec![0; dims.len()])), one).ok()
+}
+
+fn indices<I: ArgmaxIndex>(b: &mut Bytes, dims: &[usize], plane: usize) -> Option<ArrayD<I>> {
+    let n = count(dims).filter(|&n| n <= BUDGET)?;
+    let data = (0..n)
+        .map(|_| {
+            let v = b.index(plane);
+            I::try_from_flat(v as usize).filter(|_| v >= 0).unwrap_or_else(|| I::min_value())
+        })
+        .collect();
+    ArrayD::from_shape_vec(IxDyn(dims), data).ok()
+}
+
+fn params(b: &mut Bytes) -> MaxPool2dParams {
+    let mut two = || [b.size().min(1 << 20), b.size().min(1 << 20)];
+    let (k, s, p, d) = (two(), two(), [b.small(3), b.small(3)], [b.small(3), b.small(3)]);
+    let ceil = b.u8() & 1 == 1;
+    MaxPool2dParams::new(k).with_stride(s).with_padding(p).with_dilation(d).with_ceil_mode(ceil)
+}
+
+fn plane_of(dims: &[usize]) -> usize {
+    match dims.len() {
+        3 | 4 => dims[dims.len() - 2].saturating_mul(dims[dims.len() - 1]),
+        _ => 1,
+    }
+}
+
+/// The fuzz targets, one per family of entry points.
+pub const TARGETS: [&str; 5] = ["adaptive", "max_pool", "mask", "raw_mask", "views"];
+
+/// Runs `data` as fuzz target `target` would (the first byte picks forward or backward).
+pub fn run_target(target: &str, data: &[u8]) {
+    let (first, rest) = data.split_first().map_or((0, &[][..]), |(f, r)| (*f, r));
+    let flip = first & 1;
+    let op = match target {
+        "adaptive" => flip,
+        "max_pool" => 2 + flip,
+        "mask" => 4 + flip,
+        "raw_mask" => 6,
+        "views" => 7,
+        _ => return run(data),
+    };
+    run_op(op, rest)
+}
+
+/// Runs one decoded call and checks the property. Panics on a violation.
+pub fn run(data: &[u8]) {
+    let mut b = Bytes::new(data);
+    let op = b.u8();
+    run_op(op, b.data);
+}
+
+/// The entry points, by number: 0, 1 adaptive forward and backward; 2, 3 max pooling with
+/// indices; 4, 5 with a mask (forward, and forward then backward); 6 a mask of arbitrary bytes
+/// through every mask entry point; 7 views of arbitrary shapes and strides through the plan API.
+pub fn run_op(op: u8, data: &[u8]) {
+    let mut b = Bytes::new(data);
+    let (op, dtype) = (op % 8, b.u8() % 4);
+    match dtype {
+        0 => run_typed::<f32>(op, &mut b),
+        1 => run_typed::<f64>(op, &mut b),
+        2 => run_typed::<half::f16>(op, &mut b),
+        _ => run_typed::<half::bf16>(op, &mut b),
+    }
+}
+
+fn run_typed<T: PoolFloat>(op: u8, b: &mut Bytes) {
+    let wide = b.u8() & 1 == 1;
+    match (op, wide) {
+        (0 | 1, false) => adaptive::<T, i32>(op, b),
+        (0 | 1, true) => adaptive::<T, i64>(op, b),
+        (2 | 3, false) => max_pool::<T, i32>(op, b),
+        (2 | 3, true) => max_pool::<T, i64>(op, b),
+        (4 | 5, false) => mask::<T, I32Argmax>(op, b),
+        (4 | 5, true) => mask::<T, Bitmask>(op, b),
+        (6, _) => raw_mask::<T>(b),
+        _ => views::<T>(b),
+    }
+}
+
+fn ok_or_err<R>(what: &str, result: poolgrad::Result<R>) -> Option<R> {
+    match result {
+        Ok(r) => Some(r),
+        Err(e) => {
+            // Errors must render (a panic in Display is a finding too).
+            assert!(!e.to_string().is_empty(), "{what}: empty error message");
+            None
+        }
+    }
+}
+
+/// Whether a call would materialise `dims` elements that are allocatable but slow to compute:
+/// such calls are skipped (smaller ones run, larger ones must be rejected).
+fn too_slow(dims: &[usize]) -> bool {
+    count(dims).is_some_and(|n| n > 1 << 20 && n <= 1 << 40)
+}
+
+fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
+    let in_dims = dims(b);
+    let out = [b.size(), b.size()];
+    let one = [T::round_from_f64(1.0)];
+    let mut out_dims = in_dims.clone();
+    if out_dims.len() >= 2 {
+        let r = out_dims.len();
+        (out_dims[r - 2], out_dims[r - 1]) = (out[0], out[1]);
+    }
+    if too_slow(&out_dims) {
+        return;
+    }
+    if op == 0 {
+        match array::<T>(b, &in_dims) {
+            Some(x) => {
+                let got = ok_or_err("adaptive forward", poolgrad::adaptive_max_pool2d::<T, I, _, _>(&x, out));
+                if let Some(g) = got {
+                    let (v, i) = reference::adaptive_max_pool2d(&x, out).expect("reference accepts");
+                    compare("adaptive forward", v.view(), g.output.view(), Tolerance::exact()).unwrap();
+                    compare_indices("adaptive indices", i.view(), g.indices.mapv(|x| x.to_i64()).view())
+                        .unwrap();
+                }
+            }
+            None => {
+                if let Some(x) = broadcast(&one, &in_dims) {
+                    ok_or_err(
+                        "adaptive forward (broadcast)",
+                        poolgrad::adaptive_max_pool2d::<T, I, _, _>(&x, out).map(|_| ()),
+                    );
+                }
+            }
+        }
+    } else {
+        let mut g_dims = in_dims.clone();
+        if g_dims.len() >= 2 {
+            let r = g_dims.len();
+            (g_dims[r - 2], g_dims[r - 1]) = (out[0], out[1]);
+        }
+        if b.u8().is_multiple_of(8) && !g_dims.is_empty() {
+            g_dims[0] = b.size(); // a mismatch
+        }
+        let plane = plane_of(&in_dims);
+        let (Some(g), Some(ix)) = (array::<T>(b, &g_dims), indices::<I>(b, &g_dims, plane)) else { return };
+        let Some(x) = broadcast(&one, &in_dims) else { return };
+        let got = ok_or_err("adaptive backward", poolgrad::adaptive_max_pool2d_backward(&g, &x, &ix));
+        if let Some(gi) = got {
+            let want = reference::adaptive_max_pool2d_backward(&g, &x, &ix)
+                .expect("reference accepts what poolgrad accepts");
+            compare("adaptive backward", want.view(), gi.view(), Tolerance::for_dtype(T::DTYPE)).unwrap();
+        }
+    }
+}
+
+fn max_pool<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
+    let in_dims = dims(b);
+    let p = params(b);
+    let one = [T::round_from_f64(1.0)];
+    if op == 2 {
+        match array::<T>(b, &in_dims) {
+            Some(x) => {
+                let got =
+                    ok_or_err("max_pool forward", poolgrad::max_pool2d_with_indices::<T, I, _, _>(&x, &p));
+                if let Some(g) = got {
+                    let (v, i) = reference::max_pool2d_with_indices(&x, &p).expect("reference accepts");
+                    compare("max_pool forward", v.view(), g.output.view(), Tolerance::exact()).unwrap();
+                    compare_indices("max_pool indices", i.view(), g.indices.mapv(|x| x.to_i64()).view())
+                        .unwrap();
+                }
+            }
+            None => {
+                if let Some(x) = broadcast(&one, &in_dims) {
+                    ok_or_err(
+                        "max_pool forward (broadcast)",
+                        poolgrad::max_pool2d_with_indices::<T, I, _, _>(&x, &p).map(|_| ()),
+                    );
+                }
+            }
+        }
+    } else {
+        let Some(x) = broadcast(&one, &in_dims) else { return };
+        let out = if in_dims.len() >= 3 {
+            p.output_size([in_dims[in_dims.len() - 2], in_dims[in_dims.len() - 1]]).unwrap_or([1, 1])
+        } else {
+            [1, 1]
+        };
+        let mut g_dims = in_dims.clone();
+        if g_dims.len() >= 2 {
+            let r = g_dims.len();
+            (g_dims[r - 2], g_dims[r - 1]) = (out[0], out[1]);
+        }
+        let plane = plane_of(&in_dims);
+        let (Some(g), Some(ix)) = (array::<T>(b, &g_dims), indices::<I>(b, &g_dims, plane)) else { return };
+        let got = ok_or_err("max_pool backward", poolgrad::max_pool2d_with_indices_backward(&g, &x, &ix, &p));
+        if let Some(gi) = got {
+            let want =
+                reference::max_pool2d_with_indices_backward(&g, &x, &ix, &p).expect("reference accepts");
+            compare("max_pool backward", want.view(), gi.view(), Tolerance::for_dtype(T::DTYPE)).unwrap();
+        }
+    }
+}
+
+/// The byte count of the mask of a pooling, when it is defined.
+fn mask_bytes(in_dims: &[usize], p: &MaxPool2dParams) -> Option<usize> {
+    let r = in_dims.len();
+    if r < 3 {
+        return None;
+    }
+    let [ho, wo] = p.output_size([in_dims[r - 2], in_dims[r - 1]]).ok()?;
+    let shape = poolgrad::geometry::mask_shape(1, 1, p.kernel(), [ho, wo])?;
+    count(&in_dims[..r - 2])?.checked_mul(shape[2])?.checked_mul(shape[3])
+}
+
+fn mask<T: PoolFloat, L: MaskLayout>(op: u8, b: &mut Bytes) {
+    let in_dims = dims(b);
+    let p = params(b);
+    if mask_bytes(&in_dims, &p).is_some_and(|n| too_slow(&[n])) {
+        return;
+    }
+    let Some(x) = array::<T>(b, &in_dims) else {
+        let one = [T::round_from_f64(1.0)];
+        if let Some(x) = broadcast(&one, &in_dims) {
+            ok_or_err(
+                "mask forward (broadcast)",
+                poolgrad::max_pool2d_with_mask::<T, L, _, _>(&x, &p).map(|_| ()),
+            );
+        }
+        return;
+    };
+    let Some(pooled) = ok_or_err("mask forward", poolgrad::max_pool2d_with_mask::<T, L, _, _>(&x, &p)) else {
+        return;
+    };
+    let (v, m) = reference::max_pool2d_with_mask::<T, L, _, _>(&x, &p).expect("reference accepts");
+    compare("mask forward", v.view(), pooled.output.view(), Tolerance::exact()).unwrap();
+    compare_indices("mask bytes", m.as_array().view(), pooled.mask.as_array().view()).unwrap();
+    if op == 5 {
+        let Some(g) = array::<T>(b, pooled.output.shape()) else { return };
+        let gi =
+            poolgrad::max_pool2d_with_mask_backward(&g, &x, &pooled.mask, &p).expect("a forward's own mask");
+        let want = reference::max_pool2d_with_mask_backward(&g, &x, &pooled.mask, &p).unwrap();
+        compare("mask backward", want.view(), gi.view(), Tolerance::for_dtype(T::DTYPE)).unwrap();
+    }
+}
+
+/// A mask of arbitrary bytes (as copied off a device) through every mask entry point.
+fn raw_mask<T: PoolFloat>(b: &mut Bytes) {
+    let in_dims = dims(b);
+    let p = params(b);
+    let bitmask = b.u8() & 1 == 1;
+    let mut mdims = match in_dims.len() {
+        3 | 4 => {
+            let r = in_dims.len();
+            let [ho, wo] = p.output_size([in_dims[r - 2], in_dims[r - 1]]).unwrap_or([1, 1]);
+            let shape = poolgrad::geometry::mask_shape(1, 1, p.kernel(), [ho, wo]).unwrap_or([1, 1, 1, 1]);
+            let mut d = in_dims[..r - 2].to_vec();
+            d.extend_from_slice(&shape[2..]);
+            d
+        }
+        _ => vec![1, 1, 1],
+    };
+    if b.u8().is_multiple_of(8) && !mdims.is_empty() {
+        mdims[0] = b.size();
+    }
+    let Some(n) = count(&mdims).filter(|&n| n <= BUDGET) else { return };
+    let bytes: Vec<i8> = (0..n).map(|_| b.u8() as i8).collect();
+    // ndarray itself refuses shapes whose non-zero axes overflow, even with no elements.
+    let Ok(raw) = ArrayD::from_shape_vec(IxDyn(&mdims), bytes) else { return };
+    if bitmask {
+        raw_mask_layout::<T, Bitmask>(b, raw, &p, &in_dims);
+    } else {
+        raw_mask_layout::<T, I32Argmax>(b, raw, &p, &in_dims);
+    }
+}
+
+fn raw_mask_layout<T: PoolFloat, L: MaskLayout>(
+    b: &mut Bytes,
+    raw: ArrayD<i8>,
+    p: &MaxPool2dParams,
+    in_dims: &[usize],
+) {
+    let Some(mask) = ok_or_err("Mask::from_raw", Mask::<L, _>::from_raw(raw, p, in_dims)) else { return };
+    let _ = ok_or_err("Mask::to_indices", mask.to_indices::<i64>());
+    let _ = ok_or_err("Mask::selected", mask.selected());
+    let one = [T::round_from_f64(1.0)];
+    let Some(x) = broadcast(&one, in_dims) else { return };
+    let Some(g) = array::<T>(b, &mask.pooled_shape()) else { return };
+    if let Some(gi) =
+        ok_or_err("mask backward (raw)", poolgrad::max_pool2d_with_mask_backward(&g, &x, &mask, p))
+    {
+        let want = reference::max_pool2d_with_mask_backward(&g, &x, &mask, p).expect("reference accepts");
+        compare("raw mask backward", want.view(), gi.view(), Tolerance::for_dtype(T::DTYPE)).unwrap();
+    }
+}
+
+/// Views with arbitrary shapes and strides over a small buffer, through the plan API.
+fn views<T: PoolFloat>(b: &mut Bytes) {
+    let shape = dims(b);
+    let strides: Vec<usize> = (0..shape.len()).map(|_| b.size()).collect();
+    let len = b.small(200);
+    let data = vec![T::round_from_f64(0.5); len];
+    let _ = ok_or_err(
+        "TensorRef::from_slice_with_strides",
+        poolgrad::TensorRef::from_slice_with_strides(&data, &shape, &strides),
+    );
+    let mut out = vec![T::round_from_f64(0.0); len];
+    let mut idx = vec![0i64; len];
+    let (Some(input), Some(output), Some(indices)) = (
+        ok_or_err("input view", poolgrad::TensorRef::from_slice_with_strides(&data, &shape, &strides)),
+        ok_or_err("output view", poolgrad::TensorMut::from_slice_with_strides(&mut out, &shape, &strides)),
+        ok_or_err("indices view", poolgrad::TensorMut::from_slice_with_strides(&mut idx, &shape, &strides)),
+    ) else {
+        return;
+    };
+    let size = [b.size(), b.size()];
+    let op = poolgrad::op::AdaptiveMaxPool2d { input, output_size: size, output, indices };
+    if let Some(plan) = ok_or_err("plan", poolgrad::Plan::new(&poolgrad::device::cpu::Cpu::sequential(), op))
+    {
+        let _ = ok_or_err("run", plan.run());
+    }
+}
