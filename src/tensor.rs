@@ -329,8 +329,6 @@ mod tests {
 
     #[test]
     fn three_d_views_have_batch_one() {
-        let d = [0u8; 0];
-        let _ = d;
         let data = vec![0.0f32; 24];
         let t = TensorRef::from_slice(&data, &[2, 3, 4]).unwrap();
         assert_eq!(t.shape(), [1, 2, 3, 4]);
