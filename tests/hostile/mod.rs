@@ -206,7 +206,15 @@ fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
         let r = out_dims.len();
         (out_dims[r - 2], out_dims[r - 1]) = (out[0], out[1]);
     }
-    if too_slow(&out_dims) {
+    // The work of an adaptive pooling grows like N*C*(H+Ho)*(W+Wo).
+    let r = in_dims.len();
+    let work = (r >= 3).then(|| {
+        let planes = count(&in_dims[..r - 2])?;
+        planes
+            .checked_mul(in_dims[r - 2].checked_add(out[0])?)?
+            .checked_mul(in_dims[r - 1].checked_add(out[1])?)
+    });
+    if too_slow(&out_dims) || work.flatten().is_some_and(|n| too_slow(&[n])) {
         return;
     }
     if op == 0 {
