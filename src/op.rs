@@ -472,9 +472,8 @@ impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMaskB
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = "max_pool2d_with_mask_backward";
-        self.params.check_mask_op(OP)?;
-        let g = max_pool_backward_shapes(OP, &self.grad_output, &self.self_, &self.params)?;
-        let g = MaxPoolGeometry::for_mask(OP, "self_", &g.params, &g.input_dims())?;
+        let g = MaxPoolGeometry::for_mask(OP, "self_", &self.params, &self.self_.dims())?;
+        validate::input_shape(OP, "grad_output", &self.grad_output, g.pooled_dims())?;
         g.check_layout::<L>(OP)?;
         validate::input_shape(OP, "mask", &self.mask.bytes, g.dims())?;
         validate::output_shape(OP, "grad_input", &self.grad_input, g.input_dims())?;
