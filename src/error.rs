@@ -202,6 +202,31 @@ pub enum Error {
         got: usize,
     },
 
+    /// A CANN function (Ascend backend) returned a failure status or a null handle.
+    #[error("{function} failed: {}{}", status_text(*.status, .name, .meaning), message_text(.message))]
+    Cann {
+        /// The C function, e.g. `"aclrtMalloc"`.
+        function: &'static str,
+        /// The `aclError` / `aclnnStatus` it returned; `None` when it returned a null handle.
+        status: Option<i32>,
+        /// The status's name in the CANN headers (`"ACL_ERROR_RT_MEMORY_ALLOCATION"`), or
+        /// `"unknown"`.
+        name: &'static str,
+        /// Its documented meaning.
+        meaning: &'static str,
+        /// What `aclGetRecentErrMsg` said (may be empty).
+        message: String,
+    },
+
+    /// The CANN libraries could not be loaded, or lack a symbol (Ascend backend).
+    #[error("cannot use CANN: {reason}; tried: {}", .tried.join("; "))]
+    CannUnavailable {
+        /// What is missing.
+        reason: String,
+        /// Every library path tried, with the loader's answer.
+        tried: Vec<String>,
+    },
+
     /// A rayon thread pool could not be built.
     #[error("could not build a thread pool with {threads} threads: {reason}")]
     ThreadPool {
@@ -210,6 +235,17 @@ pub enum Error {
         /// The reason rayon gave.
         reason: String,
     },
+}
+
+fn status_text(status: Option<i32>, name: &str, meaning: &str) -> String {
+    match status {
+        Some(code) => format!("status {code} ({name}: {meaning})"),
+        None => "returned a null handle".to_string(),
+    }
+}
+
+fn message_text(message: &str) -> String {
+    if message.is_empty() { String::new() } else { format!("; CANN says: {message}") }
 }
 
 impl Error {

@@ -1,10 +1,12 @@
 //! Free functions over ndarray arrays: the one-line entry points.
 //!
 //! Each accepts owned arrays or views of rank 3 (`[C, H, W]`) or 4 (`[N, C, H, W]`) with any
-//! strides, runs on the default [`Cpu`] device, and returns owned arrays of the input's rank.
+//! strides, runs on the default [`Cpu`] device, and returns owned arrays of the input's rank. Each
+//! has an `_on` twin that takes the device as its first argument.
 
 use ndarray::{Array, ArrayBase, Data, Dimension};
 
+use crate::device::Runs;
 use crate::device::cpu::Cpu;
 use crate::element::PoolFloat;
 use crate::error::Error;
@@ -56,6 +58,25 @@ where
     S: Data<Elem = T>,
     D: Dimension,
 {
+    adaptive_max_pool2d_on(&Cpu::default(), input, output_size)
+}
+
+/// [`adaptive_max_pool2d`] on `device` (for example an Ascend NPU, with the `ascend` feature).
+///
+/// # Errors
+/// As [`adaptive_max_pool2d`], and the device's own errors.
+pub fn adaptive_max_pool2d_on<Dev, T, I, S, D>(
+    device: &Dev,
+    input: &ArrayBase<S, D>,
+    output_size: [usize; 2],
+) -> Result<Pooled<T, I, D>>
+where
+    Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S: Data<Elem = T>,
+    D: Dimension,
+{
     const OP: &str = "adaptive_max_pool2d";
     let input = TensorRef::named(input.view(), OP, "input")?;
     crate::validate::pooling_input(OP, "input", &input)?;
@@ -69,7 +90,7 @@ where
         output: TensorMut::named(output.view_mut(), OP, "output")?,
         indices: TensorMut::named(indices.view_mut(), OP, "indices")?,
     };
-    Plan::new(&Cpu::default(), op)?.run()?;
+    Plan::new(device, op)?.run()?;
     Ok(Pooled { output, indices })
 }
 
@@ -111,6 +132,28 @@ where
     S3: Data<Elem = I>,
     D: Dimension,
 {
+    adaptive_max_pool2d_backward_on(&Cpu::default(), grad_output, self_, indices)
+}
+
+/// [`adaptive_max_pool2d_backward`] on `device` (for example an Ascend NPU, with the `ascend` feature).
+///
+/// # Errors
+/// As [`adaptive_max_pool2d_backward`], and the device's own errors.
+pub fn adaptive_max_pool2d_backward_on<Dev, T, I, S1, S2, S3, D>(
+    device: &Dev,
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    indices: &ArrayBase<S3, D>,
+) -> Result<Array<T, D>>
+where
+    Dev: for<'a> Runs<AdaptiveMaxPool2dBackward<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    S3: Data<Elem = I>,
+    D: Dimension,
+{
     const OP: &str = "adaptive_max_pool2d_backward";
     let self_ = TensorRef::named(self_.view(), OP, "self_")?;
     let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
@@ -124,7 +167,7 @@ where
         indices,
         grad_input: TensorMut::named(grad_input.view_mut(), OP, "grad_input")?,
     };
-    Plan::new(&Cpu::default(), op)?.run()?;
+    Plan::new(device, op)?.run()?;
     Ok(grad_input)
 }
 
@@ -164,6 +207,25 @@ where
     S: Data<Elem = T>,
     D: Dimension,
 {
+    max_pool2d_with_indices_on(&Cpu::default(), input, params)
+}
+
+/// [`max_pool2d_with_indices`] on `device` (for example an Ascend NPU, with the `ascend` feature).
+///
+/// # Errors
+/// As [`max_pool2d_with_indices`], and the device's own errors.
+pub fn max_pool2d_with_indices_on<Dev, T, I, S, D>(
+    device: &Dev,
+    input: &ArrayBase<S, D>,
+    params: &MaxPool2dParams,
+) -> Result<Pooled<T, I, D>>
+where
+    Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S: Data<Elem = T>,
+    D: Dimension,
+{
     const OP: &str = "max_pool2d_with_indices";
     let input = TensorRef::named(input.view(), OP, "input")?;
     let g = MaxPoolGeometry::new(OP, "input", params, &input.dims())?;
@@ -175,7 +237,7 @@ where
         output: TensorMut::named(output.view_mut(), OP, "output")?,
         indices: TensorMut::named(indices.view_mut(), OP, "indices")?,
     };
-    Plan::new(&Cpu::default(), op)?.run()?;
+    Plan::new(device, op)?.run()?;
     Ok(Pooled { output, indices })
 }
 
@@ -211,6 +273,29 @@ where
     S3: Data<Elem = I>,
     D: Dimension,
 {
+    max_pool2d_with_indices_backward_on(&Cpu::default(), grad_output, self_, indices, params)
+}
+
+/// [`max_pool2d_with_indices_backward`] on `device` (for example an Ascend NPU, with the `ascend` feature).
+///
+/// # Errors
+/// As [`max_pool2d_with_indices_backward`], and the device's own errors.
+pub fn max_pool2d_with_indices_backward_on<Dev, T, I, S1, S2, S3, D>(
+    device: &Dev,
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    indices: &ArrayBase<S3, D>,
+    params: &MaxPool2dParams,
+) -> Result<Array<T, D>>
+where
+    Dev: for<'a> Runs<MaxPool2dWithIndicesBackward<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    S3: Data<Elem = I>,
+    D: Dimension,
+{
     const OP: &str = "max_pool2d_with_indices_backward";
     let self_ = TensorRef::named(self_.view(), OP, "self_")?;
     let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
@@ -225,7 +310,7 @@ where
         params: *params,
         grad_input: TensorMut::named(grad_input.view_mut(), OP, "grad_input")?,
     };
-    Plan::new(&Cpu::default(), op)?.run()?;
+    Plan::new(device, op)?.run()?;
     Ok(grad_input)
 }
 
@@ -257,6 +342,25 @@ where
     S: Data<Elem = T>,
     D: Dimension,
 {
+    max_pool2d_with_mask_on(&Cpu::default(), input, params)
+}
+
+/// [`max_pool2d_with_mask`] on `device` (for example an Ascend NPU, with the `ascend` feature).
+///
+/// # Errors
+/// As [`max_pool2d_with_mask`], and the device's own errors.
+pub fn max_pool2d_with_mask_on<Dev, T, L, S, D>(
+    device: &Dev,
+    input: &ArrayBase<S, D>,
+    params: &MaxPool2dParams,
+) -> Result<PooledMask<T, L, D>>
+where
+    Dev: for<'a> Runs<MaxPool2dWithMask<'a, T, L>>,
+    T: PoolFloat,
+    L: MaskLayout,
+    S: Data<Elem = T>,
+    D: Dimension,
+{
     const OP: &str = "max_pool2d_with_mask";
     let input = TensorRef::named(input.view(), OP, "input")?;
     let g = MaxPoolGeometry::for_mask(OP, "input", params, &input.dims())?;
@@ -269,7 +373,7 @@ where
         output: TensorMut::named(output.view_mut(), OP, "output")?,
         mask: MaskMut::<L>::new(TensorMut::named(mask.view_mut(), OP, "mask")?),
     };
-    Plan::new(&Cpu::default(), op)?.run()?;
+    Plan::new(device, op)?.run()?;
     Ok(PooledMask { output, mask: Mask::from_parts(mask, g) })
 }
 
@@ -305,6 +409,28 @@ where
     S2: Data<Elem = T>,
     D: Dimension,
 {
+    max_pool2d_with_mask_backward_on(&Cpu::default(), grad_output, self_, mask, params)
+}
+
+/// [`max_pool2d_with_mask_backward`] on `device` (for example an Ascend NPU, with the `ascend` feature).
+///
+/// # Errors
+/// As [`max_pool2d_with_mask_backward`], and the device's own errors.
+pub fn max_pool2d_with_mask_backward_on<Dev, T, L, S1, S2, D>(
+    device: &Dev,
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    mask: &Mask<L, D>,
+    params: &MaxPool2dParams,
+) -> Result<Array<T, D>>
+where
+    Dev: for<'a> Runs<MaxPool2dWithMaskBackward<'a, T, L>>,
+    T: PoolFloat,
+    L: MaskLayout,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    D: Dimension,
+{
     const OP: &str = "max_pool2d_with_mask_backward";
     let self_ = TensorRef::named(self_.view(), OP, "self_")?;
     let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
@@ -326,6 +452,6 @@ where
         params: *params,
         grad_input: TensorMut::named(grad_input.view_mut(), OP, "grad_input")?,
     };
-    Plan::new(&Cpu::default(), op)?.run()?;
+    Plan::new(device, op)?.run()?;
     Ok(grad_input)
 }

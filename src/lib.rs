@@ -54,7 +54,9 @@
 //! - `rayon` (default): parallel CPU kernels. Without it every plan runs sequentially.
 //! - `proptest`: [`testing`], a property-based testing kit for downstream models (strategies,
 //!   reference implementations, one-line checks, a finite-difference gradient check).
-//! - `ascend`: reserved for the Ascend NPU backend.
+//! - `ascend`: [`device::ascend::Ascend`], an Ascend NPU through CANN's C ABI, loaded at run time
+//!   (no SDK is needed to build). Tested against a test double of that ABI: no NPU was available
+//!   to this crate's developers.
 
 #![doc(test(attr(deny(warnings))))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -80,8 +82,10 @@ pub use device::Device;
 pub use element::{AccFloat, DType, Element, PoolFloat};
 pub use error::{Error, Result};
 pub use functional::{
-    Pooled, PooledMask, adaptive_max_pool2d, adaptive_max_pool2d_backward, max_pool2d_with_indices,
-    max_pool2d_with_indices_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward,
+    Pooled, PooledMask, adaptive_max_pool2d, adaptive_max_pool2d_backward, adaptive_max_pool2d_backward_on,
+    adaptive_max_pool2d_on, max_pool2d_with_indices, max_pool2d_with_indices_backward,
+    max_pool2d_with_indices_backward_on, max_pool2d_with_indices_on, max_pool2d_with_mask,
+    max_pool2d_with_mask_backward, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
 };
 pub use index::ArgmaxIndex;
 pub use mask::{Bitmask, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef};

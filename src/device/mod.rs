@@ -1,6 +1,8 @@
 //! Devices that run plans: the [`Device`] trait and its implementations.
 //!
 //! - [`Cpu`](cpu::Cpu): safe Rust kernels, sequential or on rayon thread pools.
+//! - `Ascend` (feature `ascend`): an Ascend NPU through CANN's aclnn operators, for the
+//!   adaptive max pooling and the mask max pooling, forward and backward.
 //!
 //! A device implements [`Runs<O>`] for each operation `O` it can execute; a missing
 //! implementation is a compile error, not a run-time one.
@@ -10,6 +12,8 @@ use core::fmt;
 use crate::error::Result;
 use crate::op::Operation;
 
+#[cfg(feature = "ascend")]
+pub mod ascend;
 pub mod cpu;
 
 pub(crate) mod internal {

@@ -1,0 +1,463 @@
+//! The four operators on the Ascend device: phase-1 checks and staging, phase-2 copies and launch.
+//!
+//! Tensors are passed to CANN as contiguous ND tensors in 4-D (a 3-D call has `N = 1`, as CANN
+//! itself unsqueezes it). Non-contiguous host views are gathered into a host buffer first.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use ndarray::ArrayView4;
+
+use super::ffi::{
+    self, AclTensor, DeviceBuffer, IntArray, OpExecutor, OpKind, PoolParams, Session, StreamGuard,
+};
+use super::soc::DeviceOp;
+use super::{Ascend, AscendMemory};
+use crate::alloc::{collect_exact, zeroed_vec};
+use crate::device::internal::Launch;
+use crate::element::{DType, Element, PoolFloat};
+use crate::error::{Error, Result};
+use crate::index::{ArgmaxIndex, repr::IndexRepr};
+use crate::mask::layout_repr::LayoutKind;
+use crate::mask::{MaskLayout, read_i32_prefix};
+use crate::op::{
+    AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithMask,
+    MaxPool2dWithMaskBackward, MaxPoolGeometry,
+};
+use crate::tensor::TensorMut;
+
+/// What phase 1 leaves for phase 2. Fields drop in declaration order, which is CANN's teardown
+/// order: descriptors, executor, then device memory.
+pub struct AscendPrepared {
+    // The int arrays are only kept alive until the executor is gone.
+    tensors: Vec<AclTensor>,
+    _params: Option<PoolParams>,
+    _output_size: Option<IntArray>,
+    executor: Option<OpExecutor>,
+    buffers: Vec<DeviceBuffer>,
+    workspace: u64,
+}
+
+impl core::fmt::Debug for AscendPrepared {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("AscendPrepared")
+            .field("tensors", &self.tensors.len())
+            .field("workspace", &self.workspace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AscendPrepared {
+    /// Nothing for the device to do (an empty batch): phase 2 only leaves the empty outputs.
+    fn nothing() -> (Self, usize) {
+        let p = AscendPrepared {
+            tensors: Vec::new(),
+            _params: None,
+            _output_size: None,
+            executor: None,
+            buffers: Vec::new(),
+            workspace: 0,
+        };
+        (p, 0)
+    }
+}
+
+/// Device buffers and their `aclTensor`s, in the order they are added.
+struct Staging<'s> {
+    session: &'s Arc<Session>,
+    tensors: Vec<AclTensor>,
+    buffers: Vec<DeviceBuffer>,
+}
+
+impl<'s> Staging<'s> {
+    fn new(session: &'s Arc<Session>) -> Self {
+        Staging { session, tensors: Vec::new(), buffers: Vec::new() }
+    }
+
+    /// Allocates a device buffer for a `dims` tensor of `dtype` and describes it.
+    fn add(&mut self, op: &'static str, arg: &'static str, dims: [usize; 4], dtype: DType) -> Result<()> {
+        let bytes = dims.iter().try_fold(dtype_bytes(dtype), |a, &d| a.checked_mul(d)).ok_or_else(|| {
+            Error::Overflow { op, arg, what: format!("the byte count of {dims:?} {dtype}") }
+        })?;
+        let buffer = self.session.alloc(bytes)?;
+        let tensor = self.session.tensor(&dims, acl_dtype(dtype), Some(&buffer))?;
+        self.buffers.push(buffer);
+        self.tensors.push(tensor);
+        Ok(())
+    }
+
+    fn finish(
+        self,
+        planned: (OpExecutor, u64),
+        params: Option<PoolParams>,
+        output_size: Option<IntArray>,
+    ) -> Result<(AscendPrepared, usize)> {
+        let (executor, workspace) = planned;
+        let bytes = usize::try_from(workspace).map_err(|_| Error::Overflow {
+            op: "ascend",
+            arg: "workspace",
+            what: format!("{workspace} bytes reported by CANN exceed usize::MAX"),
+        })?;
+        let prepared = AscendPrepared {
+            tensors: self.tensors,
+            _params: params,
+            _output_size: output_size,
+            executor: Some(executor),
+            buffers: self.buffers,
+            workspace,
+        };
+        Ok((prepared, bytes))
+    }
+}
+
+fn dtype_bytes(dtype: DType) -> usize {
+    match dtype {
+        DType::I8 => 1,
+        DType::F16 | DType::BF16 => 2,
+        DType::F32 | DType::I32 => 4,
+        DType::F64 | DType::I64 => 8,
+    }
+}
+
+fn acl_dtype(dtype: DType) -> i32 {
+    use ffi::dtype::*;
+    match dtype {
+        DType::F32 => FLOAT,
+        DType::F16 => FLOAT16,
+        DType::BF16 => BF16,
+        DType::F64 => DOUBLE,
+        DType::I8 => INT8,
+        DType::I32 => INT32,
+        DType::I64 => INT64,
+    }
+}
+
+/// The elements of `view` in row-major order, borrowed when it is contiguous.
+fn host_elements<'a, E: Element>(
+    op: &'static str,
+    arg: &'static str,
+    view: ArrayView4<'a, E>,
+) -> Result<Cow<'a, [E]>> {
+    match view.to_slice() {
+        Some(s) => Ok(Cow::Borrowed(s)),
+        None => Ok(Cow::Owned(collect_exact(op, arg, view.len(), view.iter().copied())?)),
+    }
+}
+
+fn upload<E: Element>(
+    stream: &StreamGuard<'_>,
+    op: &'static str,
+    arg: &'static str,
+    buffer: &DeviceBuffer,
+    view: ArrayView4<'_, E>,
+) -> Result<()> {
+    let host = host_elements(op, arg, view)?;
+    stream.upload(buffer, bytemuck::cast_slice(&host))
+}
+
+fn download<E: Element>(
+    stream: &StreamGuard<'_>,
+    op: &'static str,
+    arg: &'static str,
+    buffer: &DeviceBuffer,
+    out: TensorMut<'_, E>,
+) -> Result<()> {
+    let mut view = out.into_view();
+    if let Some(s) = view.as_slice_mut() {
+        return stream.download(buffer, bytemuck::cast_slice_mut(s));
+    }
+    let mut host = zeroed_vec::<E>(op, arg, view.len())?;
+    stream.download(buffer, bytemuck::cast_slice_mut(&mut host))?;
+    view.iter_mut().zip(host).for_each(|(d, s)| *d = s);
+    Ok(())
+}
+
+impl Ascend {
+    /// Refuses `op` on `dtype` if the SoC does not support them (phase 1, no device call).
+    fn check_support(&self, op: &'static str, kind: DeviceOp, dtype: DType) -> Result<()> {
+        let dtypes = self.family.dtypes(kind).map_err(|why| Error::DeviceLimit {
+            device: "ascend",
+            op,
+            arg: "operator",
+            limit: why.to_string(),
+            got: format!("SoC {} ({})", self.soc, self.family),
+        })?;
+        if !dtypes.contains(&dtype) {
+            let list: Vec<String> = dtypes.iter().map(ToString::to_string).collect();
+            return Err(Error::DeviceLimit {
+                device: "ascend",
+                op,
+                arg: "dtype",
+                limit: format!("{} on SoC {} ({})", list.join(", "), self.soc, self.family),
+                got: dtype.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses a mask of layout `L` if the SoC writes the other layout for this kernel.
+    fn check_layout<L: MaskLayout>(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
+        let kernel = g.params.kernel();
+        let native = self.family.mask_layout(kernel);
+        if native == L::KIND {
+            return Ok(());
+        }
+        let name = match native {
+            LayoutKind::I32Argmax => "I32Argmax",
+            LayoutKind::Bitmask => "Bitmask",
+        };
+        Err(Error::DeviceLimit {
+            device: "ascend",
+            op,
+            arg: "mask",
+            limit: format!(
+                "{name} masks only: SoC {} ({}) uses the {name} layout for a {}x{} kernel",
+                self.soc, self.family, kernel[0], kernel[1]
+            ),
+            got: format!("a {} mask", L::NAME),
+        })
+    }
+
+    fn pool_params(&self, g: &MaxPoolGeometry) -> Result<PoolParams> {
+        let p = &g.params;
+        let pair = |v: [usize; 2]| self.session.int_array(&[v[0] as i64, v[1] as i64]);
+        Ok(PoolParams {
+            kernel: pair(p.kernel())?,
+            stride: pair(p.stride())?,
+            padding: pair(p.padding())?,
+            dilation: pair(p.dilation())?,
+            ceil_mode: p.ceil_mode(),
+        })
+    }
+
+    /// The executor and workspace of a plan that has device work.
+    fn executor<'p>(
+        &self,
+        op: &'static str,
+        prepared: &'p AscendPrepared,
+        memory: &'p AscendMemory,
+    ) -> Result<Option<(&'p OpExecutor, Option<&'p DeviceBuffer>)>> {
+        let Some(executor) = &prepared.executor else { return Ok(None) };
+        Ok(Some((executor, self.workspace(op, memory)?)))
+    }
+}
+
+fn pooled4(n: usize, c: usize, ho: usize, wo: usize) -> [usize; 4] {
+    [n, c, ho, wo]
+}
+
+fn adaptive_dims(g: &AdaptiveGeometry) -> ([usize; 4], [usize; 4]) {
+    ([g.n, g.c, g.h, g.w], pooled4(g.n, g.c, g.ho, g.wo))
+}
+
+fn pool_dims(g: &MaxPoolGeometry) -> Result<([usize; 4], [usize; 4], [usize; 4])> {
+    let mask = g.shape4().ok_or_else(|| Error::Overflow {
+        op: "ascend",
+        arg: "mask",
+        what: format!("the mask shape of {g:?}"),
+    })?;
+    Ok(([g.n, g.c, g.h, g.w], pooled4(g.n, g.c, g.ho, g.wo), mask))
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for Ascend {
+    type Prepared = AscendPrepared;
+
+    fn prepare(
+        &self,
+        _op: &AdaptiveMaxPool2d<'a, T, I>,
+        g: &AdaptiveGeometry,
+    ) -> Result<(AscendPrepared, usize)> {
+        const OP: &str = "adaptive_max_pool2d";
+        self.check_support(OP, DeviceOp::AdaptiveForward, T::DTYPE)?;
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let (input, pooled) = adaptive_dims(g);
+        let mut s = Staging::new(&self.session);
+        s.add(OP, "input", input, T::DTYPE)?;
+        s.add(OP, "output", pooled, T::DTYPE)?;
+        // aclnnAdaptiveMaxPool2d writes INT64 indices only; i32 callers get them converted.
+        s.add(OP, "indices", pooled, DType::I64)?;
+        let output_size = self.session.int_array(&[g.ho as i64, g.wo as i64])?;
+        let [x, out, idx] = [&s.tensors[0], &s.tensors[1], &s.tensors[2]];
+        let planned = self.session.adaptive_forward_plan(x, &output_size, out, idx)?;
+        s.finish(planned, None, Some(output_size))
+    }
+
+    fn launch(
+        &self,
+        op: AdaptiveMaxPool2d<'a, T, I>,
+        g: &AdaptiveGeometry,
+        prepared: AscendPrepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = "adaptive_max_pool2d";
+        let Some((executor, workspace)) = self.executor(OP, &prepared, memory)? else { return Ok(()) };
+        let b = &prepared.buffers;
+        let stream = self.session.stream()?;
+        upload(&stream, OP, "input", &b[0], op.input.view())?;
+        stream.run(OpKind::AdaptiveForward, executor, workspace, prepared.workspace)?;
+        download(&stream, OP, "output", &b[1], op.output)?;
+        let mut indices = zeroed_vec::<i64>(OP, "indices", g.planes() * g.ho * g.wo)?;
+        stream.download(&b[2], bytemuck::cast_slice_mut(&mut indices))?;
+        let plane = g.h * g.w;
+        let mut out = op.indices.into_view();
+        for (e, (dst, &v)) in out.iter_mut().zip(&indices).enumerate() {
+            *dst = v
+                .flat_in(plane)
+                .and_then(I::try_from_flat)
+                .ok_or_else(|| g.index_error(OP, "indices", e, v))?;
+        }
+        Ok(())
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I>> for Ascend {
+    type Prepared = AscendPrepared;
+
+    fn prepare(
+        &self,
+        op: &AdaptiveMaxPool2dBackward<'a, T, I>,
+        g: &AdaptiveGeometry,
+    ) -> Result<(AscendPrepared, usize)> {
+        const OP: &str = "adaptive_max_pool2d_backward";
+        self.check_support(OP, DeviceOp::AdaptiveBackward, T::DTYPE)?;
+        // A device does not check index values: one outside the plane would write outside
+        // grad_input. Host-staged indices are checked here, before any device call.
+        let plane = g.h * g.w;
+        if let Some((e, &v)) = op.indices.view().iter().enumerate().find(|(_, v)| v.flat_in(plane).is_none())
+        {
+            return Err(g.index_error(OP, "indices", e, v.to_i64()));
+        }
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let (input, pooled) = adaptive_dims(g);
+        let mut s = Staging::new(&self.session);
+        s.add(OP, "grad_output", pooled, T::DTYPE)?;
+        s.add(OP, "self_", input, T::DTYPE)?;
+        s.add(OP, "indices", pooled, I::DTYPE)?;
+        s.add(OP, "grad_input", input, T::DTYPE)?;
+        let t = &s.tensors;
+        let planned = self.session.adaptive_backward_plan(&t[0], &t[1], &t[2], &t[3])?;
+        s.finish(planned, None, None)
+    }
+
+    fn launch(
+        &self,
+        op: AdaptiveMaxPool2dBackward<'a, T, I>,
+        _g: &AdaptiveGeometry,
+        prepared: AscendPrepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = "adaptive_max_pool2d_backward";
+        let Some((executor, workspace)) = self.executor(OP, &prepared, memory)? else { return Ok(()) };
+        let b = &prepared.buffers;
+        let stream = self.session.stream()?;
+        // `self_` is not uploaded: the operator reads only its shape.
+        upload(&stream, OP, "grad_output", &b[0], op.grad_output.view())?;
+        upload(&stream, OP, "indices", &b[2], op.indices.view())?;
+        stream.run(OpKind::AdaptiveBackward, executor, workspace, prepared.workspace)?;
+        download(&stream, OP, "grad_input", &b[3], op.grad_input)
+    }
+}
+
+impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Ascend {
+    type Prepared = AscendPrepared;
+
+    fn prepare(
+        &self,
+        _op: &MaxPool2dWithMask<'a, T, L>,
+        g: &MaxPoolGeometry,
+    ) -> Result<(AscendPrepared, usize)> {
+        const OP: &str = "max_pool2d_with_mask";
+        self.check_support(OP, DeviceOp::MaskForward, T::DTYPE)?;
+        self.check_layout::<L>(OP, g)?;
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let (input, pooled, mask) = pool_dims(g)?;
+        let mut s = Staging::new(&self.session);
+        s.add(OP, "input", input, T::DTYPE)?;
+        s.add(OP, "output", pooled, T::DTYPE)?;
+        s.add(OP, "mask", mask, DType::I8)?;
+        let params = self.pool_params(g)?;
+        let t = &s.tensors;
+        let planned = self.session.mask_forward_plan(&t[0], &params, &t[1], &t[2])?;
+        s.finish(planned, Some(params), None)
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool2dWithMask<'a, T, L>,
+        _g: &MaxPoolGeometry,
+        prepared: AscendPrepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = "max_pool2d_with_mask";
+        let Some((executor, workspace)) = self.executor(OP, &prepared, memory)? else { return Ok(()) };
+        let b = &prepared.buffers;
+        let stream = self.session.stream()?;
+        upload(&stream, OP, "input", &b[0], op.input.view())?;
+        // The operator writes only part of the mask (the i32 prefix, or the bit-mask words): the
+        // rest is zero, as the CPU backend leaves it.
+        stream.zero(&b[2])?;
+        stream.run(OpKind::MaskForward, executor, workspace, prepared.workspace)?;
+        download(&stream, OP, "output", &b[1], op.output)?;
+        download(&stream, OP, "mask", &b[2], op.mask.bytes)
+    }
+}
+
+impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>> for Ascend {
+    type Prepared = AscendPrepared;
+
+    fn prepare(
+        &self,
+        op: &MaxPool2dWithMaskBackward<'a, T, L>,
+        g: &MaxPoolGeometry,
+    ) -> Result<(AscendPrepared, usize)> {
+        const OP: &str = "max_pool2d_with_mask_backward";
+        self.check_support(OP, DeviceOp::MaskBackward, T::DTYPE)?;
+        self.check_layout::<L>(OP, g)?;
+        if L::KIND == LayoutKind::I32Argmax {
+            // As for indices: a value outside the plane would make the device write outside
+            // grad_input, so the host-staged values are checked before any device call.
+            let mut values = zeroed_vec::<i32>(OP, "mask", g.planes() * g.positions())?;
+            read_i32_prefix(op.mask.bytes.view(), &mut values);
+            let plane = g.h * g.w;
+            if let Some((e, &v)) = values.iter().enumerate().find(|(_, v)| v.flat_in(plane).is_none()) {
+                return Err(g.index_error(OP, "mask", e, v as i64));
+            }
+        }
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let (input, pooled, mask) = pool_dims(g)?;
+        let mut s = Staging::new(&self.session);
+        s.add(OP, "grad_output", pooled, T::DTYPE)?;
+        s.add(OP, "self_", input, T::DTYPE)?;
+        s.add(OP, "mask", mask, DType::I8)?;
+        s.add(OP, "grad_input", input, T::DTYPE)?;
+        let params = self.pool_params(g)?;
+        let t = &s.tensors;
+        let planned = self.session.mask_backward_plan(&t[0], &t[1], &t[2], &params, &t[3])?;
+        s.finish(planned, Some(params), None)
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool2dWithMaskBackward<'a, T, L>,
+        _g: &MaxPoolGeometry,
+        prepared: AscendPrepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = "max_pool2d_with_mask_backward";
+        let Some((executor, workspace)) = self.executor(OP, &prepared, memory)? else { return Ok(()) };
+        let b = &prepared.buffers;
+        let stream = self.session.stream()?;
+        upload(&stream, OP, "grad_output", &b[0], op.grad_output.view())?;
+        upload(&stream, OP, "mask", &b[2], op.mask.bytes.view())?;
+        stream.run(OpKind::MaskBackward, executor, workspace, prepared.workspace)?;
+        download(&stream, OP, "grad_input", &b[3], op.grad_input)
+    }
+}

@@ -1,0 +1,218 @@
+//! The Ascend NPU device (feature `ascend`): CANN's aclnn operators through its C ABI.
+//!
+//! The CANN libraries are opened at run time, so the crate builds without the SDK and without
+//! headers. They are searched under `ASCEND_HOME_PATH`, `ASCEND_TOOLKIT_HOME`,
+//! `/usr/local/Ascend/ascend-toolkit/latest` and `/usr/local/Ascend/cann` (each in `lib64/`),
+//! then by name through the loader path (`LD_LIBRARY_PATH`); symbols are resolved across
+//! `libascendcl.so`, `libnnopbase.so` and `libopapi.so` or the split `libopapi_nn.so`. Sourcing
+//! CANN's `set_env.sh` sets all of this up.
+//!
+//! [`Ascend`] runs four operators through the same [`Plan`](crate::Plan) ->
+//! [`Executor`](crate::Executor) path as the CPU: `aclnnAdaptiveMaxPool2d`,
+//! `aclnnAdaptiveMaxPool2dBackward`, `aclnnMaxPool2dWithMask` and `aclnnMaxPool2dWithMaskBackward`.
+//! Phase 1 ([`Plan::new`](crate::Plan::new)) checks everything this crate knows about the device
+//! before any device call (SoC support, dtypes, the mask layout, `H*W <= i32::MAX`, the 2^24 limit
+//! of non-divisible adaptive shapes, index values), then allocates device buffers, creates the
+//! `aclTensor`s and calls `aclnnXxxGetWorkspaceSize`, keeping the executor. Phase 2
+//! ([`Executor::run`](crate::Executor::run)) copies the inputs to the device, launches on the
+//! device's stream with the workspace, synchronises and copies the outputs back.
+//!
+//! **Host-staged tensors.** This version takes host tensors (ndarray views) and copies them to and
+//! from the device on every run; it does not hold tensors on the device between calls.
+//!
+//! **Tested against a test double, not hardware.** No NPU was available to this crate's
+//! developers: the backend is built from CANN's documented C signatures and tested against a double
+//! of that ABI (`tests/cann-double`). The facts it relies on and which of them are unconfirmed on
+//! hardware are listed in the README.
+//!
+//! ```no_run
+//! # #[cfg(feature = "ascend")] {
+//! use poolgrad::{Plan, TensorMut, TensorRef, device::ascend::Ascend, op::AdaptiveMaxPool2dBackward};
+//! if !Ascend::is_available() {
+//!     return Ok(());
+//! }
+//! let npu = Ascend::new(0)?.deterministic(true)?;
+//! let (g, idx, x) = ([1.0f32, 2.0], [3i64, 3], [0.0f32; 4]);
+//! let mut gi = [0.0f32; 4];
+//! Plan::new(&npu, AdaptiveMaxPool2dBackward {
+//!     grad_output: TensorRef::from_slice(&g, &[1, 1, 2])?,
+//!     self_: TensorRef::from_slice(&x, &[1, 2, 2])?,
+//!     indices: TensorRef::from_slice(&idx, &[1, 1, 2])?,
+//!     grad_input: TensorMut::from_slice(&mut gi, &[1, 2, 2])?,
+//! })?
+//! .run()?;
+//! assert_eq!(gi, [0.0, 0.0, 0.0, 3.0]);
+//! # }
+//! # Ok::<(), poolgrad::Error>(())
+//! ```
+
+use core::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::device::{Device, DeviceLimits, internal::DeviceImpl};
+use crate::error::{Error, Result};
+use crate::mask::MaskLayout;
+use crate::params::MaxPool2dParams;
+
+mod ffi;
+mod launch;
+mod soc;
+mod status;
+
+pub use soc::SocFamily;
+
+use ffi::{DeviceBuffer, Runtime, Session};
+
+/// The largest non-divisible adaptive plane `H * W` CANN's AdaptiveMaxPool2dBackward documents.
+const MAX_NON_DIVISIBLE_ADAPTIVE_PLANE: usize = 1 << 24;
+
+/// An Ascend NPU: one device with its own context and stream.
+///
+/// `Ascend` is `Send` and `Sync`: every call makes its context current on the calling thread
+/// (`aclrtSetCurrentContext`), and launches on its stream are serialised. Dropping it destroys the
+/// stream and the context and resets the device, after every buffer and plan made from it is gone.
+pub struct Ascend {
+    session: Arc<Session>,
+    soc: String,
+    family: SocFamily,
+    device_id: i32,
+    deterministic: bool,
+}
+
+impl fmt::Debug for Ascend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ascend")
+            .field("device_id", &self.device_id)
+            .field("soc", &self.soc)
+            .field("deterministic", &self.deterministic)
+            .field("libraries", &self.session.runtime().origin())
+            .finish()
+    }
+}
+
+impl Ascend {
+    /// Opens NPU `device_id`, loading CANN from the default locations (module docs).
+    ///
+    /// # Errors
+    /// [`Error::CannUnavailable`] if the libraries or a required symbol cannot be found (the error
+    /// lists every path tried), [`Error::Cann`] if `aclInit`, `aclrtSetDevice`, the context or the
+    /// stream fail (for example for a device that does not exist).
+    pub fn new(device_id: i32) -> Result<Self> {
+        Self::open(Runtime::load(ffi::default_roots(), true)?, device_id)
+    }
+
+    /// Opens NPU `device_id`, loading CANN only from `dir` (`dir/lib64/` or `dir/` itself): no
+    /// environment variable and no loader path is consulted. For CANN installed in an unusual
+    /// place, and for tests.
+    ///
+    /// # Errors
+    /// As [`Ascend::new`].
+    pub fn with_library_dir(dir: impl AsRef<Path>, device_id: i32) -> Result<Self> {
+        Self::open(Runtime::load(vec![dir.as_ref().to_path_buf()], false)?, device_id)
+    }
+
+    fn open(rt: Arc<Runtime>, device_id: i32) -> Result<Self> {
+        let soc = rt.soc_name()?;
+        let session = Session::open(rt, device_id)?;
+        Ok(Ascend { session, family: SocFamily::from_soc_name(&soc), soc, device_id, deterministic: false })
+    }
+
+    /// Whether CANN loads from the default locations and reports at least one device. Never fails.
+    pub fn is_available() -> bool {
+        Runtime::load(ffi::default_roots(), true).and_then(|rt| rt.device_count()).is_ok_and(|n| n > 0)
+    }
+
+    /// Sets CANN's deterministic mode (`ACL_OPT_DETERMINISTIC`) for this device's context.
+    ///
+    /// Off by default, as in CANN. Off, the backward operators may accumulate overlapping windows
+    /// concurrently, so f16/bf16 results can vary in the last bits from run to run (the CPU
+    /// backend is always deterministic).
+    ///
+    /// # Errors
+    /// [`Error::Cann`] if `aclrtCtxSetSysParamOpt` fails.
+    pub fn deterministic(mut self, on: bool) -> Result<Self> {
+        self.session.set_deterministic(on)?;
+        self.deterministic = on;
+        Ok(self)
+    }
+
+    /// Whether deterministic mode is on.
+    pub fn is_deterministic(&self) -> bool {
+        self.deterministic
+    }
+
+    /// The SoC name CANN reports, e.g. `"Ascend910B1"`.
+    pub fn soc_name(&self) -> &str {
+        &self.soc
+    }
+
+    /// The SoC's product family, which decides dtypes, operators and the mask layout.
+    pub fn soc_family(&self) -> SocFamily {
+        self.family
+    }
+
+    /// The device id.
+    pub fn device_id(&self) -> i32 {
+        self.device_id
+    }
+
+    /// Whether this device's `aclnnMaxPool2dWithMask` writes masks in layout `L` for `params`
+    /// (A2/A3 write `I32Argmax` except for 1x1 kernels; other SoCs write `Bitmask`).
+    pub fn writes_mask_layout<L: MaskLayout>(&self, params: &MaxPool2dParams) -> bool {
+        self.family.mask_layout(params.kernel()) == L::KIND
+    }
+
+    /// Where the CANN libraries were loaded from.
+    pub fn library_origin(&self) -> &str {
+        self.session.runtime().origin()
+    }
+}
+
+/// Workspace memory on an Ascend device (none for a zero-byte workspace).
+#[derive(Debug)]
+pub struct AscendMemory {
+    buffer: Option<DeviceBuffer>,
+}
+
+impl DeviceImpl for Ascend {
+    type Memory = AscendMemory;
+
+    fn alloc_workspace(&self, bytes: usize) -> Result<AscendMemory> {
+        let buffer = if bytes == 0 { None } else { Some(self.session.alloc(bytes)?) };
+        Ok(AscendMemory { buffer })
+    }
+
+    fn workspace_len(memory: &AscendMemory) -> usize {
+        memory.buffer.as_ref().map_or(0, DeviceBuffer::len)
+    }
+}
+
+impl Device for Ascend {
+    fn name(&self) -> &'static str {
+        "ascend"
+    }
+
+    /// `H * W <= i32::MAX` for every operator, and at most 2^24 for adaptive shapes that are not
+    /// divisible (documented for `aclnnAdaptiveMaxPool2dBackward`).
+    fn limits(&self) -> DeviceLimits {
+        DeviceLimits::none()
+            .with_max_plane(i32::MAX as usize)
+            .with_max_non_divisible_adaptive_plane(MAX_NON_DIVISIBLE_ADAPTIVE_PLANE)
+    }
+}
+
+impl Ascend {
+    /// The workspace buffer of `memory`, checked to belong to this device.
+    fn workspace<'m>(&self, op: &'static str, memory: &'m AscendMemory) -> Result<Option<&'m DeviceBuffer>> {
+        match &memory.buffer {
+            Some(b) if !b.belongs_to(&self.session) => Err(Error::InvalidParameter {
+                op,
+                arg: "workspace",
+                expected: format!("a workspace allocated on this Ascend device ({})", self.device_id),
+                got: "a workspace of another Ascend device".to_string(),
+            }),
+            other => Ok(other.as_ref()),
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Test support for the Ascend backend: builds the CANN test double (`tests/cann-double`), lays it
+//! out like a CANN install (`lib64/libascendcl.so`, `libnnopbase.so`, `libopapi_nn.so`), and
+//! drives its control functions. Also finds a real NPU when one is present.
+//!
+//! The double keeps process-wide state, so tests that use it take [`Double::session`], which
+//! serialises them and resets the double.
+
+#![allow(dead_code, unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use poolgrad::device::ascend::Ascend;
+
+/// The double, built and installed under the test target directory.
+pub struct Double {
+    root: PathBuf,
+    lib: libloading::Library,
+}
+
+static DOUBLE: OnceLock<Double> = OnceLock::new();
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The libraries a CANN install provides, all served by the one double.
+const NAMES: [&str; 3] = ["libascendcl.so", "libnnopbase.so", "libopapi_nn.so"];
+
+fn build() -> Double {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cann-double/Cargo.toml");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cann-double");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "--locked", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        .status()
+        .expect("run cargo to build the CANN test double");
+    assert!(status.success(), "building tests/cann-double failed");
+    let so = target.join("debug/libcann_double.so");
+    let root = target.join("install");
+    let lib64 = root.join("lib64");
+    std::fs::create_dir_all(&lib64).unwrap();
+    for name in NAMES {
+        let link = lib64.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&so, &link).unwrap();
+    }
+    // SAFETY: loads the double (the same file the backend will open through the symlinks); its
+    // initialisers only set up Rust statics.
+    let lib = unsafe { libloading::Library::new(lib64.join(NAMES[0])) }.expect("load the CANN double");
+    Double { root, lib }
+}
+
+impl Double {
+    pub fn get() -> &'static Double {
+        DOUBLE.get_or_init(build)
+    }
+
+    /// Exclusive use of the double, freshly reset (SoC "Ascend910B1", one device, 1 GiB).
+    pub fn session() -> Session {
+        let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let double = Double::get();
+        double.call0("cann_double_reset");
+        Session { double, _guard: guard }
+    }
+
+    /// The directory to point `Ascend::with_library_dir` at.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn call0(&self, name: &str) {
+        // SAFETY: `cann_double_reset` is `extern "C" fn()`.
+        unsafe { (self.lib.get::<unsafe extern "C" fn()>(name).unwrap())() }
+    }
+}
+
+/// A reset double, held exclusively.
+pub struct Session {
+    double: &'static Double,
+    _guard: MutexGuard<'static, ()>,
+}
+
+fn cstr(s: &str) -> std::ffi::CString {
+    std::ffi::CString::new(s).unwrap()
+}
+
+impl Session {
+    /// Device 0 of the double.
+    pub fn open(&self) -> Ascend {
+        Ascend::with_library_dir(self.double.root(), 0).expect("open the double's device 0")
+    }
+
+    pub fn root(&self) -> &Path {
+        self.double.root()
+    }
+
+    pub fn set_soc(&self, name: &str) {
+        let name = cstr(name);
+        // SAFETY: `cann_double_set_soc(const char*)`; `name` is NUL-terminated and outlives the call.
+        unsafe {
+            (self
+                .double
+                .lib
+                .get::<unsafe extern "C" fn(*const std::ffi::c_char)>("cann_double_set_soc")
+                .unwrap())(name.as_ptr())
+        }
+    }
+
+    pub fn set_devices(&self, count: u32, memory_limit: u64) {
+        // SAFETY: `cann_double_set_devices(uint32_t, uint64_t)`.
+        unsafe {
+            (self.double.lib.get::<unsafe extern "C" fn(u32, u64)>("cann_double_set_devices").unwrap())(
+                count,
+                memory_limit,
+            )
+        }
+    }
+
+    /// Makes the `(skip + 1)`-th next call of `function` return `status`.
+    pub fn inject(&self, function: &str, status: i32, skip: u32) {
+        let f = cstr(function);
+        type Inject = unsafe extern "C" fn(*const std::ffi::c_char, i32, u32);
+        // SAFETY: `cann_double_inject(const char*, int32_t, uint32_t)`; `f` outlives the call.
+        unsafe { (self.double.lib.get::<Inject>("cann_double_inject").unwrap())(f.as_ptr(), status, skip) }
+    }
+
+    /// Live handles of a kind ("tensors", "int_arrays", "executors", "allocations", "streams",
+    /// "contexts", "devices").
+    pub fn live(&self, what: &str) -> i64 {
+        let w = cstr(what);
+        type Live = unsafe extern "C" fn(*const std::ffi::c_char) -> i64;
+        // SAFETY: `cann_double_live(const char*) -> int64_t`; `w` outlives the call.
+        unsafe { (self.double.lib.get::<Live>("cann_double_live").unwrap())(w.as_ptr()) }
+    }
+
+    /// Calls of `function` since the reset ("*" for all).
+    pub fn calls(&self, function: &str) -> u64 {
+        let f = cstr(function);
+        type Calls = unsafe extern "C" fn(*const std::ffi::c_char) -> u64;
+        // SAFETY: `cann_double_calls(const char*) -> uint64_t`; `f` outlives the call.
+        unsafe { (self.double.lib.get::<Calls>("cann_double_calls").unwrap())(f.as_ptr()) }
+    }
+
+    pub fn last_deterministic(&self) -> i64 {
+        // SAFETY: `cann_double_last_deterministic() -> int64_t`.
+        unsafe {
+            (self.double.lib.get::<unsafe extern "C" fn() -> i64>("cann_double_last_deterministic").unwrap())(
+            )
+        }
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        type Violations = unsafe extern "C" fn(*mut std::ffi::c_char, usize) -> usize;
+        // SAFETY: `cann_double_violations(char*, size_t) -> size_t` writes at most `len` bytes.
+        let f = unsafe { self.double.lib.get::<Violations>("cann_double_violations").unwrap() };
+        // SAFETY: a null buffer asks for the length only.
+        let len = unsafe { f(std::ptr::null_mut(), 0) };
+        let mut buf = vec![0u8; len + 1];
+        // SAFETY: `buf` holds `len + 1` writable bytes.
+        unsafe { f(buf.as_mut_ptr().cast(), buf.len()) };
+        let text = String::from_utf8_lossy(&buf[..len]).into_owned();
+        text.lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+    }
+
+    /// Every handle the double counts is released and no protocol violation was seen.
+    pub fn assert_clean(&self) {
+        assert_eq!(self.violations(), Vec::<String>::new(), "CANN protocol violations");
+        for what in ["tensors", "int_arrays", "executors", "allocations", "streams", "contexts", "devices"] {
+            assert_eq!(self.live(what), 0, "live {what} after every handle was dropped");
+        }
+    }
+}
+
+/// A real NPU, if CANN loads from the default locations and reports a device; otherwise prints
+/// why the real-device run of `test` is skipped.
+pub fn real_npu(test: &str) -> Option<Ascend> {
+    if !Ascend::is_available() {
+        println!("note: {test}: no Ascend NPU (CANN not found or no device); the real-device run is skipped");
+        return None;
+    }
+    match Ascend::new(0) {
+        Ok(npu) => Some(npu),
+        Err(e) => {
+            println!("note: {test}: CANN is installed but device 0 did not open ({e}); skipped");
+            None
+        }
+    }
+}
+
+/// Runs `body` on the double's device (checking afterwards that it released everything and saw
+/// no violation), then on a real NPU when one is present.
+pub fn on_every_device(test: &str, body: impl Fn(&Ascend)) {
+    {
+        let session = Double::session();
+        let npu = session.open();
+        body(&npu);
+        drop(npu);
+        session.assert_clean();
+    }
+    if let Some(npu) = real_npu(test) {
+        body(&npu);
+    }
+}

@@ -1,0 +1,511 @@
+//! The operators: phase-1 checks as CANN documents them, and plain loops that execute them.
+//!
+//! Sources (ascend-semantics.md): adaptive windows and the backward's contract (B), the mask shape
+//! (A.1), the I32Argmax prefix (A.2), the 5HD bit mask (A.3), output size and parameter checks
+//! (A.4).
+
+use half::{bf16, f16};
+
+use crate::state::{Job, MaskParams, Queued, State, TensorDesc, itemsize};
+use crate::{
+    ACL_BF16, ACL_FLOAT, ACL_FLOAT16, ACL_FORMAT_NCHW, ACL_FORMAT_ND, ACL_INT8, ACL_INT32, ACL_INT64,
+    ACLNN_ERR_INNER_FIND_KERNEL_ERROR, ACLNN_ERR_PARAM_INVALID, Family, KNOWN_DTYPES, KNOWN_FORMATS, family,
+};
+
+type Check = Result<(), (i32, String)>;
+
+fn invalid(msg: String) -> (i32, String) {
+    (ACLNN_ERR_PARAM_INVALID, msg)
+}
+
+/// Dtypes, formats, contiguity and device placement of one tensor.
+fn check_tensor(s: &State, name: &str, t: &TensorDesc, dtypes: &[i32]) -> Check {
+    if !KNOWN_DTYPES.contains(&t.dtype) || !KNOWN_FORMATS.contains(&t.format) {
+        return Err(invalid(format!("{name}: unknown dtype {} or format {}", t.dtype, t.format)));
+    }
+    if !dtypes.contains(&t.dtype) {
+        return Err(invalid(format!("{name}: dtype {} not in {dtypes:?}", t.dtype)));
+    }
+    if t.format != ACL_FORMAT_ND && t.format != ACL_FORMAT_NCHW {
+        return Err(invalid(format!("{name}: format {} (expected ND or NCHW)", t.format)));
+    }
+    if t.dims.len() != 3 && t.dims.len() != 4 && name != "indices" {
+        return Err(invalid(format!("{name}: rank {} (expected 3 or 4)", t.dims.len())));
+    }
+    if t.dims.iter().any(|&d| d < 0) || t.offset < 0 || t.strides.len() != t.dims.len() {
+        return Err(invalid(format!("{name}: negative dims or offset, or strides of another rank")));
+    }
+    // Contiguous row-major strides (this double does not implement strided views).
+    let mut expect = 1i64;
+    for (d, s) in t.dims.iter().zip(&t.strides).rev() {
+        if *d > 1 && *s != expect {
+            return Err(invalid(format!(
+                "{name}: strides {:?} are not contiguous for {:?}",
+                t.strides, t.dims
+            )));
+        }
+        expect *= d;
+    }
+    let storage: i64 = t.storage.iter().product();
+    if (t.offset as usize + t.numel()) > storage.max(0) as usize {
+        return Err(invalid(format!(
+            "{name}: view of {:?} at offset {} exceeds storage {:?}",
+            t.dims, t.offset, t.storage
+        )));
+    }
+    if t.numel() > 0 && s.device_range(t.start(), t.byte_len()).is_none() {
+        return Err(invalid(format!("{name}: data is not {} bytes of device memory", t.byte_len())));
+    }
+    Ok(())
+}
+
+/// `[N, C, H, W]` of a 3-D or 4-D tensor (N = 1 for 3-D).
+fn nchw(t: &TensorDesc) -> [usize; 4] {
+    let d = t.dims_usize();
+    if d.len() == 3 { [1, d[0], d[1], d[2]] } else { [d[0], d[1], d[2], d[3]] }
+}
+
+fn with_spatial(t: &TensorDesc, h: usize, w: usize) -> Vec<i64> {
+    let mut d = t.dims.clone();
+    let r = d.len();
+    d[r - 2] = h as i64;
+    d[r - 1] = w as i64;
+    d
+}
+
+fn float_dtypes(s: &State, op: &str) -> Result<&'static [i32], (i32, String)> {
+    let soc = s.soc();
+    let kernel = |what: &str| Err((ACLNN_ERR_INNER_FIND_KERNEL_ERROR, format!("{op} {what} on {soc}")));
+    match (family(&soc), op) {
+        (Family::A2, _) => Ok(&[ACL_FLOAT, ACL_FLOAT16, ACL_BF16]),
+        (Family::A950, "AdaptiveMaxPool2d" | "AdaptiveMaxPool2dBackward") => {
+            Ok(&[ACL_FLOAT, ACL_FLOAT16, ACL_BF16])
+        }
+        (Family::A950, _) => {
+            Err(invalid(format!("{op} is deprecated on {soc}, please use aclnnMaxPool2dWithIndices")))
+        }
+        (Family::Training, "MaxPool2dWithMask" | "MaxPool2dWithMaskBackward") => {
+            Ok(&[ACL_FLOAT, ACL_FLOAT16])
+        }
+        (Family::Inference310P, "MaxPool2dWithMask") => Ok(&[ACL_FLOAT]),
+        _ => kernel("is not supported"),
+    }
+}
+
+fn check_plane(name: &str, h: usize, w: usize) -> Check {
+    if h == 0 || w == 0 {
+        return Err(invalid(format!("{name}: empty H or W")));
+    }
+    if (h * w) as u64 > i32::MAX as u64 {
+        return Err(invalid(format!("{name}: H*W = {} exceeds INT32_MAX", h * w)));
+    }
+    Ok(())
+}
+
+/// Output length of max pooling (A.4), `None` if `k, s, p, d` are out of range.
+fn pool_len(len: i64, k: i64, s: i64, p: i64, d: i64, ceil: bool) -> Option<i64> {
+    if k <= 0 || s <= 0 || d != 1 || p < 0 || p > k / 2 {
+        return None;
+    }
+    let mut o = (len + 2 * p - d * (k - 1) - 1 + if ceil { s - 1 } else { 0 }).div_euclid(s) + 1;
+    if ceil && (o - 1) * s >= len + p {
+        o -= 1;
+    }
+    (o >= 1).then_some(o)
+}
+
+/// Kernel, stride, padding as pairs, and `[Ho, Wo]`, checked as aclnn does.
+struct Pool {
+    k: [i64; 2],
+    s: [i64; 2],
+    p: [i64; 2],
+    out: [usize; 2],
+}
+
+fn pair(v: &[i64], name: &str, allow_empty: Option<[i64; 2]>) -> Result<[i64; 2], (i32, String)> {
+    match (v.len(), allow_empty) {
+        (0, Some(d)) => Ok(d),
+        (1, _) => Ok([v[0], v[0]]),
+        (2, _) => Ok([v[0], v[1]]),
+        _ => Err(invalid(format!("{name}: {} values", v.len()))),
+    }
+}
+
+fn pool(params: &MaskParams, h: usize, w: usize) -> Result<Pool, (i32, String)> {
+    let k = pair(&params.kernel, "kernelSize", None)?;
+    let s = pair(&params.stride, "stride", Some(k))?;
+    let p = pair(&params.padding, "padding", None)?;
+    let d = pair(&params.dilation, "dilation", None)?;
+    let ho = pool_len(h as i64, k[0], s[0], p[0], d[0], params.ceil_mode);
+    let wo = pool_len(w as i64, k[1], s[1], p[1], d[1], params.ceil_mode);
+    match (ho, wo) {
+        (Some(ho), Some(wo)) => Ok(Pool { k, s, p, out: [ho as usize, wo as usize] }),
+        _ => Err(invalid(format!(
+            "kernel {k:?} stride {s:?} padding {p:?} dilation {d:?} invalid for {h}x{w}"
+        ))),
+    }
+}
+
+/// Shape of the int8 mask (A.1).
+fn mask_dims(x: &TensorDesc, pool: &Pool) -> Vec<i64> {
+    let words = (pool.out[0] * pool.out[1]).div_ceil(16) + 1;
+    let mut d = x.dims[..x.dims.len() - 2].to_vec();
+    d.push(pool.k[0] * pool.k[1]);
+    d.push(words as i64 * 32);
+    d
+}
+
+fn same_dims(name: &str, t: &TensorDesc, expected: &[i64]) -> Check {
+    if t.dims != expected {
+        return Err(invalid(format!("{name}: shape {:?}, expected {expected:?}", t.dims)));
+    }
+    Ok(())
+}
+
+/// Phase-1 checks of `job` on the current SoC.
+pub(crate) fn check(s: &State, job: &Job) -> Check {
+    let floats = float_dtypes(s, job.kind())?;
+    match job {
+        Job::AdaptiveForward { input, output_size, out, indices } => {
+            check_tensor(s, "self", input, floats)?;
+            check_tensor(s, "outputOut", out, &[input.dtype])?;
+            check_tensor(s, "indicesOut", indices, &[ACL_INT64])?;
+            let [_, c, h, w] = nchw(input);
+            check_plane("self", h, w)?;
+            if c == 0 || output_size.len() != 2 || output_size.iter().any(|&o| o <= 0) {
+                return Err(invalid(format!("outputSize {output_size:?} or C = {c}")));
+            }
+            let expected = with_spatial(input, output_size[0] as usize, output_size[1] as usize);
+            same_dims("outputOut", out, &expected)?;
+            same_dims("indicesOut", indices, &expected)
+        }
+        Job::AdaptiveBackward { grad_output, input, indices, grad_input } => {
+            check_tensor(s, "gradOutput", grad_output, floats)?;
+            check_tensor(s, "self", input, &[grad_output.dtype])?;
+            check_tensor(s, "gradInput", grad_input, &[grad_output.dtype])?;
+            check_tensor(s, "indices", indices, &[ACL_INT32, ACL_INT64])?;
+            let [_, c, h, w] = nchw(input);
+            check_plane("self", h, w)?;
+            same_dims("gradInput", grad_input, &input.dims)?;
+            same_dims("indices", indices, &grad_output.dims)?;
+            if grad_output.dims.len() != input.dims.len() || c == 0 {
+                return Err(invalid("gradOutput and self differ in rank, or C = 0".into()));
+            }
+            let [ho, wo] =
+                [grad_output.dims[grad_output.dims.len() - 2], grad_output.dims[grad_output.dims.len() - 1]];
+            same_dims("gradOutput", grad_output, &with_spatial(input, ho as usize, wo as usize))?;
+            if ho <= 0 || wo <= 0 {
+                return Err(invalid("gradOutput has an empty Ho or Wo".into()));
+            }
+            let divisible = h % ho as usize == 0 && w % wo as usize == 0;
+            if !divisible && h * w > 1 << 24 {
+                return Err(invalid(format!("non-divisible shape with H*W = {} > 2^24", h * w)));
+            }
+            Ok(())
+        }
+        Job::MaskForward { input, params, out, mask } => {
+            check_tensor(s, "self", input, floats)?;
+            check_tensor(s, "out", out, &[input.dtype])?;
+            check_tensor(s, "indices", mask, &[ACL_INT8])?;
+            let [_, _, h, w] = nchw(input);
+            check_plane("self", h, w)?;
+            let pool = pool(params, h, w)?;
+            same_dims("out", out, &with_spatial(input, pool.out[0], pool.out[1]))?;
+            same_dims("indices", mask, &mask_dims(input, &pool))
+        }
+        Job::MaskBackward { grad_output, input, mask, params, grad_input } => {
+            check_tensor(s, "gradOutput", grad_output, floats)?;
+            check_tensor(s, "self", input, &[grad_output.dtype])?;
+            check_tensor(s, "gradInput", grad_input, &[grad_output.dtype])?;
+            check_tensor(s, "indices", mask, &[ACL_INT8])?;
+            let [_, _, h, w] = nchw(input);
+            check_plane("self", h, w)?;
+            let pool = pool(params, h, w)?;
+            same_dims("gradOutput", grad_output, &with_spatial(input, pool.out[0], pool.out[1]))?;
+            same_dims("gradInput", grad_input, &input.dims)?;
+            same_dims("indices", mask, &mask_dims(input, &pool))
+        }
+    }
+}
+
+/// Tiling data for every operator, plus an FP32 accumulator for half-precision backwards.
+pub(crate) fn workspace_size(job: &Job) -> u64 {
+    const TILING: u64 = 512;
+    match job {
+        Job::AdaptiveBackward { grad_input, .. } | Job::MaskBackward { grad_input, .. }
+            if grad_input.dtype != ACL_FLOAT =>
+        {
+            TILING + 4 * grad_input.numel() as u64
+        }
+        _ => TILING,
+    }
+}
+
+fn read(bytes: &[u8], dtype: i32, i: usize) -> f64 {
+    let b = |n: usize| &bytes[i * n..i * n + n];
+    match dtype {
+        ACL_FLOAT => f32::from_le_bytes(b(4).try_into().unwrap()) as f64,
+        ACL_FLOAT16 => f16::from_le_bytes(b(2).try_into().unwrap()).to_f64(),
+        ACL_BF16 => bf16::from_le_bytes(b(2).try_into().unwrap()).to_f64(),
+        ACL_INT32 => i32::from_le_bytes(b(4).try_into().unwrap()) as f64,
+        ACL_INT64 => i64::from_le_bytes(b(8).try_into().unwrap()) as f64,
+        _ => f64::NAN,
+    }
+}
+
+fn read_index(bytes: &[u8], dtype: i32, i: usize) -> i64 {
+    match dtype {
+        ACL_INT32 => i32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap()) as i64,
+        _ => i64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap()),
+    }
+}
+
+/// Writes an f32 accumulator, rounded once to `dtype`.
+fn write_acc(bytes: &mut [u8], dtype: i32, i: usize, v: f32) {
+    match dtype {
+        ACL_FLOAT => bytes[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes()),
+        ACL_FLOAT16 => bytes[2 * i..2 * i + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes()),
+        _ => bytes[2 * i..2 * i + 2].copy_from_slice(&bf16::from_f32(v).to_le_bytes()),
+    }
+}
+
+fn load(s: &State, t: &TensorDesc) -> Vec<u8> {
+    s.device_range(t.start(), t.byte_len()).map(|r| s.device_bytes(r).to_vec()).unwrap_or_default()
+}
+
+fn store(s: &mut State, t: &TensorDesc, bytes: &[u8]) {
+    match s.device_range(t.start(), bytes.len()) {
+        Some(r) => s.device_bytes_mut(r).copy_from_slice(bytes),
+        None => s.violation(format!("output of {} bytes outside device memory", bytes.len())),
+    }
+}
+
+/// First maximum of `values` in the given order; a NaN is taken and a later NaN replaces it.
+fn argmax(values: impl Iterator<Item = (usize, f64)>) -> Option<(usize, f64)> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, v) in values {
+        match best {
+            Some((_, b)) if !(v > b || v.is_nan()) => {}
+            _ => best = Some((i, v)),
+        }
+    }
+    best
+}
+
+/// Executes a queued operator (at `aclrtSynchronizeStream`).
+pub(crate) fn run(s: &mut State, q: &Queued) {
+    s.last_deterministic = q.deterministic;
+    // The kernels write their tiling data to the workspace first.
+    let (ws, ws_len) = q.workspace;
+    if ws_len > 0 {
+        match s.device_range(ws, ws_len as usize) {
+            Some(r) => s.device_bytes_mut(r).fill(0),
+            None => s.violation("workspace freed before the operator ran".into()),
+        }
+    }
+    match &q.job {
+        Job::AdaptiveForward { input, out, indices, .. } => {
+            let [n, c, h, w] = nchw(input);
+            let [ho, wo] = [out.dims[out.dims.len() - 2] as usize, out.dims[out.dims.len() - 1] as usize];
+            let x = load(s, input);
+            let size = itemsize(input.dtype);
+            let (mut y, mut idx) = (vec![0u8; out.byte_len()], vec![0u8; indices.byte_len()]);
+            for plane in 0..n * c {
+                for oh in 0..ho {
+                    let (h0, h1) = (oh * h / ho, ((oh + 1) * h).div_ceil(ho));
+                    for ow in 0..wo {
+                        let (w0, w1) = (ow * w / wo, ((ow + 1) * w).div_ceil(wo));
+                        let cells = (h0..h1).flat_map(|ih| (w0..w1).map(move |iw| ih * w + iw));
+                        let (best, _) =
+                            argmax(cells.map(|f| (f, read(&x, input.dtype, plane * h * w + f)))).unwrap();
+                        let o = (plane * ho + oh) * wo + ow;
+                        let src = (plane * h * w + best) * size;
+                        y[o * size..(o + 1) * size].copy_from_slice(&x[src..src + size]);
+                        idx[8 * o..8 * o + 8].copy_from_slice(&(best as i64).to_le_bytes());
+                    }
+                }
+            }
+            store(s, out, &y);
+            store(s, indices, &idx);
+        }
+        Job::AdaptiveBackward { grad_output, input, indices, grad_input } => {
+            let [n, c, h, w] = nchw(input);
+            let positions = grad_output.numel() / (n * c);
+            let (g, idx) = (load(s, grad_output), load(s, indices));
+            let mut acc = vec![0f32; grad_input.numel()];
+            for plane in 0..n * c {
+                for p in 0..positions {
+                    let e = plane * positions + p;
+                    let i = read_index(&idx, indices.dtype, e);
+                    if !(0..(h * w) as i64).contains(&i) {
+                        s.violation(format!("index {i} at element {e} reached the device: a real NPU would write outside gradInput"));
+                        continue;
+                    }
+                    acc[plane * h * w + i as usize] += read(&g, grad_output.dtype, e) as f32;
+                }
+            }
+            finish_gradient(s, grad_input, &acc);
+        }
+        Job::MaskForward { input, params, out, mask } => mask_forward(s, input, params, out, mask),
+        Job::MaskBackward { grad_output, input, mask, params, grad_input } => {
+            mask_backward(s, grad_output, input, mask, params, grad_input)
+        }
+    }
+}
+
+fn finish_gradient(s: &mut State, grad_input: &TensorDesc, acc: &[f32]) {
+    let mut bytes = vec![0u8; grad_input.byte_len()];
+    for (i, &v) in acc.iter().enumerate() {
+        write_acc(&mut bytes, grad_input.dtype, i, v);
+    }
+    store(s, grad_input, &bytes);
+}
+
+/// Which layout the SoC writes (A.0): the int32 prefix on A2/A3 for kernels other than 1x1,
+/// otherwise the 5HD bit mask.
+fn i32_prefix(s: &State, pool: &Pool) -> bool {
+    family(&s.soc()) == Family::A2 && pool.k != [1, 1]
+}
+
+/// The input cell of window offset `k` at output `(oh, ow)`, or `None` in padding.
+fn cell(pool: &Pool, h: usize, w: usize, oh: usize, ow: usize, k: usize) -> Option<usize> {
+    let kw = pool.k[1] as usize;
+    let ih = oh as i64 * pool.s[0] - pool.p[0] + (k / kw) as i64;
+    let iw = ow as i64 * pool.s[1] - pool.p[1] + (k % kw) as i64;
+    ((0..h as i64).contains(&ih) && (0..w as i64).contains(&iw)).then(|| ih as usize * w + iw as usize)
+}
+
+fn mask_forward(s: &mut State, input: &TensorDesc, params: &MaskParams, out: &TensorDesc, mask: &TensorDesc) {
+    let [n, c, h, w] = nchw(input);
+    let Ok(pool) = pool(params, h, w) else { return };
+    let [ho, wo] = pool.out;
+    let positions = ho * wo;
+    let taps = (pool.k[0] * pool.k[1]) as usize;
+    let prefix = i32_prefix(s, &pool);
+    // Atlas training computes FLOAT input in FLOAT16 (A.3, "Precision").
+    let via_f16 = family(&s.soc()) == Family::Training && input.dtype == ACL_FLOAT;
+    let x = load(s, input);
+    let size = itemsize(input.dtype);
+    let mut y = vec![0u8; out.byte_len()];
+    let mut m = load(s, mask);
+    let row = positions.div_ceil(16) * 16 + 16;
+    let c1s = c.div_ceil(16);
+    for plane in 0..n * c {
+        for p in 0..positions {
+            let (oh, ow) = (p / wo, p % wo);
+            let taps_in = (0..taps).filter_map(|k| cell(&pool, h, w, oh, ow, k).map(|f| (k, f)));
+            let (k, v) = argmax(taps_in.map(|(k, f)| {
+                let v = read(&x, input.dtype, plane * h * w + f);
+                (k, if via_f16 { f16::from_f64(v).to_f64() } else { v })
+            }))
+            .unwrap();
+            let flat = cell(&pool, h, w, oh, ow, k).unwrap();
+            let o = plane * positions + p;
+            if via_f16 {
+                y[4 * o..4 * o + 4].copy_from_slice(&(v as f32).to_le_bytes());
+            } else {
+                let src = (plane * h * w + flat) * size;
+                y[o * size..(o + 1) * size].copy_from_slice(&x[src..src + size]);
+            }
+            if prefix {
+                m[4 * o..4 * o + 4].copy_from_slice(&(flat as i32).to_le_bytes());
+            }
+        }
+    }
+    if !prefix {
+        // Every word of the first ceil(P/16)*16 positions of each (n, c1, k) row is written: tail
+        // positions are zero, 1x1 kernels write 0xFFFF, and channels past C (padding lanes that
+        // compare equal) are inferred to keep their bit at k = 0. The "+1" block is not written.
+        for nn in 0..n {
+            for c1 in 0..c1s {
+                for k in 0..taps {
+                    for p in 0..positions.div_ceil(16) * 16 {
+                        let word = ((nn * c1s + c1) * taps + k) * row + p;
+                        let mut bits = 0u16;
+                        if pool.k == [1, 1] {
+                            bits = 0xFFFF;
+                        } else if p < positions {
+                            for b in 0..16 {
+                                let ch = 16 * c1 + b;
+                                let set = if ch < c {
+                                    winner(&x, input.dtype, via_f16, &pool, [h, w], nn * c + ch, p) == k
+                                } else {
+                                    k == 0
+                                };
+                                bits |= (set as u16) << b;
+                            }
+                        }
+                        m[2 * word..2 * word + 2].copy_from_slice(&bits.to_le_bytes());
+                    }
+                }
+            }
+        }
+    }
+    store(s, out, &y);
+    store(s, mask, &m);
+}
+
+/// The window offset of the first maximum of plane `plane` at output position `p`.
+fn winner(
+    x: &[u8],
+    dtype: i32,
+    via_f16: bool,
+    pool: &Pool,
+    [h, w]: [usize; 2],
+    plane: usize,
+    p: usize,
+) -> usize {
+    let (oh, ow) = (p / pool.out[1], p % pool.out[1]);
+    let taps = (pool.k[0] * pool.k[1]) as usize;
+    let values = (0..taps).filter_map(|k| {
+        cell(pool, h, w, oh, ow, k).map(|f| {
+            let v = read(x, dtype, plane * h * w + f);
+            (k, if via_f16 { f16::from_f64(v).to_f64() } else { v })
+        })
+    });
+    argmax(values).map_or(usize::MAX, |(k, _)| k)
+}
+
+fn mask_backward(
+    s: &mut State,
+    grad_output: &TensorDesc,
+    input: &TensorDesc,
+    mask: &TensorDesc,
+    params: &MaskParams,
+    grad_input: &TensorDesc,
+) {
+    let [n, c, h, w] = nchw(input);
+    let Ok(pool) = pool(params, h, w) else { return };
+    let positions = pool.out[0] * pool.out[1];
+    let taps = (pool.k[0] * pool.k[1]) as usize;
+    let (g, m) = (load(s, grad_output), load(s, mask));
+    let mut acc = vec![0f32; grad_input.numel()];
+    let row = positions.div_ceil(16) * 16 + 16;
+    let c1s = c.div_ceil(16);
+    for plane in 0..n * c {
+        let (nn, ch) = (plane / c, plane % c);
+        for p in 0..positions {
+            let e = plane * positions + p;
+            let grad = read(&g, grad_output.dtype, e) as f32;
+            if i32_prefix(s, &pool) {
+                let i = i32::from_le_bytes(m[4 * e..4 * e + 4].try_into().unwrap()) as i64;
+                if !(0..(h * w) as i64).contains(&i) {
+                    s.violation(format!("mask value {i} at element {e} reached the device: a real NPU would write outside gradInput"));
+                    continue;
+                }
+                acc[plane * h * w + i as usize] += grad;
+            } else {
+                for k in 0..taps {
+                    let word = ((nn * c1s + ch / 16) * taps + k) * row + p;
+                    let bits = u16::from_le_bytes([m[2 * word], m[2 * word + 1]]);
+                    if bits & (1 << (ch % 16)) != 0
+                        && let Some(f) = cell(&pool, h, w, p / pool.out[1], p % pool.out[1], k)
+                    {
+                        acc[plane * h * w + f] += grad;
+                    }
+                }
+            }
+        }
+    }
+    finish_gradient(s, grad_input, &acc);
+}

@@ -1,0 +1,315 @@
+//! The double's process state: handles, device memory, streams, call counts, injected failures
+//! and recorded violations.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{CString, c_char};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+pub(crate) static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::new()));
+
+/// The state, even after a panic in another thread (the double must not abort the test process).
+pub(crate) fn lock() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    static CURRENT_CONTEXT: Cell<usize> = const { Cell::new(0) };
+    static RECENT_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+pub(crate) fn current_context() -> usize {
+    CURRENT_CONTEXT.with(Cell::get)
+}
+
+pub(crate) fn set_current_context(ctx: usize) {
+    CURRENT_CONTEXT.with(|c| c.set(ctx));
+}
+
+/// What `aclGetRecentErrMsg` returns on this thread (valid until the next failure on it).
+pub(crate) fn recent_error() -> *const c_char {
+    RECENT_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Records `msg` as this thread's recent error and returns `code`.
+pub(crate) fn fail(code: i32, msg: &str) -> i32 {
+    let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    RECENT_ERROR.with(|e| *e.borrow_mut() = msg);
+    code
+}
+
+/// Counts a call of `function`; returns the status to fail with if a failure was injected.
+pub(crate) fn enter(function: &str) -> Option<i32> {
+    let mut s = lock();
+    *s.calls.entry(function.to_string()).or_default() += 1;
+    s.total_calls += 1;
+    let pos = s.injections.iter().position(|i| i.function == function)?;
+    if s.injections[pos].skip > 0 {
+        s.injections[pos].skip -= 1;
+        return None;
+    }
+    let injected = s.injections.remove(pos);
+    drop(s);
+    Some(fail(injected.status, &format!("{function}: injected failure {}", injected.status)))
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct TensorDesc {
+    pub dims: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub storage: Vec<i64>,
+    pub dtype: i32,
+    pub offset: i64,
+    pub format: i32,
+    pub addr: usize,
+}
+
+impl TensorDesc {
+    pub fn numel(&self) -> usize {
+        self.dims.iter().map(|&d| d.max(0) as usize).product()
+    }
+
+    pub fn dims_usize(&self) -> Vec<usize> {
+        self.dims.iter().map(|&d| d.max(0) as usize).collect()
+    }
+
+    /// Byte address of element 0 of the view.
+    pub fn start(&self) -> usize {
+        self.addr + self.offset.max(0) as usize * itemsize(self.dtype)
+    }
+
+    pub fn byte_len(&self) -> usize {
+        self.numel() * itemsize(self.dtype)
+    }
+}
+
+pub(crate) fn itemsize(dtype: i32) -> usize {
+    match dtype {
+        crate::ACL_INT8 | 4 | 12 => 1,
+        crate::ACL_FLOAT16 | crate::ACL_BF16 | 6 | 7 => 2,
+        crate::ACL_FLOAT | crate::ACL_INT32 | 8 => 4,
+        _ => 8,
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct MaskParams {
+    pub kernel: Vec<i64>,
+    pub stride: Vec<i64>,
+    pub padding: Vec<i64>,
+    pub dilation: Vec<i64>,
+    pub ceil_mode: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Job {
+    AdaptiveForward {
+        input: TensorDesc,
+        output_size: Vec<i64>,
+        out: TensorDesc,
+        indices: TensorDesc,
+    },
+    AdaptiveBackward {
+        grad_output: TensorDesc,
+        input: TensorDesc,
+        indices: TensorDesc,
+        grad_input: TensorDesc,
+    },
+    MaskForward {
+        input: TensorDesc,
+        params: MaskParams,
+        out: TensorDesc,
+        mask: TensorDesc,
+    },
+    MaskBackward {
+        grad_output: TensorDesc,
+        input: TensorDesc,
+        mask: TensorDesc,
+        params: MaskParams,
+        grad_input: TensorDesc,
+    },
+}
+
+impl Job {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Job::AdaptiveForward { .. } => "AdaptiveMaxPool2d",
+            Job::AdaptiveBackward { .. } => "AdaptiveMaxPool2dBackward",
+            Job::MaskForward { .. } => "MaxPool2dWithMask",
+            Job::MaskBackward { .. } => "MaxPool2dWithMaskBackward",
+        }
+    }
+
+    pub fn outputs(&self) -> Vec<&TensorDesc> {
+        match self {
+            Job::AdaptiveForward { out, indices, .. } => vec![out, indices],
+            Job::MaskForward { out, mask, .. } => vec![out, mask],
+            Job::AdaptiveBackward { grad_input, .. } | Job::MaskBackward { grad_input, .. } => {
+                vec![grad_input]
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Executor {
+    pub job: Job,
+    pub workspace: u64,
+    pub repeatable: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub job: Job,
+    pub workspace: (usize, u64),
+    pub deterministic: i64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Stream {
+    pub context: usize,
+    pub queue: Vec<Queued>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Alloc {
+    pub data: Box<[u8]>,
+    pub pending: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Injection {
+    pub function: String,
+    pub status: i32,
+    pub skip: u32,
+}
+
+/// A range of device memory: allocation base, offset into it, length.
+pub(crate) type Range = (usize, usize, usize);
+
+#[derive(Debug)]
+pub(crate) struct State {
+    pub initialized: bool,
+    pub device_count: u32,
+    pub memory_limit: usize,
+    pub device_refs: i64,
+    /// Context handle -> its ACL_OPT_DETERMINISTIC value.
+    pub contexts: HashMap<usize, i64>,
+    pub streams: HashMap<usize, Stream>,
+    pub allocs: BTreeMap<usize, Alloc>,
+    pub tensors: HashMap<usize, TensorDesc>,
+    pub int_arrays: HashMap<usize, Vec<i64>>,
+    pub executors: HashMap<usize, Executor>,
+    pub injections: Vec<Injection>,
+    pub violations: Vec<String>,
+    pub last_deterministic: i64,
+    calls: HashMap<String, u64>,
+    total_calls: u64,
+    /// Every SoC name ever set (the last is current), so returned pointers stay valid.
+    socs: Vec<CString>,
+    next_handle: usize,
+}
+
+impl State {
+    fn new() -> Self {
+        let mut s = State {
+            initialized: false,
+            device_count: 1,
+            memory_limit: 1 << 30,
+            device_refs: 0,
+            contexts: HashMap::new(),
+            streams: HashMap::new(),
+            allocs: BTreeMap::new(),
+            tensors: HashMap::new(),
+            int_arrays: HashMap::new(),
+            executors: HashMap::new(),
+            injections: Vec::new(),
+            violations: Vec::new(),
+            last_deterministic: -1,
+            calls: HashMap::new(),
+            total_calls: 0,
+            socs: Vec::new(),
+            next_handle: 0x1000,
+        };
+        s.set_soc(c"Ascend910B1".to_owned());
+        s
+    }
+
+    /// Back to a fresh device; the process stays initialised (aclInit is once per process).
+    pub fn reset(&mut self) {
+        let initialized = self.initialized;
+        let socs = std::mem::take(&mut self.socs);
+        let next_handle = self.next_handle;
+        *self = State::new();
+        self.socs.splice(0..0, socs);
+        self.initialized = initialized;
+        self.next_handle = next_handle;
+    }
+
+    pub fn new_handle(&mut self) -> usize {
+        self.next_handle += 0x10;
+        self.next_handle
+    }
+
+    pub fn set_soc(&mut self, name: CString) {
+        self.socs.push(name);
+    }
+
+    pub fn soc(&self) -> String {
+        self.socs.last().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    pub fn soc_ptr(&self) -> *const c_char {
+        self.socs.last().map_or(core::ptr::null(), |s| s.as_ptr())
+    }
+
+    pub fn violation(&mut self, msg: String) {
+        self.violations.push(msg);
+    }
+
+    pub fn calls(&self, function: &str) -> u64 {
+        if function == "*" { self.total_calls } else { self.calls.get(function).copied().unwrap_or(0) }
+    }
+
+    pub fn live(&self, what: &str) -> i64 {
+        (match what {
+            "tensors" => self.tensors.len(),
+            "int_arrays" => self.int_arrays.len(),
+            "executors" => self.executors.len(),
+            "allocations" => self.allocs.len(),
+            "streams" => self.streams.len(),
+            "contexts" => self.contexts.len(),
+            "devices" => return self.device_refs,
+            _ => return -1,
+        }) as i64
+    }
+
+    pub fn allocated_bytes(&self) -> usize {
+        self.allocs.values().map(|a| a.data.len()).sum()
+    }
+
+    /// `len` bytes at `addr`, if they lie inside one allocation.
+    pub fn device_range(&self, addr: usize, len: usize) -> Option<Range> {
+        let (&base, alloc) = self.allocs.range(..=addr).next_back()?;
+        let offset = addr - base;
+        (offset.checked_add(len)? <= alloc.data.len()).then_some((base, offset, len))
+    }
+
+    pub fn device_bytes(&self, (base, offset, len): Range) -> &[u8] {
+        &self.allocs[&base].data[offset..offset + len]
+    }
+
+    pub fn device_bytes_mut(&mut self, (base, offset, len): Range) -> &mut [u8] {
+        &mut self.allocs.get_mut(&base).expect("checked range").data[offset..offset + len]
+    }
+
+    pub fn set_pending(&mut self, addr: usize, pending: bool) {
+        if let Some((_, alloc)) = self.allocs.range_mut(..=addr).next_back() {
+            alloc.pending = pending;
+        }
+    }
+
+    pub fn queued_workspace(&self, addr: usize) -> bool {
+        self.streams.values().flat_map(|s| &s.queue).any(|q| q.workspace.1 > 0 && q.workspace.0 == addr)
+    }
+}
