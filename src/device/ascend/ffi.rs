@@ -511,10 +511,12 @@ impl Session {
         if ptr.is_null() {
             return Err(self.rt.null_error(function));
         }
+        // Owned from here on: dropped (destroyed) on every path, including the failure below.
+        let executor = OpExecutor { rt: Arc::clone(&self.rt), ptr };
         // SAFETY: `ptr` is the live executor phase 1 just returned.
         let code = unsafe { (self.rt.api.acl_set_executor_repeatable)(ptr) };
         self.rt.check("aclSetAclOpExecutorRepeatable", code)?;
-        Ok(OpExecutor { rt: Arc::clone(&self.rt), ptr })
+        Ok(executor)
     }
 
     fn op<T>(&self, op: Option<T>, symbol: &'static str) -> Result<T> {
@@ -795,7 +797,8 @@ impl Drop for IntArray {
     }
 }
 
-/// A repeatable `aclOpExecutor`, destroyed on drop whether or not it ran.
+/// An `aclOpExecutor` this crate owns (made repeatable, so the launch does not free it),
+/// destroyed on drop whether or not it ran.
 pub(crate) struct OpExecutor {
     rt: Arc<Runtime>,
     ptr: Exec,
@@ -806,7 +809,8 @@ unsafe impl Send for OpExecutor {}
 
 impl Drop for OpExecutor {
     fn drop(&mut self) {
-        // SAFETY: made repeatable after phase 1, so this crate owns it; destroyed once.
+        // SAFETY: made repeatable after phase 1 (or never launched), so no launch freed it; it is
+        // destroyed once.
         unsafe { (self.rt.api.acl_destroy_executor)(self.ptr) };
     }
 }

@@ -301,6 +301,15 @@ pub extern "C" fn aclrtDestroyStream(stream: *mut c_void) -> AclError {
 #[unsafe(no_mangle)]
 pub extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> AclError {
     if let Some(e) = enter("aclrtSynchronizeStream") {
+        // A failed synchronisation aborts the stream's tasks: nothing is left running.
+        let mut s = state::lock();
+        if let Some(st) = s.streams.get_mut(&(stream as usize)) {
+            for queued in std::mem::take(&mut st.queue) {
+                for out in queued.job.outputs() {
+                    s.set_pending(out.addr, false);
+                }
+            }
+        }
         return e;
     }
     let mut s = state::lock();
@@ -566,12 +575,8 @@ pub extern "C" fn aclDestroyAclOpExecutor(executor: *mut c_void) -> i32 {
     }
     let mut s = state::lock();
     match s.executors.remove(&(executor as usize)) {
-        Some(ex) => {
-            if !ex.repeatable {
-                s.violation("aclDestroyAclOpExecutor of an executor not made repeatable".into());
-            }
-            0
-        }
+        // Repeatable executors, and executors that never ran, are the caller's to destroy.
+        Some(_) => 0,
         None => {
             s.violation("aclDestroyAclOpExecutor of an unknown or freed executor".into());
             fail(ACLNN_ERR_PARAM_NULLPTR, "aclDestroyAclOpExecutor: unknown executor")

@@ -1,0 +1,250 @@
+//! CANN failures reach the user as typed errors, and nothing leaks on any failure path: every
+//! documented status injected into every call the backend makes, missing libraries and symbols,
+//! bad device ids, exhausted device memory. Runs against the CANN test double only (a real NPU
+//! cannot be made to fail on demand).
+#![cfg(feature = "ascend")]
+
+mod ascend;
+
+use ascend::{Double, Session};
+use half::f16;
+use ndarray::Array4;
+use poolgrad::device::ascend::Ascend;
+use poolgrad::{Error, I32Argmax, MaxPool2dParams, adaptive_max_pool2d_backward_on, max_pool2d_with_mask_on};
+
+/// An f16 adaptive backward (workspace, two uploads, one download) on `npu`.
+fn backward(npu: &Ascend) -> poolgrad::Result<Array4<f16>> {
+    let x = Array4::<f16>::zeros((1, 2, 5, 5));
+    let g = Array4::from_elem((1, 2, 3, 3), f16::ONE);
+    let idx = Array4::from_shape_fn((1, 2, 3, 3), |(_, _, i, j)| (i * 5 + j * 2) as i64);
+    adaptive_max_pool2d_backward_on(npu, &g, &x, &idx)
+}
+
+/// A mask forward (int arrays and a memset) on `npu`.
+fn mask_forward(npu: &Ascend) -> poolgrad::Result<()> {
+    let x = Array4::from_shape_fn((1, 3, 6, 6), |(_, c, h, w)| (c + h * w) as f32);
+    max_pool2d_with_mask_on::<_, f32, I32Argmax, _, _>(npu, &x, &MaxPool2dParams::new([2, 2])).map(|_| ())
+}
+
+fn expect_cann(e: Error, function: &str, status: Option<i32>, name: &str) {
+    match &e {
+        Error::Cann { function: f, status: s, name: n, message, .. } => {
+            assert_eq!((*f, *s), (function, status), "{e}");
+            if status.is_some() {
+                assert_eq!(*n, name, "{e}");
+            }
+            assert!(message.contains("injected failure"), "aclGetRecentErrMsg is reported: {e}");
+        }
+        other => panic!("expected a CANN error from {function}, got {other:?}"),
+    }
+}
+
+/// Injects `status` into the `(skip + 1)`-th call of `function` during `call`, checks the error
+/// and that every handle is released afterwards.
+fn inject_into(
+    function: &'static str,
+    status: i32,
+    skip: u32,
+    null_handle: bool,
+    call: impl Fn(&Ascend) -> poolgrad::Result<()>,
+    name: &str,
+) {
+    let session = Double::session();
+    let npu = session.open();
+    let calls_before = session.calls(function);
+    session.inject(function, status, skip);
+    let e = call(&npu).expect_err(function);
+    assert!(session.calls(function) > calls_before + u64::from(skip), "{function} was called");
+    expect_cann(e, function, (!null_handle).then_some(status), name);
+    // The device still works after the failure.
+    call(&npu).unwrap_or_else(|e| panic!("after a failed {function}: {e}"));
+    drop(npu);
+    session.assert_clean();
+}
+
+#[test]
+fn every_call_of_a_run_can_fail_cleanly() {
+    let bwd = |npu: &Ascend| backward(npu).map(|_| ());
+    let cases: [(&'static str, i32, u32, &str); 12] = [
+        ("aclrtMalloc", 207_001, 0, "ACL_ERROR_RT_MEMORY_ALLOCATION"),
+        ("aclrtMalloc", 207_001, 3, "ACL_ERROR_RT_MEMORY_ALLOCATION"),
+        ("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize", 161_002, 0, "ACLNN_ERR_PARAM_INVALID"),
+        ("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize", 561_003, 0, "ACLNN_ERR_INNER_FIND_KERNEL_ERROR"),
+        ("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize", 561_107, 0, "ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND"),
+        ("aclSetAclOpExecutorRepeatable", 561_103, 0, "ACLNN_ERR_INNER_NULLPTR"),
+        ("aclrtMemcpy", 500_003, 0, "ACL_ERROR_RT_FAILURE"),
+        ("aclrtMemcpy", 500_003, 2, "ACL_ERROR_RT_FAILURE"),
+        ("aclnnAdaptiveMaxPool2dBackward", 361_001, 0, "ACLNN_ERR_RUNTIME_ERROR"),
+        ("aclrtSynchronizeStream", 500_003, 0, "ACL_ERROR_RT_FAILURE"),
+        ("aclrtSetCurrentContext", 100_000, 0, "ACL_ERROR_INVALID_PARAM"),
+        ("aclrtSetCurrentContext", 100_000, 4, "ACL_ERROR_INVALID_PARAM"),
+    ];
+    for (function, status, skip, name) in cases {
+        inject_into(function, status, skip, false, bwd, name);
+    }
+    inject_into("aclCreateTensor", 0, 2, true, bwd, "");
+    inject_into("aclCreateIntArray", 0, 1, true, mask_forward, "");
+    inject_into("aclrtMemset", 500_003, 0, false, mask_forward, "ACL_ERROR_RT_FAILURE");
+    inject_into(
+        "aclnnMaxPool2dWithMaskGetWorkspaceSize",
+        161_001,
+        0,
+        false,
+        mask_forward,
+        "ACLNN_ERR_PARAM_NULLPTR",
+    );
+    inject_into("aclnnMaxPool2dWithMask", 561_000, 0, false, mask_forward, "ACLNN_ERR_INNER");
+}
+
+#[test]
+fn every_documented_status_is_named() {
+    // ascend-semantics.md section C (acl_base.h, aclnn_return_code.md).
+    let documented: [(i32, &str); 17] = [
+        (100_000, "ACL_ERROR_INVALID_PARAM"),
+        (100_002, "ACL_ERROR_REPEAT_INITIALIZE"),
+        (100_037, "ACL_ERROR_REPEAT_FINALIZE"),
+        (207_001, "ACL_ERROR_RT_MEMORY_ALLOCATION"),
+        (500_003, "ACL_ERROR_RT_FAILURE"),
+        (161_001, "ACLNN_ERR_PARAM_NULLPTR"),
+        (161_002, "ACLNN_ERR_PARAM_INVALID"),
+        (361_001, "ACLNN_ERR_RUNTIME_ERROR"),
+        (561_000, "ACLNN_ERR_INNER"),
+        (561_001, "ACLNN_ERR_INNER_INFERSHAPE_ERROR"),
+        (561_002, "ACLNN_ERR_INNER_TILING_ERROR"),
+        (561_003, "ACLNN_ERR_INNER_FIND_KERNEL_ERROR"),
+        (561_101, "ACLNN_ERR_INNER_CREATE_EXECUTOR"),
+        (561_102, "ACLNN_ERR_INNER_NOT_TRANS_EXECUTOR"),
+        (561_103, "ACLNN_ERR_INNER_NULLPTR"),
+        (561_107, "ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND"),
+        (561_108, "ACLNN_ERR_INNER_LOAD_JSON_FAILED"),
+    ];
+    let session = Double::session();
+    let npu = session.open();
+    for (code, name) in documented {
+        session.inject("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize", code, 0);
+        let e = backward(&npu).unwrap_err();
+        expect_cann(e.clone(), "aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize", Some(code), name);
+        let text = e.to_string();
+        assert!(text.contains(&code.to_string()) && text.contains(name), "{text}");
+    }
+    // An undocumented code still reaches the user, as "unknown".
+    session.inject("aclrtMalloc", 123_456, 0);
+    let e = backward(&npu).unwrap_err();
+    assert!(matches!(e, Error::Cann { status: Some(123_456), name: "unknown", .. }), "{e}");
+    drop(npu);
+    session.assert_clean();
+}
+
+#[test]
+fn opening_a_device_can_fail_cleanly() {
+    let cases: [(&'static str, i32, &str); 3] = [
+        ("aclrtSetDevice", 207_004, "ACL_ERROR_RT_NO_DEVICE"),
+        ("aclrtCreateContext", 207_005, "ACL_ERROR_RT_RESOURCE_ALLOC_FAIL"),
+        ("aclrtCreateStream", 207_005, "ACL_ERROR_RT_RESOURCE_ALLOC_FAIL"),
+    ];
+    for (function, status, name) in cases {
+        let session = Double::session();
+        session.inject(function, status, 0);
+        let e = Ascend::with_library_dir(session.root(), 0).unwrap_err();
+        expect_cann(e, function, Some(status), name);
+        session.assert_clean();
+    }
+    let session = Double::session();
+    session.inject("aclrtGetSocName", 0, 0);
+    let e = Ascend::with_library_dir(session.root(), 0).unwrap_err();
+    expect_cann(e, "aclrtGetSocName", None, "");
+    // Deterministic mode can fail too; the device is then released.
+    session.inject("aclrtCtxSetSysParamOpt", 100_000, 0);
+    let e = session.open().deterministic(true).unwrap_err();
+    expect_cann(e, "aclrtCtxSetSysParamOpt", Some(100_000), "ACL_ERROR_INVALID_PARAM");
+    session.assert_clean();
+}
+
+#[test]
+fn a_device_that_does_not_exist_is_an_error() {
+    let session = Double::session();
+    let e = Ascend::with_library_dir(session.root(), 3).unwrap_err();
+    assert!(
+        matches!(e, Error::Cann { function: "aclrtSetDevice", name: "ACL_ERROR_INVALID_DEVICE", .. }),
+        "{e}"
+    );
+    session.set_devices(4, 1 << 30);
+    let npu = Ascend::with_library_dir(session.root(), 3).unwrap();
+    assert_eq!(npu.device_id(), 3);
+    drop(npu);
+    session.assert_clean();
+}
+
+#[test]
+fn exhausted_device_memory_is_an_error() {
+    let session = Double::session();
+    session.set_devices(1, 300);
+    let npu = session.open();
+    let e = backward(&npu).unwrap_err();
+    assert!(matches!(e, Error::Cann { function: "aclrtMalloc", status: Some(207_001), .. }), "{e}");
+    drop(npu);
+    session.assert_clean();
+}
+
+fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("lib64")).unwrap();
+    dir
+}
+
+#[test]
+fn missing_libraries_are_errors_that_list_what_was_tried() {
+    let e = Ascend::with_library_dir("/nonexistent/cann", 0).unwrap_err();
+    let Error::CannUnavailable { reason, tried } = &e else { panic!("{e:?}") };
+    assert!(reason.contains("libascendcl.so"), "{e}");
+    assert!(tried.iter().any(|t| t == "/nonexistent/cann/lib64/libascendcl.so (not found)"), "{tried:?}");
+    assert!(
+        tried.iter().all(|t| !t.contains("loader path")),
+        "an explicit directory is the only place searched"
+    );
+
+    // A file that is not a shared library.
+    let dir = scratch_dir("cann-garbage");
+    std::fs::write(dir.join("lib64/libascendcl.so"), b"not an ELF file").unwrap();
+    let e = Ascend::with_library_dir(&dir, 0).unwrap_err();
+    let Error::CannUnavailable { tried, .. } = &e else { panic!("{e:?}") };
+    assert!(tried.iter().any(|t| t.contains("libascendcl.so (") && !t.contains("not found")), "{tried:?}");
+}
+
+#[test]
+fn a_library_without_the_cann_symbols_is_an_error() {
+    // Any shared library that is not CANN: the C math library.
+    let libm = [
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/aarch64-linux-gnu",
+        "/lib64",
+        "/usr/lib64",
+    ]
+    .iter()
+    .map(|d| std::path::Path::new(d).join("libm.so.6"))
+    .find(|p| p.exists());
+    let Some(libm) = libm else {
+        println!("note: no libm.so.6 found; skipped");
+        return;
+    };
+    let dir = scratch_dir("cann-libm");
+    std::os::unix::fs::symlink(&libm, dir.join("lib64/libascendcl.so")).unwrap();
+    let e = Ascend::with_library_dir(&dir, 0).unwrap_err();
+    let Error::CannUnavailable { reason, tried } = &e else { panic!("{e:?}") };
+    assert!(reason.contains("`aclInit`"), "{e}");
+    assert!(tried.iter().any(|t| t.ends_with("libascendcl.so (loaded)")), "{tried:?}");
+}
+
+/// The double's own bookkeeping catches protocol errors (a check that the checks can fail).
+#[test]
+fn the_double_reports_protocol_violations() {
+    let session: Session = Double::session();
+    let npu = session.open();
+    // Fail the destruction of the stream: the session's drop then leaves it alive.
+    session.inject("aclrtDestroyStream", 500_003, 0);
+    drop(npu);
+    assert_eq!(session.live("streams"), 1);
+    assert!(!session.violations().is_empty(), "destroying the context before its stream is reported");
+}
