@@ -70,6 +70,14 @@ impl Double {
         &self.root
     }
 
+    /// Calls of `function` since the last reset ("*" for all).
+    pub fn calls(&self, function: &str) -> u64 {
+        let f = cstr(function);
+        type Calls = unsafe extern "C" fn(*const std::ffi::c_char) -> u64;
+        // SAFETY: `cann_double_calls(const char*) -> uint64_t`; `f` outlives the call.
+        unsafe { (self.lib.get::<Calls>("cann_double_calls").unwrap())(f.as_ptr()) }
+    }
+
     fn call0(&self, name: &str) {
         // SAFETY: `cann_double_reset` is `extern "C" fn()`.
         unsafe { (self.lib.get::<unsafe extern "C" fn()>(name).unwrap())() }
@@ -137,10 +145,7 @@ impl Session {
 
     /// Calls of `function` since the reset ("*" for all).
     pub fn calls(&self, function: &str) -> u64 {
-        let f = cstr(function);
-        type Calls = unsafe extern "C" fn(*const std::ffi::c_char) -> u64;
-        // SAFETY: `cann_double_calls(const char*) -> uint64_t`; `f` outlives the call.
-        unsafe { (self.double.lib.get::<Calls>("cann_double_calls").unwrap())(f.as_ptr()) }
+        self.double.calls(function)
     }
 
     pub fn last_deterministic(&self) -> i64 {

@@ -69,6 +69,109 @@ impl<'a> Bytes<'a> {
     }
 }
 
+/// The Ascend backend as a second device for the same inputs (`tests/ascend_hostile.rs`, with the
+/// CANN test double). The property there: the NPU returns the CPU's result bit for bit, or an
+/// error raised before any device call (the double counts the calls).
+#[cfg(feature = "ascend")]
+pub mod npu {
+    use std::cell::RefCell;
+
+    use ndarray::{Array, Dimension};
+    use poolgrad::device::ascend::Ascend;
+    use poolgrad::{ArgmaxIndex, Error, MaskLayout, PoolFloat, Pooled, PooledMask};
+
+    /// The device and a counter of every call it makes into CANN.
+    pub struct Hook {
+        pub npu: Ascend,
+        pub device_calls: Box<dyn Fn() -> u64>,
+        pub stats: Stats,
+    }
+
+    /// What the NPU did with the inputs it was given.
+    #[derive(Debug, Default, Clone, Copy)]
+    pub struct Stats {
+        /// Ran and matched the CPU.
+        pub ran: usize,
+        /// Rejected, as the CPU did, before any device call.
+        pub rejected: usize,
+        /// Valid, but beyond the device (dtype, layout, size): refused before any device call.
+        pub refused: usize,
+    }
+
+    thread_local! {
+        static HOOK: RefCell<Option<Hook>> = const { RefCell::new(None) };
+    }
+
+    pub fn install(hook: Hook) {
+        HOOK.with(|h| *h.borrow_mut() = Some(hook));
+    }
+
+    pub fn uninstall() -> Option<Hook> {
+        HOOK.with(|h| h.borrow_mut().take())
+    }
+
+    pub fn check<R>(
+        what: &str,
+        cpu: &poolgrad::Result<R>,
+        call: impl FnOnce(&Ascend) -> poolgrad::Result<R>,
+        same: impl Fn(&R, &R) -> bool,
+    ) {
+        HOOK.with(|h| {
+            let mut h = h.borrow_mut();
+            let Some(hook) = h.as_mut() else { return };
+            let before = (hook.device_calls)();
+            let got = call(&hook.npu);
+            let calls = (hook.device_calls)() - before;
+            match (cpu, &got) {
+                (Ok(a), Ok(b)) => {
+                    assert!(same(a, b), "{what}: the NPU's result differs from the CPU's");
+                    hook.stats.ran += 1;
+                }
+                (Err(e), Ok(_)) => panic!("{what}: the NPU accepts what the CPU rejects ({e})"),
+                (_, Err(e)) => {
+                    assert_eq!(calls, 0, "{what}: rejected only after {calls} device calls: {e}");
+                    match (cpu, e) {
+                        (Ok(_), Error::DeviceLimit { .. }) => hook.stats.refused += 1,
+                        (Ok(_), _) => panic!("{what}: the CPU accepts but the NPU fails: {e}"),
+                        (Err(_), _) => hook.stats.rejected += 1,
+                    }
+                }
+            }
+        })
+    }
+
+    pub fn same_bits<T: PoolFloat, D: Dimension>(a: &Array<T, D>, b: &Array<T, D>) -> bool {
+        a.shape() == b.shape() && a.iter().zip(b).all(|(x, y)| bytemuck::bytes_of(x) == bytemuck::bytes_of(y))
+    }
+
+    pub fn same_pooled<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+        a: &Pooled<T, I, D>,
+        b: &Pooled<T, I, D>,
+    ) -> bool {
+        same_bits(&a.output, &b.output) && a.indices == b.indices
+    }
+
+    /// Values bit for bit and the same arg-max (the layouts leave some mask bits unspecified).
+    pub fn same_masked<T: PoolFloat, L: MaskLayout, D: Dimension>(
+        a: &PooledMask<T, L, D>,
+        b: &PooledMask<T, L, D>,
+    ) -> bool {
+        same_bits(&a.output, &b.output) && a.mask.to_indices::<i64>().ok() == b.mask.to_indices::<i64>().ok()
+    }
+}
+
+/// Runs the call on the NPU hook too (feature `ascend`); nothing otherwise.
+#[cfg(feature = "ascend")]
+macro_rules! also_on_npu {
+    ($what:expr, $cpu:expr, |$npu:ident| $call:expr, $same:expr) => {
+        npu::check($what, &$cpu, |$npu| $call, $same)
+    };
+}
+#[cfg(not(feature = "ascend"))]
+macro_rules! also_on_npu {
+    ($($t:tt)*) => {};
+}
+
 /// Elements a test may materialise; larger shapes are only checked for rejection.
 const BUDGET: usize = 1 << 16;
 
@@ -220,7 +323,14 @@ fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
     if op == 0 {
         match array::<T>(b, &in_dims) {
             Some(x) => {
-                let got = ok_or_err("adaptive forward", poolgrad::adaptive_max_pool2d::<T, I, _, _>(&x, out));
+                let res = poolgrad::adaptive_max_pool2d::<T, I, _, _>(&x, out);
+                also_on_npu!(
+                    "adaptive forward",
+                    res,
+                    |dev| poolgrad::adaptive_max_pool2d_on::<_, T, I, _, _>(dev, &x, out),
+                    npu::same_pooled
+                );
+                let got = ok_or_err("adaptive forward", res);
                 if let Some(g) = got {
                     let (v, i) = reference::adaptive_max_pool2d(&x, out).expect("reference accepts");
                     compare("adaptive forward", v.view(), g.output.view(), Tolerance::exact()).unwrap();
@@ -230,10 +340,14 @@ fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
             }
             None => {
                 if let Some(x) = broadcast(&one, &in_dims) {
-                    ok_or_err(
+                    let res = poolgrad::adaptive_max_pool2d::<T, I, _, _>(&x, out);
+                    also_on_npu!(
                         "adaptive forward (broadcast)",
-                        poolgrad::adaptive_max_pool2d::<T, I, _, _>(&x, out).map(|_| ()),
+                        res,
+                        |dev| poolgrad::adaptive_max_pool2d_on::<_, T, I, _, _>(dev, &x, out),
+                        npu::same_pooled
                     );
+                    ok_or_err("adaptive forward (broadcast)", res.map(|_| ()));
                 }
             }
         }
@@ -249,7 +363,14 @@ fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
         let plane = plane_of(&in_dims);
         let (Some(g), Some(ix)) = (array::<T>(b, &g_dims), indices::<I>(b, &g_dims, plane)) else { return };
         let Some(x) = broadcast(&one, &in_dims) else { return };
-        let got = ok_or_err("adaptive backward", poolgrad::adaptive_max_pool2d_backward(&g, &x, &ix));
+        let res = poolgrad::adaptive_max_pool2d_backward(&g, &x, &ix);
+        also_on_npu!(
+            "adaptive backward",
+            res,
+            |dev| poolgrad::adaptive_max_pool2d_backward_on(dev, &g, &x, &ix),
+            npu::same_bits
+        );
+        let got = ok_or_err("adaptive backward", res);
         if let Some(gi) = got {
             let want = reference::adaptive_max_pool2d_backward(&g, &x, &ix)
                 .expect("reference accepts what poolgrad accepts");
@@ -326,14 +447,25 @@ fn mask<T: PoolFloat, L: MaskLayout>(op: u8, b: &mut Bytes) {
     let Some(x) = array::<T>(b, &in_dims) else {
         let one = [T::round_from_f64(1.0)];
         if let Some(x) = broadcast(&one, &in_dims) {
-            ok_or_err(
+            let res = poolgrad::max_pool2d_with_mask::<T, L, _, _>(&x, &p);
+            also_on_npu!(
                 "mask forward (broadcast)",
-                poolgrad::max_pool2d_with_mask::<T, L, _, _>(&x, &p).map(|_| ()),
+                res,
+                |dev| poolgrad::max_pool2d_with_mask_on::<_, T, L, _, _>(dev, &x, &p),
+                npu::same_masked
             );
+            ok_or_err("mask forward (broadcast)", res.map(|_| ()));
         }
         return;
     };
-    let Some(pooled) = ok_or_err("mask forward", poolgrad::max_pool2d_with_mask::<T, L, _, _>(&x, &p)) else {
+    let res = poolgrad::max_pool2d_with_mask::<T, L, _, _>(&x, &p);
+    also_on_npu!(
+        "mask forward",
+        res,
+        |dev| poolgrad::max_pool2d_with_mask_on::<_, T, L, _, _>(dev, &x, &p),
+        npu::same_masked
+    );
+    let Some(pooled) = ok_or_err("mask forward", res) else {
         return;
     };
     let (v, m) = reference::max_pool2d_with_mask::<T, L, _, _>(&x, &p).expect("reference accepts");
@@ -341,8 +473,14 @@ fn mask<T: PoolFloat, L: MaskLayout>(op: u8, b: &mut Bytes) {
     compare_indices("mask bytes", m.as_array().view(), pooled.mask.as_array().view()).unwrap();
     if op == 5 {
         let Some(g) = array::<T>(b, pooled.output.shape()) else { return };
-        let gi =
-            poolgrad::max_pool2d_with_mask_backward(&g, &x, &pooled.mask, &p).expect("a forward's own mask");
+        let res = poolgrad::max_pool2d_with_mask_backward(&g, &x, &pooled.mask, &p);
+        also_on_npu!(
+            "mask backward",
+            res,
+            |dev| poolgrad::max_pool2d_with_mask_backward_on(dev, &g, &x, &pooled.mask, &p),
+            npu::same_bits
+        );
+        let gi = res.expect("a forward's own mask");
         let want = reference::max_pool2d_with_mask_backward(&g, &x, &pooled.mask, &p).unwrap();
         compare("mask backward", want.view(), gi.view(), Tolerance::for_dtype(T::DTYPE)).unwrap();
     }
@@ -390,9 +528,14 @@ fn raw_mask_layout<T: PoolFloat, L: MaskLayout>(
     let one = [T::round_from_f64(1.0)];
     let Some(x) = broadcast(&one, in_dims) else { return };
     let Some(g) = array::<T>(b, &mask.pooled_shape()) else { return };
-    if let Some(gi) =
-        ok_or_err("mask backward (raw)", poolgrad::max_pool2d_with_mask_backward(&g, &x, &mask, p))
-    {
+    let res = poolgrad::max_pool2d_with_mask_backward(&g, &x, &mask, p);
+    also_on_npu!(
+        "mask backward (raw)",
+        res,
+        |dev| poolgrad::max_pool2d_with_mask_backward_on(dev, &g, &x, &mask, p),
+        npu::same_bits
+    );
+    if let Some(gi) = ok_or_err("mask backward (raw)", res) {
         let want = reference::max_pool2d_with_mask_backward(&g, &x, &mask, p).expect("reference accepts");
         compare("raw mask backward", want.view(), gi.view(), Tolerance::for_dtype(T::DTYPE)).unwrap();
     }
