@@ -112,7 +112,7 @@ type MaskBackwardWs = unsafe extern "C" fn(
 type Launch = unsafe extern "C" fn(*mut c_void, u64, Exec, *mut c_void) -> i32;
 
 /// The resolved CANN functions. The `Library` values keep every pointer valid.
-struct Api {
+pub(crate) struct Api {
     acl_init: unsafe extern "C" fn(*const c_char) -> i32,
     acl_get_recent_err_msg: unsafe extern "C" fn() -> *const c_char,
     aclrt_get_device_count: unsafe extern "C" fn(*mut u32) -> i32,
@@ -765,53 +765,60 @@ impl Drop for DeviceBuffer {
     }
 }
 
-/// An `aclTensor` descriptor, destroyed on drop (the memory it describes is owned elsewhere).
-pub(crate) struct AclTensor {
+/// A C object this crate owns, destroyed on drop: [`AclTensor`], [`IntArray`] or [`OpExecutor`].
+pub(crate) struct Owned<C: Destroy> {
     rt: Arc<Runtime>,
-    ptr: *mut AclTensorC,
+    ptr: *mut C,
 }
 
-// SAFETY: a host-side descriptor that CANN does not tie to a thread.
-unsafe impl Send for AclTensor {}
+/// How a C object type is destroyed.
+pub(crate) trait Destroy: Sized {
+    /// Destroys `ptr`, which is live and owned by the caller.
+    ///
+    /// # Safety
+    /// `ptr` must be live, of this type, created through `api`, and not used afterwards.
+    unsafe fn destroy(api: &Api, ptr: *mut Self);
+}
 
-impl Drop for AclTensor {
-    fn drop(&mut self) {
-        // SAFETY: created by `aclCreateTensor`, destroyed once.
-        unsafe { (self.rt.api.acl_destroy_tensor)(self.ptr) };
+impl Destroy for AclTensorC {
+    unsafe fn destroy(api: &Api, ptr: *mut Self) {
+        // SAFETY: the caller's contract; `aclDestroyTensor` frees the descriptor only.
+        unsafe { (api.acl_destroy_tensor)(ptr) };
     }
 }
 
-/// An `aclIntArray`, destroyed on drop.
-pub(crate) struct IntArray {
-    rt: Arc<Runtime>,
-    ptr: *mut AclIntArrayC,
-}
-
-// SAFETY: a host-side descriptor that CANN does not tie to a thread.
-unsafe impl Send for IntArray {}
-
-impl Drop for IntArray {
-    fn drop(&mut self) {
-        // SAFETY: created by `aclCreateIntArray`, destroyed once.
-        unsafe { (self.rt.api.acl_destroy_int_array)(self.ptr) };
+impl Destroy for AclIntArrayC {
+    unsafe fn destroy(api: &Api, ptr: *mut Self) {
+        // SAFETY: the caller's contract.
+        unsafe { (api.acl_destroy_int_array)(ptr) };
     }
 }
 
-/// An `aclOpExecutor` this crate owns (made repeatable, so the launch does not free it),
-/// destroyed on drop whether or not it ran.
-pub(crate) struct OpExecutor {
-    rt: Arc<Runtime>,
-    ptr: Exec,
+impl Destroy for AclOpExecutorC {
+    unsafe fn destroy(api: &Api, ptr: *mut Self) {
+        // SAFETY: the caller's contract; the executor was made repeatable after phase 1 (or never
+        // launched), so no launch freed it.
+        unsafe { (api.acl_destroy_executor)(ptr) };
+    }
 }
 
-// SAFETY: a host-side object; it is used by one launch at a time (it is moved into the launch).
-unsafe impl Send for OpExecutor {}
+/// An `aclTensor` descriptor (the memory it describes is owned elsewhere).
+pub(crate) type AclTensor = Owned<AclTensorC>;
+/// An `aclIntArray`.
+pub(crate) type IntArray = Owned<AclIntArrayC>;
+/// An `aclOpExecutor`, made repeatable so that its owner (not the launch) destroys it, whether or
+/// not it ran.
+pub(crate) type OpExecutor = Owned<AclOpExecutorC>;
 
-impl Drop for OpExecutor {
+// SAFETY: host-side objects that CANN does not tie to a thread; each is used by one plan at a time
+// (it is moved into the launch).
+unsafe impl<C: Destroy> Send for Owned<C> {}
+
+impl<C: Destroy> Drop for Owned<C> {
     fn drop(&mut self) {
-        // SAFETY: made repeatable after phase 1 (or never launched), so no launch freed it; it is
-        // destroyed once.
-        unsafe { (self.rt.api.acl_destroy_executor)(self.ptr) };
+        // SAFETY: `ptr` was created through this runtime's API, is owned by `self` and is destroyed
+        // once, here.
+        unsafe { C::destroy(&self.rt.api, self.ptr) };
     }
 }
 

@@ -113,8 +113,9 @@ impl Ascend {
     }
 
     fn open(rt: Arc<Runtime>, device_id: i32) -> Result<Self> {
-        let soc = rt.soc_name()?;
         let session = Session::open(rt, device_id)?;
+        // After aclrtSetDevice: the SoC of the device in use.
+        let soc = session.runtime().soc_name()?;
         Ok(Ascend { session, family: SocFamily::from_soc_name(&soc), soc, device_id, deterministic: false })
     }
 
