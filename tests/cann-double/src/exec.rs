@@ -269,8 +269,14 @@ fn write_acc(bytes: &mut [u8], dtype: i32, i: usize, v: f32) {
     }
 }
 
-fn load(s: &State, t: &TensorDesc) -> Vec<u8> {
-    s.device_range(t.start(), t.byte_len()).map(|r| s.device_bytes(r).to_vec()).unwrap_or_default()
+fn load(s: &mut State, t: &TensorDesc) -> Vec<u8> {
+    match s.device_range(t.start(), t.byte_len()) {
+        Some(r) => s.device_bytes(r).to_vec(),
+        None => {
+            s.violation(format!("an input of {} bytes was freed before the operator ran", t.byte_len()));
+            vec![0; t.byte_len()]
+        }
+    }
 }
 
 fn store(s: &mut State, t: &TensorDesc, bytes: &[u8]) {

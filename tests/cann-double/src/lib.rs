@@ -305,8 +305,8 @@ pub extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> AclError {
         let mut s = state::lock();
         if let Some(st) = s.streams.get_mut(&(stream as usize)) {
             for queued in std::mem::take(&mut st.queue) {
-                for out in queued.job.outputs() {
-                    s.set_pending(out.addr, false);
+                for t in queued.job.tensors() {
+                    s.set_pending(t.addr, false);
                 }
             }
         }
@@ -320,8 +320,8 @@ pub extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> AclError {
     let queue = std::mem::take(&mut st.queue);
     for queued in queue {
         exec::run(&mut s, &queued);
-        for out in queued.job.outputs() {
-            s.set_pending(out.addr, false);
+        for t in queued.job.tensors() {
+            s.set_pending(t.addr, false);
         }
     }
     ACL_SUCCESS
@@ -810,8 +810,9 @@ fn launch(
     }
     let ex =
         if s.executors[&id].repeatable { s.executors[&id].clone() } else { s.executors.remove(&id).unwrap() };
-    for out in ex.job.outputs() {
-        s.set_pending(out.addr, true);
+    // Every buffer of the operator is in use until the stream is synchronised.
+    for t in ex.job.tensors() {
+        s.set_pending(t.addr, true);
     }
     let deterministic = s.contexts.get(&s.streams[&(stream as usize)].context).copied().unwrap_or(0);
     let queued = state::Queued { job: ex.job, workspace: (workspace as usize, ex.workspace), deterministic };

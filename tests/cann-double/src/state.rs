@@ -140,12 +140,16 @@ impl Job {
         }
     }
 
-    pub fn outputs(&self) -> Vec<&TensorDesc> {
+    /// Every tensor the operator reads or writes.
+    pub fn tensors(&self) -> Vec<&TensorDesc> {
         match self {
-            Job::AdaptiveForward { out, indices, .. } => vec![out, indices],
-            Job::MaskForward { out, mask, .. } => vec![out, mask],
-            Job::AdaptiveBackward { grad_input, .. } | Job::MaskBackward { grad_input, .. } => {
-                vec![grad_input]
+            Job::AdaptiveForward { input, out, indices, .. } => vec![input, out, indices],
+            Job::MaskForward { input, out, mask, .. } => vec![input, out, mask],
+            Job::AdaptiveBackward { grad_output, input, indices, grad_input } => {
+                vec![grad_output, input, indices, grad_input]
+            }
+            Job::MaskBackward { grad_output, input, mask, grad_input, .. } => {
+                vec![grad_output, input, mask, grad_input]
             }
         }
     }
