@@ -292,3 +292,82 @@ fn broadcast_inputs_are_staged() {
         assert_eq!(got.sum(), 16.0);
     });
 }
+
+#[test]
+fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() {
+    let x = Array4::from_shape_fn((1, 3, 6, 6), |(_, c, h, w)| ((c * 5 + h * 3 + w) % 7) as f32);
+    let p = MaxPool2dParams::new([2, 2]);
+    let cpu = Cpu::sequential();
+    let refused = |_: &ascend::Session, e: Error, arg: &str| {
+        assert!(matches!(&e, Error::DeviceLimit { device: "ascend", arg: a, .. } if *a == arg), "{e}");
+        assert!(e.to_string().contains("SoC Ascend"), "the message names the SoC: {e}");
+    };
+
+    // Atlas 310P: the mask forward in f32 (Bitmask); no backward, no adaptive operators, no f16.
+    let session = Double::session();
+    session.set_soc("Ascend310P3");
+    let npu = session.open();
+    let dev = max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&npu, &x, &p).unwrap();
+    let host = max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&cpu, &x, &p).unwrap();
+    assert_eq!(dev.output, host.output);
+    assert_eq!(dev.mask.to_indices::<i64>().unwrap(), host.mask.to_indices::<i64>().unwrap());
+    let before = session.calls("*");
+    let g = dev.output.mapv(|_| 1.0f32);
+    refused(&session, max_pool2d_with_mask_backward_on(&npu, &g, &x, &dev.mask, &p).unwrap_err(), "operator");
+    refused(
+        &session,
+        max_pool2d_with_mask_on::<_, f16, Bitmask, _, _>(&npu, &x.mapv(f16::from_f32), &p).unwrap_err(),
+        "dtype",
+    );
+    refused(&session, adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [2, 2]).unwrap_err(), "operator");
+    assert_eq!(session.calls("*"), before, "refused before any device call");
+    drop(npu);
+    session.assert_clean();
+    drop(session); // the double serves one session at a time
+
+    // Atlas training: no bf16, no adaptive operators.
+    let session = Double::session();
+    session.set_soc("Ascend910A");
+    let npu = session.open();
+    let before = session.calls("*");
+    refused(
+        &session,
+        max_pool2d_with_mask_on::<_, bf16, Bitmask, _, _>(&npu, &x.mapv(bf16::from_f32), &p).unwrap_err(),
+        "dtype",
+    );
+    let idx = Array4::<i64>::zeros((1, 3, 2, 2));
+    refused(
+        &session,
+        adaptive_max_pool2d_backward_on(&npu, &Array4::<f32>::ones((1, 3, 2, 2)), &x, &idx).unwrap_err(),
+        "operator",
+    );
+    assert_eq!(session.calls("*"), before);
+    drop(npu);
+    session.assert_clean();
+    drop(session);
+
+    // Ascend 950: the adaptive operators; the mask operators are refused (CANN deprecates them).
+    let session = Double::session();
+    session.set_soc("Ascend950PR");
+    let npu = session.open();
+    assert_eq!(npu.soc_family(), SocFamily::Ascend950);
+    let dev = adaptive_max_pool2d_on::<_, bf16, i64, _, _>(&npu, &x.mapv(bf16::from_f32), [4, 4]).unwrap();
+    let host = adaptive_max_pool2d_on::<_, bf16, i64, _, _>(&cpu, &x.mapv(bf16::from_f32), [4, 4]).unwrap();
+    assert_eq!(dev, host);
+    let before = session.calls("*");
+    refused(
+        &session,
+        max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&npu, &x, &p).unwrap_err(),
+        "operator",
+    );
+    assert_eq!(session.calls("*"), before);
+    drop(npu);
+
+    // An unknown SoC runs nothing.
+    session.set_soc("Ascend310B1");
+    let npu = session.open();
+    assert_eq!(npu.soc_family(), SocFamily::Other);
+    refused(&session, adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [2, 2]).unwrap_err(), "operator");
+    drop(npu);
+    session.assert_clean();
+}

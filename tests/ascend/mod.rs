@@ -22,6 +22,11 @@ pub struct Double {
 static DOUBLE: OnceLock<Double> = OnceLock::new();
 static SERIAL: Mutex<()> = Mutex::new(());
 
+thread_local! {
+    /// Whether this thread holds the session (a second one would deadlock).
+    static HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// The libraries a CANN install provides, all served by the one double.
 const NAMES: [&str; 3] = ["libascendcl.so", "libnnopbase.so", "libopapi_nn.so"];
 
@@ -59,7 +64,9 @@ impl Double {
 
     /// Exclusive use of the double, freshly reset (SoC "Ascend910B1", one device, 1 GiB).
     pub fn session() -> Session {
+        assert!(!HELD.get(), "this thread already holds a double session (drop it first)");
         let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        HELD.set(true);
         let double = Double::get();
         double.call0("cann_double_reset");
         Session { double, _guard: guard }
@@ -92,6 +99,12 @@ pub struct Session {
 
 fn cstr(s: &str) -> std::ffi::CString {
     std::ffi::CString::new(s).unwrap()
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        HELD.set(false);
+    }
 }
 
 impl Session {
