@@ -21,6 +21,12 @@ fn cases<T: PoolFloat, I: ArgmaxIndex>() -> impl Strategy<Value = AdaptiveCase<T
     ]
 }
 
+/// Enough planes for the forward's blocked kernel (8 planes at a time, then the rest).
+fn many_planes<T: PoolFloat, I: ArgmaxIndex>() -> impl Strategy<Value = AdaptiveCase<T, I>> {
+    let shapes = Shapes { batch: 1..=2, channels: 9..=40, height: 1..=9, width: 1..=9, allow_3d: true };
+    prop_oneof![adaptive_cases(shapes.clone(), Values::Ties), adaptive_cases(shapes, Values::WithNan)]
+}
+
 fn as4<E: Clone>(a: &ArrayD<E>) -> Array4<E> {
     let v = if a.ndim() == 3 { a.view().insert_axis(Axis(0)) } else { a.view() };
     v.into_dimensionality().expect("3-D or 4-D").to_owned()
@@ -172,6 +178,13 @@ macro_rules! properties {
                 #[test] fn summation_order(c in cases::<$t, $i>()) { check_summation_order(&c)?; }
                 #[test] fn views_match_contiguous(c in cases::<$t, $i>()) { check_views(&c)?; }
                 #[test] fn thread_counts_agree(c in cases::<$t, $i>()) { check_threads(&c)?; }
+            }
+            proptest! {
+                #![proptest_config(ProptestConfig::with_cases(16))]
+                #[test] fn many_planes_agree(c in many_planes::<$t, $i>()) {
+                    check_against_kit(&c)?;
+                    check_threads(&c)?;
+                }
             }
         }
     )*};

@@ -3,6 +3,8 @@
 
 use super::Cpu;
 use super::workspace::{Carver, Sizer};
+use num_traits::Float;
+
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::Result;
 use crate::index::ArgmaxIndex;
@@ -25,7 +27,10 @@ pub struct ForwardPrepared {
     pub(super) cols: Vec<Taps>,
     groups: Vec<ColumnGroup>,
     pub(super) split: Split,
-    /// f32 scratch per task: one widened input plane for the half types, else 0.
+    /// Whether planes are pooled [`BLOCK`] at a time (small planes, whole planes per task).
+    blocked: bool,
+    /// Accumulator-type scratch per task: [`BLOCK`] interleaved planes for the blocked kernel,
+    /// else one widened input plane for the half types, else 0.
     acc_per_task: usize,
 }
 
@@ -39,10 +44,15 @@ impl ForwardPrepared {
         sizer: &mut Sizer,
     ) -> Result<Self> {
         let split = Split::new(cpu, planes.count, planes.ho);
-        let acc_per_task = if T::as_acc(&[]).is_some() { 0 } else { planes.h * planes.w };
+        let hw = planes.h * planes.w;
+        let full_width = cols.len() == 1 && cols[0] == Taps { start: 0, count: planes.w, step: 1 };
+        let blocked =
+            split.bands == 1 && hw <= BLOCK_PLANE_MAX && split.planes_per_task >= BLOCK && !full_width;
+        let widened = if T::as_acc(&[]).is_some() { 0 } else { hw };
+        let acc_per_task = if blocked { BLOCK * hw + widened } else { widened };
         sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
         let groups = ColumnGroup::plan(&cols)?;
-        Ok(ForwardPrepared { rows, cols, groups, split, acc_per_task })
+        Ok(ForwardPrepared { rows, cols, groups, split, blocked, acc_per_task })
     }
 
     /// Carves the scratch counted by [`ForwardPrepared::new`].
@@ -185,7 +195,23 @@ pub(super) fn pool<T: PoolFloat, I: ArgmaxIndex>(
             }
         }
     }
-    cpu.for_each_task(tasks, |t| {
+    cpu.for_each_task(tasks, |mut t| {
+        if p.blocked {
+            // Whole planes: BLOCK at a time, then the rest one by one.
+            let full = t.x.len() / hw / BLOCK * BLOCK;
+            let (xb, xr) = t.x.split_at(full * hw);
+            let (ob, or) = t.out.split_at_mut(full * ohw);
+            let (ib, ir) = t.idx.split_at_mut(full * ohw);
+            for ((x, out), idx) in
+                xb.chunks(BLOCK * hw).zip(ob.chunks_mut(BLOCK * ohw)).zip(ib.chunks_mut(BLOCK * ohw))
+            {
+                pool_block(x, planes, &p.rows, &p.cols, t.acc, out, idx);
+            }
+            (t.x, t.out, t.idx) = (xr, or, ir);
+            if t.x.is_empty() {
+                return;
+            }
+        }
         let rows_here = t.out.len().min(rows_per_band * planes.wo).div_ceil(planes.wo.max(1));
         let chunk = rows_here * planes.wo;
         for ((x, out), idx) in t.x.chunks(hw).zip(t.out.chunks_mut(chunk)).zip(t.idx.chunks_mut(chunk)) {
@@ -200,6 +226,68 @@ pub(super) fn pool<T: PoolFloat, I: ArgmaxIndex>(
             }
         }
     });
+}
+
+/// Planes pooled together by the blocked kernel.
+const BLOCK: usize = 8;
+
+/// The largest plane (elements) pooled by the blocked kernel: [`BLOCK`] interleaved planes of it
+/// stay in the L2 cache.
+const BLOCK_PLANE_MAX: usize = 2048;
+
+/// [`BLOCK`] planes at once, with the rule of [`pool_plane`]: the planes are interleaved into
+/// `block` (`block[e * BLOCK + l]` is element `e` of plane `l`, widened), so every tap of a window
+/// is one vector of [`BLOCK`] lanes (the half types are widened a plane at a time through the rest
+/// of `scratch`), and the windows of the [`BLOCK`] planes are scanned together,
+/// each lane keeping its best value and the position of it.
+fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
+    x: &[T],
+    planes: Planes,
+    rows: &[Taps],
+    cols: &[Taps],
+    scratch: &mut [T::Acc],
+    out: &mut [T],
+    idx: &mut [I],
+) {
+    let (w, hw, ohw) = (planes.w, planes.h * planes.w, planes.ho * planes.wo);
+    let (block, widened) = scratch.split_at_mut(BLOCK * hw);
+    for (l, plane) in x.chunks_exact(hw).enumerate() {
+        let plane = match T::as_acc(plane) {
+            Some(p) => p,
+            None => {
+                T::to_acc_slice(plane, &mut widened[..hw]);
+                &widened[..hw]
+            }
+        };
+        for (lanes, &v) in block.chunks_exact_mut(BLOCK).zip(plane) {
+            lanes[l] = v;
+        }
+    }
+    let block = &*block;
+    for (oh, r) in rows.iter().enumerate() {
+        for (ow, c) in cols.iter().enumerate() {
+            let first = r.start * w + c.start;
+            let mut best: [T::Acc; BLOCK] = core::array::from_fn(|l| block[first * BLOCK + l]);
+            let mut best_at = [first as u32; BLOCK];
+            for a in 0..r.count {
+                let base = (r.start + a * r.step) * w + c.start;
+                for b in 0..c.count {
+                    let at = base + b * c.step;
+                    let v = &block[at * BLOCK..at * BLOCK + BLOCK];
+                    for l in 0..BLOCK {
+                        let take = (v[l] > best[l]) | v[l].is_nan();
+                        best[l] = T::Acc::choose(take, v[l], best[l]);
+                        best_at[l] = if take { at as u32 } else { best_at[l] };
+                    }
+                }
+            }
+            let o = oh * planes.wo + ow;
+            for (l, &at) in best_at.iter().enumerate() {
+                out[l * ohw + o] = x[l * hw + at as usize];
+                idx[l * ohw + o] = I::from_flat_checked(at as usize);
+            }
+        }
+    }
 }
 
 /// Output columns computed together: independent windows whose compare-and-select chains the
@@ -273,7 +361,13 @@ fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
                     }
                 }
                 ColumnGroup::Single(ow) => {
-                    let a = window(xa, w, r, &cols[ow]);
+                    let c = &cols[ow];
+                    let a = if c.start == 0 && c.count == w && (r.step == 1 || r.count == 1) {
+                        // Whole rows: one contiguous span.
+                        r.start * w + span(&xa[r.start * w..(r.start + r.count) * w])
+                    } else {
+                        window(xa, w, r, c)
+                    };
                     out[ow] = x[a];
                     idx[ow] = I::from_flat_checked(a);
                 }
@@ -327,4 +421,39 @@ fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps
         let (a, b) = (best_tap[l] as usize / first.count, best_tap[l] as usize % first.count);
         (r.start + a * r.step) * w + first.start + b * first.step + l * S
     })
+}
+
+/// The arg-max of a contiguous span, with the rule of [`pool_plane`]. Lane `l` scans positions
+/// `l, l + LANES, ...` (all lanes start from position 0); the lanes then agree on the first
+/// maximum (the smallest position among equal values) or the last NaN (the largest position).
+#[inline]
+fn span<A: AccFloat>(xa: &[A]) -> usize {
+    let mut best = [xa[0]; LANES];
+    let mut best_at = [0usize; LANES];
+    let chunks = xa.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for (i, chunk) in chunks.enumerate() {
+        for l in 0..LANES {
+            let v = chunk[l];
+            let take = (v > best[l]) | v.is_nan();
+            best[l] = A::choose(take, v, best[l]);
+            best_at[l] = if take { i * LANES + l } else { best_at[l] };
+        }
+    }
+    let base = xa.len() - tail.len();
+    for (l, &v) in tail.iter().enumerate() {
+        let take = (v > best[l]) | v.is_nan();
+        best[l] = A::choose(take, v, best[l]);
+        best_at[l] = if take { base + l } else { best_at[l] };
+    }
+    let (mut v, mut at) = (best[0], best_at[0]);
+    for l in 1..LANES {
+        let (u, p) = (best[l], best_at[l]);
+        let take =
+            if u.is_nan() { !v.is_nan() || p > at } else { !v.is_nan() && (u > v || (u == v && p < at)) };
+        if take {
+            (v, at) = (u, p);
+        }
+    }
+    at
 }
