@@ -242,12 +242,8 @@ impl Ascend {
     }
 }
 
-fn pooled4(n: usize, c: usize, ho: usize, wo: usize) -> [usize; 4] {
-    [n, c, ho, wo]
-}
-
 fn adaptive_dims(g: &AdaptiveGeometry) -> ([usize; 4], [usize; 4]) {
-    ([g.n, g.c, g.h, g.w], pooled4(g.n, g.c, g.ho, g.wo))
+    ([g.n, g.c, g.h, g.w], [g.n, g.c, g.ho, g.wo])
 }
 
 fn pool_dims(g: &MaxPoolGeometry) -> Result<([usize; 4], [usize; 4], [usize; 4])> {
@@ -256,7 +252,7 @@ fn pool_dims(g: &MaxPoolGeometry) -> Result<([usize; 4], [usize; 4], [usize; 4])
         arg: "mask",
         what: format!("the mask shape of {g:?}"),
     })?;
-    Ok(([g.n, g.c, g.h, g.w], pooled4(g.n, g.c, g.ho, g.wo), mask))
+    Ok(([g.n, g.c, g.h, g.w], [g.n, g.c, g.ho, g.wo], mask))
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for Ascend {
