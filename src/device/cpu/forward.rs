@@ -3,7 +3,7 @@
 
 use super::Cpu;
 use super::workspace::{Carver, Sizer};
-use num_traits::Float;
+use num_traits::{Float, ToPrimitive};
 
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::Result;
@@ -239,7 +239,8 @@ const BLOCK_PLANE_MAX: usize = 2048;
 /// `block` (`block[e * BLOCK + l]` is element `e` of plane `l`, widened), so every tap of a window
 /// is one vector of [`BLOCK`] lanes (the half types are widened a plane at a time through the rest
 /// of `scratch`), and the windows of the [`BLOCK`] planes are scanned together,
-/// each lane keeping its best value and the position of it.
+/// each lane keeping its best value and its position (as a float, exact for these small planes,
+/// so that both are selected by the same vector blend).
 fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
     x: &[T],
     planes: Planes,
@@ -268,23 +269,24 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
         for (ow, c) in cols.iter().enumerate() {
             let first = r.start * w + c.start;
             let mut best: [T::Acc; BLOCK] = core::array::from_fn(|l| block[first * BLOCK + l]);
-            let mut best_at = [first as u32; BLOCK];
+            let mut best_at = [position::<T::Acc>(first); BLOCK];
             for a in 0..r.count {
                 let base = (r.start + a * r.step) * w + c.start;
                 for b in 0..c.count {
                     let at = base + b * c.step;
-                    let v = &block[at * BLOCK..at * BLOCK + BLOCK];
+                    let (v, p) = (&block[at * BLOCK..at * BLOCK + BLOCK], position::<T::Acc>(at));
                     for l in 0..BLOCK {
                         let take = (v[l] > best[l]) | v[l].is_nan();
                         best[l] = T::Acc::choose(take, v[l], best[l]);
-                        best_at[l] = if take { at as u32 } else { best_at[l] };
+                        best_at[l] = T::Acc::choose(take, p, best_at[l]);
                     }
                 }
             }
             let o = oh * planes.wo + ow;
             for (l, &at) in best_at.iter().enumerate() {
-                out[l * ohw + o] = x[l * hw + at as usize];
-                idx[l * ohw + o] = I::from_flat_checked(at as usize);
+                let at = at.to_usize().unwrap_or(0);
+                out[l * ohw + o] = x[l * hw + at];
+                idx[l * ohw + o] = I::from_flat_checked(at);
             }
         }
     }
@@ -362,7 +364,8 @@ fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
                 }
                 ColumnGroup::Single(ow) => {
                     let c = &cols[ow];
-                    let a = if c.start == 0 && c.count == w && (r.step == 1 || r.count == 1) {
+                    let whole_rows = c.start == 0 && c.count == w && (r.step == 1 || r.count == 1);
+                    let a = if whole_rows && r.count * w <= EXACT_POSITIONS {
                         // Whole rows: one contiguous span.
                         r.start * w + span(&xa[r.start * w..(r.start + r.count) * w])
                     } else {
@@ -423,28 +426,32 @@ fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps
     })
 }
 
-/// The arg-max of a contiguous span, with the rule of [`pool_plane`]. Lane `l` scans positions
-/// `l, l + LANES, ...` (all lanes start from position 0); the lanes then agree on the first
-/// maximum (the smallest position among equal values) or the last NaN (the largest position).
+/// The arg-max of a contiguous span of at most [`EXACT_POSITIONS`] elements, with the rule of
+/// [`pool_plane`]. Lane `l` scans positions `l, l + LANES, ...` (all lanes start from position 0);
+/// the lanes then agree on the first maximum (the smallest position among equal values) or the
+/// last NaN (the largest position). Positions are kept as floats (exact below
+/// [`EXACT_POSITIONS`]), so that values and positions are selected by the same vector blend.
 #[inline]
 fn span<A: AccFloat>(xa: &[A]) -> usize {
     let mut best = [xa[0]; LANES];
-    let mut best_at = [0usize; LANES];
+    let mut best_at = [A::zero(); LANES];
+    let lane: [A; LANES] = core::array::from_fn(|l| position::<A>(l));
     let chunks = xa.chunks_exact(LANES);
     let tail = chunks.remainder();
     for (i, chunk) in chunks.enumerate() {
+        let base = position::<A>(i * LANES);
         for l in 0..LANES {
             let v = chunk[l];
             let take = (v > best[l]) | v.is_nan();
             best[l] = A::choose(take, v, best[l]);
-            best_at[l] = if take { i * LANES + l } else { best_at[l] };
+            best_at[l] = A::choose(take, base + lane[l], best_at[l]);
         }
     }
-    let base = xa.len() - tail.len();
+    let base = position::<A>(xa.len() - tail.len());
     for (l, &v) in tail.iter().enumerate() {
         let take = (v > best[l]) | v.is_nan();
         best[l] = A::choose(take, v, best[l]);
-        best_at[l] = if take { base + l } else { best_at[l] };
+        best_at[l] = A::choose(take, base + lane[l], best_at[l]);
     }
     let (mut v, mut at) = (best[0], best_at[0]);
     for l in 1..LANES {
@@ -455,5 +462,14 @@ fn span<A: AccFloat>(xa: &[A]) -> usize {
             (v, at) = (u, p);
         }
     }
-    at
+    at.to_usize().unwrap_or(0)
+}
+
+/// Positions below this are exact in every accumulator type (`f32` has a 24-bit significand).
+const EXACT_POSITIONS: usize = 1 << 24;
+
+/// Position `p` (below [`EXACT_POSITIONS`]) as an accumulator value, exactly.
+#[inline(always)]
+fn position<A: AccFloat>(p: usize) -> A {
+    A::from(p as u32).unwrap_or_else(A::zero)
 }
