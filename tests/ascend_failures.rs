@@ -248,3 +248,15 @@ fn the_double_reports_protocol_violations() {
     assert_eq!(session.live("streams"), 1);
     assert!(!session.violations().is_empty(), "destroying the context before its stream is reported");
 }
+
+#[test]
+fn an_operator_missing_from_an_older_cann_is_an_error_when_planned() {
+    // CANN 8.1 has the forwards but not aclnnAdaptiveMaxPool2dBackward.
+    let npu = Ascend::with_library_dir(ascend::cann81_root(), 0).unwrap();
+    let x = Array4::from_shape_fn((1, 2, 4, 4), |(_, c, h, w)| (c + h * w) as f32);
+    let pooled = poolgrad::adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [2, 2]).unwrap();
+    let g = pooled.output.mapv(|_| 1.0f32);
+    let e = adaptive_max_pool2d_backward_on(&npu, &g, &x, &pooled.indices).unwrap_err();
+    let Error::CannUnavailable { reason, .. } = &e else { panic!("{e:?}") };
+    assert!(reason.contains("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize"), "{e}");
+}

@@ -30,15 +30,18 @@ thread_local! {
 /// The libraries a CANN install provides, all served by the one double.
 const NAMES: [&str; 3] = ["libascendcl.so", "libnnopbase.so", "libopapi_nn.so"];
 
-fn build() -> Double {
+/// Builds the double (with `features`) into `target/tmp/<name>` and lays it out as a CANN
+/// install; returns the install root.
+fn install(name: &str, features: &[&str]) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cann-double/Cargo.toml");
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cann-double");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
     let status = Command::new(cargo)
         .args(["build", "--quiet", "--locked", "--manifest-path"])
         .arg(&manifest)
         .arg("--target-dir")
         .arg(&target)
+        .args(features.iter().flat_map(|f| ["--features", f]))
         .status()
         .expect("run cargo to build the CANN test double");
     assert!(status.success(), "building tests/cann-double failed");
@@ -51,10 +54,23 @@ fn build() -> Double {
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&so, &link).unwrap();
     }
+    root
+}
+
+fn build() -> Double {
+    let root = install("cann-double", &[]);
     // SAFETY: loads the double (the same file the backend will open through the symlinks); its
     // initialisers only set up Rust statics.
-    let lib = unsafe { libloading::Library::new(lib64.join(NAMES[0])) }.expect("load the CANN double");
+    let lib =
+        unsafe { libloading::Library::new(root.join("lib64").join(NAMES[0])) }.expect("load the CANN double");
     Double { root, lib }
+}
+
+/// The install root of a double that exports what CANN 8.1.RC1 exports (no
+/// `aclnnAdaptiveMaxPool2dBackward`). It keeps its own state; tests use it without controls.
+pub fn cann81_root() -> PathBuf {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| install("cann-double-81", &["cann81"])).clone()
 }
 
 impl Double {

@@ -666,6 +666,8 @@ pub extern "C" fn aclnnAdaptiveMaxPool2dGetWorkspaceSize(
     Phase1Out { workspace_size, executor }.finish(NAME, job)
 }
 
+/// Absent with the `cann81` feature, as in CANN 8.1.RC1 (ascend-semantics.md B).
+#[cfg(not(feature = "cann81"))]
 #[unsafe(no_mangle)]
 pub extern "C" fn aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize(
     grad_output: *const c_void,
@@ -830,6 +832,7 @@ pub extern "C" fn aclnnAdaptiveMaxPool2d(
     launch("aclnnAdaptiveMaxPool2d", "AdaptiveMaxPool2d", workspace, size, executor, stream)
 }
 
+#[cfg(not(feature = "cann81"))]
 #[unsafe(no_mangle)]
 pub extern "C" fn aclnnAdaptiveMaxPool2dBackward(
     workspace: *mut c_void,
