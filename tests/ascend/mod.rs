@@ -210,14 +210,22 @@ impl Session {
 /// A real NPU, if CANN loads from the default locations and reports a device; otherwise prints
 /// why the real-device run of `test` is skipped.
 pub fn real_npu(test: &str) -> Option<Ascend> {
+    use std::io::Write;
+    // Written to the process's stderr directly (not `eprintln!`), so the test harness does not
+    // capture it: the skip is visible in a normal `cargo test` run.
+    let note = |text: String| {
+        let _ = writeln!(std::io::stderr(), "note: {test}: {text}");
+    };
     if !Ascend::is_available() {
-        println!("note: {test}: no Ascend NPU (CANN not found or no device); the real-device run is skipped");
+        note("no Ascend NPU (CANN not found or no device); the real-device run is skipped".into());
         return None;
     }
     match Ascend::new(0) {
         Ok(npu) => Some(npu),
         Err(e) => {
-            println!("note: {test}: CANN is installed but device 0 did not open ({e}); skipped");
+            note(format!(
+                "CANN is installed but device 0 did not open ({e}); the real-device run is skipped"
+            ));
             None
         }
     }
