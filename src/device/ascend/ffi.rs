@@ -526,6 +526,19 @@ impl Session {
         })
     }
 
+    /// Phase 1 of an operator: `call` is its `aclnnXxxGetWorkspaceSize` with the workspace-size
+    /// and executor out-pointers.
+    fn phase1(
+        &self,
+        function: &'static str,
+        call: impl FnOnce(*mut u64, *mut Exec) -> i32,
+    ) -> Result<(OpExecutor, u64)> {
+        self.bind()?;
+        let (mut size, mut exec) = (0u64, core::ptr::null_mut());
+        let code = call(&mut size, &mut exec);
+        Ok((self.executor(function, code, exec)?, size))
+    }
+
     /// Phase 1 of `aclnnAdaptiveMaxPool2d`.
     pub(crate) fn adaptive_forward_plan(
         &self,
@@ -536,11 +549,10 @@ impl Session {
     ) -> Result<(OpExecutor, u64)> {
         const WS: &str = "aclnnAdaptiveMaxPool2dGetWorkspaceSize";
         let (ws, _) = self.op(self.rt.api.adaptive_forward, WS)?;
-        self.bind()?;
-        let (mut size, mut exec) = (0u64, core::ptr::null_mut());
         // SAFETY: live handles created by this session; valid out-pointers.
-        let code = unsafe { ws(input.ptr, output_size.ptr, out.ptr, indices.ptr, &mut size, &mut exec) };
-        Ok((self.executor(WS, code, exec)?, size))
+        self.phase1(WS, |size, exec| unsafe {
+            ws(input.ptr, output_size.ptr, out.ptr, indices.ptr, size, exec)
+        })
     }
 
     /// Phase 1 of `aclnnAdaptiveMaxPool2dBackward`.
@@ -553,12 +565,10 @@ impl Session {
     ) -> Result<(OpExecutor, u64)> {
         const WS: &str = "aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize";
         let (ws, _) = self.op(self.rt.api.adaptive_backward, WS)?;
-        self.bind()?;
-        let (mut size, mut exec) = (0u64, core::ptr::null_mut());
         // SAFETY: live handles created by this session; valid out-pointers.
-        let code =
-            unsafe { ws(grad_output.ptr, input.ptr, indices.ptr, grad_input.ptr, &mut size, &mut exec) };
-        Ok((self.executor(WS, code, exec)?, size))
+        self.phase1(WS, |size, exec| unsafe {
+            ws(grad_output.ptr, input.ptr, indices.ptr, grad_input.ptr, size, exec)
+        })
     }
 
     /// Phase 1 of `aclnnMaxPool2dWithMask`.
@@ -571,13 +581,11 @@ impl Session {
     ) -> Result<(OpExecutor, u64)> {
         const WS: &str = "aclnnMaxPool2dWithMaskGetWorkspaceSize";
         let (ws, _) = self.op(self.rt.api.mask_forward, WS)?;
-        self.bind()?;
-        let (mut size, mut exec) = (0u64, core::ptr::null_mut());
-        let [k, s, p, d] = [&params.kernel, &params.stride, &params.padding, &params.dilation].map(|a| a.ptr);
+        let [k, s, p, d] = params.arrays();
         // SAFETY: live handles created by this session; valid out-pointers.
-        let code =
-            unsafe { ws(input.ptr, k, s, p, d, params.ceil_mode, out.ptr, mask.ptr, &mut size, &mut exec) };
-        Ok((self.executor(WS, code, exec)?, size))
+        self.phase1(WS, |size, exec| unsafe {
+            ws(input.ptr, k, s, p, d, params.ceil_mode, out.ptr, mask.ptr, size, exec)
+        })
     }
 
     /// Phase 1 of `aclnnMaxPool2dWithMaskBackward`.
@@ -591,26 +599,11 @@ impl Session {
     ) -> Result<(OpExecutor, u64)> {
         const WS: &str = "aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize";
         let (ws, _) = self.op(self.rt.api.mask_backward, WS)?;
-        self.bind()?;
-        let (mut size, mut exec) = (0u64, core::ptr::null_mut());
-        let [k, s, p, d] = [&params.kernel, &params.stride, &params.padding, &params.dilation].map(|a| a.ptr);
+        let [k, s, p, d] = params.arrays();
         // SAFETY: live handles created by this session; valid out-pointers.
-        let code = unsafe {
-            ws(
-                grad_output.ptr,
-                input.ptr,
-                mask.ptr,
-                k,
-                s,
-                p,
-                d,
-                params.ceil_mode,
-                grad_input.ptr,
-                &mut size,
-                &mut exec,
-            )
-        };
-        Ok((self.executor(WS, code, exec)?, size))
+        self.phase1(WS, |size, exec| unsafe {
+            ws(grad_output.ptr, input.ptr, mask.ptr, k, s, p, d, params.ceil_mode, grad_input.ptr, size, exec)
+        })
     }
 }
 
@@ -724,6 +717,13 @@ pub(crate) struct PoolParams {
     pub(crate) padding: IntArray,
     pub(crate) dilation: IntArray,
     pub(crate) ceil_mode: bool,
+}
+
+impl PoolParams {
+    /// Kernel, stride, padding and dilation, in the order of the operators' signatures.
+    fn arrays(&self) -> [IntArr; 4] {
+        [&self.kernel, &self.stride, &self.padding, &self.dilation].map(|a| a.ptr.cast_const())
+    }
 }
 
 /// Device memory from `aclrtMalloc`, freed on drop.
