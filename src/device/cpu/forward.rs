@@ -195,6 +195,10 @@ pub(super) fn pool<T: PoolFloat, I: ArgmaxIndex>(
             }
         }
     }
+    let whole_plane = p.split.bands == 1
+        && hw <= EXACT_POSITIONS
+        && p.rows == [Taps { start: 0, count: planes.h, step: 1 }]
+        && p.cols == [Taps { start: 0, count: planes.w, step: 1 }];
     cpu.for_each_task(tasks, |mut t| {
         if p.blocked {
             // Whole planes: BLOCK at a time, then the rest one by one.
@@ -211,6 +215,22 @@ pub(super) fn pool<T: PoolFloat, I: ArgmaxIndex>(
             if t.x.is_empty() {
                 return;
             }
+        }
+        if whole_plane {
+            // One window per plane, the whole plane: one span each.
+            for ((x, o), i) in t.x.chunks(hw).zip(t.out.iter_mut()).zip(t.idx.iter_mut()) {
+                let xa = match T::as_acc(x) {
+                    Some(xa) => xa,
+                    None => {
+                        T::to_acc_slice(x, &mut t.acc[..hw]);
+                        &t.acc[..hw]
+                    }
+                };
+                let at = span(xa);
+                *o = x[at];
+                *i = I::from_flat_checked(at);
+            }
+            return;
         }
         let rows_here = t.out.len().min(rows_per_band * planes.wo).div_ceil(planes.wo.max(1));
         let chunk = rows_here * planes.wo;
