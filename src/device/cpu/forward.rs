@@ -29,6 +29,8 @@ pub struct ForwardPrepared {
     pub(super) split: Split,
     /// Whether planes are pooled [`BLOCK`] at a time (small planes, whole planes per task).
     blocked: bool,
+    /// Whether each plane has one window covering all of it (global pooling): one span per plane.
+    whole_plane: bool,
     /// Accumulator-type scratch per task: [`BLOCK`] interleaved planes for the blocked kernel,
     /// else one widened input plane for the half types, else 0.
     acc_per_task: usize,
@@ -46,13 +48,17 @@ impl ForwardPrepared {
         let split = Split::new(cpu, planes.count, planes.ho);
         let hw = planes.h * planes.w;
         let full_width = cols.len() == 1 && cols[0] == Taps { start: 0, count: planes.w, step: 1 };
+        let whole_plane = full_width
+            && split.bands == 1
+            && hw <= EXACT_POSITIONS
+            && rows == [Taps { start: 0, count: planes.h, step: 1 }];
         let blocked =
             split.bands == 1 && hw <= BLOCK_PLANE_MAX && split.planes_per_task >= BLOCK && !full_width;
         let widened = if T::as_acc(&[]).is_some() { 0 } else { hw };
         let acc_per_task = if blocked { BLOCK * hw + widened } else { widened };
         sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
         let groups = ColumnGroup::plan(&cols)?;
-        Ok(ForwardPrepared { rows, cols, groups, split, blocked, acc_per_task })
+        Ok(ForwardPrepared { rows, cols, groups, split, blocked, whole_plane, acc_per_task })
     }
 
     /// Carves the scratch counted by [`ForwardPrepared::new`].
@@ -195,10 +201,6 @@ pub(super) fn pool<T: PoolFloat, I: ArgmaxIndex>(
             }
         }
     }
-    let whole_plane = p.split.bands == 1
-        && hw <= EXACT_POSITIONS
-        && p.rows == [Taps { start: 0, count: planes.h, step: 1 }]
-        && p.cols == [Taps { start: 0, count: planes.w, step: 1 }];
     cpu.for_each_task(tasks, |mut t| {
         if p.blocked {
             // Whole planes: BLOCK at a time, then the rest one by one.
@@ -216,7 +218,7 @@ pub(super) fn pool<T: PoolFloat, I: ArgmaxIndex>(
                 return;
             }
         }
-        if whole_plane {
+        if p.whole_plane {
             // One window per plane, the whole plane: one span each.
             for ((x, o), i) in t.x.chunks(hw).zip(t.out.iter_mut()).zip(t.idx.iter_mut()) {
                 let xa = match T::as_acc(x) {
