@@ -19,7 +19,7 @@ use crate::element::{DType, Element, PoolFloat};
 use crate::error::{Error, Result};
 use crate::index::{ArgmaxIndex, repr::IndexRepr};
 use crate::mask::layout_repr::LayoutKind;
-use crate::mask::{MaskLayout, read_i32_prefix};
+use crate::mask::{MaskLayout, i32_prefix, read_i32_prefix};
 use crate::op::{
     AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithMask,
     MaxPool2dWithMaskBackward, MaxPoolGeometry,
@@ -418,8 +418,17 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         if L::KIND == LayoutKind::I32Argmax {
             // As for indices: a value outside the plane would make the device write outside
             // grad_input, so the host-staged values are checked before any device call.
-            let mut values = zeroed_vec::<i32>(OP, "mask", g.planes() * g.positions())?;
-            read_i32_prefix(op.mask.bytes.view(), &mut values);
+            // Read in place when the bytes allow it, as the CPU backend does; else copied.
+            let count = g.planes() * g.positions();
+            let bytes = op.mask.bytes.view();
+            let values: Cow<'_, [i32]> = match bytes.to_slice().and_then(|b| i32_prefix(b, count)) {
+                Some(values) => Cow::Borrowed(values),
+                None => {
+                    let mut copy = zeroed_vec::<i32>(OP, "mask", count)?;
+                    read_i32_prefix(bytes, &mut copy);
+                    Cow::Owned(copy)
+                }
+            };
             let plane = g.h * g.w;
             if let Some((e, &v)) = values.iter().enumerate().find(|(_, v)| v.flat_in(plane).is_none()) {
                 return Err(g.index_error(OP, "mask", e, v as i64));
