@@ -93,6 +93,26 @@ mod findings {
         assert_eq!(gx.shape(), &[0, 1, 1, 1 << 40]);
     }
 
+    /// The half types' per-task accumulators (one plane per task) were sized for an empty batch
+    /// too: a huge plane asked for a terabyte workspace. No planes now means no scratch.
+    #[test]
+    fn empty_batches_of_half_types_need_no_scratch() {
+        static ONE: [half::f16; 1] = [half::f16::ONE];
+        let broadcast16 = |dims: &[usize]| {
+            ArrayViewD::from_shape(IxDyn(dims).strides(IxDyn(&vec![0; dims.len()])), &ONE[..]).unwrap()
+        };
+        let x = broadcast16(&[0, 1, 1, 1 << 40]);
+        let g = broadcast16(&[0, 1, 1, 1 << 40]);
+        let params = MaxPool2dParams::new([1, 1]);
+        let idx = ndarray::ArrayD::<i64>::zeros(IxDyn(&[0, 1, 1, 1 << 40]));
+        let gx = poolgrad::max_pool2d_with_indices_backward(&g, &x, &idx, &params).unwrap();
+        assert_eq!(gx.shape(), &[0, 1, 1, 1 << 40]);
+        let bitmask =
+            poolgrad::max_pool2d_with_mask::<half::f16, poolgrad::Bitmask, _, _>(&x, &params).unwrap();
+        let gx = poolgrad::max_pool2d_with_mask_backward(&g, &x, &bitmask.mask, &params).unwrap();
+        assert_eq!(gx.shape(), &[0, 1, 1, 1 << 40]);
+    }
+
     /// The check that no dilated window reads only padding walked every output window (a hang on
     /// huge broadcast inputs); it now only looks where a window can miss the input.
     #[test]

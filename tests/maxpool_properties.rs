@@ -183,3 +183,70 @@ proptest! {
     #[test] fn views_threads_bitmask_f32(c in layout_cases::<f32, Bitmask>()) { check_views_and_threads(&c)?; }
     #[test] fn views_threads_bitmask_bf16(c in layout_cases::<half::bf16, Bitmask>()) { check_views_and_threads(&c)?; }
 }
+
+/// A bit mask as no forward writes it: a few bytes of a forward's mask changed, so that some
+/// positions of some 16-channel blocks have a channel with no bit, with several, or with a bit at
+/// an offset in padding, while the other blocks stay as written. Every set bit at an offset inside
+/// the input adds its gradient; checked against a loop over the documented layout
+/// (`ascend-semantics.md` A.3), summed in `f32` in row-major output order and rounded once.
+fn check_any_bitmask<T: PoolFloat>(case: &MaskCase<T, Bitmask>, edits: &[Edit]) -> Result<(), TestCaseError> {
+    let mut bytes = case.mask.as_array().clone();
+    // Bytes past the blocks' words are ignored: edit the words.
+    let (x, pooled) = (as4(&case.input), as4(&case.output));
+    let [kh, kw] = case.params.kernel();
+    let words_per_row = ((pooled.dim().2 * pooled.dim().3).div_ceil(16) + 1) * 16;
+    let used = 2 * x.dim().0 * x.dim().1.div_ceil(16) * kh * kw * words_per_row;
+    for e in edits {
+        let byte = &mut bytes.as_slice_mut().unwrap()[e.at % used];
+        *byte = if e.clear { *byte & !(e.bits as i8) } else { *byte ^ e.bits as i8 };
+    }
+    let input_shape = case.input.shape().to_vec();
+    let mask = Mask::<Bitmask, _>::from_raw(bytes, &case.params, &input_shape).unwrap();
+    // Non-integer gradients, so that the order of the sums shows.
+    let grad = case.grad_output.mapv(|g| T::round_from_f64(g.to_f64_exact() * 0.371 + 0.093));
+    let gi = poolgrad::max_pool2d_with_mask_backward(&grad, &case.input, &mask, &case.params).unwrap();
+
+    let go = arr_f64(as4(&grad).view());
+    let (n, c, h, w) = x.dim();
+    let (ho, wo) = (go.dim().2, go.dim().3);
+    let ([sh, sw], [ph, pw]) = (case.params.stride(), case.params.padding());
+    let raw = mask.as_array().as_slice().unwrap();
+    let mut want = Array4::<f32>::zeros((n, c, h, w));
+    for (ni, ci) in (0..n).flat_map(|ni| (0..c).map(move |ci| (ni, ci))) {
+        for (oh, ow) in (0..ho).flat_map(|oh| (0..wo).map(move |ow| (oh, ow))) {
+            for (i, j) in (0..kh).flat_map(|i| (0..kw).map(move |j| (i, j))) {
+                let word =
+                    (((ni * c.div_ceil(16) + ci / 16) * kh * kw + i * kw + j) * words_per_row) + oh * wo + ow;
+                let value = u16::from_le_bytes([raw[2 * word] as u8, raw[2 * word + 1] as u8]);
+                let (ih, iw) = ((oh * sh + i) as isize - ph as isize, (ow * sw + j) as isize - pw as isize);
+                let inside = (0..h as isize).contains(&ih) && (0..w as isize).contains(&iw);
+                if value >> (ci % 16) & 1 == 1 && inside {
+                    want[[ni, ci, ih as usize, iw as usize]] += go[[ni, ci, oh, ow]] as f32;
+                }
+            }
+        }
+    }
+    let want = want.mapv(|v| T::from_acc(num_traits::cast(v).unwrap()).to_f64_exact());
+    prop_assert!(same_bits(&arr_f64(as4(&gi).view()), &want), "not every set bit, in row-major order");
+    Ok(())
+}
+
+/// Clears or flips `bits` of byte `at` (modulo the bytes in use).
+#[derive(Debug, Clone)]
+struct Edit {
+    at: usize,
+    bits: u8,
+    clear: bool,
+}
+
+fn edits() -> impl Strategy<Value = Vec<Edit>> {
+    let edit =
+        (any::<usize>(), 1..=255u8, any::<bool>()).prop_map(|(at, bits, clear)| Edit { at, bits, clear });
+    proptest::collection::vec(edit, 0..=4)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+    #[test] fn any_bitmask_f32(c in layout_cases::<f32, Bitmask>(), e in edits()) { check_any_bitmask(&c, &e)?; }
+    #[test] fn any_bitmask_bf16(c in layout_cases::<half::bf16, Bitmask>(), e in edits()) { check_any_bitmask(&c, &e)?; }
+}

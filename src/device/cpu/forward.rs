@@ -84,7 +84,7 @@ impl Split {
     pub(super) fn new(cpu: &Cpu, planes: usize, rows: usize) -> Self {
         let threads = cpu.threads().max(1);
         if planes >= threads || rows <= 1 {
-            let tasks = threads.min(planes).max(1);
+            let tasks = task_count(cpu, planes);
             Split { planes_per_task: planes_per_task(planes, tasks), bands: 1, rows_per_band: rows, tasks }
         } else {
             let bands = threads.div_ceil(planes.max(1)).min(rows).max(1);
@@ -114,8 +114,10 @@ pub(super) fn planes_per_task(planes: usize, tasks: usize) -> usize {
     planes.div_ceil(tasks.max(1)).max(1)
 }
 
+/// Tasks for `planes` planes: one per thread, at most one per plane, and none (so no scratch)
+/// when there are no planes, however large they are.
 pub(super) fn task_count(cpu: &Cpu, planes: usize) -> usize {
-    cpu.threads().min(planes).max(1)
+    cpu.threads().min(planes)
 }
 
 /// Plans a forward that writes values and flat indices from the views of one call.

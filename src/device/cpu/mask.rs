@@ -5,7 +5,7 @@
 use num_traits::Zero;
 
 use super::Cpu;
-use super::forward::{self, ForwardPrepared, Taps, planes_per_task};
+use super::forward::{self, ForwardPrepared, Taps, planes_per_task, task_count};
 use super::maxpool::{planes, prepare_forward, scatter_shape};
 use super::scatter::{self, ScatterPrepared};
 use super::workspace::{Carver, Sizer};
@@ -63,7 +63,18 @@ pub enum MaskBackwardPrepared {
     /// Scatter the `I32Argmax` values, read in place or copied into the workspace.
     I32Argmax { scatter: ScatterPrepared, copy_values: bool },
     /// Read the bit mask in 16-channel blocks.
-    Bitmask { tasks: usize, acc_per_task: usize, windows: Windows },
+    Bitmask(BitmaskPrepared),
+}
+
+/// Phase-1 state of a `Bitmask` backward: tasks, their scratch, and the windows.
+#[derive(Debug)]
+pub struct BitmaskPrepared {
+    tasks: usize,
+    /// f32 accumulators per task: 16 planes for the half types, else 0 (sums go to the output).
+    acc_per_task: usize,
+    /// Decoded window offsets per task: 16 bytes per output position (0 without a decoder).
+    taps_per_task: usize,
+    windows: Windows,
 }
 
 /// The valid taps of every output row and column, with the window offset of the first one.
@@ -71,6 +82,13 @@ pub enum MaskBackwardPrepared {
 pub struct Windows {
     rows: Vec<(Taps, usize)>,
     cols: Vec<(Taps, usize)>,
+    /// The input index of window offset 0 is `row_origins[oh] + col_origins[ow]` (wrapping:
+    /// below zero for windows that start in padding).
+    row_origins: Vec<usize>,
+    col_origins: Vec<usize>,
+    /// `i·W + j` for each window offset `k = i·kW + j`: the input index of tap `k` relative to
+    /// the window's origin. Empty when a window has more taps than a [`TapDecoder`] handles.
+    tap_offsets: Vec<usize>,
 }
 
 impl Windows {
@@ -88,7 +106,21 @@ impl Windows {
             });
             collect_exact("max_pool2d_with_mask_backward", "windows", len, windows)
         };
-        Ok(Windows { rows: axis(0, g.h, g.ho)?, cols: axis(1, g.w, g.wo)? })
+        let (rows, cols) = (axis(0, g.h, g.ho)?, axis(1, g.w, g.wo)?);
+        let origins = |taps: &[(Taps, usize)], scale: usize| {
+            let origins = taps.iter().map(|(t, first)| (t.start.wrapping_sub(*first)).wrapping_mul(scale));
+            collect_exact("max_pool2d_with_mask_backward", "windows", taps.len(), origins)
+        };
+        let [kh, kw] = p.kernel();
+        let taps = if kh * kw <= TapDecoder::MAX_TAPS { kh * kw } else { 0 };
+        let offsets = (0..taps).map(|k| (k / kw) * g.w + k % kw);
+        Ok(Windows {
+            row_origins: origins(&rows, g.w)?,
+            col_origins: origins(&cols, 1)?,
+            tap_offsets: collect_exact("max_pool2d_with_mask_backward", "windows", taps, offsets)?,
+            rows,
+            cols,
+        })
     }
 }
 
@@ -117,10 +149,13 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
             LayoutKind::Bitmask => {
                 sizer.stage(&op.mask.bytes.view())?;
                 sizer.stage(&op.grad_input.as_ref().view())?;
-                let tasks = self.threads().min(g.n * g.channel_blocks()).max(1);
+                let tasks = task_count(self, g.n * g.channel_blocks());
                 let acc_per_task = if T::as_acc_mut(&mut []).is_some() { 0 } else { 16 * g.h * g.w };
+                let windows = Windows::new(g)?;
+                let taps_per_task = if windows.tap_offsets.is_empty() { 0 } else { 16 * g.positions() };
                 sizer.region::<T::Acc>(tasks * acc_per_task)?;
-                MaskBackwardPrepared::Bitmask { tasks, acc_per_task, windows: Windows::new(g)? }
+                sizer.region::<i8>(tasks * taps_per_task)?;
+                MaskBackwardPrepared::Bitmask(BitmaskPrepared { tasks, acc_per_task, taps_per_task, windows })
             }
         };
         Ok((prepared, sizer.total()))
@@ -155,11 +190,12 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                 gi.finish(OP, "grad_input")?;
                 checked.map_err(|bad| g.index_error(OP, "mask", bad.element, bad.value))
             }
-            MaskBackwardPrepared::Bitmask { tasks, acc_per_task, windows } => {
+            MaskBackwardPrepared::Bitmask(p) => {
                 let bits = carver.stage(mask.bytes.view())?;
                 let mut gi = carver.output(grad_input.into_view())?;
-                let acc = carver.region::<T::Acc>(tasks * acc_per_task)?;
-                bitmask_backward(self, g, &windows, tasks, acc_per_task, go, bits, gi.slice(), acc);
+                let acc = carver.region::<T::Acc>(p.tasks * p.acc_per_task)?;
+                let taps = carver.region::<i8>(p.tasks * p.taps_per_task)?;
+                bitmask_backward(self, g, &p, go, bits, gi.slice(), acc, bytemuck::cast_slice_mut(taps));
                 gi.finish(OP, "grad_input")
             }
         }
@@ -171,6 +207,7 @@ struct BlockTask<'s, T: PoolFloat> {
     go: &'s [T],
     gi: &'s mut [T],
     acc: &'s mut [T::Acc],
+    taps: &'s mut [u8],
 }
 
 /// Scatters through a `Bitmask`, one `(n, 16-channel block)` at a time; each task owns a run of
@@ -179,21 +216,21 @@ struct BlockTask<'s, T: PoolFloat> {
 fn bitmask_backward<T: PoolFloat>(
     cpu: &Cpu,
     g: &MaxPoolGeometry,
-    windows: &Windows,
-    tasks: usize,
-    acc_per_task: usize,
+    p: &BitmaskPrepared,
     go: &[T],
     bits: &[i8],
     gi: &mut [T],
     acc: &mut [T::Acc],
+    taps: &mut [u8],
 ) {
     let (hw, positions, c1s) = (g.h * g.w, g.positions(), g.channel_blocks());
     let blocks = g.n * c1s;
     let first_plane = |b: usize| (b / c1s) * g.c + ((b % c1s) * 16).min(g.c);
-    let per = planes_per_task(blocks, tasks);
-    let mut accs = acc.chunks_mut(acc_per_task.max(1));
+    let per = planes_per_task(blocks, p.tasks);
+    let mut accs = acc.chunks_mut(p.acc_per_task.max(1));
+    let mut tapss = taps.chunks_mut(p.taps_per_task.max(1));
     let (mut gi_rest, mut go_rest) = (gi, go);
-    let mut list = Vec::with_capacity(tasks);
+    let mut list = Vec::with_capacity(p.tasks);
     for b0 in (0..blocks).step_by(per) {
         let b1 = (b0 + per).min(blocks);
         let planes = first_plane(b1) - first_plane(b0);
@@ -205,45 +242,136 @@ fn bitmask_backward<T: PoolFloat>(
             go: go_head,
             gi: gi_head,
             acc: accs.next().unwrap_or(&mut []),
+            taps: tapss.next().unwrap_or(&mut []),
         });
     }
     cpu.for_each_task(list, |t| {
         let (mut gi, mut go) = (t.gi, t.go);
         for b in t.blocks {
             let (n, c1) = (b / c1s, b % c1s);
-            let channels = (g.c - 16 * c1).min(16);
-            let (gi_block, gi_tail) = gi.split_at_mut(channels * hw);
-            let (go_block, go_tail) = go.split_at(channels * positions);
+            let block = Block::new(g, n, c1);
+            let (gi_block, gi_tail) = gi.split_at_mut(block.channels * hw);
+            let (go_block, go_tail) = go.split_at(block.channels * positions);
             (gi, go) = (gi_tail, go_tail);
-            block_backward(g, windows, n, c1, channels, go_block, bits, gi_block, &mut *t.acc);
+            if decode_block(g, &p.windows, &block, bits, &mut *t.taps) {
+                scatter_decoded(g, &p.windows, block.channels, go_block, &*t.taps, gi_block, &mut *t.acc);
+            } else {
+                scatter_bits(g, &p.windows, &block, go_block, bits, gi_block, &mut *t.acc);
+            }
         }
     });
 }
 
-/// One block of up to 16 channels: for each output position in row-major order and each valid
+/// One `(n, 16-channel block)` of the mask.
+struct Block {
+    /// Channels of the block that exist (16, or fewer in the last block), and their bits.
+    channels: usize,
+    valid: u16,
+    /// Byte offset of the block's word `(k = 0, p = 0)`, and from one `k` to the next.
+    first_word: usize,
+    row_bytes: usize,
+}
+
+impl Block {
+    fn new(g: &MaxPoolGeometry, n: usize, c1: usize) -> Self {
+        let channels = (g.c - 16 * c1).min(16);
+        Block {
+            channels,
+            valid: if channels >= 16 { u16::MAX } else { (1u16 << channels) - 1 },
+            first_word: g.word_offset(n, c1, 0, 0),
+            row_bytes: g.word_offset(0, 0, 1, 0),
+        }
+    }
+
+    /// The bits of the existing channels in word `(k, p)`.
+    #[inline(always)]
+    fn word(&self, bits: &[i8], k: usize, p: usize) -> u16 {
+        mask::read_word(bits, self.first_word + k * self.row_bytes + 2 * p) & self.valid
+    }
+}
+
+/// Decodes the block into `taps` (16 bytes per output position: each channel's window offset)
+/// when every channel has exactly one bit among the valid offsets of every position, as every
+/// forward writes it. False otherwise (and without a decoder: windows of more than 256 taps).
+fn decode_block(g: &MaxPoolGeometry, windows: &Windows, block: &Block, bits: &[i8], taps: &mut [u8]) -> bool {
+    if windows.tap_offsets.is_empty() {
+        return false;
+    }
+    let kw = g.params.kernel()[1];
+    let mut out = taps.chunks_exact_mut(16);
+    for (oh, (r, i0)) in windows.rows.iter().enumerate() {
+        for (ow, (c, j0)) in windows.cols.iter().enumerate() {
+            let p = oh * g.wo + ow;
+            let mut decoder = TapDecoder::default();
+            for i in *i0..i0 + r.count {
+                for k in i * kw + j0..i * kw + j0 + c.count {
+                    decoder.add(k, block.word(bits, k, p));
+                }
+            }
+            match (decoder.one_per_channel(block.valid), out.next()) {
+                (Some(decoded), Some(slot)) => slot.copy_from_slice(&decoded),
+                _ => return false,
+            }
+        }
+    }
+    true
+}
+
+/// Scatters a decoded block channel by channel, exactly as the flat-index kernel does: zero the
+/// plane, then add each gradient at its input index in row-major output order.
+fn scatter_decoded<T: PoolFloat>(
+    g: &MaxPoolGeometry,
+    windows: &Windows,
+    channels: usize,
+    go: &[T],
+    taps: &[u8],
+    gi: &mut [T],
+    acc: &mut [T::Acc],
+) {
+    let (hw, positions) = (g.h * g.w, g.positions());
+    let sum = |plane: &mut [T::Acc], go: &[T], ch: usize| {
+        plane.fill(T::Acc::zero());
+        let mut p = 0;
+        for &row in &windows.row_origins {
+            for &col in &windows.col_origins {
+                let k = usize::from(taps[16 * p + ch]);
+                // Every decoded offset is a valid tap of its window: inside the plane.
+                plane[row.wrapping_add(col).wrapping_add(windows.tap_offsets[k])] += go[p].to_acc();
+                p += 1;
+            }
+        }
+    };
+    for ch in 0..channels {
+        let go = &go[ch * positions..(ch + 1) * positions];
+        let gi = &mut gi[ch * hw..(ch + 1) * hw];
+        if let Some(direct) = T::as_acc_mut(gi) {
+            sum(direct, go, ch);
+        } else {
+            let acc = &mut acc[..hw];
+            sum(acc, go, ch);
+            T::from_acc_slice(acc, gi);
+        }
+    }
+}
+
+/// Scatters any block bit by bit: for each output position in row-major order and each valid
 /// window offset, add the gradient of every channel whose bit is set. Bits of channels past `C`
 /// are masked off; offsets that lie in padding are never visited, so their bits add nothing.
 ///
 /// An input row is zeroed just before the first output row whose windows reach it (as oneDNN
 /// does), so the rows being summed stay in cache across the block's channels: a bit always
 /// points inside its own window, so no contribution lands on a row not yet zeroed.
-#[allow(clippy::too_many_arguments)]
-fn block_backward<T: PoolFloat>(
+fn scatter_bits<T: PoolFloat>(
     g: &MaxPoolGeometry,
     windows: &Windows,
-    n: usize,
-    c1: usize,
-    channels: usize,
+    block: &Block,
     go: &[T],
     bits: &[i8],
     gi: &mut [T],
     acc: &mut [T::Acc],
 ) {
-    let (hw, positions, w) = (g.h * g.w, g.positions(), g.w);
+    let (hw, positions, w, channels) = (g.h * g.w, g.positions(), g.w, block.channels);
     let kw = g.params.kernel()[1];
-    let valid: u16 = if channels >= 16 { u16::MAX } else { (1u16 << channels) - 1 };
-    let block = g.word_offset(n, c1, 0, 0);
-    let row_bytes = g.word_offset(0, 0, 1, 0);
     let zero_rows = |acc: &mut [T::Acc], rows: core::ops::Range<usize>| {
         for ch in 0..channels {
             acc[ch * hw + rows.start * w..ch * hw + rows.end * w].fill(T::Acc::zero());
@@ -256,10 +384,8 @@ fn block_backward<T: PoolFloat>(
             for a in 0..r.count {
                 let (ih, i) = (r.start + a, i0 + a);
                 for b in 0..c.count {
-                    let k = i * kw + j0 + b;
-                    let word = mask::read_word(bits, block + k * row_bytes + 2 * p) & valid;
                     let flat = ih * w + c.start + b;
-                    let mut rest = word;
+                    let mut rest = block.word(bits, i * kw + j0 + b, p);
                     while rest != 0 {
                         let ch = rest.trailing_zeros() as usize;
                         rest &= rest - 1;
@@ -288,5 +414,60 @@ fn block_backward<T: PoolFloat>(
         let acc = &mut acc[..channels * hw];
         sum(acc);
         T::from_acc_slice(acc, gi);
+    }
+}
+
+/// Byte `i` of `SPREAD[b]` is bit `i` of `b`.
+const SPREAD: [u64; 256] = {
+    let mut table = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut i = 0;
+        while i < 8 {
+            table[b] |= ((b as u64 >> i) & 1) << (8 * i);
+            i += 1;
+        }
+        b += 1;
+    }
+    table
+};
+
+/// Decodes the words of one output position into each channel's window offset, for masks that
+/// set exactly one bit per channel, without a branch per bit: each word's bits are spread to one
+/// byte per channel and multiplied by the word's offset `k`.
+#[derive(Default)]
+struct TapDecoder {
+    /// Channels seen at least once, and more than once.
+    seen: u16,
+    repeated: u16,
+    /// Byte `ch` of `low` (channels 0 to 7) and `high` (8 to 15): the offset of the channel's bit,
+    /// when it has exactly one.
+    low: u64,
+    high: u64,
+}
+
+impl TapDecoder {
+    /// Offsets fit a byte.
+    const MAX_TAPS: usize = 256;
+
+    /// Adds the word of window offset `k` (`k < MAX_TAPS`).
+    #[inline(always)]
+    fn add(&mut self, k: usize, word: u16) {
+        self.repeated |= self.seen & word;
+        self.seen |= word;
+        let k = k as u64;
+        self.low |= SPREAD[usize::from(word & 0xff)] * k;
+        self.high |= SPREAD[usize::from(word >> 8)] * k;
+    }
+
+    /// The offset of each channel, if every channel of `valid` had exactly one bit.
+    #[inline(always)]
+    fn one_per_channel(&self, valid: u16) -> Option<[u8; 16]> {
+        (self.seen == valid && self.repeated == 0).then(|| {
+            let mut taps = [0u8; 16];
+            taps[..8].copy_from_slice(&self.low.to_le_bytes());
+            taps[8..].copy_from_slice(&self.high.to_le_bytes());
+            taps
+        })
     }
 }
