@@ -86,9 +86,18 @@ pub struct Windows {
     /// below zero for windows that start in padding).
     row_origins: Vec<usize>,
     col_origins: Vec<usize>,
-    /// `i·W + j` for each window offset `k = i·kW + j`: the input index of tap `k` relative to
-    /// the window's origin. Empty when a window has more taps than a [`TapDecoder`] handles.
-    tap_offsets: Vec<usize>,
+    /// What the decoder needs; none when a window has more than [`MAX_TAPS`] taps.
+    decoding: Option<Decoding>,
+}
+
+/// The window offsets of a decodable mask.
+#[derive(Debug)]
+struct Decoding {
+    /// `i·W + j` for each window offset `k = i·kW + j` (zero past `kH·kW`): the input index of
+    /// tap `k` relative to the window's origin. Indexed by a byte, so never out of bounds.
+    tap_offsets: Box<[usize; MAX_TAPS]>,
+    /// Binary digits of the largest offset.
+    digits: usize,
 }
 
 impl Windows {
@@ -112,12 +121,17 @@ impl Windows {
             collect_exact("max_pool2d_with_mask_backward", "windows", taps.len(), origins)
         };
         let [kh, kw] = p.kernel();
-        let taps = if kh * kw <= TapDecoder::MAX_TAPS { kh * kw } else { 0 };
-        let offsets = (0..taps).map(|k| (k / kw) * g.w + k % kw);
+        let decoding = (kh * kw <= MAX_TAPS).then(|| {
+            let mut tap_offsets = Box::new([0; MAX_TAPS]);
+            for (k, offset) in tap_offsets[..kh * kw].iter_mut().enumerate() {
+                *offset = (k / kw) * g.w + k % kw;
+            }
+            Decoding { tap_offsets, digits: (kh * kw).next_power_of_two().trailing_zeros() as usize }
+        });
         Ok(Windows {
             row_origins: origins(&rows, g.w)?,
             col_origins: origins(&cols, 1)?,
-            tap_offsets: collect_exact("max_pool2d_with_mask_backward", "windows", taps, offsets)?,
+            decoding,
             rows,
             cols,
         })
@@ -152,7 +166,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                 let tasks = task_count(self, g.n * g.channel_blocks());
                 let acc_per_task = if T::as_acc_mut(&mut []).is_some() { 0 } else { 16 * g.h * g.w };
                 let windows = Windows::new(g)?;
-                let taps_per_task = if windows.tap_offsets.is_empty() { 0 } else { 16 * g.positions() };
+                let taps_per_task = if windows.decoding.is_some() { 16 * g.positions() } else { 0 };
                 sizer.region::<T::Acc>(tasks * acc_per_task)?;
                 sizer.region::<i8>(tasks * taps_per_task)?;
                 MaskBackwardPrepared::Bitmask(BitmaskPrepared { tasks, acc_per_task, taps_per_task, windows })
@@ -293,26 +307,83 @@ impl Block {
 /// Decodes the block into `taps` (16 bytes per output position: each channel's window offset)
 /// when every channel has exactly one bit among the valid offsets of every position, as every
 /// forward writes it. False otherwise (and without a decoder: windows of more than 256 taps).
+///
+/// Positions are decoded in runs of up to [`LANES`] neighbours of one output row whose windows
+/// have the same valid offsets (every interior position of a row), so that the words of one
+/// offset are read as one contiguous run.
 fn decode_block(g: &MaxPoolGeometry, windows: &Windows, block: &Block, bits: &[i8], taps: &mut [u8]) -> bool {
-    if windows.tap_offsets.is_empty() {
-        return false;
-    }
+    let Some(Decoding { digits, .. }) = windows.decoding else { return false };
     let kw = g.params.kernel()[1];
-    let mut out = taps.chunks_exact_mut(16);
     for (oh, (r, i0)) in windows.rows.iter().enumerate() {
-        for (ow, (c, j0)) in windows.cols.iter().enumerate() {
+        let mut ow = 0;
+        while ow < g.wo {
+            let (c, j0) = &windows.cols[ow];
+            let same =
+                windows.cols[ow..].iter().take(LANES).take_while(|(t, j)| t.count == c.count && j == j0);
+            let lanes = same.count();
+            let ks = (*i0..i0 + r.count).flat_map(|i| i * kw + j0..i * kw + j0 + c.count);
             let p = oh * g.wo + ow;
-            let mut decoder = TapDecoder::default();
-            for i in *i0..i0 + r.count {
-                for k in i * kw + j0..i * kw + j0 + c.count {
-                    decoder.add(k, block.word(bits, k, p));
-                }
+            let Some(out) = taps.get_mut(16 * p..16 * (p + lanes)) else { return false };
+            if !decode_run(block, bits, p, lanes, ks, digits, out) {
+                return false;
             }
-            match (decoder.one_per_channel(block.valid), out.next()) {
-                (Some(decoded), Some(slot)) => slot.copy_from_slice(&decoded),
-                _ => return false,
+            ow += lanes;
+        }
+    }
+    true
+}
+
+/// Positions decoded together.
+const LANES: usize = 16;
+
+/// Decodes `lanes` (at most [`LANES`]) consecutive positions from `p` whose valid window offsets
+/// are `ks`, into 16 bytes per position, without a branch per bit: the binary digits of each
+/// channel's offset are gathered as 16-channel words (`digit[j]` = OR of the words of the offsets
+/// with bit `j` set), then spread to one byte per channel. False if a channel has no bit or more
+/// than one.
+fn decode_run(
+    block: &Block,
+    bits: &[i8],
+    p: usize,
+    lanes: usize,
+    ks: impl Iterator<Item = usize>,
+    digits: usize,
+    out: &mut [u8],
+) -> bool {
+    let mut seen = [0u16; LANES];
+    let mut repeated = [0u16; LANES];
+    let mut digit = [[0u16; LANES]; 8];
+    for k in ks {
+        let mut words = [0u16; LANES];
+        let first = block.first_word + k * block.row_bytes + 2 * p;
+        let Some(run) = bits.get(first..first + 2 * lanes) else { return false };
+        for (word, pair) in words.iter_mut().zip(run.chunks_exact(2)) {
+            *word = u16::from_le_bytes([pair[0] as u8, pair[1] as u8]) & block.valid;
+        }
+        for l in 0..LANES {
+            repeated[l] |= seen[l] & words[l];
+            seen[l] |= words[l];
+        }
+        let mut rest = k;
+        while rest != 0 {
+            let j = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            for (d, w) in digit[j].iter_mut().zip(&words) {
+                *d |= w;
             }
         }
+    }
+    if (0..lanes).any(|l| seen[l] != block.valid || repeated[l] != 0) {
+        return false;
+    }
+    for (l, slot) in out.chunks_exact_mut(16).enumerate() {
+        let (mut low, mut high) = (0u64, 0u64);
+        for (j, d) in digit[..digits].iter().enumerate() {
+            low |= SPREAD[usize::from(d[l] & 0xff)] << j;
+            high |= SPREAD[usize::from(d[l] >> 8)] << j;
+        }
+        slot[..8].copy_from_slice(&low.to_le_bytes());
+        slot[8..].copy_from_slice(&high.to_le_bytes());
     }
     true
 }
@@ -328,16 +399,16 @@ fn scatter_decoded<T: PoolFloat>(
     gi: &mut [T],
     acc: &mut [T::Acc],
 ) {
-    let (hw, positions) = (g.h * g.w, g.positions());
+    let (hw, positions, wo) = (g.h * g.w, g.positions(), g.wo.max(1));
+    let Some(Decoding { tap_offsets, .. }) = &windows.decoding else { return };
     let sum = |plane: &mut [T::Acc], go: &[T], ch: usize| {
         plane.fill(T::Acc::zero());
-        let mut p = 0;
-        for &row in &windows.row_origins {
-            for &col in &windows.col_origins {
-                let k = usize::from(taps[16 * p + ch]);
+        let rows = windows.row_origins.iter().zip(go.chunks_exact(wo)).zip(taps.chunks_exact(16 * wo));
+        for ((&row, go), taps) in rows {
+            for ((&col, &go), taps) in windows.col_origins.iter().zip(go).zip(taps.chunks_exact(16)) {
+                let k = usize::from(taps[ch % 16]);
                 // Every decoded offset is a valid tap of its window: inside the plane.
-                plane[row.wrapping_add(col).wrapping_add(windows.tap_offsets[k])] += go[p].to_acc();
-                p += 1;
+                plane[row.wrapping_add(col).wrapping_add(tap_offsets[k])] += go.to_acc();
             }
         }
     };
@@ -417,6 +488,9 @@ fn scatter_bits<T: PoolFloat>(
     }
 }
 
+/// Window offsets fit a byte: larger windows are not decoded.
+const MAX_TAPS: usize = 256;
+
 /// Byte `i` of `SPREAD[b]` is bit `i` of `b`.
 const SPREAD: [u64; 256] = {
     let mut table = [0u64; 256];
@@ -431,43 +505,3 @@ const SPREAD: [u64; 256] = {
     }
     table
 };
-
-/// Decodes the words of one output position into each channel's window offset, for masks that
-/// set exactly one bit per channel, without a branch per bit: each word's bits are spread to one
-/// byte per channel and multiplied by the word's offset `k`.
-#[derive(Default)]
-struct TapDecoder {
-    /// Channels seen at least once, and more than once.
-    seen: u16,
-    repeated: u16,
-    /// Byte `ch` of `low` (channels 0 to 7) and `high` (8 to 15): the offset of the channel's bit,
-    /// when it has exactly one.
-    low: u64,
-    high: u64,
-}
-
-impl TapDecoder {
-    /// Offsets fit a byte.
-    const MAX_TAPS: usize = 256;
-
-    /// Adds the word of window offset `k` (`k < MAX_TAPS`).
-    #[inline(always)]
-    fn add(&mut self, k: usize, word: u16) {
-        self.repeated |= self.seen & word;
-        self.seen |= word;
-        let k = k as u64;
-        self.low |= SPREAD[usize::from(word & 0xff)] * k;
-        self.high |= SPREAD[usize::from(word >> 8)] * k;
-    }
-
-    /// The offset of each channel, if every channel of `valid` had exactly one bit.
-    #[inline(always)]
-    fn one_per_channel(&self, valid: u16) -> Option<[u8; 16]> {
-        (self.seen == valid && self.repeated == 0).then(|| {
-            let mut taps = [0u8; 16];
-            taps[..8].copy_from_slice(&self.low.to_le_bytes());
-            taps[8..].copy_from_slice(&self.high.to_le_bytes());
-            taps
-        })
-    }
-}
