@@ -33,7 +33,7 @@ fn cpu(threads: usize) -> Cpu {
     Cpu::new(Parallelism::Threads(threads.try_into().unwrap())).unwrap()
 }
 
-#[divan::bench(types = [f32, half::bf16], args = [0, 1, 2], consts = [1, 2])]
+#[divan::bench(types = [f32, half::bf16, half::f16], args = [0, 1, 2], consts = [1, 2])]
 fn backward<T: PoolFloat, const THREADS: usize>(bencher: Bencher, case: usize) {
     let (shape, out) = SHAPES[case];
     let x = input::<T>(shape);
@@ -53,7 +53,7 @@ fn backward<T: PoolFloat, const THREADS: usize>(bencher: Bencher, case: usize) {
     });
 }
 
-#[divan::bench(types = [f32, half::bf16], args = [0, 1, 2], consts = [1, 2])]
+#[divan::bench(types = [f32, half::bf16, half::f16], args = [0, 1, 2], consts = [1, 2])]
 fn forward<T: PoolFloat, const THREADS: usize>(bencher: Bencher, case: usize) {
     let (shape, out) = SHAPES[case];
     let x = input::<T>(shape);
