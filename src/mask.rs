@@ -184,9 +184,19 @@ impl MaxPoolGeometry {
     }
 }
 
+/// The `Bitmask` word at byte `offset`.
 #[inline]
 pub(crate) fn read_word(bytes: &[i8], offset: usize) -> u16 {
     u16::from_le_bytes([bytes[offset] as u8, bytes[offset + 1] as u8])
+}
+
+/// `N` consecutive `Bitmask` words from byte `offset` (positions `p..p + N` of one `(n, c1, k)`
+/// row), or `None` past the end of `bytes`. A row holds 16 words more than there are positions,
+/// so 16 words from any position of a row stay inside that row.
+#[inline(always)]
+pub(crate) fn read_words<const N: usize>(bytes: &[i8], offset: usize) -> Option<[u16; N]> {
+    let run = bytes.get(offset..offset.checked_add(2 * N)?)?;
+    Some(core::array::from_fn(|l| u16::from_le_bytes([run[2 * l] as u8, run[2 * l + 1] as u8])))
 }
 
 #[inline]

@@ -354,15 +354,10 @@ fn decode_run(
     let mut repeated = [0u16; LANES];
     let mut digit = [[0u16; LANES]; 8];
     for k in ks {
-        // Always `LANES` words (one load): a row of words has 16 more than there are positions.
+        // Always `LANES` words, one load (they stay inside the row; those past the run are unused).
         let first = block.first_word + k * block.row_bytes + 2 * p;
-        let Some(run) = bits.get(first..first + 2 * LANES).and_then(|r| <&[i8; 2 * LANES]>::try_from(r).ok())
-        else {
-            return false;
-        };
-        let words: [u16; LANES] = core::array::from_fn(|l| {
-            u16::from_le_bytes([run[2 * l] as u8, run[2 * l + 1] as u8]) & block.valid
-        });
+        let Some(words) = mask::read_words::<LANES>(bits, first) else { return false };
+        let words = words.map(|w| w & block.valid);
         for l in 0..LANES {
             repeated[l] |= seen[l] & words[l];
             seen[l] |= words[l];
