@@ -250,3 +250,67 @@ proptest! {
     #[test] fn any_bitmask_f32(c in layout_cases::<f32, Bitmask>(), e in edits()) { check_any_bitmask(&c, &e)?; }
     #[test] fn any_bitmask_bf16(c in layout_cases::<half::bf16, Bitmask>(), e in edits()) { check_any_bitmask(&c, &e)?; }
 }
+
+/// Fewer planes than threads (1 to 3 planes of 100 x 100 inputs). Indices are drawn anywhere in a
+/// run of the plane (`base..base + span`, not only in their windows), so many gradients land on
+/// the same element. 2 and 7 threads against 1, bit for bit, and against the row-major `f32` sum
+/// rounded once; an index outside the plane reports the same error whatever the thread count.
+fn check_few_planes<T: PoolFloat>(
+    planes: usize,
+    base: usize,
+    span: usize,
+    seed: u64,
+    bad: Option<usize>,
+) -> Result<(), TestCaseError> {
+    let (h, w) = (100, 100);
+    let params = poolgrad::MaxPool2dParams::new([2, 2]);
+    let x = Array4::<T>::zeros((1, planes, h, w));
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut idx =
+        Array4::<i64>::from_shape_simple_fn((1, planes, 50, 50), || (base + next() as usize % span) as i64);
+    let go = Array4::<T>::from_shape_simple_fn((1, planes, 50, 50), || {
+        T::round_from_f64((next() % 2001) as f64 / 1000.0 - 1.0)
+    });
+    if let Some(k) = bad {
+        let len = idx.len();
+        idx.as_slice_mut().unwrap()[k % len] = (h * w) as i64;
+    }
+    let run = |cpu: &Cpu| poolgrad::max_pool2d_with_indices_backward_on(cpu, &go, &x, &idx, &params);
+    let one = run(&Cpu::sequential());
+    for threads in [2, 7] {
+        let many = run(common::cpu_with_threads(threads));
+        match (&one, &many) {
+            (Ok(a), Ok(b)) => {
+                prop_assert!(same_bits(&arr_f64(a.view()), &arr_f64(b.view())), "{threads} threads")
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(format!("{a:?}"), format!("{b:?}")),
+            _ => prop_assert!(false, "{threads} threads: {one:?} against {many:?}"),
+        }
+    }
+    match (&one, bad) {
+        (Ok(gi), None) => {
+            let want = common::backward_f32(arr_f64(go.view()).view(), idx.view(), h, w)
+                .mapv(|v| T::from_acc(num_traits::cast(v).unwrap()).to_f64_exact());
+            prop_assert!(same_bits(&arr_f64(gi.view()), &want), "not the row-major f32 sum rounded once");
+        }
+        (Err(poolgrad::Error::IndexOutOfRange { .. }), Some(_)) => {}
+        (other, _) => prop_assert!(false, "unexpected {other:?}"),
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    #[test] fn few_planes_f32(planes in 1..=3usize, base in 0..9_000usize, span in 1..=1_000usize, seed: u64, bad in proptest::option::of(any::<usize>())) {
+        check_few_planes::<f32>(planes, base, span, seed, bad)?;
+    }
+    #[test] fn few_planes_bf16(planes in 1..=3usize, base in 0..9_000usize, span in 1..=1_000usize, seed: u64, bad in proptest::option::of(any::<usize>())) {
+        check_few_planes::<half::bf16>(planes, base, span, seed, bad)?;
+    }
+}
