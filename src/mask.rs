@@ -140,18 +140,6 @@ impl MaxPoolGeometry {
         inside.then(|| ih as usize * self.w + iw as usize)
     }
 
-    /// The window offset of flat input index `flat` at output position `p`, if it lies in that
-    /// window.
-    pub(crate) fn offset_of(&self, p: usize, flat: usize) -> Option<usize> {
-        let [kh, kw] = self.params.kernel();
-        let (oh, ow) = (p / self.wo, p % self.wo);
-        let i = (flat / self.w) as i128
-            - pool_window_origin(oh, self.params.stride()[0], self.params.padding()[0]);
-        let j = (flat % self.w) as i128
-            - pool_window_origin(ow, self.params.stride()[1], self.params.padding()[1]);
-        ((0..kh as i128).contains(&i) && (0..kw as i128).contains(&j)).then(|| i as usize * kw + j as usize)
-    }
-
     /// Phase-1 checks of `L` on these sizes: an `I32Argmax` mask must hold `4·N·C·Ho·Wo` bytes and
     /// planes addressable by `i32`.
     pub(crate) fn check_layout<L: MaskLayout>(&self, op: &'static str) -> Result<()> {
@@ -217,12 +205,110 @@ pub(crate) fn encode<I: ArgmaxIndex>(
     indices: &[I],
     out: &mut [i8],
 ) -> Result<()> {
+    let parts = EncodeParts::new(kind, g, indices.len(), out.len());
+    for part in 0..parts.count() {
+        let (ix, bytes) = (&indices[parts.indices(part)], &mut out[parts.bytes(part)]);
+        encode_part(op, arg, kind, g, parts.first_element(part), ix, bytes)?;
+    }
+    out[parts.tail()].fill(0);
+    Ok(())
+}
+
+/// How an encoding splits into independent parts (for threads): `I32Argmax` into runs of
+/// values, `Bitmask` into `(n, 16-channel block)`s; each part owns a run of the indices and a
+/// run of the mask bytes. The bytes past the last part ([`EncodeParts::tail`]) are only zeroed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EncodeParts {
+    kind: LayoutKind,
+    /// Parts, values per part (`I32Argmax`) or channels and positions (`Bitmask`).
+    count: usize,
+    values: usize,
+    total: usize,
+    c: usize,
+    positions: usize,
+    block_bytes: usize,
+    bytes: usize,
+}
+
+impl EncodeParts {
+    /// `I32Argmax` values per part.
+    const RUN: usize = 1 << 16;
+
+    pub(crate) fn new(kind: LayoutKind, g: &MaxPoolGeometry, values: usize, bytes: usize) -> Self {
+        let (count, block_bytes) = match kind {
+            LayoutKind::I32Argmax => (values.div_ceil(Self::RUN), 0),
+            LayoutKind::Bitmask => {
+                (if values == 0 { 0 } else { g.n * g.channel_blocks() }, g.word_offset(0, 1, 0, 0))
+            }
+        };
+        EncodeParts {
+            kind,
+            count,
+            values: Self::RUN,
+            total: values,
+            c: g.c,
+            positions: g.positions(),
+            block_bytes,
+            bytes,
+        }
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The element (row-major, in the indices) of the part's first index.
+    pub(crate) fn first_element(&self, part: usize) -> usize {
+        self.indices(part).start
+    }
+
+    pub(crate) fn indices(&self, part: usize) -> core::ops::Range<usize> {
+        match self.kind {
+            LayoutKind::I32Argmax => part * self.values..((part + 1) * self.values).min(self.total),
+            LayoutKind::Bitmask => {
+                let c1s = self.c.div_ceil(16);
+                let channel = |b: usize| (b / c1s) * self.c + ((b % c1s) * 16).min(self.c);
+                channel(part) * self.positions..channel(part + 1) * self.positions
+            }
+        }
+    }
+
+    pub(crate) fn bytes(&self, part: usize) -> core::ops::Range<usize> {
+        match self.kind {
+            LayoutKind::I32Argmax => {
+                let values = self.indices(part);
+                4 * values.start..4 * values.end
+            }
+            LayoutKind::Bitmask => part * self.block_bytes..(part + 1) * self.block_bytes,
+        }
+    }
+
+    /// The bytes after the last part.
+    pub(crate) fn tail(&self) -> core::ops::RangeFrom<usize> {
+        match self.count {
+            0 => 0..,
+            n => self.bytes(n - 1).end.min(self.bytes)..,
+        }
+    }
+}
+
+/// Encodes one part (see [`EncodeParts`]): `indices` from element `first` on, into `out`, which
+/// it fills entirely (zeros where no bit or value goes).
+pub(crate) fn encode_part<I: ArgmaxIndex>(
+    op: &'static str,
+    arg: &'static str,
+    kind: LayoutKind,
+    g: &MaxPoolGeometry,
+    first: usize,
+    indices: &[I],
+    out: &mut [i8],
+) -> Result<()> {
     out.fill(0);
     let plane = g.h * g.w;
     let bad = |e: usize, v: I| Error::IndexOutOfRange {
         op,
         arg,
-        position: g.pooled_position(e),
+        position: g.pooled_position(first + e),
         value: v.to_i64(),
         plane,
     };
@@ -236,22 +322,34 @@ pub(crate) fn encode<I: ArgmaxIndex>(
             }
         }
         LayoutKind::Bitmask => {
-            let p_count = g.positions();
-            for (e, &v) in indices.iter().enumerate() {
-                let flat = v.flat_in(plane).ok_or_else(|| bad(e, v))?;
-                let (plane_index, p) = (e / p_count, e % p_count);
-                let (n, c) = (plane_index / g.c, plane_index % g.c);
-                let k = g.offset_of(p, flat).ok_or_else(|| Error::IndexNotInWindow {
-                    op,
-                    arg,
-                    position: g.pooled_position(e),
-                    value: v.to_i64(),
-                })?;
-                let o = g.word_offset(n, c / 16, k, p);
-                let word = read_word(out, o) | 1 << (c % 16);
-                let [lo, hi] = word.to_le_bytes();
-                out[o] = lo as i8;
-                out[o + 1] = hi as i8;
+            // One (n, 16-channel block): its channels' indices, one plane of positions each.
+            let [kh, kw] = g.params.kernel();
+            let ([sh, sw], [ph, pw]) = (g.params.stride(), g.params.padding());
+            let row_bytes = g.word_offset(0, 0, 1, 0);
+            let positions = g.positions().max(1);
+            for (bit, channel) in indices.chunks(positions).enumerate() {
+                for (p, &v) in channel.iter().enumerate() {
+                    let flat = v.flat_in(plane).ok_or_else(|| bad(bit * positions + p, v))?;
+                    let (ih, iw) = (flat / g.w, flat % g.w);
+                    let (oh, ow) = (p / g.wo, p % g.wo);
+                    // The window offset, if the index lies in its window (rows and columns
+                    // counted from the window's origin `o·s - pad`).
+                    let i = (ih + ph).wrapping_sub(oh * sh);
+                    let j = (iw + pw).wrapping_sub(ow * sw);
+                    if i >= kh || j >= kw {
+                        return Err(Error::IndexNotInWindow {
+                            op,
+                            arg,
+                            position: g.pooled_position(first + bit * positions + p),
+                            value: v.to_i64(),
+                        });
+                    }
+                    let o = (i * kw + j) * row_bytes + 2 * p;
+                    let word = read_word(out, o) | 1 << bit;
+                    let [lo, hi] = word.to_le_bytes();
+                    out[o] = lo as i8;
+                    out[o + 1] = hi as i8;
+                }
             }
         }
     }

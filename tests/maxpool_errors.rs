@@ -232,6 +232,14 @@ fn indices_outside_their_window_cannot_be_bitmask_encoded() {
     assert_message(&e, &["`indices`", "[0, 0, 1]", "outside"]);
     // The I32Argmax layout stores any in-plane index.
     assert!(Mask::<I32Argmax, _>::from_indices(&idx, &params, &[1, 4, 4]).is_ok());
+    // Just past the window: one row below (row 2 for output row 0) and one column right (column 2
+    // for output column 0), and just before it (row 1 for output row 1, in a 2x2 window at 2).
+    for (at, value) in [(0, 8i64), (0, 2), (2, 5)] {
+        let mut idx = array![[[1i64, 3], [9, 11]]];
+        idx.as_slice_mut().unwrap()[at] = value;
+        let e = Mask::<Bitmask, _>::from_indices(&idx, &params, &[1, 4, 4]).unwrap_err();
+        assert!(matches!(e, Error::IndexNotInWindow { value: v, .. } if v == value), "{value}: {e:?}");
+    }
     let idx = array![[[1i64, 16], [8, 10]]];
     let e = Mask::<I32Argmax, _>::from_indices(&idx, &params, &[1, 4, 4]).unwrap_err();
     assert!(matches!(e, Error::IndexOutOfRange { value: 16, plane: 16, .. }), "{e:?}");

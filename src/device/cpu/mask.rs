@@ -51,10 +51,52 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         let idx = carver.region::<i32>(g.planes() * g.positions())?;
         let scratch = p.scratch::<T>(&mut carver)?;
         forward::pool(self, planes(g), &p, x, out.slice(), idx, scratch);
-        mask::encode(OP, "mask", L::KIND, g, idx, bytes.slice())?;
+        encode(self, OP, L::KIND, g, idx, bytes.slice())?;
         out.finish(OP, "output")?;
         bytes.finish(OP, "mask")
     }
+}
+
+/// Encodes the forward's indices into the mask, the parts of the encoding (runs of values, or
+/// 16-channel blocks) shared among the threads. The first bad index (row-major) is the error.
+fn encode(
+    cpu: &Cpu,
+    op: &'static str,
+    kind: LayoutKind,
+    g: &MaxPoolGeometry,
+    indices: &[i32],
+    out: &mut [i8],
+) -> Result<()> {
+    let parts = mask::EncodeParts::new(kind, g, indices.len(), out.len());
+    let (mut rest, tail) = out.split_at_mut(parts.tail().start.min(out.len()));
+    tail.fill(0);
+    let per = planes_per_task(parts.count(), task_count(cpu, parts.count()));
+    let mut tasks = Vec::new();
+    for first in (0..parts.count()).step_by(per) {
+        let runs = first..(first + per).min(parts.count());
+        let len = parts.bytes(runs.end - 1).end - parts.bytes(first).start;
+        let (head, after) = core::mem::take(&mut rest).split_at_mut(len);
+        rest = after;
+        tasks.push((runs, head));
+    }
+    let results = cpu.map_tasks(tasks, |(runs, out)| {
+        let base = parts.bytes(runs.start).start;
+        for part in runs {
+            let bytes = parts.bytes(part);
+            let out = &mut out[bytes.start - base..bytes.end - base];
+            mask::encode_part(
+                op,
+                "mask",
+                kind,
+                g,
+                parts.first_element(part),
+                &indices[parts.indices(part)],
+                out,
+            )?;
+        }
+        Ok(())
+    });
+    results.into_iter().collect()
 }
 
 /// Phase-1 state of a mask backward.
