@@ -91,6 +91,15 @@ def main():
         f = ours2["fwd_" + name]["median_s"]
         t, to = extra[(name, "forward")], extra[(name, "forward_out")]
         print(f"| {name} | {ms(t)} | {ms(to)} | {ms(f)} | {min(t, to) / f:.2f}x |")
+    print()
+    print("| mask forward (2 threads) | PyTorch `max_pool2d_with_indices`, ms | poolgrad plan, ms | PyTorch / poolgrad |")
+    print("|---|---|---|---|")
+    for name in anchor2:
+        for layout in ("i32argmax", "bitmask"):
+            o = ours2.get(f"fwd_{name}_{layout}")
+            if o is not None:
+                t = min(extra[(name, "forward")], extra[(name, "forward_out")])
+                print(f"| {name}_{layout} | {ms(t)} | {ms(o['median_s'])} | {t / o['median_s']:.2f}x |")
     svg_chart(chart, args.svg)
     print(f"\n(chart written to {os.path.relpath(args.svg, ROOT)})", file=sys.stderr)
 
