@@ -3,9 +3,11 @@
 //! Shapes are the anchor cases of `shared/tools/torch-anchor/bench.py` scaled to a quick run.
 //! Timing belongs here and in examples, never in unit tests.
 
+mod common;
+
+use common::{cpu, input};
 use divan::{Bencher, black_box};
 use ndarray::Array4;
-use poolgrad::device::cpu::{Cpu, Parallelism};
 use poolgrad::op::{AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward};
 use poolgrad::{Plan, PoolFloat, TensorMut, TensorRef, Workspace};
 
@@ -21,17 +23,6 @@ const SHAPES: [Case; 3] = [
     ((8, 256, 30, 30), [7, 7]), // overlapping windows
     ((16, 2048, 7, 7), [1, 1]), // global pooling
 ];
-
-fn input<T: PoolFloat>(shape: (usize, usize, usize, usize)) -> Array4<T> {
-    Array4::from_shape_fn(shape, |(n, c, h, w)| {
-        let v = ((n * 31 + c * 17 + h * 7 + w * 3) % 101) as f32;
-        T::from_acc(num_traits::cast(v).unwrap())
-    })
-}
-
-fn cpu(threads: usize) -> Cpu {
-    Cpu::new(Parallelism::Threads(threads.try_into().unwrap())).unwrap()
-}
 
 #[divan::bench(types = [f32, half::bf16, half::f16], args = [0, 1, 2], consts = [1, 2])]
 fn backward<T: PoolFloat, const THREADS: usize>(bencher: Bencher, case: usize) {

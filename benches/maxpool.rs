@@ -4,9 +4,11 @@
 //! Shapes are the max-pooling anchor cases of `shared/tools/torch-anchor/bench.py` scaled to a
 //! quick run. Timing belongs here and in examples, never in unit tests.
 
+mod common;
+
+use common::{cpu, input};
 use divan::{Bencher, black_box};
 use ndarray::Array4;
-use poolgrad::device::cpu::{Cpu, Parallelism};
 use poolgrad::op::{
     MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward,
 };
@@ -32,17 +34,6 @@ fn case(index: usize) -> ((usize, usize, usize, usize), MaxPool2dParams) {
             MaxPool2dParams::new([3, 3]).with_stride([1, 1]).with_padding([1, 1]).with_ceil_mode(true),
         ),
     }
-}
-
-fn input<T: PoolFloat>(shape: (usize, usize, usize, usize)) -> Array4<T> {
-    Array4::from_shape_fn(shape, |(n, c, h, w)| {
-        let v = ((n * 31 + c * 17 + h * 7 + w * 3) % 101) as f32;
-        T::from_acc(num_traits::cast(v).unwrap())
-    })
-}
-
-fn cpu(threads: usize) -> Cpu {
-    Cpu::new(Parallelism::Threads(threads.try_into().unwrap())).unwrap()
 }
 
 #[divan::bench(types = [f32, half::bf16], args = [0, 1, 2], consts = [1, 2])]
