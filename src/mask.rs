@@ -220,9 +220,9 @@ pub(crate) fn encode<I: ArgmaxIndex>(
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct EncodeParts {
     kind: LayoutKind,
-    /// Parts, values per part (`I32Argmax`) or channels and positions (`Bitmask`).
+    /// Parts; all the values (`I32Argmax`); channels, positions and bytes of a block
+    /// (`Bitmask`); the mask's bytes.
     count: usize,
-    values: usize,
     total: usize,
     c: usize,
     positions: usize,
@@ -241,16 +241,7 @@ impl EncodeParts {
                 (if values == 0 { 0 } else { g.n * g.channel_blocks() }, g.word_offset(0, 1, 0, 0))
             }
         };
-        EncodeParts {
-            kind,
-            count,
-            values: Self::RUN,
-            total: values,
-            c: g.c,
-            positions: g.positions(),
-            block_bytes,
-            bytes,
-        }
+        EncodeParts { kind, count, total: values, c: g.c, positions: g.positions(), block_bytes, bytes }
     }
 
     pub(crate) fn count(&self) -> usize {
@@ -264,7 +255,7 @@ impl EncodeParts {
 
     pub(crate) fn indices(&self, part: usize) -> core::ops::Range<usize> {
         match self.kind {
-            LayoutKind::I32Argmax => part * self.values..((part + 1) * self.values).min(self.total),
+            LayoutKind::I32Argmax => part * Self::RUN..((part + 1) * Self::RUN).min(self.total),
             LayoutKind::Bitmask => {
                 let c1s = self.c.div_ceil(16);
                 let channel = |b: usize| (b / c1s) * self.c + ((b % c1s) * 16).min(self.c);

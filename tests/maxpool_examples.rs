@@ -293,3 +293,32 @@ macro_rules! for_all_types {
 }
 
 for_all_types!(overlapping, dilation);
+
+/// Large enough that the mask forward encodes in several parts on several threads (`I32Argmax`:
+/// runs of 65,536 values; `Bitmask`: 16-channel blocks, here two per image, the second partial):
+/// the mask holds the same arg-max as the indices forward, at every thread count.
+#[test]
+fn large_masks_encode_in_parts_on_every_thread_count() {
+    let x = ndarray::Array4::from_shape_fn((2, 20, 64, 60), |(n, c, h, w)| {
+        ((n * 7919 + c * 104_729 + h * 31 + w * 17) % 1009) as f32
+    });
+    let params = MaxPool2dParams::new([2, 2]);
+    let want = max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap().indices;
+    assert!(want.len() > 65_536 / 2, "{} outputs", want.len());
+    let big = ndarray::Array4::from_shape_fn((1, 3, 300, 300), |(_, c, h, w)| {
+        ((c * 13 + h * 7 + w * 3) % 97) as f32
+    });
+    let want_big = max_pool2d_with_indices::<f32, i64, _, _>(&big, &params).unwrap().indices;
+    assert!(want_big.len() > 65_536, "{} outputs", want_big.len());
+    for threads in [1, 2, 7] {
+        let cpu = poolgrad::device::cpu::Cpu::new(poolgrad::device::cpu::Parallelism::Threads(
+            threads.try_into().unwrap(),
+        ))
+        .unwrap();
+        let bits = poolgrad::max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&cpu, &x, &params).unwrap();
+        assert_eq!(bits.mask.to_indices::<i64>().unwrap(), want, "Bitmask, {threads} threads");
+        let values =
+            poolgrad::max_pool2d_with_mask_on::<_, f32, I32Argmax, _, _>(&cpu, &big, &params).unwrap();
+        assert_eq!(values.mask.to_indices::<i64>().unwrap(), want_big, "I32Argmax, {threads} threads");
+    }
+}
