@@ -206,12 +206,9 @@ pub(crate) fn encode<I: ArgmaxIndex>(
     out: &mut [i8],
 ) -> Result<()> {
     let parts = EncodeParts::new(kind, g, indices.len(), out.len());
-    for part in 0..parts.count() {
-        let (ix, bytes) = (&indices[parts.indices(part)], &mut out[parts.bytes(part)]);
-        encode_part(op, arg, kind, g, parts.first_element(part), ix, bytes)?;
-    }
-    out[parts.tail()].fill(0);
-    Ok(())
+    let (body, tail) = out.split_at_mut(parts.tail().start.min(out.len()));
+    tail.fill(0);
+    parts.encode_runs(op, arg, g, 0..parts.count(), indices, body)
 }
 
 /// How an encoding splits into independent parts (for threads): `I32Argmax` into runs of
@@ -274,6 +271,26 @@ impl EncodeParts {
         }
     }
 
+    /// Encodes parts `runs` (consecutive) of `indices` into `out`, their bytes (from the first
+    /// part's first byte on).
+    pub(crate) fn encode_runs<I: ArgmaxIndex>(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        g: &MaxPoolGeometry,
+        runs: core::ops::Range<usize>,
+        indices: &[I],
+        out: &mut [i8],
+    ) -> Result<()> {
+        let base = self.bytes(runs.start).start;
+        for part in runs {
+            let bytes = self.bytes(part);
+            let out = &mut out[bytes.start - base..bytes.end - base];
+            encode_part(op, arg, self.kind, g, self.first_element(part), &indices[self.indices(part)], out)?;
+        }
+        Ok(())
+    }
+
     /// The bytes after the last part.
     pub(crate) fn tail(&self) -> core::ops::RangeFrom<usize> {
         match self.count {
@@ -285,7 +302,7 @@ impl EncodeParts {
 
 /// Encodes one part (see [`EncodeParts`]): `indices` from element `first` on, into `out`, which
 /// it fills entirely (zeros where no bit or value goes).
-pub(crate) fn encode_part<I: ArgmaxIndex>(
+fn encode_part<I: ArgmaxIndex>(
     op: &'static str,
     arg: &'static str,
     kind: LayoutKind,

@@ -79,23 +79,7 @@ fn encode(
         rest = after;
         tasks.push((runs, head));
     }
-    let results = cpu.map_tasks(tasks, |(runs, out)| {
-        let base = parts.bytes(runs.start).start;
-        for part in runs {
-            let bytes = parts.bytes(part);
-            let out = &mut out[bytes.start - base..bytes.end - base];
-            mask::encode_part(
-                op,
-                "mask",
-                kind,
-                g,
-                parts.first_element(part),
-                &indices[parts.indices(part)],
-                out,
-            )?;
-        }
-        Ok(())
-    });
+    let results = cpu.map_tasks(tasks, |(runs, out)| parts.encode_runs(op, "mask", g, runs, indices, out));
     results.into_iter().collect()
 }
 
