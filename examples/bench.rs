@@ -39,8 +39,8 @@ enum DType {
     BF16,
 }
 
-/// The anchor's cases: name, kind, dtype, shape.
-const CASES: [(&str, DType, [usize; 4], Kind); 9] = [
+/// The anchor's cases, then ours alone: name, kind, dtype, shape.
+const CASES: [(&str, DType, [usize; 4], Kind); 10] = [
     ("adaptive_div_f32", DType::F32, [32, 256, 28, 28], Kind::Adaptive([7, 7])),
     ("adaptive_ovl_f32", DType::F32, [32, 256, 30, 30], Kind::Adaptive([7, 7])),
     ("adaptive_ovl_bf16", DType::BF16, [32, 256, 30, 30], Kind::Adaptive([7, 7])),
@@ -50,6 +50,8 @@ const CASES: [(&str, DType, [usize; 4], Kind); 9] = [
     ("maxpool_stem_bf16", DType::BF16, [32, 64, 112, 112], Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false }),
     ("maxpool_k2_f32", DType::F32, [32, 128, 56, 56], Kind::MaxPool { k: 2, s: 2, p: 0, ceil: false }),
     ("maxpool_s1_b1_f32", DType::F32, [1, 64, 264, 264], Kind::MaxPool { k: 3, s: 1, p: 1, ceil: true }),
+    // Not in the anchor: a single plane, fewer planes than threads.
+    ("maxpool_plane_f32", DType::F32, [1, 1, 2048, 2048], Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false }),
 ];
 
 struct Args {

@@ -79,14 +79,16 @@ pub fn pool_len(n: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) ->
         .count()
 }
 
-/// A CPU device with a dedicated pool of 2 or 7 threads, built once per test binary.
+/// A CPU device with a dedicated pool of 2, 3 or 7 threads, built once per test binary.
 pub fn cpu_with_threads(threads: usize) -> &'static Cpu {
-    static POOLS: OnceLock<[Cpu; 2]> = OnceLock::new();
-    let pools = POOLS
-        .get_or_init(|| [2usize, 7].map(|t| Cpu::new(Parallelism::Threads(t.try_into().unwrap())).unwrap()));
+    static POOLS: OnceLock<[Cpu; 3]> = OnceLock::new();
+    let pools = POOLS.get_or_init(|| {
+        [2usize, 3, 7].map(|t| Cpu::new(Parallelism::Threads(t.try_into().unwrap())).unwrap())
+    });
     match threads {
         2 => &pools[0],
-        7 => &pools[1],
+        3 => &pools[1],
+        7 => &pools[2],
         _ => panic!("no pool of {threads} threads"),
     }
 }

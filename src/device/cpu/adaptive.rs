@@ -3,7 +3,7 @@
 
 use super::Cpu;
 use super::forward::{self, ForwardPrepared, Planes, Taps};
-use super::scatter::{self, ScatterPrepared, ScatterShape};
+use super::scatter::{self, ScatterPrepared};
 use crate::alloc::collect_exact;
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
@@ -27,10 +27,6 @@ fn taps(g: &AdaptiveGeometry, input: usize, output: usize) -> Result<Vec<Taps>> 
 
 fn planes(g: &AdaptiveGeometry) -> Planes {
     Planes { count: g.planes(), h: g.h, w: g.w, ho: g.ho, wo: g.wo }
-}
-
-fn scatter_shape(g: &AdaptiveGeometry) -> ScatterShape {
-    ScatterShape { planes: g.planes(), hw: g.h * g.w, ohw: g.ho * g.wo }
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for Cpu {
@@ -75,7 +71,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         g: &AdaptiveGeometry,
     ) -> Result<(ScatterPrepared, usize)> {
         const OP: &str = "adaptive_max_pool2d_backward";
-        scatter::prepare_indexed(self, OP, &op.grad_output, &op.indices, &op.grad_input, scatter_shape(g))
+        let views = (&op.grad_output, &op.indices, &op.grad_input);
+        scatter::prepare_indexed(self, OP, views, planes(g), &taps(g, g.h, g.ho)?)
     }
 
     fn launch(
@@ -87,8 +84,6 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
     ) -> Result<()> {
         const OP: &str = "adaptive_max_pool2d_backward";
         let views = (op.grad_output, op.indices, op.grad_input);
-        scatter::run_indexed(self, OP, views, scatter_shape(g), &p, memory, |e, v| {
-            g.index_error(OP, "indices", e, v)
-        })
+        scatter::run_indexed(self, OP, views, &p, memory, |e, v| g.index_error(OP, "indices", e, v))
     }
 }

@@ -19,6 +19,16 @@ pub(super) struct Taps {
     pub step: usize,
 }
 
+impl Taps {
+    /// The input positions from the first tap to the last (empty without taps).
+    pub(super) fn span(&self) -> core::ops::Range<usize> {
+        match self.count {
+            0 => self.start..self.start,
+            n => self.start..self.start + (n - 1) * self.step + 1,
+        }
+    }
+}
+
 /// Phase-1 state of a forward: the taps of every output row and column, and how the work is
 /// split.
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use num_traits::Zero;
 
 use super::Cpu;
 use super::forward::{self, ForwardPrepared, Taps, planes_per_task, task_count};
-use super::maxpool::{planes, prepare_forward, scatter_shape};
+use super::maxpool::{planes, prepare_forward, prepare_scatter};
 use super::scatter::{self, ScatterPrepared};
 use super::workspace::{Carver, Sizer};
 use crate::alloc::collect_exact;
@@ -183,7 +183,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                     sizer.region::<i32>(count)?;
                 }
                 sizer.stage(&op.grad_input.as_ref().view())?;
-                let scatter = ScatterPrepared::new::<T>(self, scatter_shape(g), &mut sizer)?;
+                let scatter = prepare_scatter::<T>(self, g, &mut sizer)?;
                 MaskBackwardPrepared::I32Argmax { scatter, copy_values: !in_place }
             }
             LayoutKind::Bitmask => {
@@ -225,8 +225,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                 };
                 let mut gi = carver.output(grad_input.into_view())?;
                 let scratch = scatter.scratch::<T>(&mut carver)?;
-                let checked =
-                    scatter::scatter(self, scatter_shape(g), &scatter, go, values, gi.slice(), scratch);
+                let checked = scatter::scatter(self, &scatter, go, values, gi.slice(), scratch);
                 gi.finish(OP, "grad_input")?;
                 checked.map_err(|bad| g.index_error(OP, "mask", bad.element, bad.value))
             }

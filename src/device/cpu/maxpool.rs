@@ -3,7 +3,7 @@
 
 use super::Cpu;
 use super::forward::{self, ForwardPrepared, Planes, Taps};
-use super::scatter::{self, ScatterPrepared, ScatterShape};
+use super::scatter::{self, ScatterPrepared};
 use super::workspace::Sizer;
 use crate::alloc::collect_exact;
 use crate::device::internal::Launch;
@@ -43,8 +43,13 @@ pub(super) fn planes(g: &MaxPoolGeometry) -> Planes {
     Planes { count: g.planes(), h: g.h, w: g.w, ho: g.ho, wo: g.wo }
 }
 
-pub(super) fn scatter_shape(g: &MaxPoolGeometry) -> ScatterShape {
-    ScatterShape { planes: g.planes(), hw: g.h * g.w, ohw: g.positions() }
+/// The backward state of a max pooling with flat indices, with its scratch added to `sizer`.
+pub(super) fn prepare_scatter<T: PoolFloat>(
+    cpu: &Cpu,
+    g: &MaxPoolGeometry,
+    sizer: &mut Sizer,
+) -> Result<ScatterPrepared> {
+    ScatterPrepared::new::<T>(cpu, planes(g), &window_taps(g)?.0, sizer)
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> for Cpu {
@@ -89,7 +94,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         g: &MaxPoolGeometry,
     ) -> Result<(ScatterPrepared, usize)> {
         const OP: &str = "max_pool2d_with_indices_backward";
-        scatter::prepare_indexed(self, OP, &op.grad_output, &op.indices, &op.grad_input, scatter_shape(g))
+        let views = (&op.grad_output, &op.indices, &op.grad_input);
+        scatter::prepare_indexed(self, OP, views, planes(g), &window_taps(g)?.0)
     }
 
     fn launch(
@@ -101,8 +107,6 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
     ) -> Result<()> {
         const OP: &str = "max_pool2d_with_indices_backward";
         let views = (op.grad_output, op.indices, op.grad_input);
-        scatter::run_indexed(self, OP, views, scatter_shape(g), &p, memory, |e, v| {
-            g.index_error(OP, "indices", e, v)
-        })
+        scatter::run_indexed(self, OP, views, &p, memory, |e, v| g.index_error(OP, "indices", e, v))
     }
 }

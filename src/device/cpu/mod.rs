@@ -1,7 +1,8 @@
 //! The CPU device: safe Rust kernels, sequential or on rayon thread pools.
 //!
-//! Work is split over `(n, c)` planes; each plane is computed by one task in a fixed order, so
-//! results are bit-identical for every thread count.
+//! Work is split over `(n, c)` planes or, with fewer planes than threads, over bands of rows of
+//! each plane; every output element is computed by one task, in a fixed order, so results are
+//! bit-identical for every thread count.
 
 use core::fmt;
 use core::num::NonZeroUsize;
@@ -50,10 +51,11 @@ impl fmt::Debug for Parallelism {
 /// The CPU device.
 ///
 /// ```
-/// use poolgrad::device::cpu::{Cpu, Parallelism};
+/// use poolgrad::device::cpu::Cpu;
 /// let seq = Cpu::sequential();
 /// assert_eq!(seq.threads(), 1);
 /// # #[cfg(feature = "rayon")] {
+/// use poolgrad::device::cpu::Parallelism;
 /// let two = Cpu::new(Parallelism::Threads(2.try_into().unwrap()))?;
 /// assert_eq!(two.threads(), 2);
 /// # }

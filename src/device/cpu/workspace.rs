@@ -50,6 +50,11 @@ impl Sizer {
     pub(super) fn total(&self) -> usize {
         self.bytes
     }
+
+    /// The operation being planned (for the errors of its other phase-1 allocations).
+    pub(super) fn op(&self) -> &'static str {
+        self.op
+    }
 }
 
 /// Phase 2: hands out the regions a [`Sizer`] counted, in the same order.

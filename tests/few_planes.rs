@@ -1,0 +1,228 @@
+//! Backwards with fewer planes than threads. The CPU then cuts each plane into bands of input
+//! rows, each band reading the gradient rows whose windows reach it; an index outside its
+//! window's rows (allowed: the backward adds a gradient wherever its index points) makes the
+//! plane be redone whole. These properties draw indices inside their windows (the forward's
+//! case, and the bands' fast path), optionally move one anywhere in the plane (the redo) or out
+//! of it (the error), and check 2, 3 and 7 threads against 1, bit for bit, and against the
+//! row-major `f32` sum rounded once. Windows are listed here from their definitions, not from
+//! the crate.
+
+mod common;
+
+use common::{arr_f64, same_bits};
+use ndarray::Array4;
+use poolgrad::device::cpu::Cpu;
+use poolgrad::{I32Argmax, Mask, MaxPool2dParams, PoolFloat};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+/// The pooling whose backward runs.
+#[derive(Debug, Clone)]
+enum Pooling {
+    Max(MaxPool2dParams),
+    Adaptive([usize; 2]),
+}
+
+/// The input positions window `o` of an axis reads (sorted, in range).
+fn window(pooling: &Pooling, axis: usize, n: usize, o: usize) -> Vec<usize> {
+    match pooling {
+        Pooling::Max(p) => {
+            let [k, s, pad, d] = [p.kernel()[axis], p.stride()[axis], p.padding()[axis], p.dilation()[axis]];
+            (0..k)
+                .map(|i| (o * s + i * d) as i64 - pad as i64)
+                .filter(|&t| t >= 0 && t < n as i64)
+                .map(|t| t as usize)
+                .collect()
+        }
+        Pooling::Adaptive(out) => {
+            let m = out[axis];
+            ((o * n) / m..((o + 1) * n).div_ceil(m)).collect()
+        }
+    }
+}
+
+fn output_len(pooling: &Pooling, axis: usize, n: usize) -> usize {
+    match pooling {
+        Pooling::Max(p) => common::pool_len(
+            n,
+            p.kernel()[axis],
+            p.stride()[axis],
+            p.padding()[axis],
+            p.dilation()[axis],
+            p.ceil_mode(),
+        ),
+        Pooling::Adaptive(out) => out[axis],
+    }
+}
+
+/// What happens to one index after they are drawn in their windows.
+#[derive(Debug, Clone, Copy)]
+enum Edit {
+    None,
+    /// Index `at` (modulo the count) points anywhere in its plane (`to` modulo `H * W`).
+    Anywhere {
+        at: usize,
+        to: usize,
+    },
+    /// Index `at` points past its plane.
+    OutOfPlane {
+        at: usize,
+    },
+}
+
+fn edits() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        2 => Just(Edit::None),
+        1 => (any::<usize>(), any::<usize>()).prop_map(|(at, to)| Edit::Anywhere { at, to }),
+        1 => any::<usize>().prop_map(|at| Edit::OutOfPlane { at }),
+    ]
+}
+
+fn max_poolings() -> impl Strategy<Value = Pooling> {
+    (1..=4usize, 1..=3usize, 1..=3usize, 0..=2usize, any::<bool>(), 1..=3usize).prop_map(
+        |(k, s, d, p, ceil, kw)| {
+            let params = MaxPool2dParams::new([k, kw])
+                .with_stride([s, 1])
+                .with_padding([p.min(k / 2), 0])
+                .with_dilation([d, 1])
+                .with_ceil_mode(ceil);
+            Pooling::Max(params)
+        },
+    )
+}
+
+fn adaptive_poolings() -> impl Strategy<Value = Pooling> {
+    (1..=45usize, 1..=9usize).prop_map(|(ho, wo)| Pooling::Adaptive([ho, wo]))
+}
+
+fn check<T: PoolFloat>(
+    pooling: Pooling,
+    planes: usize,
+    [h, w]: [usize; 2],
+    seed: u64,
+    edit: Edit,
+) -> Result<(), TestCaseError> {
+    let (ho, wo) = (output_len(&pooling, 0, h), output_len(&pooling, 1, w));
+    prop_assume!(ho > 0 && wo > 0);
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let rows: Vec<Vec<usize>> = (0..ho).map(|o| window(&pooling, 0, h, o)).collect();
+    let cols: Vec<Vec<usize>> = (0..wo).map(|o| window(&pooling, 1, w, o)).collect();
+    // Windows of padding alone are an error of the parameters, tested elsewhere.
+    prop_assume!(rows.iter().chain(&cols).all(|taps| !taps.is_empty()));
+    let mut idx = Array4::<i64>::from_shape_fn((1, planes, ho, wo), |(_, _, oh, ow)| {
+        let (r, c) = (&rows[oh], &cols[ow]);
+        (r[next() as usize % r.len()] * w + c[next() as usize % c.len()]) as i64
+    });
+    let count = idx.len();
+    match edit {
+        Edit::None => {}
+        Edit::Anywhere { at, to } => idx.as_slice_mut().unwrap()[at % count] = (to % (h * w)) as i64,
+        Edit::OutOfPlane { at } => idx.as_slice_mut().unwrap()[at % count] = (h * w) as i64,
+    }
+    // Three decimals in [-1, 1]: sums that depend on their order in f32 and in the half types.
+    let go = Array4::<T>::from_shape_simple_fn((1, planes, ho, wo), || {
+        T::round_from_f64((next() % 2001) as f64 / 1000.0 - 1.0)
+    });
+    let x = Array4::<T>::zeros((1, planes, h, w));
+    let run = |cpu: &Cpu| match &pooling {
+        Pooling::Max(params) => poolgrad::max_pool2d_with_indices_backward_on(cpu, &go, &x, &idx, params),
+        Pooling::Adaptive(_) => poolgrad::adaptive_max_pool2d_backward_on(cpu, &go, &x, &idx),
+    };
+    let one = run(&Cpu::sequential());
+    for threads in [2, 3, 7] {
+        let many = run(common::cpu_with_threads(threads));
+        match (&one, &many) {
+            (Ok(a), Ok(b)) => {
+                prop_assert!(same_bits(&arr_f64(a.view()), &arr_f64(b.view())), "{threads} threads")
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(format!("{a:?}"), format!("{b:?}")),
+            _ => prop_assert!(false, "{threads} threads: {one:?} against {many:?}"),
+        }
+    }
+    match (&one, edit) {
+        (Ok(gi), Edit::None | Edit::Anywhere { .. }) => {
+            let want = common::backward_f32(arr_f64(go.view()).view(), idx.view(), h, w)
+                .mapv(|v| T::from_acc(num_traits::cast(v).unwrap()).to_f64_exact());
+            prop_assert!(same_bits(&arr_f64(gi.view()), &want), "not the row-major f32 sum rounded once");
+            // The same indices as an `I32Argmax` mask go through the same kernel (masks have
+            // no dilation, and 1x1 kernels have no room for that layout).
+            if let Pooling::Max(params) = &pooling
+                && params.dilation() == [1, 1]
+                && params.kernel() != [1, 1]
+            {
+                let mask = Mask::<I32Argmax, _>::from_indices(&idx, params, &[1, planes, h, w]).unwrap();
+                for threads in [2, 3, 7] {
+                    let cpu = common::cpu_with_threads(threads);
+                    let by_mask =
+                        poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &mask, params).unwrap();
+                    prop_assert!(same_bits(&arr_f64(by_mask.view()), &want), "mask, {threads} threads");
+                }
+            }
+        }
+        (Err(poolgrad::Error::IndexOutOfRange { .. }), Edit::OutOfPlane { .. }) => {}
+        (other, _) => prop_assert!(false, "unexpected {other:?} after {edit:?}"),
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test] fn max_pool_f32(pooling in max_poolings(), planes in 1..=3usize, h in 2..=40usize, w in 1..=12usize, seed: u64, edit in edits()) {
+        check::<f32>(pooling, planes, [h, w], seed, edit)?;
+    }
+    #[test] fn max_pool_bf16(pooling in max_poolings(), planes in 1..=3usize, h in 2..=40usize, w in 1..=12usize, seed: u64, edit in edits()) {
+        check::<half::bf16>(pooling, planes, [h, w], seed, edit)?;
+    }
+    #[test] fn adaptive_f32(pooling in adaptive_poolings(), planes in 1..=3usize, h in 2..=40usize, w in 1..=12usize, seed: u64, edit in edits()) {
+        check::<f32>(pooling, planes, [h, w], seed, edit)?;
+    }
+    #[test] fn adaptive_f16(pooling in adaptive_poolings(), planes in 1..=3usize, h in 2..=40usize, w in 1..=12usize, seed: u64, edit in edits()) {
+        check::<half::f16>(pooling, planes, [h, w], seed, edit)?;
+    }
+}
+
+/// A workspace is reused across plans, so a backward must not trust what it holds: here a
+/// forward leaves its widened input (non-zero) there before each backward. The second backward
+/// has an index moved out of its window, so its plane is redone whole.
+#[test]
+fn a_used_workspace_gives_the_same_sums() {
+    use half::bf16;
+    use poolgrad::op::{AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward};
+    use poolgrad::{Plan, TensorMut, TensorRef, Workspace};
+
+    let cpu = common::cpu_with_threads(2);
+    let x = Array4::from_shape_fn((1, 1, 40, 12), |(_, _, i, j)| bf16::from_f32(1.0 + (i * 12 + j) as f32));
+    let go = Array4::from_shape_fn((1, 1, 7, 5), |(_, _, i, j)| bf16::from_f32(0.25 + (i + j) as f32));
+    let mut ws = Workspace::new(cpu, 1 << 20).unwrap();
+    for moved in [None, Some(479)] {
+        let (mut out, mut idx) = (Array4::<bf16>::zeros((1, 1, 7, 5)), Array4::<i64>::zeros((1, 1, 7, 5)));
+        let forward = AdaptiveMaxPool2d {
+            input: TensorRef::from_array(&x).unwrap(),
+            output_size: [7, 5],
+            output: TensorMut::from_array(&mut out).unwrap(),
+            indices: TensorMut::from_array(&mut idx).unwrap(),
+        };
+        Plan::new(cpu, forward).unwrap().bind(&mut ws).unwrap().run().unwrap();
+        if let Some(to) = moved {
+            idx[[0, 0, 0, 0]] = to;
+        }
+        let mut gi = Array4::<bf16>::from_elem((1, 1, 40, 12), bf16::from_f32(7.0));
+        let backward = AdaptiveMaxPool2dBackward {
+            grad_output: TensorRef::from_array(&go).unwrap(),
+            self_: TensorRef::from_array(&x).unwrap(),
+            indices: TensorRef::from_array(&idx).unwrap(),
+            grad_input: TensorMut::from_array(&mut gi).unwrap(),
+        };
+        Plan::new(cpu, backward).unwrap().bind(&mut ws).unwrap().run().unwrap();
+        let fresh = poolgrad::adaptive_max_pool2d_backward_on(cpu, &go, &x, &idx).unwrap();
+        assert_eq!(gi, fresh, "moved {moved:?}");
+        let want = common::backward_f32(arr_f64(go.view()).view(), idx.view(), 40, 12).mapv(bf16::from_f32);
+        assert_eq!(gi, want, "moved {moved:?}");
+    }
+}
