@@ -2,6 +2,8 @@
 //! workspace and encodes them; the backward scatters `I32Argmax` values with the shared scatter
 //! kernel, and reads `Bitmask` words in 16-channel blocks.
 
+use core::ops::Range;
+
 use num_traits::Zero;
 
 use super::Cpu;
@@ -92,15 +94,38 @@ pub enum MaskBackwardPrepared {
     Bitmask(BitmaskPrepared),
 }
 
-/// Phase-1 state of a `Bitmask` backward: tasks, their scratch, and the windows.
+/// Phase-1 state of a `Bitmask` backward: the windows, how blocks are shared among tasks, and
+/// their scratch.
 #[derive(Debug)]
 pub struct BitmaskPrepared {
-    tasks: usize,
-    /// f32 accumulators per task: 16 planes for the half types, else 0 (sums go to the output).
-    acc_per_task: usize,
-    /// Decoded window offsets per task: 16 bytes per output position (0 without a decoder).
-    taps_per_task: usize,
     windows: Windows,
+    split: BlockSplit,
+    /// Tasks with f32 accumulators ...
+    acc_tasks: usize,
+    /// ... of 16 planes each for the half types, else 0 (sums go to the output).
+    acc_per_task: usize,
+}
+
+/// How the `(n, 16-channel block)`s of a `Bitmask` backward are shared among tasks.
+#[derive(Debug)]
+enum BlockSplit {
+    /// Runs of whole blocks, one run per task: each block is decoded and scattered while its
+    /// offsets are in cache, into `taps_per_task` bytes (16 per output position; 0 without a
+    /// decoder).
+    Blocks { tasks: usize, taps_per_task: usize },
+    /// Fewer blocks than threads: each block is decoded in bands of `rows` output rows, one task
+    /// per band, into the flat index of every channel and position (the `I32Argmax` values the
+    /// same forward would write); those are then scattered by the flat-index kernel (over
+    /// planes, or bands of a plane's input rows). Blocks that do not decode take the bit-by-bit
+    /// kernel afterwards, one at a time.
+    Bands { rows: usize, scatter: ScatterPrepared },
+}
+
+impl BlockSplit {
+    /// Band tasks and decoded bytes per task of [`BlockSplit::Bands`].
+    fn bands(g: &MaxPoolGeometry, rows: usize) -> (usize, usize) {
+        (g.n * g.channel_blocks() * g.ho.div_ceil(rows), 16 * rows * g.wo)
+    }
 }
 
 /// The valid taps of every output row and column, with the window offset of the first one.
@@ -189,13 +214,26 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
             LayoutKind::Bitmask => {
                 sizer.stage(&op.mask.bytes.view())?;
                 sizer.stage(&op.grad_input.as_ref().view())?;
-                let tasks = task_count(self, g.n * g.channel_blocks());
-                let acc_per_task = if T::as_acc_mut(&mut []).is_some() { 0 } else { 16 * g.h * g.w };
                 let windows = Windows::new(g)?;
-                let taps_per_task = if windows.decoding.is_some() { 16 * g.positions() } else { 0 };
-                sizer.region::<T::Acc>(tasks * acc_per_task)?;
-                sizer.region::<i8>(tasks * taps_per_task)?;
-                MaskBackwardPrepared::Bitmask(BitmaskPrepared { tasks, acc_per_task, taps_per_task, windows })
+                let acc_per_task = if T::as_acc_mut(&mut []).is_some() { 0 } else { 16 * g.h * g.w };
+                let (threads, blocks) = (self.threads(), g.n * g.channel_blocks());
+                let flat_fits = i32::try_from(g.h * g.w).is_ok();
+                let (split, acc_tasks) =
+                    if windows.decoding.is_some() && blocks > 0 && blocks < threads && flat_fits {
+                        let rows = g.ho.div_ceil(threads.div_ceil(blocks).min(g.ho).max(1)).max(1);
+                        let (tasks, taps_per_task) = BlockSplit::bands(g, rows);
+                        sizer.region::<T::Acc>(acc_per_task)?;
+                        sizer.region::<i32>(count)?;
+                        sizer.region::<i8>(tasks * taps_per_task)?;
+                        (BlockSplit::Bands { rows, scatter: prepare_scatter::<T>(self, g, &mut sizer)? }, 1)
+                    } else {
+                        let tasks = task_count(self, blocks);
+                        let taps_per_task = if windows.decoding.is_some() { 16 * g.positions() } else { 0 };
+                        sizer.region::<T::Acc>(tasks * acc_per_task)?;
+                        sizer.region::<i8>(tasks * taps_per_task)?;
+                        (BlockSplit::Blocks { tasks, taps_per_task }, tasks)
+                    };
+                MaskBackwardPrepared::Bitmask(BitmaskPrepared { windows, split, acc_tasks, acc_per_task })
             }
         };
         Ok((prepared, sizer.total()))
@@ -232,10 +270,33 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
             MaskBackwardPrepared::Bitmask(p) => {
                 let bits = carver.stage(mask.bytes.view())?;
                 let mut gi = carver.output(grad_input.into_view())?;
-                let acc = carver.region::<T::Acc>(p.tasks * p.acc_per_task)?;
-                let taps = carver.region::<i8>(p.tasks * p.taps_per_task)?;
-                bitmask_backward(self, g, &p, go, bits, gi.slice(), acc, bytemuck::cast_slice_mut(taps));
-                gi.finish(OP, "grad_input")
+                let acc = carver.region::<T::Acc>(p.acc_tasks * p.acc_per_task)?;
+                let checked = match &p.split {
+                    &BlockSplit::Blocks { tasks, taps_per_task } => {
+                        let taps = bytemuck::cast_slice_mut(carver.region::<i8>(tasks * taps_per_task)?);
+                        bitmask_backward(self, g, &p, tasks, go, bits, gi.slice(), acc, taps);
+                        Ok(())
+                    }
+                    BlockSplit::Bands { rows, scatter } => {
+                        let flat = carver.region::<i32>(g.planes() * g.positions())?;
+                        let (tasks, taps_per_task) = BlockSplit::bands(g, *rows);
+                        let taps = bytemuck::cast_slice_mut(carver.region::<i8>(tasks * taps_per_task)?);
+                        let scratch = scatter.scratch::<T>(&mut carver)?;
+                        let undecoded = decode_to_indices(self, g, &p.windows, *rows, bits, flat, taps);
+                        let checked = scatter::scatter(self, scatter, go, flat, gi.slice(), scratch);
+                        for b in undecoded {
+                            let block = Block::new(g, b / g.channel_blocks(), b % g.channel_blocks());
+                            let first = first_plane(g, b);
+                            let go = &go[first * g.positions()..][..block.channels * g.positions()];
+                            let gi = &mut gi.slice()[first * g.h * g.w..][..block.channels * g.h * g.w];
+                            scatter_bits(g, &p.windows, &block, go, bits, gi, acc);
+                        }
+                        checked
+                    }
+                };
+                gi.finish(OP, "grad_input")?;
+                // Decoded indices lie in their windows: no error is expected here.
+                checked.map_err(|bad| g.index_error(OP, "mask", bad.element, bad.value))
             }
         }
     }
@@ -249,13 +310,21 @@ struct BlockTask<'s, T: PoolFloat> {
     taps: &'s mut [u8],
 }
 
-/// Scatters through a `Bitmask`, one `(n, 16-channel block)` at a time; each task owns a run of
-/// consecutive blocks (consecutive planes of `grad_input`).
+/// The first plane of block `b` (`b = n * channel_blocks + c1`; `b = N * channel_blocks` gives
+/// the plane count).
+fn first_plane(g: &MaxPoolGeometry, b: usize) -> usize {
+    let c1s = g.channel_blocks();
+    (b / c1s) * g.c + ((b % c1s) * 16).min(g.c)
+}
+
+/// Scatters through a `Bitmask`, one `(n, 16-channel block)` at a time; each of `tasks` tasks
+/// owns a run of consecutive blocks (consecutive planes of `grad_input`).
 #[allow(clippy::too_many_arguments)]
 fn bitmask_backward<T: PoolFloat>(
     cpu: &Cpu,
     g: &MaxPoolGeometry,
     p: &BitmaskPrepared,
+    tasks: usize,
     go: &[T],
     bits: &[i8],
     gi: &mut [T],
@@ -264,15 +333,14 @@ fn bitmask_backward<T: PoolFloat>(
 ) {
     let (hw, positions, c1s) = (g.h * g.w, g.positions(), g.channel_blocks());
     let blocks = g.n * c1s;
-    let first_plane = |b: usize| (b / c1s) * g.c + ((b % c1s) * 16).min(g.c);
-    let per = planes_per_task(blocks, p.tasks);
+    let per = planes_per_task(blocks, tasks);
     let mut accs = acc.chunks_mut(p.acc_per_task.max(1));
-    let mut tapss = taps.chunks_mut(p.taps_per_task.max(1));
+    let mut tapss = taps.chunks_mut((taps.len() / tasks.max(1)).max(1));
     let (mut gi_rest, mut go_rest) = (gi, go);
-    let mut list = Vec::with_capacity(p.tasks);
+    let mut list = Vec::with_capacity(tasks);
     for b0 in (0..blocks).step_by(per) {
         let b1 = (b0 + per).min(blocks);
-        let planes = first_plane(b1) - first_plane(b0);
+        let planes = first_plane(g, b1) - first_plane(g, b0);
         let (gi_head, gi_tail) = core::mem::take(&mut gi_rest).split_at_mut(planes * hw);
         let (go_head, go_tail) = go_rest.split_at(planes * positions);
         (gi_rest, go_rest) = (gi_tail, go_tail);
@@ -292,7 +360,7 @@ fn bitmask_backward<T: PoolFloat>(
             let (gi_block, gi_tail) = gi.split_at_mut(block.channels * hw);
             let (go_block, go_tail) = go.split_at(block.channels * positions);
             (gi, go) = (gi_tail, go_tail);
-            if decode_block(g, &p.windows, &block, bits, &mut *t.taps) {
+            if decode_rows(g, &p.windows, &block, bits, 0..g.ho, &mut *t.taps) {
                 scatter_decoded(g, &p.windows, block.channels, go_block, &*t.taps, gi_block, &mut *t.acc);
             } else {
                 scatter_bits(g, &p.windows, &block, go_block, bits, gi_block, &mut *t.acc);
@@ -329,17 +397,26 @@ impl Block {
     }
 }
 
-/// Decodes the block into `taps` (16 bytes per output position: each channel's window offset)
-/// when every channel has exactly one bit among the valid offsets of every position, as every
-/// forward writes it. False otherwise (and without a decoder: windows of more than 256 taps).
+/// Decodes output rows `rows` of the block into `taps` (16 bytes per output position from the
+/// first of `rows`: each channel's window offset) when every channel has exactly one bit among
+/// the valid offsets of every position, as every forward writes it. False otherwise (and
+/// without a decoder: windows of more than 256 taps).
 ///
 /// Positions are decoded in runs of up to [`LANES`] neighbours of one output row whose windows
 /// have the same valid offsets (every interior position of a row), so that the words of one
 /// offset are read as one contiguous run.
-fn decode_block(g: &MaxPoolGeometry, windows: &Windows, block: &Block, bits: &[i8], taps: &mut [u8]) -> bool {
+fn decode_rows(
+    g: &MaxPoolGeometry,
+    windows: &Windows,
+    block: &Block,
+    bits: &[i8],
+    rows: Range<usize>,
+    taps: &mut [u8],
+) -> bool {
     let Some(Decoding { digits, .. }) = windows.decoding else { return false };
     let kw = g.params.kernel()[1];
-    for (oh, (r, i0)) in windows.rows.iter().enumerate() {
+    let first = rows.start * g.wo;
+    for (oh, (r, i0)) in windows.rows.iter().enumerate().take(rows.end).skip(rows.start) {
         let mut ow = 0;
         while ow < g.wo {
             let (c, j0) = &windows.cols[ow];
@@ -348,7 +425,7 @@ fn decode_block(g: &MaxPoolGeometry, windows: &Windows, block: &Block, bits: &[i
             let lanes = same.count();
             let ks = (*i0..i0 + r.count).flat_map(|i| i * kw + j0..i * kw + j0 + c.count);
             let p = oh * g.wo + ow;
-            let Some(out) = taps.get_mut(16 * p..16 * (p + lanes)) else { return false };
+            let Some(out) = taps.get_mut(16 * (p - first)..16 * (p - first + lanes)) else { return false };
             if !decode_run(block, bits, p, lanes, ks, digits, out) {
                 return false;
             }
@@ -356,6 +433,56 @@ fn decode_block(g: &MaxPoolGeometry, windows: &Windows, block: &Block, bits: &[i
         }
     }
     true
+}
+
+/// Decodes every block in bands of `rows` output rows, one task per block and band, into
+/// `flat`: each channel's flat input index `ih * W + iw` per position (plane-major, as the
+/// `I32Argmax` layout holds them). Returns the blocks that do not decode; their values are left
+/// 0 (inside every plane), for the bit-by-bit kernel to redo.
+fn decode_to_indices(
+    cpu: &Cpu,
+    g: &MaxPoolGeometry,
+    windows: &Windows,
+    rows: usize,
+    bits: &[i8],
+    flat: &mut [i32],
+    taps: &mut [u8],
+) -> Vec<usize> {
+    let (positions, band) = (g.positions(), rows * g.wo);
+    let blocks = g.n * g.channel_blocks();
+    let Some(Decoding { tap_offsets, .. }) = &windows.decoding else { return (0..blocks).collect() };
+    let mut planes = flat.chunks_mut(positions.max(1));
+    let mut tapss = taps.chunks_mut(16 * band.max(1));
+    let mut tasks = Vec::with_capacity(blocks * g.ho.div_ceil(rows));
+    for b in 0..blocks {
+        let block = Block::new(g, b / g.channel_blocks(), b % g.channel_blocks());
+        let mut channels: Vec<_> =
+            (0..block.channels).map(|_| planes.next().unwrap_or_default().chunks_mut(band.max(1))).collect();
+        for oh in (0..g.ho).step_by(rows) {
+            let outs: Vec<&mut [i32]> = channels.iter_mut().map(|c| c.next().unwrap_or_default()).collect();
+            tasks.push((b, oh..(oh + rows).min(g.ho), outs, tapss.next().unwrap_or_default()));
+        }
+    }
+    let decoded = cpu.map_tasks(tasks, |(b, rows, mut outs, taps)| {
+        let block = Block::new(g, b / g.channel_blocks(), b % g.channel_blocks());
+        if !decode_rows(g, windows, &block, bits, rows.clone(), taps) {
+            outs.iter_mut().for_each(|out| out.fill(0));
+            return Some(b);
+        }
+        let origins = windows.row_origins[rows]
+            .iter()
+            .flat_map(|&row| windows.col_origins.iter().map(move |&col| row.wrapping_add(col)));
+        for (ch, out) in outs.iter_mut().enumerate() {
+            for ((value, origin), taps) in out.iter_mut().zip(origins.clone()).zip(taps.chunks_exact(16)) {
+                // A decoded offset is a valid tap of its window: inside the plane, whose size fits i32.
+                *value = i32::try_from(origin.wrapping_add(tap_offsets[usize::from(taps[ch])])).unwrap_or(-1);
+            }
+        }
+        None
+    });
+    let mut undecoded: Vec<usize> = decoded.into_iter().flatten().collect();
+    undecoded.dedup();
+    undecoded
 }
 
 /// Positions decoded together.
@@ -528,3 +655,40 @@ const SPREAD: [u64; 256] = {
     }
     table
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Bitmask, Mask, MaxPool2dParams};
+    use ndarray::Array4;
+
+    /// Decoding in bands of output rows gives back the indices the mask was made from, whatever
+    /// the band height; a block with a cleared word does not decode and is reported.
+    #[test]
+    fn bands_decode_to_the_forward_indices() {
+        let (shape, params) =
+            ([2, 20, 9, 11], MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]));
+        let x = Array4::from_shape_fn(shape, |(n, c, i, j)| ((n * 7 + c * 13 + i * 5 + j * 3) % 17) as f32);
+        let indices = crate::max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap().indices;
+        let mask = Mask::<Bitmask, _>::from_indices(&indices, &params, &shape).unwrap();
+        let g = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape).unwrap();
+        let windows = Windows::new(&g).unwrap();
+        let mut bits = mask.as_array().as_slice().unwrap().to_vec();
+        let want: Vec<i32> = indices.iter().map(|&i| i as i32).collect();
+        for rows in [1, 2, 5] {
+            let (tasks, taps_per_task) = BlockSplit::bands(&g, rows);
+            let (mut flat, mut taps) = (vec![-7; want.len()], vec![0u8; tasks * taps_per_task]);
+            let undecoded =
+                decode_to_indices(&Cpu::sequential(), &g, &windows, rows, &bits, &mut flat, &mut taps);
+            assert_eq!((undecoded, &flat), (vec![], &want), "bands of {rows} rows");
+        }
+        // Clear the word of (n = 1, block 1, offset 4, position 0): channels 16..20 lose their bit.
+        let at = g.word_offset(1, 1, 4, 0);
+        bits[at..at + 2].fill(0);
+        let mut flat = vec![-7; want.len()];
+        let (tasks, taps_per_task) = BlockSplit::bands(&g, 2);
+        let mut taps = vec![0u8; tasks * taps_per_task];
+        let undecoded = decode_to_indices(&Cpu::sequential(), &g, &windows, 2, &bits, &mut flat, &mut taps);
+        assert_eq!(undecoded, vec![3]);
+    }
+}
