@@ -31,6 +31,14 @@ fn index_cases<T: PoolFloat, I: ArgmaxIndex>() -> impl Strategy<Value = MaxPoolC
     })
 }
 
+/// Rows wide enough for the forward to pool 8 output columns at a time (columns 1 or 2 apart),
+/// with dilation, which the narrow shapes above rarely reach.
+fn wide_cases<T: PoolFloat, I: ArgmaxIndex>() -> impl Strategy<Value = MaxPoolCase<T, I>> {
+    let shapes = Shapes { batch: 1..=2, channels: 1..=3, height: 1..=7, width: 16..=48, allow_3d: false };
+    let bounds = ParamBounds { stride: 1..=2, dilation: 1..=3, ..ParamBounds::default() };
+    values().prop_flat_map(move |v| max_pool_cases(shapes.clone(), bounds.clone(), v))
+}
+
 fn layout_cases<T: PoolFloat, L: MaskLayout>() -> impl Strategy<Value = MaskCase<T, L>> {
     values().prop_flat_map(|v| mask_cases(shapes(), ParamBounds::default(), v))
 }
@@ -170,6 +178,8 @@ proptest! {
     #[test] fn indices_f64_i32(c in index_cases::<f64, i32>()) { check_indices(&c)?; }
     #[test] fn indices_f16_i64(c in index_cases::<half::f16, i64>()) { check_indices(&c)?; }
     #[test] fn indices_bf16_i32(c in index_cases::<half::bf16, i32>()) { check_indices(&c)?; }
+    #[test] fn wide_rows_f32_i64(c in wide_cases::<f32, i64>()) { check_indices(&c)?; }
+    #[test] fn wide_rows_bf16_i32(c in wide_cases::<half::bf16, i32>()) { check_indices(&c)?; }
     #[test] fn i32argmax_f32(c in layout_cases::<f32, I32Argmax>()) { check_mask(&c)?; }
     #[test] fn i32argmax_bf16(c in layout_cases::<half::bf16, I32Argmax>()) { check_mask(&c)?; }
     #[test] fn bitmask_f32(c in layout_cases::<f32, Bitmask>()) { check_mask(&c)?; }

@@ -391,7 +391,8 @@ fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
                     } else {
                         lanes::<T::Acc, 2>(xa, w, r, &cols[first])
                     };
-                    for (l, &a) in at.iter().enumerate() {
+                    for l in 0..LANES {
+                        let a = at.map_or_else(|| window(xa, w, r, &cols[first + l]), |at| at[l]);
                         out[first + l] = x[a];
                         idx[first + l] = I::from_flat_checked(a);
                     }
@@ -433,31 +434,29 @@ fn window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
 }
 
 /// The arg-max of [`LANES`] windows on rows `r` whose columns are those of `first` shifted by
-/// `S * lane`. Each lane keeps the number of its best tap (the same for every lane at each step),
-/// so the loop vectorises; the numbers become positions at the end.
+/// `S * lane`. Each lane keeps the offset of its best tap from the window's first tap, the same
+/// for every lane at each step, so the loop vectorises. `None` when a window spans 2^32
+/// positions or more (the offsets are `u32`).
 #[inline]
-fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps) -> [usize; LANES] {
+fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps) -> Option<[usize; LANES]> {
+    let origin = r.start * w + first.start;
+    u32::try_from((r.count - 1) * r.step * w + (first.count - 1) * first.step).ok()?;
     let mut best = [A::neg_infinity(); LANES];
     let mut best_tap = [0u32; LANES];
-    let mut tap = 0u32;
     for a in 0..r.count {
-        let base = (r.start + a * r.step) * w + first.start;
         for b in 0..first.count {
-            let off = base + b * first.step;
-            let span = &xa[off..off + (LANES - 1) * S + 1];
+            let tap = a * r.step * w + b * first.step;
+            let span = &xa[origin + tap..origin + tap + (LANES - 1) * S + 1];
             for l in 0..LANES {
                 let v = span[l * S];
                 let take = (v > best[l]) | v.is_nan();
                 best[l] = if take { v } else { best[l] };
-                best_tap[l] = if take { tap } else { best_tap[l] };
+                // Below 2^32: checked above.
+                best_tap[l] = if take { tap as u32 } else { best_tap[l] };
             }
-            tap += 1;
         }
     }
-    core::array::from_fn(|l| {
-        let (a, b) = (best_tap[l] as usize / first.count, best_tap[l] as usize % first.count);
-        (r.start + a * r.step) * w + first.start + b * first.step + l * S
-    })
+    Some(core::array::from_fn(|l| origin + best_tap[l] as usize + l * S))
 }
 
 /// The arg-max of a contiguous span of at most [`EXACT_POSITIONS`] elements, with the rule of
