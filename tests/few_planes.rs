@@ -2,10 +2,10 @@
 //! rows, each band reading the gradient rows whose windows reach it; an index outside its
 //! window's rows (allowed: the backward adds a gradient wherever its index points) makes the
 //! plane be redone whole. These properties draw indices inside their windows (the forward's
-//! case, and the bands' fast path), optionally move one anywhere in the plane (the redo) or out
-//! of it (the error), and check 2, 3 and 7 threads against 1, bit for bit, and against the
-//! row-major `f32` sum rounded once. Windows are listed here from their definitions, not from
-//! the crate.
+//! case, and the bands' fast path) or anywhere in a run of the plane (many on the same element),
+//! optionally move one anywhere in the plane (the redo) or out of it (the error), and check 2, 3
+//! and 7 threads against 1, bit for bit, and against the row-major `f32` sum rounded once.
+//! Windows are listed here from their definitions, not from the crate.
 
 mod common;
 
@@ -55,7 +55,16 @@ fn output_len(pooling: &Pooling, axis: usize, n: usize) -> usize {
     }
 }
 
-/// What happens to one index after they are drawn in their windows.
+/// Where the indices are drawn.
+#[derive(Debug, Clone, Copy)]
+enum Draw {
+    /// Each in its window, uniformly.
+    InWindows,
+    /// Anywhere in `base..base + span` (modulo the plane), whatever the window.
+    Run { base: usize, span: usize },
+}
+
+/// What happens to one index after they are drawn.
 #[derive(Debug, Clone, Copy)]
 enum Edit {
     None,
@@ -100,7 +109,7 @@ fn check<T: PoolFloat>(
     planes: usize,
     [h, w]: [usize; 2],
     seed: u64,
-    edit: Edit,
+    (draw, edit): (Draw, Edit),
 ) -> Result<(), TestCaseError> {
     let (ho, wo) = (output_len(&pooling, 0, h), output_len(&pooling, 1, w));
     prop_assume!(ho > 0 && wo > 0);
@@ -117,7 +126,11 @@ fn check<T: PoolFloat>(
     prop_assume!(rows.iter().chain(&cols).all(|taps| !taps.is_empty()));
     let mut idx = Array4::<i64>::from_shape_fn((1, planes, ho, wo), |(_, _, oh, ow)| {
         let (r, c) = (&rows[oh], &cols[ow]);
-        (r[next() as usize % r.len()] * w + c[next() as usize % c.len()]) as i64
+        let at = match draw {
+            Draw::InWindows => r[next() as usize % r.len()] * w + c[next() as usize % c.len()],
+            Draw::Run { base, span } => (base + next() as usize % span) % (h * w),
+        };
+        at as i64
     });
     let count = idx.len();
     match edit {
@@ -174,16 +187,33 @@ fn check<T: PoolFloat>(
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test] fn max_pool_f32(pooling in max_poolings(), planes in 1..=3usize, h in 2..=40usize, w in 1..=12usize, seed: u64, edit in edits()) {
-        check::<f32>(pooling, planes, [h, w], seed, edit)?;
+        check::<f32>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
     }
     #[test] fn max_pool_bf16(pooling in max_poolings(), planes in 1..=3usize, h in 2..=40usize, w in 1..=12usize, seed: u64, edit in edits()) {
-        check::<half::bf16>(pooling, planes, [h, w], seed, edit)?;
+        check::<half::bf16>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
     }
     #[test] fn adaptive_f32(pooling in adaptive_poolings(), planes in 1..=3usize, h in 2..=40usize, w in 1..=12usize, seed: u64, edit in edits()) {
-        check::<f32>(pooling, planes, [h, w], seed, edit)?;
+        check::<f32>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
     }
     #[test] fn adaptive_f16(pooling in adaptive_poolings(), planes in 1..=3usize, h in 2..=40usize, w in 1..=12usize, seed: u64, edit in edits()) {
-        check::<half::f16>(pooling, planes, [h, w], seed, edit)?;
+        check::<half::f16>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
+    }
+}
+
+/// 100 x 100 planes pooled by a 2 x 2 kernel, indices anywhere in a run of up to 1000 elements.
+fn scattered(base: usize, span: usize, edit: Edit) -> (Pooling, [usize; 2], (Draw, Edit)) {
+    (Pooling::Max(MaxPool2dParams::new([2, 2])), [100, 100], (Draw::Run { base, span }, edit))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    #[test] fn scattered_f32(planes in 1..=3usize, base in 0..9_000usize, span in 1..=1_000usize, seed: u64, edit in edits()) {
+        let (pooling, shape, draw) = scattered(base, span, edit);
+        check::<f32>(pooling, planes, shape, seed, draw)?;
+    }
+    #[test] fn scattered_bf16(planes in 1..=3usize, base in 0..9_000usize, span in 1..=1_000usize, seed: u64, edit in edits()) {
+        let (pooling, shape, draw) = scattered(base, span, edit);
+        check::<half::bf16>(pooling, planes, shape, seed, draw)?;
     }
 }
 
