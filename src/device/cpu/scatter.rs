@@ -318,7 +318,12 @@ fn add_into<T: PoolFloat, I: ArgmaxIndex, const BAND: bool>(
         acc[at] += g;
         out[at] = T::from_acc(acc[at]);
     });
-    // Leave the accumulators zero for the next plane: only the touched ones changed.
+    // Leave the accumulators zero for the next plane: zero the touched ones, or all of them
+    // when they are few enough to be cleared faster in bulk.
+    if !BAND && len <= 8 * ix.len() {
+        acc.fill(T::Acc::zero());
+        return added;
+    }
     for &i in ix {
         if BAND {
             let at = i.flat_in(owned + len).map_or(len, |at| at.wrapping_sub(owned));
