@@ -47,16 +47,20 @@
 //!   NaN replaces it; indices are `ih * W + iw` inside each `(n, c)` plane.
 //! - Backward: gradients are added in row-major output order, so f32 and f64 results equal
 //!   PyTorch's CPU kernel bit for bit; f16 and bf16 are summed in f32 and rounded once.
-//! - Each plane is computed by one task: results are bit-identical for every thread count.
+//! - Every output element is computed by one task, in a fixed order: results are bit-identical
+//!   for every thread count.
 //!
 //! ## Crate features
 //!
 //! - `rayon` (default): parallel CPU kernels. Without it every plan runs sequentially.
-//! - `proptest`: [`testing`], a property-based testing kit for downstream models (strategies,
-//!   reference implementations, one-line checks, a finite-difference gradient check).
-//! - `ascend`: [`device::ascend::Ascend`], an Ascend NPU through CANN's C ABI, loaded at run time
-//!   (no SDK is needed to build). Tested against a test double of that ABI: no NPU was available
-//!   to this crate's developers.
+#![cfg_attr(feature = "proptest", doc = "- `proptest`: [`testing`],")]
+#![cfg_attr(not(feature = "proptest"), doc = "- `proptest`: `testing`,")]
+//!   a property-based testing kit for downstream models (strategies, reference implementations,
+//!   one-line checks, a finite-difference gradient check).
+#![cfg_attr(feature = "ascend", doc = "- `ascend`: [`device::ascend::Ascend`],")]
+#![cfg_attr(not(feature = "ascend"), doc = "- `ascend`: `device::ascend::Ascend`,")]
+//!   an Ascend NPU through CANN's C ABI, loaded at run time (no SDK is needed to build). Tested
+//!   against a test double of that ABI: no NPU was available to this crate's developers.
 
 #![doc(test(attr(deny(warnings))))]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -13,6 +13,7 @@ use crate::device::{Device, DeviceLimits, internal::DeviceImpl};
 use crate::error::Result;
 
 mod adaptive;
+mod bitmask;
 mod forward;
 mod mask;
 mod maxpool;
