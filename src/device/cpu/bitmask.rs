@@ -9,7 +9,7 @@ use core::ops::Range;
 use num_traits::Zero;
 
 use super::Cpu;
-use super::forward::{Taps, planes_per_task, task_count};
+use super::forward::{Taps, planes_per_task, rows_per_band, task_count};
 use super::maxpool::prepare_scatter;
 use super::scatter::{self, BadIndex, ScatterPrepared};
 use super::workspace::{Carver, Sizer};
@@ -124,7 +124,7 @@ impl BitmaskPrepared {
         let flat_fits = i32::try_from(g.h * g.w).is_ok();
         let (split, acc_tasks) = if windows.decoding.is_some() && blocks > 0 && blocks < threads && flat_fits
         {
-            let rows = g.ho.div_ceil(threads.div_ceil(blocks).min(g.ho).max(1)).max(1);
+            let rows = rows_per_band(threads, blocks, g.ho);
             let (tasks, taps_per_task) = BlockSplit::bands(g, rows);
             sizer.region::<T::Acc>(acc_per_task)?;
             sizer.region::<i32>(g.planes() * g.positions())?;
@@ -168,7 +168,7 @@ pub(super) fn backward<T: PoolFloat>(
             let undecoded = decode_to_indices(cpu, g, &p.windows, *rows, bits, flat, taps);
             let checked = scatter::scatter(cpu, scatter, go, flat, gi, scratch);
             for b in undecoded {
-                let block = Block::new(g, b / g.channel_blocks(), b % g.channel_blocks());
+                let block = Block::new(g, b);
                 let first = first_plane(g, b);
                 let go = &go[first * g.positions()..][..block.channels * g.positions()];
                 let gi = &mut gi[first * g.h * g.w..][..block.channels * g.h * g.w];
@@ -232,8 +232,7 @@ fn by_blocks<T: PoolFloat>(
     cpu.for_each_task(list, |t| {
         let (mut gi, mut go) = (t.gi, t.go);
         for b in t.blocks {
-            let (n, c1) = (b / c1s, b % c1s);
-            let block = Block::new(g, n, c1);
+            let block = Block::new(g, b);
             let (gi_block, gi_tail) = gi.split_at_mut(block.channels * hw);
             let (go_block, go_tail) = go.split_at(block.channels * positions);
             (gi, go) = (gi_tail, go_tail);
@@ -247,6 +246,7 @@ fn by_blocks<T: PoolFloat>(
 }
 
 /// One `(n, 16-channel block)` of the mask.
+#[derive(Debug, Clone, Copy)]
 struct Block {
     /// Channels of the block that exist (16, or fewer in the last block), and their bits.
     channels: usize,
@@ -257,7 +257,9 @@ struct Block {
 }
 
 impl Block {
-    fn new(g: &MaxPoolGeometry, n: usize, c1: usize) -> Self {
+    /// Block `b = n * channel_blocks + c1`.
+    fn new(g: &MaxPoolGeometry, b: usize) -> Self {
+        let (n, c1) = (b / g.channel_blocks(), b % g.channel_blocks());
         let channels = (g.c - 16 * c1).min(16);
         Block {
             channels,
@@ -332,16 +334,15 @@ fn decode_to_indices(
     let mut tapss = taps.chunks_mut(16 * band.max(1));
     let mut tasks = Vec::with_capacity(blocks * g.ho.div_ceil(rows));
     for b in 0..blocks {
-        let block = Block::new(g, b / g.channel_blocks(), b % g.channel_blocks());
+        let block = Block::new(g, b);
         let mut channels: Vec<_> =
             (0..block.channels).map(|_| planes.next().unwrap_or_default().chunks_mut(band.max(1))).collect();
         for oh in (0..g.ho).step_by(rows) {
             let outs: Vec<&mut [i32]> = channels.iter_mut().map(|c| c.next().unwrap_or_default()).collect();
-            tasks.push((b, oh..(oh + rows).min(g.ho), outs, tapss.next().unwrap_or_default()));
+            tasks.push((b, block, oh..(oh + rows).min(g.ho), outs, tapss.next().unwrap_or_default()));
         }
     }
-    let decoded = cpu.map_tasks(tasks, |(b, rows, mut outs, taps)| {
-        let block = Block::new(g, b / g.channel_blocks(), b % g.channel_blocks());
+    let decoded = cpu.map_tasks(tasks, |(b, block, rows, mut outs, taps)| {
         if !decode_rows(g, windows, &block, bits, rows.clone(), taps) {
             outs.iter_mut().for_each(|out| out.fill(0));
             return Some(b);

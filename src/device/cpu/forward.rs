@@ -97,8 +97,7 @@ impl Split {
             let tasks = task_count(cpu, planes);
             Split { planes_per_task: planes_per_task(planes, tasks), bands: 1, rows_per_band: rows, tasks }
         } else {
-            let bands = threads.div_ceil(planes.max(1)).min(rows).max(1);
-            let rows_per_band = rows.div_ceil(bands);
+            let rows_per_band = rows_per_band(threads, planes, rows);
             let bands = rows.div_ceil(rows_per_band);
             Split { planes_per_task: 1, bands, rows_per_band, tasks: planes * bands }
         }
@@ -122,6 +121,12 @@ pub(super) struct Planes {
 /// Planes handled by each of `tasks` tasks (at least 1, so chunk sizes are never zero).
 pub(super) fn planes_per_task(planes: usize, tasks: usize) -> usize {
     planes.div_ceil(tasks.max(1)).max(1)
+}
+
+/// Rows per band when `units` (planes or blocks, fewer than `threads`) of `rows` rows each are
+/// cut into bands so that every thread gets one (at least 1).
+pub(super) fn rows_per_band(threads: usize, units: usize, rows: usize) -> usize {
+    rows.div_ceil(threads.div_ceil(units.max(1)).min(rows).max(1)).max(1)
 }
 
 /// Tasks for `planes` planes: one per thread, at most one per plane, and none (so no scratch)

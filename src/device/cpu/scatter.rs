@@ -14,7 +14,7 @@
 use core::ops::Range;
 
 use super::Cpu;
-use super::forward::{Planes, Taps, planes_per_task, task_count};
+use super::forward::{Planes, Taps, planes_per_task, rows_per_band, task_count};
 use super::workspace::{Carver, Sizer};
 
 use num_traits::Zero;
@@ -67,7 +67,7 @@ impl InputBands {
         if windows.iter().any(|w| w.is_empty()) {
             return Ok(None);
         }
-        let rows = h.div_ceil(threads.div_ceil(count).min(h));
+        let rows = rows_per_band(threads, count, h);
         let mut reads = collect_exact(op, "bands", h.div_ceil(rows), core::iter::repeat(0..0))?;
         for (o, window) in windows.iter().enumerate() {
             for read in &mut reads[window.start / rows..=(window.end - 1) / rows] {
@@ -318,20 +318,16 @@ fn add_into<T: PoolFloat, I: ArgmaxIndex, const BAND: bool>(
         acc[at] += g;
         out[at] = T::from_acc(acc[at]);
     });
-    // Leave the accumulators zero for the next plane: zero the touched ones, or all of them
-    // when they are few enough to be cleared faster in bulk.
-    if !BAND && len <= 8 * ix.len() {
-        acc.fill(T::Acc::zero());
-        return added;
-    }
-    for &i in ix {
-        if BAND {
-            let at = i.flat_in(owned + len).map_or(len, |at| at.wrapping_sub(owned));
-            if let Some(a) = acc.get_mut(at) {
-                *a = T::Acc::zero();
-            }
+    // A whole-plane task reuses the accumulators for its next plane: leave them zero, clearing
+    // the touched ones, or all of them when they are few enough to be cleared faster in bulk.
+    // (A band's task clears them before its only band.)
+    if !BAND {
+        if len <= 8 * ix.len() {
+            acc.fill(T::Acc::zero());
         } else {
-            acc[i.flat_in(len).unwrap_or(0)] = T::Acc::zero();
+            for &i in ix {
+                acc[i.flat_in(len).unwrap_or(0)] = T::Acc::zero();
+            }
         }
     }
     added
