@@ -104,6 +104,12 @@ impl MaxPoolGeometry {
         self.c.div_ceil(16)
     }
 
+    /// The planes (`n * C + c`) of `Bitmask` block `b = n * channel_blocks + c1`: its channels
+    /// `16 * c1 ..` (16, or fewer in the last block of a batch), consecutive planes.
+    pub(crate) fn block_planes(&self, b: usize) -> core::ops::Range<usize> {
+        block_planes(self.c, b)
+    }
+
     /// `u16` words per `(n, c1, k)` row.
     pub(crate) fn row_words(&self) -> usize {
         // Checked in `new` (through `shape4`).
@@ -254,9 +260,8 @@ impl EncodeParts {
         match self.kind {
             LayoutKind::I32Argmax => part * Self::RUN..((part + 1) * Self::RUN).min(self.total),
             LayoutKind::Bitmask => {
-                let c1s = self.c.div_ceil(16);
-                let channel = |b: usize| (b / c1s) * self.c + ((b % c1s) * 16).min(self.c);
-                channel(part) * self.positions..channel(part + 1) * self.positions
+                let planes = block_planes(self.c, part);
+                planes.start * self.positions..planes.end * self.positions
             }
         }
     }
@@ -286,9 +291,23 @@ impl EncodeParts {
         for part in runs {
             let bytes = self.bytes(part);
             let out = &mut out[bytes.start - base..bytes.end - base];
-            encode_part(op, arg, self.kind, g, self.first_element(part), &indices[self.indices(part)], out)?;
+            self.encode_part(op, arg, g, part, &indices[self.indices(part)], out)?;
         }
         Ok(())
+    }
+
+    /// Encodes part `part` from its own indices (elements [`EncodeParts::indices`] of the whole)
+    /// into its own bytes ([`EncodeParts::bytes`] of the mask).
+    pub(crate) fn encode_part<I: ArgmaxIndex>(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        g: &MaxPoolGeometry,
+        part: usize,
+        indices: &[I],
+        out: &mut [i8],
+    ) -> Result<()> {
+        encode_part(op, arg, self.kind, g, self.first_element(part), indices, out)
     }
 
     /// The bytes after the last part.
@@ -298,6 +317,13 @@ impl EncodeParts {
             n => self.bytes(n - 1).end.min(self.bytes)..,
         }
     }
+}
+
+/// See [`MaxPoolGeometry::block_planes`] (`c` channels; no planes without channels).
+fn block_planes(c: usize, b: usize) -> core::ops::Range<usize> {
+    let c1s = c.div_ceil(16);
+    let first = |b: usize| (b / c1s) * c + ((b % c1s) * 16).min(c);
+    if c1s == 0 { 0..0 } else { first(b)..first(b + 1) }
 }
 
 /// Encodes one part (see [`EncodeParts`]): `indices` from element `first` on, into `out`, which
@@ -331,37 +357,120 @@ fn encode_part<I: ArgmaxIndex>(
         }
         LayoutKind::Bitmask => {
             // One (n, 16-channel block): its channels' indices, one plane of positions each.
+            if encode_by_position(g, indices, out) {
+                return Ok(());
+            }
+            // Some index is not in its window: channel by channel, so that the first one in
+            // row-major order is the error; row by row, so that no position needs a division.
+            out.fill(0);
             let [kh, kw] = g.params.kernel();
             let ([sh, sw], [ph, pw]) = (g.params.stride(), g.params.padding());
             let row_bytes = g.word_offset(0, 0, 1, 0);
-            let positions = g.positions().max(1);
+            let (positions, wo) = (g.positions().max(1), g.wo.max(1));
+            let by_width = Divider::new(g.w);
             for (bit, channel) in indices.chunks(positions).enumerate() {
-                for (p, &v) in channel.iter().enumerate() {
-                    let flat = v.flat_in(plane).ok_or_else(|| bad(bit * positions + p, v))?;
-                    let (ih, iw) = (flat / g.w, flat % g.w);
-                    let (oh, ow) = (p / g.wo, p % g.wo);
-                    // The window offset, if the index lies in its window (rows and columns
-                    // counted from the window's origin `o·s - pad`).
-                    let i = (ih + ph).wrapping_sub(oh * sh);
-                    let j = (iw + pw).wrapping_sub(ow * sw);
-                    if i >= kh || j >= kw {
-                        return Err(Error::IndexNotInWindow {
-                            op,
-                            arg,
-                            position: g.pooled_position(first + bit * positions + p),
-                            value: v.to_i64(),
-                        });
+                for (oh, row) in channel.chunks(wo).enumerate() {
+                    for (ow, &v) in row.iter().enumerate() {
+                        let p = oh * wo + ow;
+                        let flat = v.flat_in(plane).ok_or_else(|| bad(bit * positions + p, v))?;
+                        let (ih, iw) = by_width.div_rem(flat);
+                        // The window offset, if the index lies in its window (rows and columns
+                        // counted from the window's origin `o·s - pad`).
+                        let i = (ih + ph).wrapping_sub(oh * sh);
+                        let j = (iw + pw).wrapping_sub(ow * sw);
+                        if i >= kh || j >= kw {
+                            return Err(Error::IndexNotInWindow {
+                                op,
+                                arg,
+                                position: g.pooled_position(first + bit * positions + p),
+                                value: v.to_i64(),
+                            });
+                        }
+                        let o = (i * kw + j) * row_bytes + 2 * p;
+                        let word = read_word(out, o) | 1 << bit;
+                        let [lo, hi] = word.to_le_bytes();
+                        out[o] = lo as i8;
+                        out[o + 1] = hi as i8;
                     }
-                    let o = (i * kw + j) * row_bytes + 2 * p;
-                    let word = read_word(out, o) | 1 << bit;
-                    let [lo, hi] = word.to_le_bytes();
-                    out[o] = lo as i8;
-                    out[o + 1] = hi as i8;
                 }
             }
         }
     }
     Ok(())
+}
+
+/// Encodes one block's indices (channel-major, at most 16 channels) position by position: the
+/// channels set their bits in the position's window words, which are then stored. `out` must
+/// start zeroed. False, with `out` partly written, when some index is not in its window, or
+/// when windows have more than [`MAX_OFFSETS_BY_POSITION`] offsets.
+fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &mut [i8]) -> bool {
+    let [kh, kw] = g.params.kernel();
+    let ([sh, sw], [ph, pw]) = (g.params.stride(), g.params.padding());
+    let (plane, positions, offsets) = (g.h * g.w, g.positions(), g.offsets());
+    if offsets > MAX_OFFSETS_BY_POSITION || positions == 0 {
+        return false;
+    }
+    let (channels, row_bytes, by_width) =
+        (indices.len() / positions, g.word_offset(0, 0, 1, 0), Divider::new(g.w));
+    for oh in 0..g.ho {
+        for ow in 0..g.wo {
+            let p = oh * g.wo + ow;
+            let mut words = [0u16; MAX_OFFSETS_BY_POSITION];
+            for bit in 0..channels.min(16) {
+                let Some(flat) = indices[bit * positions + p].flat_in(plane) else { return false };
+                let (ih, iw) = by_width.div_rem(flat);
+                // The window offset (rows and columns counted from the window's origin `o·s - pad`).
+                let (i, j) = ((ih + ph).wrapping_sub(oh * sh), (iw + pw).wrapping_sub(ow * sw));
+                if i >= kh || j >= kw {
+                    return false;
+                }
+                words[i * kw + j] |= 1 << bit;
+            }
+            for (k, word) in words[..offsets].iter().enumerate() {
+                let o = k * row_bytes + 2 * p;
+                let Some(dst) = out.get_mut(o..o + 2) else { return false };
+                let [lo, hi] = word.to_le_bytes();
+                dst.copy_from_slice(&[lo as i8, hi as i8]);
+            }
+        }
+    }
+    true
+}
+
+/// Windows up to this many offsets are encoded by [`encode_by_position`].
+const MAX_OFFSETS_BY_POSITION: usize = 64;
+
+/// Division by a fixed divisor without a division instruction for dividends below 2^32:
+/// `n / d = (M * n) >> 64` with `M = ceil(2^64 / d)`, exact for every `n, d < 2^32`
+/// (Lemire, Kaser and Kurz, "Faster remainder by direct computation", 2019). Other dividends,
+/// and `d = 1` (whose `M` does not fit), divide.
+#[derive(Debug, Clone, Copy)]
+struct Divider {
+    d: usize,
+    /// `M`, or 0 where it does not apply.
+    m: u64,
+}
+
+impl Divider {
+    fn new(d: usize) -> Self {
+        let m = match u64::try_from(d) {
+            Ok(d64) if d64 >= 2 && d64 <= u64::from(u32::MAX) => u64::MAX / d64 + 1,
+            _ => 0,
+        };
+        Divider { d: d.max(1), m }
+    }
+
+    /// `(n / d, n % d)`.
+    #[inline(always)]
+    fn div_rem(&self, n: usize) -> (usize, usize) {
+        match u32::try_from(n) {
+            Ok(n32) if self.m != 0 => {
+                let q = ((u128::from(self.m) * u128::from(n32)) >> 64) as usize;
+                (q, n - q * self.d)
+            }
+            _ => (n / self.d, n % self.d),
+        }
+    }
 }
 
 /// Reads the flat arg-max index of every output position from the contiguous mask `bytes`.
@@ -653,5 +762,32 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
 
     pub(crate) fn from_parts(data: Array<i8, D>, geometry: MaxPoolGeometry) -> Self {
         Mask { data, geometry, layout: PhantomData }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Divider;
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn divider_matches_division() {
+        let mut divisors = vec![1, 2, 3, 7, 10, 112, 255, 641, 1000, 65_535, 65_536, 65_537, 1 << 31];
+        divisors.extend([(1 << 31) - 1, (1 << 32) - 2, (1 << 32) - 1, 1 << 32, (1 << 32) + 1]);
+        // A fixed pseudo-random sequence (64-bit LCG) for the dividends between the edges.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for &d in &divisors {
+            let by = Divider::new(d);
+            let mut dividends = vec![0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, u32::MAX as usize];
+            dividends.extend([u32::MAX as usize - 1, u32::MAX as usize + 1, usize::MAX, usize::MAX - d]);
+            for _ in 0..20_000 {
+                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                dividends.push((state >> 32) as usize);
+                dividends.push(((state >> 32) as usize / d.max(1)) * d + d - 1);
+            }
+            for n in dividends {
+                assert_eq!(by.div_rem(n), (n / d, n % d), "{n} / {d}");
+            }
+        }
     }
 }

@@ -169,9 +169,9 @@ pub(super) fn backward<T: PoolFloat>(
             let checked = scatter::scatter(cpu, scatter, go, flat, gi, scratch);
             for b in undecoded {
                 let block = Block::new(g, b);
-                let first = first_plane(g, b);
-                let go = &go[first * g.positions()..][..block.channels * g.positions()];
-                let gi = &mut gi[first * g.h * g.w..][..block.channels * g.h * g.w];
+                let planes = g.block_planes(b);
+                let go = &go[planes.start * g.positions()..planes.end * g.positions()];
+                let gi = &mut gi[planes.start * g.h * g.w..planes.end * g.h * g.w];
                 scatter_bits(g, &p.windows, &block, go, bits, gi, acc);
             }
             Ok(checked)
@@ -185,13 +185,6 @@ struct BlockTask<'s, T: PoolFloat> {
     gi: &'s mut [T],
     acc: &'s mut [T::Acc],
     taps: &'s mut [u8],
-}
-
-/// The first plane of block `b` (`b = n * channel_blocks + c1`; `b = N * channel_blocks` gives
-/// the plane count).
-fn first_plane(g: &MaxPoolGeometry, b: usize) -> usize {
-    let c1s = g.channel_blocks();
-    (b / c1s) * g.c + ((b % c1s) * 16).min(g.c)
 }
 
 /// Scatters through a `Bitmask`, one `(n, 16-channel block)` at a time; each of `tasks` tasks
@@ -217,7 +210,7 @@ fn by_blocks<T: PoolFloat>(
     let mut list = Vec::with_capacity(tasks);
     for b0 in (0..blocks).step_by(per) {
         let b1 = (b0 + per).min(blocks);
-        let planes = first_plane(g, b1) - first_plane(g, b0);
+        let planes = g.block_planes(b1 - 1).end - g.block_planes(b0).start;
         let (gi_head, gi_tail) = core::mem::take(&mut gi_rest).split_at_mut(planes * hw);
         let (go_head, go_tail) = go_rest.split_at(planes * positions);
         (gi_rest, go_rest) = (gi_tail, go_tail);
@@ -260,7 +253,7 @@ impl Block {
     /// Block `b = n * channel_blocks + c1`.
     fn new(g: &MaxPoolGeometry, b: usize) -> Self {
         let (n, c1) = (b / g.channel_blocks(), b % g.channel_blocks());
-        let channels = (g.c - 16 * c1).min(16);
+        let channels = g.block_planes(b).len();
         Block {
             channels,
             valid: if channels >= 16 { u16::MAX } else { (1u16 << channels) - 1 },

@@ -71,6 +71,11 @@ impl ForwardPrepared {
         Ok(ForwardPrepared { rows, cols, groups, split, blocked, whole_plane, acc_per_task })
     }
 
+    /// Accumulator-type scratch each task needs.
+    pub(super) fn acc_per_task(&self) -> usize {
+        self.acc_per_task
+    }
+
     /// Carves the scratch counted by [`ForwardPrepared::new`].
     pub(super) fn scratch<'w, T: PoolFloat>(&self, carver: &mut Carver<'w>) -> Result<&'w mut [T::Acc]> {
         carver.region::<T::Acc>(self.split.tasks() * self.acc_per_task)
@@ -177,8 +182,9 @@ pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
 struct Task<'s, T: PoolFloat, I> {
     /// The input planes the task reads (whole planes).
     x: &'s [T],
-    /// First output row of the task within each plane.
+    /// The output rows of the task within each plane: `row0..row0 + rows`.
     row0: usize,
+    rows: usize,
     out: &'s mut [T],
     idx: &'s mut [I],
     acc: &'s mut [T::Acc],
@@ -202,69 +208,82 @@ pub(super) fn pool<T: PoolFloat, I: ArgmaxIndex>(
         for ((x, out), idx) in
             x.chunks(per * hw).zip(out.chunks_mut(per * ohw)).zip(idx.chunks_mut(per * ohw))
         {
-            tasks.push(Task { x, row0: 0, out, idx, acc: accs.next().unwrap_or(&mut []) });
+            let acc = accs.next().unwrap_or(&mut []);
+            tasks.push(Task { x, row0: 0, rows: planes.ho, out, idx, acc });
         }
     } else {
         let band = rows_per_band * planes.wo;
         for ((x, out), idx) in x.chunks(hw).zip(out.chunks_mut(ohw)).zip(idx.chunks_mut(ohw)) {
             for (b, (out, idx)) in out.chunks_mut(band).zip(idx.chunks_mut(band)).enumerate() {
-                tasks.push(Task {
-                    x,
-                    row0: b * rows_per_band,
-                    out,
-                    idx,
-                    acc: accs.next().unwrap_or(&mut []),
-                });
+                let (row0, rows) = (b * rows_per_band, out.len() / planes.wo);
+                tasks.push(Task { x, row0, rows, out, idx, acc: accs.next().unwrap_or(&mut []) });
             }
         }
     }
-    cpu.for_each_task(tasks, |mut t| {
-        if p.blocked {
-            // Whole planes: BLOCK at a time, then the rest one by one.
-            let full = t.x.len() / hw / BLOCK * BLOCK;
-            let (xb, xr) = t.x.split_at(full * hw);
-            let (ob, or) = t.out.split_at_mut(full * ohw);
-            let (ib, ir) = t.idx.split_at_mut(full * ohw);
-            for ((x, out), idx) in
-                xb.chunks(BLOCK * hw).zip(ob.chunks_mut(BLOCK * ohw)).zip(ib.chunks_mut(BLOCK * ohw))
-            {
-                pool_block(x, planes, &p.rows, &p.cols, t.acc, out, idx);
-            }
-            (t.x, t.out, t.idx) = (xr, or, ir);
-            if t.x.is_empty() {
-                return;
-            }
+    cpu.for_each_task(tasks, |t| pool_task(planes, p, t));
+}
+
+/// Pools whole planes on the calling thread: `x` holds whole input planes, `out` and `idx` the
+/// same planes' outputs, and `acc` at least [`ForwardPrepared::acc_per_task`] elements. Used by
+/// callers that split the work themselves (the fused `Bitmask` forward).
+pub(super) fn pool_planes<T: PoolFloat, I: ArgmaxIndex>(
+    planes: Planes,
+    p: &ForwardPrepared,
+    x: &[T],
+    out: &mut [T],
+    idx: &mut [I],
+    acc: &mut [T::Acc],
+) {
+    pool_task(planes, p, Task { x, row0: 0, rows: planes.ho, out, idx, acc });
+}
+
+/// One task of [`pool`]: its whole planes, or its band of output rows of one plane.
+fn pool_task<T: PoolFloat, I: ArgmaxIndex>(planes: Planes, p: &ForwardPrepared, mut t: Task<'_, T, I>) {
+    let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
+    if p.blocked {
+        // Whole planes: BLOCK at a time, then the rest one by one.
+        let full = t.x.len() / hw / BLOCK * BLOCK;
+        let (xb, xr) = t.x.split_at(full * hw);
+        let (ob, or) = t.out.split_at_mut(full * ohw);
+        let (ib, ir) = t.idx.split_at_mut(full * ohw);
+        for ((x, out), idx) in
+            xb.chunks(BLOCK * hw).zip(ob.chunks_mut(BLOCK * ohw)).zip(ib.chunks_mut(BLOCK * ohw))
+        {
+            pool_block(x, planes, &p.rows, &p.cols, t.acc, out, idx);
         }
-        if p.whole_plane {
-            // One window per plane, the whole plane: one span each.
-            for ((x, o), i) in t.x.chunks(hw).zip(t.out.iter_mut()).zip(t.idx.iter_mut()) {
-                let xa = match T::as_acc(x) {
-                    Some(xa) => xa,
-                    None => {
-                        T::to_acc_slice(x, &mut t.acc[..hw]);
-                        &t.acc[..hw]
-                    }
-                };
-                let at = span(xa);
-                *o = x[at];
-                *i = I::from_flat_checked(at);
-            }
+        (t.x, t.out, t.idx) = (xr, or, ir);
+        if t.x.is_empty() {
             return;
         }
-        let rows_here = t.out.len().min(rows_per_band * planes.wo).div_ceil(planes.wo.max(1));
-        let chunk = rows_here * planes.wo;
-        for ((x, out), idx) in t.x.chunks(hw).zip(t.out.chunks_mut(chunk)).zip(t.idx.chunks_mut(chunk)) {
-            let rows = &p.rows[t.row0..t.row0 + out.len() / planes.wo];
-            match T::as_acc(x) {
-                Some(xa) => pool_plane(x, xa, planes.w, rows, &p.cols, &p.groups, out, idx),
+    }
+    if p.whole_plane {
+        // One window per plane, the whole plane: one span each.
+        for ((x, o), i) in t.x.chunks(hw).zip(t.out.iter_mut()).zip(t.idx.iter_mut()) {
+            let xa = match T::as_acc(x) {
+                Some(xa) => xa,
                 None => {
-                    let xa = &mut t.acc[..hw];
-                    T::to_acc_slice(x, xa);
-                    pool_plane(x, xa, planes.w, rows, &p.cols, &p.groups, out, idx);
+                    T::to_acc_slice(x, &mut t.acc[..hw]);
+                    &t.acc[..hw]
                 }
+            };
+            let at = span(xa);
+            *o = x[at];
+            *i = I::from_flat_checked(at);
+        }
+        return;
+    }
+    let chunk = (t.rows * planes.wo).max(1);
+    let rows = &p.rows[t.row0..t.row0 + t.rows];
+    for ((x, out), idx) in t.x.chunks(hw).zip(t.out.chunks_mut(chunk)).zip(t.idx.chunks_mut(chunk)) {
+        match T::as_acc(x) {
+            Some(xa) => pool_plane(x, xa, planes.w, rows, &p.cols, &p.groups, out, idx),
+            None => {
+                let xa = &mut t.acc[..hw];
+                T::to_acc_slice(x, xa);
+                pool_plane(x, xa, planes.w, rows, &p.cols, &p.groups, out, idx);
             }
         }
-    });
+    }
 }
 
 /// Planes pooled together by the blocked kernel.

@@ -10,33 +10,47 @@ use super::scatter::{self, ScatterPrepared};
 use super::workspace::{Carver, Sizer};
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::mask::layout_repr::LayoutKind;
 use crate::mask::{self, MaskLayout};
 use crate::op::{MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry};
 
+/// Phase-1 state of a mask forward.
+#[derive(Debug)]
+pub struct MaskForwardPrepared {
+    forward: ForwardPrepared,
+    /// `Bitmask` with at least as many `(n, 16-channel)` blocks as threads: this many tasks,
+    /// each pooling its blocks one at a time into a block of `i32` indices and encoding that
+    /// block while the indices are in cache. Otherwise (`None`) every plane is pooled into a
+    /// region of indices, which is then encoded.
+    fused_tasks: Option<usize>,
+}
+
 impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cpu {
-    type Prepared = ForwardPrepared;
+    type Prepared = MaskForwardPrepared;
 
     fn prepare(
         &self,
         op: &MaxPool2dWithMask<'a, T, L>,
         g: &MaxPoolGeometry,
-    ) -> Result<(ForwardPrepared, usize)> {
+    ) -> Result<(MaskForwardPrepared, usize)> {
         let mut sizer = Sizer::new("max_pool2d_with_mask");
         sizer.stage(&op.input.view())?;
         sizer.stage(&op.output.as_ref().view())?;
         sizer.stage(&op.mask.bytes.as_ref().view())?;
-        sizer.region::<i32>(g.planes() * g.positions())?;
-        let prepared = prepare_forward::<T>(self, g, &mut sizer)?;
-        Ok((prepared, sizer.total()))
+        let blocks = g.n * g.channel_blocks();
+        let fused = L::KIND == LayoutKind::Bitmask && blocks > 0 && blocks >= self.threads();
+        let fused_tasks = fused.then(|| task_count(self, blocks));
+        sizer.region::<i32>(index_count(g, fused_tasks)?)?;
+        let forward = prepare_forward::<T>(self, g, &mut sizer)?;
+        Ok((MaskForwardPrepared { forward, fused_tasks }, sizer.total()))
     }
 
     fn launch(
         &self,
         op: MaxPool2dWithMask<'a, T, L>,
         g: &MaxPoolGeometry,
-        p: ForwardPrepared,
+        p: MaskForwardPrepared,
         memory: &mut Vec<u64>,
     ) -> Result<()> {
         const OP: &str = "max_pool2d_with_mask";
@@ -45,13 +59,97 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         let x = carver.stage(input.view())?;
         let mut out = carver.output(output.into_view())?;
         let mut bytes = carver.output(mask.bytes.into_view())?;
-        let idx = carver.region::<i32>(g.planes() * g.positions())?;
-        let scratch = p.scratch::<T>(&mut carver)?;
-        forward::pool(self, planes(g), &p, x, out.slice(), idx, scratch);
-        encode(self, OP, L::KIND, g, idx, bytes.slice())?;
+        let idx = carver.region::<i32>(index_count(g, p.fused_tasks)?)?;
+        let scratch = p.forward.scratch::<T>(&mut carver)?;
+        match p.fused_tasks {
+            Some(tasks) => pool_and_encode_blocks(
+                self,
+                OP,
+                g,
+                &p.forward,
+                tasks,
+                x,
+                out.slice(),
+                idx,
+                scratch,
+                bytes.slice(),
+            )?,
+            None => {
+                forward::pool(self, planes(g), &p.forward, x, out.slice(), idx, scratch);
+                encode(self, OP, L::KIND, g, idx, bytes.slice())?;
+            }
+        }
         out.finish(OP, "output")?;
         bytes.finish(OP, "mask")
     }
+}
+
+/// The `i32` indices a mask forward keeps in its workspace: a block's (at most 16 planes) per
+/// fused task, or every plane's.
+fn index_count(g: &MaxPoolGeometry, fused_tasks: Option<usize>) -> Result<usize> {
+    let planes = match fused_tasks {
+        Some(tasks) => tasks.checked_mul(g.c.min(16)),
+        None => Some(g.planes()),
+    };
+    planes.and_then(|planes| planes.checked_mul(g.positions())).ok_or_else(|| Error::Overflow {
+        op: "max_pool2d_with_mask",
+        arg: "workspace",
+        what: format!("the indices of {g:?}"),
+    })
+}
+
+/// The fused `Bitmask` forward: `tasks` tasks, each owning a run of consecutive `(n, 16-channel)`
+/// blocks (consecutive planes, and consecutive bytes of the mask); each block is pooled into
+/// the task's indices and encoded at once. The first bad index (in row-major order) is the
+/// error; a forward's own indices are never bad.
+#[allow(clippy::too_many_arguments)]
+fn pool_and_encode_blocks<T: PoolFloat>(
+    cpu: &Cpu,
+    op: &'static str,
+    g: &MaxPoolGeometry,
+    p: &ForwardPrepared,
+    tasks: usize,
+    x: &[T],
+    out: &mut [T],
+    idx: &mut [i32],
+    scratch: &mut [T::Acc],
+    mask: &mut [i8],
+) -> Result<()> {
+    let (hw, positions) = (g.h * g.w, g.positions());
+    let blocks = g.n * g.channel_blocks();
+    let parts = mask::EncodeParts::new(LayoutKind::Bitmask, g, g.planes() * positions, mask.len());
+    let (mut mask_rest, tail) = mask.split_at_mut(parts.tail().start.min(mask.len()));
+    tail.fill(0);
+    let (mut x_rest, mut out_rest) = (x, out);
+    let mut idxs = idx.chunks_mut((g.c.min(16) * positions).max(1));
+    let mut accs = scratch.chunks_mut(p.acc_per_task().max(1));
+    let per = planes_per_task(blocks, tasks);
+    let mut list = Vec::with_capacity(tasks);
+    for first in (0..blocks).step_by(per) {
+        let run = first..(first + per).min(blocks);
+        let count = g.block_planes(run.end - 1).end - g.block_planes(first).start;
+        let (x_head, x_tail) = x_rest.split_at(count * hw);
+        let (out_head, out_tail) = core::mem::take(&mut out_rest).split_at_mut(count * positions);
+        let mask_len = parts.bytes(run.end - 1).end - parts.bytes(first).start;
+        let (mask_head, mask_tail) = core::mem::take(&mut mask_rest).split_at_mut(mask_len);
+        (x_rest, out_rest, mask_rest) = (x_tail, out_tail, mask_tail);
+        let (idx, acc) = (idxs.next().unwrap_or_default(), accs.next().unwrap_or_default());
+        list.push((run, x_head, out_head, mask_head, idx, acc));
+    }
+    let results = cpu.map_tasks(list, |(run, mut x, mut out, mut mask, idx, acc)| {
+        for b in run {
+            let channels = g.block_planes(b).len();
+            let (xb, x_tail) = x.split_at(channels * hw);
+            let (ob, out_tail) = core::mem::take(&mut out).split_at_mut(channels * positions);
+            let (mb, mask_tail) = core::mem::take(&mut mask).split_at_mut(parts.bytes(b).len());
+            (x, out, mask) = (x_tail, out_tail, mask_tail);
+            let idx = &mut idx[..channels * positions];
+            forward::pool_planes(planes(g), p, xb, ob, idx, acc);
+            parts.encode_part(op, "mask", g, b, idx, mb)?;
+        }
+        Ok(())
+    });
+    results.into_iter().collect()
 }
 
 /// Encodes the forward's indices into the mask, the parts of the encoding (runs of values, or
