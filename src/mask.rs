@@ -360,20 +360,19 @@ fn encode_part<I: ArgmaxIndex>(
             if encode_by_position(g, indices, out) {
                 return Ok(());
             }
-            // Some index is not in its window: channel by channel, so that the first one in
-            // row-major order is the error; row by row, so that no position needs a division.
+            // Some index is not in its window (or the windows are too large for the table):
+            // channel by channel, so that the first such index in row-major order is the error.
             out.fill(0);
             let [kh, kw] = g.params.kernel();
             let ([sh, sw], [ph, pw]) = (g.params.stride(), g.params.padding());
             let row_bytes = g.word_offset(0, 0, 1, 0);
             let (positions, wo) = (g.positions().max(1), g.wo.max(1));
-            let by_width = Divider::new(g.w);
             for (bit, channel) in indices.chunks(positions).enumerate() {
                 for (oh, row) in channel.chunks(wo).enumerate() {
                     for (ow, &v) in row.iter().enumerate() {
                         let p = oh * wo + ow;
                         let flat = v.flat_in(plane).ok_or_else(|| bad(bit * positions + p, v))?;
-                        let (ih, iw) = by_width.div_rem(flat);
+                        let (ih, iw) = (flat / g.w, flat % g.w);
                         // The window offset, if the index lies in its window (rows and columns
                         // counted from the window's origin `o·s - pad`).
                         let i = (ih + ph).wrapping_sub(oh * sh);
@@ -402,29 +401,30 @@ fn encode_part<I: ArgmaxIndex>(
 /// Encodes one block's indices (channel-major, at most 16 channels) position by position: the
 /// channels set their bits in the position's window words, which are then stored. `out` must
 /// start zeroed. False, with `out` partly written, when some index is not in its window, or
-/// when windows have more than [`MAX_OFFSETS_BY_POSITION`] offsets.
+/// when the windows are larger than [`WindowTaps`] covers.
 fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &mut [i8]) -> bool {
-    let [kh, kw] = g.params.kernel();
     let ([sh, sw], [ph, pw]) = (g.params.stride(), g.params.padding());
-    let (plane, positions, offsets) = (g.h * g.w, g.positions(), g.offsets());
-    if offsets > MAX_OFFSETS_BY_POSITION || positions == 0 {
+    let (w, plane, positions, offsets) = (g.w, g.h * g.w, g.positions(), g.offsets());
+    let Some(taps) = WindowTaps::new(g) else { return false };
+    if positions == 0 {
         return false;
     }
-    let (channels, row_bytes, by_width) =
-        (indices.len() / positions, g.word_offset(0, 0, 1, 0), Divider::new(g.w));
+    let (channels, row_bytes) = (indices.len() / positions, g.word_offset(0, 0, 1, 0));
     for oh in 0..g.ho {
+        // The flat position of the window's origin `(oh·sh - ph, ow·sw - pw)`, modulo 2^64.
+        let row_origin = (oh * sh).wrapping_sub(ph).wrapping_mul(w);
         for ow in 0..g.wo {
-            let p = oh * g.wo + ow;
-            let mut words = [0u16; MAX_OFFSETS_BY_POSITION];
+            let (p, col_origin) = (oh * g.wo + ow, (ow * sw).wrapping_sub(pw));
+            let origin = row_origin.wrapping_add(col_origin);
+            let mut words = [0u16; WindowTaps::MAX_OFFSETS];
             for bit in 0..channels.min(16) {
                 let Some(flat) = indices[bit * positions + p].flat_in(plane) else { return false };
-                let (ih, iw) = by_width.div_rem(flat);
-                // The window offset (rows and columns counted from the window's origin `o·s - pad`).
-                let (i, j) = ((ih + ph).wrapping_sub(oh * sh), (iw + pw).wrapping_sub(ow * sw));
-                if i >= kh || j >= kw {
+                let Some((k, j)) = taps.at(flat.wrapping_sub(origin)) else { return false };
+                // A tap whose column is outside the plane: the index is in another row.
+                if col_origin.wrapping_add(j) >= w {
                     return false;
                 }
-                words[i * kw + j] |= 1 << bit;
+                words[k] |= 1 << bit;
             }
             for (k, word) in words[..offsets].iter().enumerate() {
                 let o = k * row_bytes + 2 * p;
@@ -437,38 +437,46 @@ fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &
     true
 }
 
-/// Windows up to this many offsets are encoded by [`encode_by_position`].
-const MAX_OFFSETS_BY_POSITION: usize = 64;
-
-/// Division by a fixed divisor without a division instruction for dividends below 2^32:
-/// `n / d = (M * n) >> 64` with `M = ceil(2^64 / d)`, exact for every `n, d < 2^32`
-/// (Lemire, Kaser and Kurz, "Faster remainder by direct computation", 2019). Other dividends,
-/// and `d = 1` (whose `M` does not fit), divide.
-#[derive(Debug, Clone, Copy)]
-struct Divider {
-    d: usize,
-    /// `M`, or 0 where it does not apply.
-    m: u64,
+/// The taps of a pooling window by their distance `d` (flat, row-major) from the window's
+/// origin: `d = i·W + j` for the tap in row `i < kH` and column `j < min(kW, W)` of the window,
+/// which is window offset `i·kW + j`. A distance that is not a tap, or a tap whose column lies
+/// outside the plane, is not in the window; a tap in a column `j >= W` (kernels wider than the
+/// plane) is not found here, and is left to the exact encoder.
+struct WindowTaps {
+    /// `k | j << 8` per distance, or [`WindowTaps::NONE`].
+    taps: [u16; WindowTaps::MAX_SPAN],
+    span: usize,
 }
 
-impl Divider {
-    fn new(d: usize) -> Self {
-        let m = match u64::try_from(d) {
-            Ok(d64) if d64 >= 2 && d64 <= u64::from(u32::MAX) => u64::MAX / d64 + 1,
-            _ => 0,
-        };
-        Divider { d: d.max(1), m }
+impl WindowTaps {
+    /// Windows of up to this many offsets (one word each per position, on the stack).
+    const MAX_OFFSETS: usize = 64;
+    /// Distances up to this (`kH · W`).
+    const MAX_SPAN: usize = 4096;
+    const NONE: u16 = u16::MAX;
+
+    fn new(g: &MaxPoolGeometry) -> Option<Self> {
+        let ([kh, kw], w) = (g.params.kernel(), g.w);
+        let span = kh.checked_mul(w).filter(|&s| s <= Self::MAX_SPAN)?;
+        if g.offsets() > Self::MAX_OFFSETS {
+            return None;
+        }
+        let mut taps = [Self::NONE; Self::MAX_SPAN];
+        for i in 0..kh {
+            for j in 0..kw.min(w) {
+                // Both below 64 (checked above): a byte each.
+                taps[i * w + j] = (i * kw + j) as u16 | (j as u16) << 8;
+            }
+        }
+        Some(WindowTaps { taps, span })
     }
 
-    /// `(n / d, n % d)`.
+    /// The window offset `k` and column `j` of the tap at distance `d`, if it is one.
     #[inline(always)]
-    fn div_rem(&self, n: usize) -> (usize, usize) {
-        match u32::try_from(n) {
-            Ok(n32) if self.m != 0 => {
-                let q = ((u128::from(self.m) * u128::from(n32)) >> 64) as usize;
-                (q, n - q * self.d)
-            }
-            _ => (n / self.d, n % self.d),
+    fn at(&self, d: usize) -> Option<(usize, usize)> {
+        match *self.taps[..self.span].get(d)? {
+            Self::NONE => None,
+            t => Some((usize::from(t & 0xff), usize::from(t >> 8))),
         }
     }
 }
@@ -767,27 +775,84 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
 
 #[cfg(test)]
 mod tests {
-    use super::Divider;
+    use super::*;
 
+    /// Every index of every plane at every position of small poolings (kernels wider than the
+    /// plane included): the position-by-position encoder accepts exactly the indices inside
+    /// their window (it may leave those in columns past the plane's width, for kernels wider
+    /// than it, to the exact encoder), and writes the bit of their window offset.
     #[test]
-    #[cfg(target_pointer_width = "64")]
-    fn divider_matches_division() {
-        let mut divisors = vec![1, 2, 3, 7, 10, 112, 255, 641, 1000, 65_535, 65_536, 65_537, 1 << 31];
-        divisors.extend([(1 << 31) - 1, (1 << 32) - 2, (1 << 32) - 1, 1 << 32, (1 << 32) + 1]);
-        // A fixed pseudo-random sequence (64-bit LCG) for the dividends between the edges.
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        for &d in &divisors {
-            let by = Divider::new(d);
-            let mut dividends = vec![0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, u32::MAX as usize];
-            dividends.extend([u32::MAX as usize - 1, u32::MAX as usize + 1, usize::MAX, usize::MAX - d]);
-            for _ in 0..20_000 {
-                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-                dividends.push((state >> 32) as usize);
-                dividends.push(((state >> 32) as usize / d.max(1)) * d + d - 1);
-            }
-            for n in dividends {
-                assert_eq!(by.div_rem(n), (n / d, n % d), "{n} / {d}");
+    fn encode_by_position_accepts_exactly_the_window() {
+        let mut checked = 0;
+        for (kh, kw, sh, sw, ceil) in itertools_like() {
+            for (ph, pw) in [(0, 0), (kh / 2, kw / 2)] {
+                for (h, w) in (1..=4).flat_map(|h| (1..=4).map(move |w| (h, w))) {
+                    let params = MaxPool2dParams::new([kh, kw])
+                        .with_stride([sh, sw])
+                        .with_padding([ph, pw])
+                        .with_ceil_mode(ceil);
+                    let Ok(g) = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 1, h, w]) else {
+                        continue;
+                    };
+                    // A valid index per position (its window's first tap inside the plane).
+                    let first_tap = |p: usize| (0..g.offsets()).find_map(|k| g.flat_of(p, k));
+                    let Some(valid): Option<Vec<i64>> =
+                        (0..g.positions()).map(|p| first_tap(p).map(|f| f as i64)).collect()
+                    else {
+                        continue;
+                    };
+                    let bytes = g.bytes().unwrap();
+                    for p in 0..g.positions() {
+                        for flat in 0..h * w {
+                            let mut indices = valid.clone();
+                            indices[p] = flat as i64;
+                            // Reference: the window offset of each index, from rows and columns.
+                            let offset = |p: usize, f: usize| {
+                                let (oh, ow, ih, iw) = (p / g.wo, p % g.wo, f / w, f % w);
+                                let i = (ih + ph).checked_sub(oh * sh).filter(|&i| i < kh)?;
+                                let j = (iw + pw).checked_sub(ow * sw).filter(|&j| j < kw)?;
+                                Some((i * kw + j, j))
+                            };
+                            let mut out = vec![0i8; bytes];
+                            let fast = encode_by_position(&g, &indices, &mut out);
+                            // Taps in columns past the plane's width may be left to the exact encoder.
+                            let wide = || {
+                                indices
+                                    .iter()
+                                    .enumerate()
+                                    .any(|(q, &f)| offset(q, f as usize).unwrap().1 >= w)
+                            };
+                            match offset(p, flat) {
+                                None => assert!(!fast, "{params:?} {h}x{w}: p {p} accepted {flat}"),
+                                Some(_) if !fast => {
+                                    assert!(wide(), "{params:?} {h}x{w}: p {p} refused {flat}")
+                                }
+                                Some(_) => {
+                                    let mut expected = vec![0i8; bytes];
+                                    for (q, &f) in indices.iter().enumerate() {
+                                        let (k, _) = offset(q, f as usize).unwrap();
+                                        expected[g.word_offset(0, 0, k, q)] |= 1;
+                                    }
+                                    assert_eq!(out, expected, "{params:?} {h}x{w}: p {p}, index {flat}");
+                                }
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
             }
         }
+        assert!(checked > 10_000, "{checked}");
+    }
+
+    /// Kernels 1 to 3, strides 1 and 2, floor and ceil mode.
+    fn itertools_like() -> impl Iterator<Item = (usize, usize, usize, usize, bool)> {
+        (1..=3).flat_map(|kh| {
+            (1..=3).flat_map(move |kw| {
+                (1..=2).flat_map(move |sh| {
+                    (1..=2).flat_map(move |sw| [false, true].into_iter().map(move |c| (kh, kw, sh, sw, c)))
+                })
+            })
+        })
     }
 }

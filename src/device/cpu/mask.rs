@@ -1,6 +1,8 @@
 //! The Ascend mask operations on the CPU. The forward pools with `i32` indices into the
-//! workspace and encodes them; the backward scatters `I32Argmax` values with the shared scatter
-//! kernel, and reads `Bitmask` words in 16-channel blocks (module `bitmask`).
+//! workspace and encodes them: `Bitmask` one `(n, 16-channel)` block at a time per thread when
+//! there are enough blocks (the block's indices are encoded while in cache), else every plane
+//! first. The backward scatters `I32Argmax` values with the shared scatter kernel, and reads
+//! `Bitmask` words in 16-channel blocks (module `bitmask`).
 
 use super::Cpu;
 use super::bitmask::{self, BitmaskPrepared};
