@@ -410,13 +410,17 @@ fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
         for group in groups {
             match *group {
                 ColumnGroup::Lanes { first, stride } => {
-                    let at = if stride == 1 {
+                    let taps = if stride == 1 {
                         lanes::<T::Acc, 1>(xa, w, r, &cols[first])
                     } else {
                         lanes::<T::Acc, 2>(xa, w, r, &cols[first])
                     };
+                    let origin = r.start * w + cols[first].start;
                     for l in 0..LANES {
-                        let a = at.map_or_else(|| window(xa, w, r, &cols[first + l]), |at| at[l]);
+                        let a = match taps {
+                            Some(taps) => origin + taps[l] as usize + l * stride,
+                            None => window(xa, w, r, &cols[first + l]),
+                        };
                         out[first + l] = x[a];
                         idx[first + l] = I::from_flat_checked(a);
                     }
@@ -458,11 +462,12 @@ fn window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
 }
 
 /// The arg-max of [`LANES`] windows on rows `r` whose columns are those of `first` shifted by
-/// `S * lane`. Each lane keeps the offset of its best tap from the window's first tap, the same
-/// for every lane at each step, so the loop vectorises. `None` when a window spans 2^32
-/// positions or more (the offsets are `u32`).
-#[inline]
-fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps) -> Option<[usize; LANES]> {
+/// `S * lane`, as each lane's offset from its window's first tap (`r.start * w + first.start +
+/// S * lane`). Each lane keeps the offset of its best tap, the same for every lane at each step,
+/// so the loop vectorises (on 32-bit lanes: the offsets stay `u32` until the caller widens
+/// them). `None` when a window spans 2^32 positions or more.
+#[inline(never)]
+fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps) -> Option<[u32; LANES]> {
     let origin = r.start * w + first.start;
     u32::try_from((r.count - 1) * r.step * w + (first.count - 1) * first.step).ok()?;
     let mut best = [A::neg_infinity(); LANES];
@@ -480,7 +485,7 @@ fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps
             }
         }
     }
-    Some(core::array::from_fn(|l| origin + best_tap[l] as usize + l * S))
+    Some(best_tap)
 }
 
 /// The arg-max of a contiguous span of at most [`EXACT_POSITIONS`] elements, with the rule of
