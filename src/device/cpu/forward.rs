@@ -415,14 +415,25 @@ fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
                     } else {
                         lanes::<T::Acc, 2>(xa, w, r, &cols[first])
                     };
-                    let origin = r.start * w + cols[first].start;
-                    for l in 0..LANES {
-                        let a = match taps {
-                            Some(taps) => origin + taps[l] as usize + l * stride,
-                            None => window(xa, w, r, &cols[first + l]),
-                        };
-                        out[first + l] = x[a];
-                        idx[first + l] = I::from_flat_checked(a);
+                    let (out, idx) = (&mut out[first..first + LANES], &mut idx[first..first + LANES]);
+                    match taps {
+                        Some(taps) => {
+                            let origin = r.start * w + cols[first].start;
+                            for (l, ((o, i), &tap)) in
+                                out.iter_mut().zip(idx.iter_mut()).zip(&taps).enumerate()
+                            {
+                                let a = origin + tap as usize + l * stride;
+                                *o = x[a];
+                                *i = I::from_flat_checked(a);
+                            }
+                        }
+                        None => {
+                            for (l, (o, i)) in out.iter_mut().zip(idx.iter_mut()).enumerate() {
+                                let a = window(xa, w, r, &cols[first + l]);
+                                *o = x[a];
+                                *i = I::from_flat_checked(a);
+                            }
+                        }
                     }
                 }
                 ColumnGroup::Single(ow) => {
