@@ -187,6 +187,21 @@ struct BlockTask<'s, T: PoolFloat> {
     taps: &'s mut [u8],
 }
 
+/// The `(n, 16-channel)` blocks in runs of consecutive blocks, one per task of `tasks`, each
+/// with its planes (consecutive too).
+pub(super) fn block_runs(
+    g: &MaxPoolGeometry,
+    tasks: usize,
+) -> impl Iterator<Item = (Range<usize>, Range<usize>)> {
+    let blocks = g.n * g.channel_blocks();
+    let per = planes_per_task(blocks, tasks);
+    (0..blocks).step_by(per).map(move |first| {
+        let run = first..(first + per).min(blocks);
+        let planes = g.block_planes(first).start..g.block_planes(run.end - 1).end;
+        (run, planes)
+    })
+}
+
 /// Scatters through a `Bitmask`, one `(n, 16-channel block)` at a time; each of `tasks` tasks
 /// owns a run of consecutive blocks (consecutive planes of `grad_input`).
 #[allow(clippy::too_many_arguments)]
@@ -201,21 +216,17 @@ fn by_blocks<T: PoolFloat>(
     acc: &mut [T::Acc],
     taps: &mut [u8],
 ) {
-    let (hw, positions, c1s) = (g.h * g.w, g.positions(), g.channel_blocks());
-    let blocks = g.n * c1s;
-    let per = planes_per_task(blocks, tasks);
+    let (hw, positions) = (g.h * g.w, g.positions());
     let mut accs = acc.chunks_mut(p.acc_per_task.max(1));
     let mut tapss = taps.chunks_mut((taps.len() / tasks.max(1)).max(1));
     let (mut gi_rest, mut go_rest) = (gi, go);
     let mut list = Vec::with_capacity(tasks);
-    for b0 in (0..blocks).step_by(per) {
-        let b1 = (b0 + per).min(blocks);
-        let planes = g.block_planes(b1 - 1).end - g.block_planes(b0).start;
-        let (gi_head, gi_tail) = core::mem::take(&mut gi_rest).split_at_mut(planes * hw);
-        let (go_head, go_tail) = go_rest.split_at(planes * positions);
+    for (blocks, planes) in block_runs(g, tasks) {
+        let (gi_head, gi_tail) = core::mem::take(&mut gi_rest).split_at_mut(planes.len() * hw);
+        let (go_head, go_tail) = go_rest.split_at(planes.len() * positions);
         (gi_rest, go_rest) = (gi_tail, go_tail);
         list.push(BlockTask {
-            blocks: b0..b1,
+            blocks,
             go: go_head,
             gi: gi_head,
             acc: accs.next().unwrap_or(&mut []),

@@ -118,21 +118,17 @@ fn pool_and_encode_blocks<T: PoolFloat>(
     mask: &mut [i8],
 ) -> Result<()> {
     let (hw, positions) = (g.h * g.w, g.positions());
-    let blocks = g.n * g.channel_blocks();
     let parts = mask::EncodeParts::new(LayoutKind::Bitmask, g, g.planes() * positions, mask.len());
     let (mut mask_rest, tail) = mask.split_at_mut(parts.tail().start.min(mask.len()));
     tail.fill(0);
     let (mut x_rest, mut out_rest) = (x, out);
     let mut idxs = idx.chunks_mut((g.c.min(16) * positions).max(1));
     let mut accs = scratch.chunks_mut(p.acc_per_task().max(1));
-    let per = planes_per_task(blocks, tasks);
     let mut list = Vec::with_capacity(tasks);
-    for first in (0..blocks).step_by(per) {
-        let run = first..(first + per).min(blocks);
-        let count = g.block_planes(run.end - 1).end - g.block_planes(first).start;
-        let (x_head, x_tail) = x_rest.split_at(count * hw);
-        let (out_head, out_tail) = core::mem::take(&mut out_rest).split_at_mut(count * positions);
-        let mask_len = parts.bytes(run.end - 1).end - parts.bytes(first).start;
+    for (run, planes) in bitmask::block_runs(g, tasks) {
+        let (x_head, x_tail) = x_rest.split_at(planes.len() * hw);
+        let (out_head, out_tail) = core::mem::take(&mut out_rest).split_at_mut(planes.len() * positions);
+        let mask_len = parts.bytes(run.end - 1).end - parts.bytes(run.start).start;
         let (mask_head, mask_tail) = core::mem::take(&mut mask_rest).split_at_mut(mask_len);
         (x_rest, out_rest, mask_rest) = (x_tail, out_tail, mask_tail);
         let (idx, acc) = (idxs.next().unwrap_or_default(), accs.next().unwrap_or_default());
