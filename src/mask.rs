@@ -184,6 +184,13 @@ pub(crate) fn read_word(bytes: &[i8], offset: usize) -> u16 {
     u16::from_le_bytes([bytes[offset] as u8, bytes[offset + 1] as u8])
 }
 
+/// Stores the `Bitmask` word at byte `offset` (little-endian, as [`read_word`] reads it).
+#[inline]
+fn write_word(bytes: &mut [i8], offset: usize, word: u16) {
+    let [lo, hi] = word.to_le_bytes();
+    bytes[offset..offset + 2].copy_from_slice(&[lo as i8, hi as i8]);
+}
+
 /// `N` consecutive `Bitmask` words from byte `offset` (positions `p..p + N` of one `(n, c1, k)`
 /// row), or `None` past the end of `bytes`. A row holds 16 words more than there are positions,
 /// so 16 words from any position of a row stay inside that row.
@@ -386,10 +393,7 @@ fn encode_part<I: ArgmaxIndex>(
                             });
                         }
                         let o = (i * kw + j) * row_bytes + 2 * p;
-                        let word = read_word(out, o) | 1 << bit;
-                        let [lo, hi] = word.to_le_bytes();
-                        out[o] = lo as i8;
-                        out[o + 1] = hi as i8;
+                        write_word(out, o, read_word(out, o) | 1 << bit);
                     }
                 }
             }
@@ -426,11 +430,8 @@ fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &
                 }
                 words[k] |= 1 << bit;
             }
-            for (k, word) in words[..offsets].iter().enumerate() {
-                let o = k * row_bytes + 2 * p;
-                let Some(dst) = out.get_mut(o..o + 2) else { return false };
-                let [lo, hi] = word.to_le_bytes();
-                dst.copy_from_slice(&[lo as i8, hi as i8]);
+            for (k, &word) in words[..offsets].iter().enumerate() {
+                write_word(out, k * row_bytes + 2 * p, word);
             }
         }
     }

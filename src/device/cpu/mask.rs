@@ -122,7 +122,8 @@ fn pool_and_encode_blocks<T: PoolFloat>(
     let (mut mask_rest, tail) = mask.split_at_mut(parts.tail().start.min(mask.len()));
     tail.fill(0);
     let (mut x_rest, mut out_rest) = (x, out);
-    let mut idxs = idx.chunks_mut((g.c.min(16) * positions).max(1));
+    // One block's indices per task, as `index_count` sized them.
+    let mut idxs = idx.chunks_mut((idx.len() / tasks.max(1)).max(1));
     let mut accs = scratch.chunks_mut(p.acc_per_task().max(1));
     let mut list = Vec::with_capacity(tasks);
     for (run, planes) in bitmask::block_runs(g, tasks) {
