@@ -8,8 +8,12 @@
 //! Each line has `name`, `median_s` (the plan API on preallocated outputs, the way a training
 //! loop calls it), `median_fn_s` (the allocating free function, the way PyTorch's op is timed),
 //! `tmin_bytes` (DESIGN.md section 4: `H*W*b + Ho*Wo*(b+i)` per plane, with the index bytes `i` of
-//! the variant) and `gbps_on_tmin` (on `median_s`). The `copy` case measures the machine's copy
-//! bandwidth in this process, so each figure can be read as a fraction of it. Max-pool backward
+//! the variant), `gbps_on_tmin` (on `median_s`) and, for backwards, `floor_s`: the memory floor,
+//! the kernel's memory traffic without its arithmetic (see `floor`). The `copy` case measures the
+//! machine's copy bandwidth in this process, so each figure can be read as a fraction of it. (With
+//! 2 threads each `memcpy` moves 128 MiB, below glibc's non-temporal threshold on this project's
+//! machines, 192 MiB: it stores through the cache, each line written is first read, as in the
+//! kernels.) Max-pool backward
 //! cases run with `i64` indices (the anchor's names) and with each mask layout (`_i32argmax`,
 //! `_bitmask`); `fwd_` cases time the forwards.
 
@@ -121,12 +125,59 @@ fn time(reps: usize, mut f: impl FnMut()) -> f64 {
     )
 }
 
-fn report(name: &str, threads: usize, median_s: f64, median_fn_s: Option<f64>, tmin: f64) {
-    let fn_field = median_fn_s.map(|t| format!(", \"median_fn_s\": {t:.6e}")).unwrap_or_default();
+fn report(
+    name: &str,
+    threads: usize,
+    median_s: f64,
+    median_fn_s: Option<f64>,
+    floor_s: Option<f64>,
+    tmin: f64,
+) {
+    let field = |key: &str, t: Option<f64>| t.map(|t| format!(", \"{key}\": {t:.6e}")).unwrap_or_default();
     println!(
-        "{{\"name\": \"{name}\", \"threads\": {threads}, \"median_s\": {median_s:.6e}{fn_field}, \"tmin_bytes\": {tmin:.0}, \"gbps_on_tmin\": {:.2}}}",
+        "{{\"name\": \"{name}\", \"threads\": {threads}, \"median_s\": {median_s:.6e}{}{}, \"tmin_bytes\": {tmin:.0}, \"gbps_on_tmin\": {:.2}}}",
+        field("median_fn_s", median_fn_s),
+        field("floor_s", floor_s),
         tmin / median_s / 1e9
     );
+}
+
+/// The memory floor of a backward: the time to zero `grad_input` in cache-sized pieces (whole
+/// planes, or a thread's share of fewer planes), each followed by reading its share of `reads`
+/// (the gradients and the indices or mask), on the same number of threads. It makes the memory
+/// traffic of a scatter that builds each plane in cache (the lines of `grad_input` are read for
+/// ownership and written back; safe Rust has no non-temporal store) and streams its inputs once,
+/// with no arithmetic: a kernel near it is bound by memory, one well above it by its own work.
+fn floor<T: PoolFloat>(threads: usize, reps: usize, gi: &mut [T], plane: usize, reads: [&[u8]; 2]) -> f64 {
+    use rayon::prelude::*;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+    // Whole planes, at least 64 KiB at a time (to keep call overheads out of small planes).
+    let planes = (65536 / size_of::<T>()).div_ceil(plane.max(1));
+    let piece = (plane * planes).clamp(1, gi.len().div_ceil(threads).max(1));
+    let pieces = gi.len().div_ceil(piece);
+    // Piece `k` reads its share of each input right after zeroing its stretch of `grad_input`.
+    let share = |read: &[u8], k: usize| {
+        let at = |k: usize| (read.len() as u64 * k as u64 / pieces as u64) as usize;
+        let (head, words, tail) = bytemuck::pod_align_to::<u8, u64>(&read[at(k)..at(k + 1)]);
+        let bytes = head.iter().chain(tail).fold(0u64, |s, &b| s.wrapping_add(u64::from(b)));
+        words.iter().fold(bytes, |s, &w| s.wrapping_add(w))
+    };
+    let per_task = pieces.div_ceil(threads) * piece;
+    time(reps, || {
+        let sum: u64 = pool.install(|| {
+            gi.par_chunks_mut(per_task)
+                .enumerate()
+                .map(|(task, out)| {
+                    let first = task * per_task / piece;
+                    out.chunks_mut(piece).enumerate().fold(0u64, |sum, (k, out)| {
+                        out.fill(T::zero());
+                        sum.wrapping_add(share(reads[0], first + k)).wrapping_add(share(reads[1], first + k))
+                    })
+                })
+                .reduce(|| 0, u64::wrapping_add)
+        });
+        std::hint::black_box(sum);
+    })
 }
 
 fn params(kind: Kind) -> MaxPool2dParams {
@@ -211,7 +262,13 @@ fn run_case<T: PoolFloat>(
                 );
             }),
         });
-        report(name, threads, t, t_fn, tmin::<T>(shape, out, 8.0));
+        let plane = shape[2] * shape[3];
+        let reads = [
+            bytemuck::cast_slice(g.as_slice().unwrap()),
+            bytemuck::cast_slice(pooled.indices.as_slice().unwrap()),
+        ];
+        let t_floor = floor(threads, reps, gi.as_slice_mut().unwrap(), plane, reads);
+        report(name, threads, t, t_fn, Some(t_floor), tmin::<T>(shape, out, 8.0));
     }
 
     if let Kind::MaxPool { k, .. } = kind {
@@ -245,7 +302,7 @@ fn run_case<T: PoolFloat>(
             }
         });
         // The forward reads the input once and writes values and indices.
-        report(&fwd, threads, t, None, tmin::<T>(shape, out, 8.0));
+        report(&fwd, threads, t, None, None, tmin::<T>(shape, out, 8.0));
     }
 }
 
@@ -286,7 +343,7 @@ fn mask_case<T: PoolFloat, L: MaskLayout>(
         });
         // The forward writes the whole mask (zeros included).
         let outputs = g.len() as f64;
-        report(&fwd, cpu.threads(), t, None, tmin::<T>(x.dim().into(), out, m.len() as f64 / outputs));
+        report(&fwd, cpu.threads(), t, None, None, tmin::<T>(x.dim().into(), out, m.len() as f64 / outputs));
     }
 }
 
@@ -319,8 +376,14 @@ fn mask_backward_case<T: PoolFloat, L: MaskLayout>(
             std::hint::black_box(poolgrad::max_pool2d_with_mask_backward(g, x, mask, p).unwrap());
         })
     });
+    let plane = x.shape()[2] * x.shape()[3];
+    // The mask's shape is larger than its layout's bytes: read as many as T_min counts.
+    let mask_bytes: &[u8] = bytemuck::cast_slice(mask.as_array().as_slice().unwrap());
+    let used = ((g.len() as f64 * index_bytes).ceil() as usize).min(mask_bytes.len());
+    let reads = [bytemuck::cast_slice(g.as_slice().unwrap()), &mask_bytes[..used]];
+    let t_floor = floor(cpu.threads(), reps, gi.as_slice_mut().unwrap(), plane, reads);
     let out = [g.shape()[2], g.shape()[3]];
-    report(name, cpu.threads(), t, t_fn, tmin::<T>(x.dim().into(), out, index_bytes));
+    report(name, cpu.threads(), t, t_fn, Some(t_floor), tmin::<T>(x.dim().into(), out, index_bytes));
 }
 
 /// Grows the workspace if the plan needs more, then runs.

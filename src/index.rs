@@ -7,8 +7,24 @@ pub(crate) mod repr {
     pub trait IndexRepr: Copy {
         /// `i` as this type; the caller has checked `i < MAX_PLANE`.
         fn from_flat_checked(i: usize) -> Self;
+        /// The index sign-extended to `usize`: a negative index becomes at least `2^63`, past
+        /// every range of positions (those fit `isize`).
+        fn to_usize_wrapping(self) -> usize;
+
         /// The flat position if it lies in `0..plane`.
-        fn flat_in(self, plane: usize) -> Option<usize>;
+        #[inline(always)]
+        fn flat_in(self, plane: usize) -> Option<usize> {
+            let at = self.to_usize_wrapping();
+            (at as isize >= 0 && at < plane).then_some(at)
+        }
+
+        /// The flat position if it lies in `start..start + len`, with one comparison; for ranges
+        /// of positions, which end at most at `isize::MAX` (as slice lengths do).
+        #[inline(always)]
+        fn flat_within(self, start: usize, len: usize) -> Option<usize> {
+            let at = self.to_usize_wrapping();
+            (at.wrapping_sub(start) < len).then_some(at)
+        }
     }
 }
 
@@ -38,8 +54,8 @@ impl repr::IndexRepr for i32 {
         i as i32
     }
     #[inline(always)]
-    fn flat_in(self, plane: usize) -> Option<usize> {
-        (self >= 0 && (self as u64) < plane as u64).then_some(self as usize)
+    fn to_usize_wrapping(self) -> usize {
+        self as isize as usize
     }
 }
 
@@ -49,8 +65,8 @@ impl repr::IndexRepr for i64 {
         i as i64
     }
     #[inline(always)]
-    fn flat_in(self, plane: usize) -> Option<usize> {
-        (self >= 0 && (self as u64) < plane as u64).then_some(self as usize)
+    fn to_usize_wrapping(self) -> usize {
+        self as isize as usize
     }
 }
 
@@ -86,5 +102,25 @@ mod tests {
         assert_eq!(i64::MIN.flat_in(usize::MAX), None);
         assert_eq!((-1i64).flat_in(usize::MAX), None);
         assert_eq!(5i64.flat_in(6), Some(5));
+    }
+
+    /// `flat_within` against the plain two-sided test, on every value near the ends of a few
+    /// ranges and on the extreme indices.
+    #[test]
+    fn window_check_is_the_two_sided_test() {
+        let ranges = [(0usize, 0usize), (0, 1), (0, 10), (3, 4), (7, 1), (1 << 31, 5), (usize::MAX >> 2, 9)];
+        for (start, len) in ranges {
+            let near = |v: usize| (v.saturating_sub(3)..v.saturating_add(3)).map(|x| x as i64);
+            let values =
+                near(start).chain(near(start + len)).chain([-1, i64::MIN, i64::MAX, i32::MIN.into()]);
+            for v in values {
+                let want =
+                    (v >= 0 && (v as usize) >= start && (v as usize) < start + len).then_some(v as usize);
+                assert_eq!(v.flat_within(start, len), want, "i64 {v} in {start}+{len}");
+                if let Ok(v32) = i32::try_from(v) {
+                    assert_eq!(v32.flat_within(start, len), want, "i32 {v} in {start}+{len}");
+                }
+            }
+        }
     }
 }

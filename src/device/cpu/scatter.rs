@@ -347,19 +347,20 @@ fn add_runs<G: Copy, I: ArgmaxIndex, const BAND: bool>(
 ) -> core::result::Result<(), usize> {
     for Run { gradients, allowed } in runs {
         let first = gradients.start;
+        let (start, span) = (allowed.start, allowed.len());
         for (k, (&g, &i)) in go[gradients.clone()].iter().zip(&ix[gradients]).enumerate() {
             if BAND {
-                match i.flat_in(allowed.end) {
-                    Some(at) if at >= allowed.start => {
+                match i.flat_within(start, span) {
+                    Some(at) => {
                         let local = at.wrapping_sub(owned);
                         if local < len {
                             add(local, g);
                         }
                     }
-                    _ => return Err(first + k),
+                    None => return Err(first + k),
                 }
             } else {
-                match i.flat_in(len) {
+                match i.flat_within(0, len) {
                     Some(at) => add(at, g),
                     None => return Err(first + k),
                 }
