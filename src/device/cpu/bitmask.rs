@@ -28,7 +28,8 @@ pub struct BitmaskPrepared {
     split: BlockSplit,
     /// Tasks with f32 accumulators ...
     acc_tasks: usize,
-    /// ... of 16 planes each for the half types, else 0 (sums go to the output).
+    /// ... of 16 planes plus one channel's gradients each for the half types, else 0 (sums go
+    /// to the output).
     acc_per_task: usize,
 }
 
@@ -119,7 +120,9 @@ impl BitmaskPrepared {
     /// Plans the backward of `g` and adds its scratch to `sizer`.
     pub(super) fn new<T: PoolFloat>(cpu: &Cpu, g: &MaxPoolGeometry, sizer: &mut Sizer) -> Result<Self> {
         let windows = Windows::new(g)?;
-        let acc_per_task = if T::as_acc_mut(&mut []).is_some() { 0 } else { 16 * g.h * g.w };
+        // Half types: 16 planes of f32 sums (the bit-by-bit kernel sums a block at once) and one
+        // channel's widened gradients (the decoded scatter).
+        let acc_per_task = if T::as_acc_mut(&mut []).is_some() { 0 } else { 16 * g.h * g.w + g.positions() };
         let (threads, blocks) = (cpu.threads(), g.n * g.channel_blocks());
         let flat_fits = i32::try_from(g.h * g.w).is_ok();
         let (split, acc_tasks) = if windows.decoding.is_some() && blocks > 0 && blocks < threads && flat_fits
@@ -421,7 +424,10 @@ fn decode_run(
 }
 
 /// Scatters a decoded block channel by channel, exactly as the flat-index kernel does: zero the
-/// plane, then add each gradient at its input index in row-major output order.
+/// plane, then add each gradient at its input index in row-major output order. `f32`/`f64` sum
+/// straight into the plane; the half types widen the channel's gradients into `acc` past its
+/// first plane, sum in that plane and store each rounded running sum, so the last store to an
+/// element holds its whole sum rounded once.
 fn scatter_decoded<T: PoolFloat>(
     g: &MaxPoolGeometry,
     windows: &Windows,
@@ -431,28 +437,47 @@ fn scatter_decoded<T: PoolFloat>(
     gi: &mut [T],
     acc: &mut [T::Acc],
 ) {
-    let (hw, positions, wo) = (g.h * g.w, g.positions(), g.wo.max(1));
+    let (hw, positions) = (g.h * g.w, g.positions());
     let Some(Decoding { tap_offsets, .. }) = &windows.decoding else { return };
-    let sum = |plane: &mut [T::Acc], go: &[T], ch: usize| {
-        plane.fill(T::Acc::zero());
-        let rows = windows.row_origins.iter().zip(go.chunks_exact(wo)).zip(taps.chunks_exact(16 * wo));
-        for ((&row, go), taps) in rows {
-            for ((&col, &go), taps) in windows.col_origins.iter().zip(go).zip(taps.chunks_exact(16)) {
-                let k = usize::from(taps[ch % 16]);
-                // Every decoded offset is a valid tap of its window: inside the plane.
-                plane[row.wrapping_add(col).wrapping_add(tap_offsets[k])] += go.to_acc();
-            }
-        }
-    };
+    let (acc, grad) = acc.split_at_mut(hw.min(acc.len()));
     for ch in 0..channels {
         let go = &go[ch * positions..(ch + 1) * positions];
         let gi = &mut gi[ch * hw..(ch + 1) * hw];
         if let Some(direct) = T::as_acc_mut(gi) {
-            sum(direct, go, ch);
+            let go = T::as_acc(go).unwrap_or(&[]);
+            direct.fill(T::Acc::zero());
+            each_decoded(g, windows, tap_offsets, ch, go, taps, |at, g| direct[at] += g);
         } else {
-            let acc = &mut acc[..hw];
-            sum(acc, go, ch);
-            T::from_acc_slice(acc, gi);
+            let grad = &mut grad[..positions];
+            T::to_acc_slice(go, grad);
+            acc.fill(T::Acc::zero());
+            gi.fill(T::zero());
+            each_decoded(g, windows, tap_offsets, ch, grad, taps, |at, g| {
+                acc[at] += g;
+                gi[at] = T::from_acc(acc[at]);
+            });
+        }
+    }
+}
+
+/// Calls `add(input index, gradient)` for channel `ch` of a decoded block at every output
+/// position, in row-major order. Every decoded offset is a valid tap of its window: inside the
+/// plane.
+#[inline(always)]
+fn each_decoded<G: Copy>(
+    g: &MaxPoolGeometry,
+    windows: &Windows,
+    tap_offsets: &[usize; MAX_TAPS],
+    ch: usize,
+    go: &[G],
+    taps: &[u8],
+    mut add: impl FnMut(usize, G),
+) {
+    let wo = g.wo.max(1);
+    let rows = windows.row_origins.iter().zip(go.chunks_exact(wo)).zip(taps.chunks_exact(16 * wo));
+    for ((&row, go), taps) in rows {
+        for ((&col, &go), taps) in windows.col_origins.iter().zip(go).zip(taps.chunks_exact(16)) {
+            add(row.wrapping_add(col).wrapping_add(tap_offsets[usize::from(taps[ch % 16])]), go);
         }
     }
 }
