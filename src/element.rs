@@ -80,6 +80,26 @@ pub trait PoolFloat: Element + num_traits::Float + Default {
     /// Rounds an accumulated value to this type (round to nearest, ties to even).
     fn from_acc(acc: Self::Acc) -> Self;
 
+    /// Rounds `acc` like [`PoolFloat::from_acc`] when it is a sum of values widened by
+    /// [`PoolFloat::to_acc`] (or zero), as gradients are summed; may be cheaper. `bf16` skips its
+    /// NaN test, which such sums do not need: a NaN among them is quiet (arithmetic quiets NaNs,
+    /// and widening does) and carries the low 16 bits of a widened `bf16` or of the preferred
+    /// NaN (Rust's floating-point rules), all zero, so rounding keeps it as it is. For other NaNs
+    /// the result is unspecified.
+    ///
+    /// ```
+    /// use half::bf16;
+    /// use poolgrad::PoolFloat;
+    /// let sum = bf16::from_f32(256.0).to_acc() + bf16::ONE.to_acc();
+    /// assert_eq!(bf16::from_acc_sum(sum), bf16::from_acc(sum)); // 256: ties to even
+    /// let nan = bf16::INFINITY.to_acc() + bf16::NEG_INFINITY.to_acc();
+    /// assert!(bf16::from_acc_sum(nan).is_nan());
+    /// ```
+    #[inline(always)]
+    fn from_acc_sum(acc: Self::Acc) -> Self {
+        Self::from_acc(acc)
+    }
+
     /// Widens `src` into `dst` (bulk, vectorised for the half types). Both slices must have the
     /// same length; extra elements of the longer one are left alone.
     fn to_acc_slice(src: &[Self], dst: &mut [Self::Acc]);
@@ -191,6 +211,10 @@ impl PoolFloat for bf16 {
     fn from_acc(acc: f32) -> bf16 {
         bf16::from_bits(f32_bits_to_bf16_bits(acc.to_bits()))
     }
+    #[inline(always)]
+    fn from_acc_sum(acc: f32) -> bf16 {
+        bf16::from_bits(sum_f32_bits_to_bf16_bits(acc.to_bits()))
+    }
     fn to_acc_slice(src: &[bf16], dst: &mut [f32]) {
         let bits: &[u16] = bytemuck::cast_slice(src);
         for (d, &b) in dst.iter_mut().zip(bits) {
@@ -238,6 +262,14 @@ fn f32_bits_to_bf16_bits(x: u32) -> u16 {
     (if nan { quiet } else { rounded }) as u16
 }
 
+/// [`f32_bits_to_bf16_bits`] without the NaN test: the rounding alone. Exact for every value but
+/// signalling NaNs and NaNs with non-zero low 16 bits (which could carry into the exponent or
+/// sign).
+#[inline(always)]
+fn sum_f32_bits_to_bf16_bits(x: u32) -> u16 {
+    (x.wrapping_add(0x7FFF + ((x >> 16) & 1)) >> 16) as u16
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,11 +293,12 @@ mod tests {
             assert_eq!(bf16_bits_to_f32_bits(hi), bf16::from_bits(hi).to_f32().to_bits(), "{hi:#06x}");
             for lo in [0u32, 1, 0x7FFF, 0x8000, 0x8001, 0xC000, 0xFFFF, 0x1234] {
                 let x = (u32::from(hi) << 16) | lo;
-                assert_eq!(
-                    f32_bits_to_bf16_bits(x),
-                    bf16::from_f32(f32::from_bits(x)).to_bits(),
-                    "{x:#010x}"
-                );
+                let want = bf16::from_f32(f32::from_bits(x)).to_bits();
+                assert_eq!(f32_bits_to_bf16_bits(x), want, "{x:#010x}");
+                // Sums hold no other NaNs than quiet ones with the low half zero.
+                if !f32::from_bits(x).is_nan() || (lo == 0 && x & 0x0040_0000 != 0) {
+                    assert_eq!(sum_f32_bits_to_bf16_bits(x), want, "sum: {x:#010x}");
+                }
             }
         }
         let src = [1.0f32, 257.0, -3.5, f32::NAN, f32::INFINITY];

@@ -322,3 +322,58 @@ fn large_masks_encode_in_parts_on_every_thread_count() {
         assert_eq!(values.mask.to_indices::<i64>().unwrap(), want_big, "I32Argmax, {threads} threads");
     }
 }
+
+/// Half-type gradients with NaNs (quiet, signalling, negative), infinities of both signs meeting
+/// on one element, sums that overflow, subnormals and ties to even: every backward (`i64`
+/// indices, both mask layouts; 1 and 2 threads) stores, bit for bit, the row-major f32 sum of the
+/// gradients widened by `half`, rounded once by `half`.
+fn special_gradients<T: PoolFloat>(specials: &[u16]) {
+    let (c, h, w) = (16, 8, 8);
+    // Odd rows (shared by two windows of k3 s2 p1) hold the larger values, so several windows
+    // pick the same element and their gradients meet.
+    let x = Array4::from_shape_fn((1, c, h, w), |(_, ch, i, j)| {
+        cast::<T>(((i * w + j) * 37 + ch * 11) as f64 % 64.0 + if i % 2 == 1 { 100.0 } else { 0.0 })
+    });
+    let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+    let indices = max_pool2d_with_indices::<T, i64, _, _>(&x, &params).unwrap().indices;
+    let mut draw = specials.iter().cycle();
+    let go = indices.mapv(|_| bytemuck::cast::<u16, T>(*draw.next().unwrap()));
+    let mut sums = vec![0f32; c * h * w];
+    for (((_, ch, _, _), &g), &i) in go.indexed_iter().zip(&indices) {
+        sums[ch * h * w + i as usize] += g.to_f32().unwrap();
+    }
+    let want: Vec<u16> =
+        sums.iter().map(|&s| bytemuck::cast(<T as num_traits::NumCast>::from(s).unwrap())).collect();
+    assert!(want.iter().any(|&b| bytemuck::cast::<u16, T>(b).is_nan()), "a NaN is summed");
+    let bits = |gi: &Array4<T>| bytemuck::cast_slice::<T, u16>(gi.as_slice().unwrap()).to_vec();
+    let shape = [1, c, h, w];
+    let i32argmax = Mask::<I32Argmax, _>::from_indices(&indices, &params, &shape).unwrap();
+    let bitmask = Mask::<Bitmask, _>::from_indices(&indices, &params, &shape).unwrap();
+    for cpu in [&poolgrad::device::cpu::Cpu::sequential(), common::cpu_with_threads(2)] {
+        let flat = poolgrad::max_pool2d_with_indices_backward_on(cpu, &go, &x, &indices, &params).unwrap();
+        assert_eq!(bits(&flat), want, "i64 indices");
+        let by_argmax =
+            poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &i32argmax, &params).unwrap();
+        assert_eq!(bits(&by_argmax), want, "I32Argmax");
+        let by_bits = poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &bitmask, &params).unwrap();
+        assert_eq!(bits(&by_bits), want, "Bitmask");
+    }
+}
+
+#[test]
+fn special_gradients_bf16() {
+    // Quiet and signalling NaNs, a negative NaN with a full payload, +-inf, the largest finite
+    // value (two overflow), the smallest subnormals, 1 + 2^-7 (ties on 1), and plain values.
+    special_gradients::<half::bf16>(&[
+        0x7FC1, 0x3F80, 0x7F81, 0x7F80, 0xFF80, 0x7F7F, 0x7F7F, 0x0001, 0x8001, 0x3F81, 0x3F80, 0xFFFF,
+        0x4000,
+    ]);
+}
+
+#[test]
+fn special_gradients_f16() {
+    special_gradients::<half::f16>(&[
+        0x7E01, 0x3C00, 0x7C01, 0x7C00, 0xFC00, 0x7BFF, 0x7BFF, 0x0001, 0x8001, 0x3C01, 0x3C00, 0xFFFF,
+        0x4000,
+    ]);
+}

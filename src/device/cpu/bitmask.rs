@@ -453,8 +453,7 @@ fn scatter_decoded<T: PoolFloat>(
             acc.fill(T::Acc::zero());
             gi.fill(T::zero());
             each_decoded(g, windows, tap_offsets, ch, grad, taps, |at, g| {
-                acc[at] += g;
-                gi[at] = T::from_acc(acc[at]);
+                scatter::add_rounded(acc, gi, at, g)
             });
         }
     }

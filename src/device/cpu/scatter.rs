@@ -314,10 +314,7 @@ fn add_into<T: PoolFloat, I: ArgmaxIndex, const BAND: bool>(
     let (grad, acc) = (&mut grad[..go.len()], &mut acc[..len]);
     T::to_acc_slice(go, grad);
     out.fill(T::zero());
-    let added = add_runs::<_, _, BAND>(grad, ix, runs, owned, len, |at, g| {
-        acc[at] += g;
-        out[at] = T::from_acc(acc[at]);
-    });
+    let added = add_runs::<_, _, BAND>(grad, ix, runs, owned, len, |at, g| add_rounded(acc, out, at, g));
     // A whole-plane task reuses the accumulators for its next plane: leave them zero, clearing
     // the touched ones, or all of them when they are few enough to be cleared faster in bulk.
     // (A band's task clears them before its only band.)
@@ -331,6 +328,14 @@ fn add_into<T: PoolFloat, I: ArgmaxIndex, const BAND: bool>(
         }
     }
     added
+}
+
+/// Adds `g` to sum `at` and stores the running sum rounded: the last store to an element holds
+/// its whole sum rounded once.
+#[inline(always)]
+pub(super) fn add_rounded<T: PoolFloat>(acc: &mut [T::Acc], out: &mut [T], at: usize, g: T::Acc) {
+    acc[at] += g;
+    out[at] = T::from_acc_sum(acc[at]);
 }
 
 /// Calls `add(index - owned, gradient)`, in order, for each gradient of `runs` whose index lands
