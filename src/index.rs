@@ -7,8 +7,9 @@ pub(crate) mod repr {
     pub trait IndexRepr: Copy {
         /// `i` as this type; the caller has checked `i < MAX_PLANE`.
         fn from_flat_checked(i: usize) -> Self;
-        /// The index sign-extended to `usize`: a negative index becomes at least `2^63`, past
-        /// every range of positions (those fit `isize`).
+        /// The index as `usize` where it fits `isize`; any other index (negative, or an `i64`
+        /// too large for a narrower `usize`) becomes larger than `isize::MAX`, past every range
+        /// of positions.
         fn to_usize_wrapping(self) -> usize;
 
         /// The flat position if it lies in `0..plane`.
@@ -55,6 +56,7 @@ impl repr::IndexRepr for i32 {
     }
     #[inline(always)]
     fn to_usize_wrapping(self) -> usize {
+        // Sign extension: a negative index becomes at least `usize::MAX / 2 + 1`.
         self as isize as usize
     }
 }
@@ -66,7 +68,12 @@ impl repr::IndexRepr for i64 {
     }
     #[inline(always)]
     fn to_usize_wrapping(self) -> usize {
-        self as isize as usize
+        if usize::BITS >= 64 {
+            // A negative index becomes at least 2^63.
+            self as usize
+        } else {
+            usize::try_from(self).unwrap_or(usize::MAX)
+        }
     }
 }
 
