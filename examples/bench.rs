@@ -13,9 +13,9 @@
 //! machine's copy bandwidth in this process, so each figure can be read as a fraction of it. (With
 //! 2 threads each `memcpy` moves 128 MiB, below glibc's non-temporal threshold on this project's
 //! machines, 192 MiB: it stores through the cache, each line written is first read, as in the
-//! kernels.) Max-pool backward
-//! cases run with `i64` indices (the anchor's names) and with each mask layout (`_i32argmax`,
-//! `_bitmask`); `fwd_` cases time the forwards.
+//! kernels.) Max-pool backward cases run with `i64` indices (the anchor's names) and with each
+//! mask layout (`_i32argmax`, `_bitmask`); `fwd_` cases time the forwards. Kernels, copy and
+//! floors run on one thread pool.
 
 use std::time::Instant;
 
@@ -105,6 +105,13 @@ fn plan_only() -> bool {
     PLAN_ONLY.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The one thread pool of this run: the kernels' (through `Cpu`), the copy's and the floors'.
+static POOL: std::sync::OnceLock<std::sync::Arc<rayon::ThreadPool>> = std::sync::OnceLock::new();
+
+fn pool() -> &'static rayon::ThreadPool {
+    POOL.get().expect("the pool is built first in main")
+}
+
 fn median(mut times: Vec<f64>) -> f64 {
     times.sort_by(f64::total_cmp);
     times[times.len() / 2]
@@ -148,9 +155,9 @@ fn report(
 /// traffic of a scatter that builds each plane in cache (the lines of `grad_input` are read for
 /// ownership and written back; safe Rust has no non-temporal store) and streams its inputs once,
 /// with no arithmetic: a kernel near it is bound by memory, one well above it by its own work.
-fn floor<T: PoolFloat>(threads: usize, reps: usize, gi: &mut [T], plane: usize, reads: [&[u8]; 2]) -> f64 {
+fn floor<T: PoolFloat>(reps: usize, gi: &mut [T], plane: usize, reads: [&[u8]; 2]) -> f64 {
     use rayon::prelude::*;
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+    let threads = pool().current_num_threads();
     // Whole planes, at least 64 KiB at a time (to keep call overheads out of small planes).
     let planes = (65536 / size_of::<T>()).div_ceil(plane.max(1));
     let piece = (plane * planes).clamp(1, gi.len().div_ceil(threads).max(1));
@@ -164,7 +171,7 @@ fn floor<T: PoolFloat>(threads: usize, reps: usize, gi: &mut [T], plane: usize, 
     };
     let per_task = pieces.div_ceil(threads) * piece;
     time(reps, || {
-        let sum: u64 = pool.install(|| {
+        let sum: u64 = pool().install(|| {
             gi.par_chunks_mut(per_task)
                 .enumerate()
                 .map(|(task, out)| {
@@ -267,7 +274,7 @@ fn run_case<T: PoolFloat>(
             bytemuck::cast_slice(g.as_slice().unwrap()),
             bytemuck::cast_slice(pooled.indices.as_slice().unwrap()),
         ];
-        let t_floor = floor(threads, reps, gi.as_slice_mut().unwrap(), plane, reads);
+        let t_floor = floor(reps, gi.as_slice_mut().unwrap(), plane, reads);
         report(name, threads, t, t_fn, Some(t_floor), tmin::<T>(shape, out, 8.0));
     }
 
@@ -381,7 +388,7 @@ fn mask_backward_case<T: PoolFloat, L: MaskLayout>(
     let mask_bytes: &[u8] = bytemuck::cast_slice(mask.as_array().as_slice().unwrap());
     let used = ((g.len() as f64 * index_bytes).ceil() as usize).min(mask_bytes.len());
     let reads = [bytemuck::cast_slice(g.as_slice().unwrap()), &mask_bytes[..used]];
-    let t_floor = floor(cpu.threads(), reps, gi.as_slice_mut().unwrap(), plane, reads);
+    let t_floor = floor(reps, gi.as_slice_mut().unwrap(), plane, reads);
     let out = [g.shape()[2], g.shape()[3]];
     report(name, cpu.threads(), t, t_fn, Some(t_floor), tmin::<T>(x.dim().into(), out, index_bytes));
 }
@@ -404,10 +411,9 @@ fn copy_case(cpu: &Cpu, reps: usize) {
     let src = vec![1.0f32; n];
     let mut dst = vec![0.0f32; n];
     let chunk = n.div_ceil(cpu.threads());
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(cpu.threads()).build().unwrap();
     let t = time(reps.min(7), || {
         use rayon::prelude::*;
-        pool.install(|| {
+        pool().install(|| {
             dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(d, s)| d.copy_from_slice(s))
         });
     });
@@ -428,7 +434,10 @@ fn main() {
         }
     };
     PLAN_ONLY.store(args.plan_only, std::sync::atomic::Ordering::Relaxed);
-    let cpu = Cpu::new(Parallelism::Threads(args.threads.max(1).try_into().unwrap())).expect("thread pool");
+    let threads =
+        rayon::ThreadPoolBuilder::new().num_threads(args.threads.max(1)).build().expect("thread pool");
+    let pool = POOL.get_or_init(|| std::sync::Arc::new(threads));
+    let cpu = Cpu::new(Parallelism::Pool(std::sync::Arc::clone(pool))).expect("thread pool");
     let selected = |name: &str| args.cases.is_empty() || args.cases.iter().any(|c| c == name);
     if selected("copy") {
         copy_case(&cpu, args.reps);
