@@ -44,7 +44,7 @@ enum DType {
 }
 
 /// The anchor's cases, then ours alone: name, kind, dtype, shape.
-const CASES: [(&str, DType, [usize; 4], Kind); 10] = [
+const CASES: [(&str, DType, [usize; 4], Kind); 12] = [
     ("adaptive_div_f32", DType::F32, [32, 256, 28, 28], Kind::Adaptive([7, 7])),
     ("adaptive_ovl_f32", DType::F32, [32, 256, 30, 30], Kind::Adaptive([7, 7])),
     ("adaptive_ovl_bf16", DType::BF16, [32, 256, 30, 30], Kind::Adaptive([7, 7])),
@@ -56,6 +56,10 @@ const CASES: [(&str, DType, [usize; 4], Kind); 10] = [
     ("maxpool_s1_b1_f32", DType::F32, [1, 64, 264, 264], Kind::MaxPool { k: 3, s: 1, p: 1, ceil: true }),
     // Not in the anchor: a single plane, fewer planes than threads.
     ("maxpool_plane_f32", DType::F32, [1, 1, 2048, 2048], Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false }),
+    // Not in the anchor: the half types on the smallest planes (49 inputs, one gradient), where
+    // per-plane costs and scratch shared between threads would show first.
+    ("adaptive_global_bf16", DType::BF16, [64, 2048, 7, 7], Kind::Adaptive([1, 1])),
+    ("adaptive_global_f16", DType::F16, [64, 2048, 7, 7], Kind::Adaptive([1, 1])),
 ];
 
 struct Args {

@@ -140,7 +140,8 @@ impl<D: Device> fmt::Debug for Workspace<D> {
 }
 
 impl<D: Device> Workspace<D> {
-    /// Allocates `bytes` bytes of workspace on `device`.
+    /// Allocates at least `bytes` bytes of workspace on `device` (the CPU rounds up to whole
+    /// 64-byte cache lines; [`Workspace::len`] says how many bytes it got).
     ///
     /// # Errors
     /// [`Error::Allocation`] when the memory cannot be had (never an abort).

@@ -4,6 +4,7 @@
 use super::Cpu;
 use super::forward::{self, ForwardPrepared, Planes, Taps};
 use super::scatter::{self, ScatterPrepared};
+use super::workspace::CacheLine;
 use crate::alloc::collect_exact;
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
@@ -55,7 +56,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         op: AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
         p: ForwardPrepared,
-        memory: &mut Vec<u64>,
+        memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
         forward::run_indexed(self, "adaptive_max_pool2d", views, planes(g), &p, memory)
@@ -80,7 +81,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         op: AdaptiveMaxPool2dBackward<'a, T, I>,
         g: &AdaptiveGeometry,
         p: ScatterPrepared,
-        memory: &mut Vec<u64>,
+        memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         const OP: &str = "adaptive_max_pool2d_backward";
         let views = (op.grad_output, op.indices, op.grad_input);

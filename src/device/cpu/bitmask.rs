@@ -12,7 +12,7 @@ use super::Cpu;
 use super::forward::{Taps, planes_per_task, rows_per_band, task_count};
 use super::maxpool::prepare_scatter;
 use super::scatter::{self, BadIndex, ScatterPrepared};
-use super::workspace::{Carver, Sizer};
+use super::workspace::{Carver, Sizer, task_share};
 use crate::alloc::collect_exact;
 use crate::element::PoolFloat;
 use crate::error::Result;
@@ -29,7 +29,7 @@ pub struct BitmaskPrepared {
     /// Tasks with f32 accumulators ...
     acc_tasks: usize,
     /// ... of 16 planes plus one channel's gradients each for the half types, else 0 (sums go
-    /// to the output).
+    /// to the output); in whole cache lines ([`task_share`]).
     acc_per_task: usize,
 }
 
@@ -37,8 +37,8 @@ pub struct BitmaskPrepared {
 #[derive(Debug)]
 enum BlockSplit {
     /// Runs of whole blocks, one run per task: each block is decoded and scattered while its
-    /// offsets are in cache, into `taps_per_task` bytes (16 per output position; 0 without a
-    /// decoder).
+    /// offsets are in cache, into `taps_per_task` bytes (16 per output position, in whole
+    /// cache lines; 0 without a decoder).
     Blocks { tasks: usize, taps_per_task: usize },
     /// Fewer blocks than threads: each block is decoded in bands of `rows` output rows, one task
     /// per band, into the flat index of every channel and position (the `I32Argmax` values the
@@ -122,7 +122,11 @@ impl BitmaskPrepared {
         let windows = Windows::new(g)?;
         // Half types: 16 planes of f32 sums (the bit-by-bit kernel sums a block at once) and one
         // channel's widened gradients (the decoded scatter).
-        let acc_per_task = if T::as_acc_mut(&mut []).is_some() { 0 } else { 16 * g.h * g.w + g.positions() };
+        let acc_per_task = if T::as_acc_mut(&mut []).is_some() {
+            0
+        } else {
+            task_share::<T::Acc>(16 * g.h * g.w + g.positions())
+        };
         let (threads, blocks) = (cpu.threads(), g.n * g.channel_blocks());
         let flat_fits = i32::try_from(g.h * g.w).is_ok();
         let (split, acc_tasks) = if windows.decoding.is_some() && blocks > 0 && blocks < threads && flat_fits
@@ -135,7 +139,8 @@ impl BitmaskPrepared {
             (BlockSplit::Bands { rows, scatter: prepare_scatter::<T>(cpu, g, sizer)? }, 1)
         } else {
             let tasks = task_count(cpu, blocks);
-            let taps_per_task = if windows.decoding.is_some() { 16 * g.positions() } else { 0 };
+            let taps_per_task =
+                if windows.decoding.is_some() { task_share::<u8>(16 * g.positions()) } else { 0 };
             sizer.region::<T::Acc>(tasks * acc_per_task)?;
             sizer.region::<i8>(tasks * taps_per_task)?;
             (BlockSplit::Blocks { tasks, taps_per_task }, tasks)

@@ -2,7 +2,7 @@
 //! a window given by its row and column taps.
 
 use super::Cpu;
-use super::workspace::{Carver, Sizer};
+use super::workspace::{CacheLine, Carver, Sizer, task_share};
 use num_traits::{Float, ToPrimitive};
 
 use crate::element::{AccFloat, PoolFloat};
@@ -42,7 +42,8 @@ pub struct ForwardPrepared {
     /// Whether each plane has one window covering all of it (global pooling): one span per plane.
     whole_plane: bool,
     /// Accumulator-type scratch per task: [`BLOCK`] interleaved planes for the blocked kernel,
-    /// else one widened input plane for the half types, else 0.
+    /// else one widened input plane for the half types, else 0; in whole cache lines
+    /// ([`task_share`]).
     acc_per_task: usize,
 }
 
@@ -65,7 +66,7 @@ impl ForwardPrepared {
         let blocked =
             split.bands == 1 && hw <= BLOCK_PLANE_MAX && split.planes_per_task >= BLOCK && !full_width;
         let widened = if T::as_acc(&[]).is_some() { 0 } else { hw };
-        let acc_per_task = if blocked { BLOCK * hw + widened } else { widened };
+        let acc_per_task = task_share::<T::Acc>(if blocked { BLOCK * hw + widened } else { widened });
         sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
         let groups = ColumnGroup::plan(&cols)?;
         Ok(ForwardPrepared { rows, cols, groups, split, blocked, whole_plane, acc_per_task })
@@ -167,7 +168,7 @@ pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
     (input, output, indices): (TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
     planes: Planes,
     p: &ForwardPrepared,
-    memory: &mut [u64],
+    memory: &mut [CacheLine],
 ) -> Result<()> {
     let mut carver = Carver::new(op, memory);
     let x = carver.stage(input.view())?;

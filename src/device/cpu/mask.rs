@@ -9,7 +9,7 @@ use super::bitmask::{self, BitmaskPrepared};
 use super::forward::{self, ForwardPrepared, planes_per_task, task_count};
 use super::maxpool::{planes, prepare_forward, prepare_scatter};
 use super::scatter::{self, ScatterPrepared};
-use super::workspace::{Carver, Sizer};
+use super::workspace::{CacheLine, Carver, Sizer, task_share};
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
 use crate::error::{Error, Result};
@@ -53,7 +53,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         op: MaxPool2dWithMask<'a, T, L>,
         g: &MaxPoolGeometry,
         p: MaskForwardPrepared,
-        memory: &mut Vec<u64>,
+        memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         const OP: &str = "max_pool2d_with_mask";
         let MaxPool2dWithMask { input, output, mask, .. } = op;
@@ -87,13 +87,14 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
 }
 
 /// The `i32` indices a mask forward keeps in its workspace: a block's (at most 16 planes) per
-/// fused task, or every plane's.
+/// fused task, each task's on lines of its own, or every plane's.
 fn index_count(g: &MaxPoolGeometry, fused_tasks: Option<usize>) -> Result<usize> {
-    let planes = match fused_tasks {
-        Some(tasks) => tasks.checked_mul(g.c.min(16)),
-        None => Some(g.planes()),
+    let block = g.c.min(16).checked_mul(g.positions()).map(task_share::<i32>);
+    let count = match fused_tasks {
+        Some(tasks) => block.and_then(|block| block.checked_mul(tasks)),
+        None => g.planes().checked_mul(g.positions()),
     };
-    planes.and_then(|planes| planes.checked_mul(g.positions())).ok_or_else(|| Error::Overflow {
+    count.ok_or_else(|| Error::Overflow {
         op: "max_pool2d_with_mask",
         arg: "workspace",
         what: format!("the indices of {g:?}"),
@@ -222,7 +223,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         op: MaxPool2dWithMaskBackward<'a, T, L>,
         g: &MaxPoolGeometry,
         p: MaskBackwardPrepared,
-        memory: &mut Vec<u64>,
+        memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         const OP: &str = "max_pool2d_with_mask_backward";
         let MaxPool2dWithMaskBackward { grad_output, mask, grad_input, .. } = op;

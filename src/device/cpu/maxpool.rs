@@ -4,7 +4,7 @@
 use super::Cpu;
 use super::forward::{self, ForwardPrepared, Planes, Taps};
 use super::scatter::{self, ScatterPrepared};
-use super::workspace::Sizer;
+use super::workspace::{CacheLine, Sizer};
 use crate::alloc::collect_exact;
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
@@ -78,7 +78,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         op: MaxPool2dWithIndices<'a, T, I>,
         g: &MaxPoolGeometry,
         p: ForwardPrepared,
-        memory: &mut Vec<u64>,
+        memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
         forward::run_indexed(self, "max_pool2d_with_indices", views, planes(g), &p, memory)
@@ -103,7 +103,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         op: MaxPool2dWithIndicesBackward<'a, T, I>,
         g: &MaxPoolGeometry,
         p: ScatterPrepared,
-        memory: &mut Vec<u64>,
+        memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         const OP: &str = "max_pool2d_with_indices_backward";
         let views = (op.grad_output, op.indices, op.grad_input);

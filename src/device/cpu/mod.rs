@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::device::{Device, DeviceLimits, internal::DeviceImpl};
 use crate::error::Result;
+use workspace::CacheLine;
 
 mod adaptive;
 mod bitmask;
@@ -155,14 +156,14 @@ impl Cpu {
 }
 
 impl DeviceImpl for Cpu {
-    type Memory = Vec<u64>;
+    type Memory = Vec<CacheLine>;
 
-    fn alloc_workspace(&self, bytes: usize) -> Result<Vec<u64>> {
-        crate::alloc::zeroed_vec("Workspace::new", "workspace", bytes.div_ceil(8))
+    fn alloc_workspace(&self, bytes: usize) -> Result<Vec<CacheLine>> {
+        crate::alloc::zeroed_vec("Workspace::new", "workspace", bytes.div_ceil(size_of::<CacheLine>()))
     }
 
-    fn workspace_len(memory: &Vec<u64>) -> usize {
-        memory.len() * 8
+    fn workspace_len(memory: &Vec<CacheLine>) -> usize {
+        size_of_val(memory.as_slice())
     }
 }
 

@@ -15,7 +15,7 @@ use core::ops::Range;
 
 use super::Cpu;
 use super::forward::{Planes, Taps, planes_per_task, rows_per_band, task_count};
-use super::workspace::{Carver, Sizer};
+use super::workspace::{CacheLine, Carver, Sizer, task_share};
 
 use num_traits::Zero;
 
@@ -31,6 +31,7 @@ pub struct ScatterPrepared {
     planes: Planes,
     split: Split,
     /// f32 accumulators per task: a plane for the half types, else 0 (sums go to the output).
+    /// Each task's share is rounded up to whole cache lines ([`task_share`]), as is `grad`'s.
     acc_per_task: usize,
     /// f32 gradients per task: one converted plane of `grad_output` for the half types, else 0.
     grad_per_task: usize,
@@ -112,7 +113,8 @@ impl ScatterPrepared {
         };
         let half = T::as_acc(&[]).is_none();
         let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
-        let (acc_per_task, grad_per_task) = if half { (hw, ohw) } else { (0, 0) };
+        let (acc_per_task, grad_per_task) =
+            if half { (task_share::<T::Acc>(hw), task_share::<T::Acc>(ohw)) } else { (0, 0) };
         let p = ScatterPrepared { planes, split, acc_per_task, grad_per_task };
         sizer.region::<T::Acc>(p.tasks() * acc_per_task)?;
         sizer.region::<T::Acc>(p.tasks() * grad_per_task)?;
@@ -158,7 +160,7 @@ pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
     op: &'static str,
     (grad_output, indices, grad_input): (TensorRef<'_, T>, TensorRef<'_, I>, TensorMut<'_, T>),
     p: &ScatterPrepared,
-    memory: &mut [u64],
+    memory: &mut [CacheLine],
     bad_index: impl FnOnce(usize, i64) -> Error,
 ) -> Result<()> {
     let mut carver = Carver::new(op, memory);

@@ -5,13 +5,28 @@
 //! other (strided, broadcast, negative strides) is copied into a workspace region first (inputs)
 //! or computed there and copied out afterwards (outputs). The decision lives here, once.
 
+use bytemuck::{Pod, Zeroable};
 use ndarray::{ArrayView4, ArrayViewMut4};
 
 use crate::element::Element;
 use crate::error::{Error, Result};
 
+/// The unit of CPU workspace memory: one cache line, aligned to one. Every region starts on a
+/// line of its own.
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+#[repr(C, align(64))]
+pub struct CacheLine([u8; 64]);
+
 /// Regions start at multiples of this many bytes (a cache line).
-const ALIGN: usize = 64;
+const ALIGN: usize = size_of::<CacheLine>();
+
+/// The elements of `E` in each task's share of a region split among tasks: `len` rounded up to
+/// whole cache lines, so tasks running side by side never write to the same line (false
+/// sharing). Kernels use the first `len`.
+pub(super) fn task_share<E>(len: usize) -> usize {
+    let per_line = (ALIGN / size_of::<E>().max(1)).max(1);
+    len.checked_next_multiple_of(per_line).unwrap_or(len)
+}
 
 fn region_bytes<E>(op: &'static str, len: usize) -> Result<usize> {
     len.checked_mul(size_of::<E>()).and_then(|b| b.checked_next_multiple_of(ALIGN)).ok_or_else(|| {
@@ -65,7 +80,7 @@ pub(super) struct Carver<'w> {
 }
 
 impl<'w> Carver<'w> {
-    pub(super) fn new(op: &'static str, memory: &'w mut [u64]) -> Self {
+    pub(super) fn new(op: &'static str, memory: &'w mut [CacheLine]) -> Self {
         Carver { op, rest: bytemuck::cast_slice_mut(memory) }
     }
 
@@ -147,12 +162,32 @@ mod tests {
         sizer.stage(&strided).unwrap();
         sizer.region::<f64>(3).unwrap();
         assert_eq!(sizer.total(), (2 * 3 * 2 * 5 * 4usize).next_multiple_of(64) + 64);
-        let mut mem = vec![0u64; sizer.total() / 8];
+        let mut mem = vec![CacheLine::zeroed(); sizer.total() / ALIGN];
         let mut carver = Carver::new("t", &mut mem);
         assert_eq!(carver.stage(a.view()).unwrap(), a.as_slice().unwrap());
         let staged = carver.stage(strided).unwrap().to_vec();
         assert_eq!(staged, strided.iter().copied().collect::<Vec<_>>());
         assert_eq!(carver.region::<f64>(3).unwrap().len(), 3);
         assert!(matches!(carver.region::<f64>(1), Err(Error::WorkspaceTooSmall { .. })));
+    }
+
+    #[test]
+    fn regions_and_task_shares_start_on_lines_of_their_own() {
+        assert_eq!(task_share::<f32>(0), 0);
+        assert_eq!(task_share::<f32>(1), 16);
+        assert_eq!(task_share::<f32>(49), 64);
+        assert_eq!(task_share::<f32>(64), 64);
+        assert_eq!(task_share::<u8>(65), 128);
+        assert_eq!(task_share::<f64>(9), 16);
+        // Too long to pad: left as it is (the region's size check reports the overflow).
+        assert_eq!(task_share::<f32>(usize::MAX), usize::MAX);
+        let mut mem = vec![CacheLine::zeroed(); 9];
+        let mut carver = Carver::new("t", &mut mem);
+        let first = carver.region::<i8>(3).unwrap().as_ptr() as usize;
+        let shares = carver.region::<f32>(2 * task_share::<f32>(49)).unwrap();
+        let starts = shares.chunks(task_share::<f32>(49)).map(|share| share.as_ptr() as usize);
+        for address in starts.chain([first]) {
+            assert_eq!(address % 64, 0, "{address:#x}");
+        }
     }
 }
