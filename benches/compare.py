@@ -3,13 +3,14 @@
 writes the README's performance table (Markdown, to stdout) and a bar chart (SVG).
 
 Usage (from the repository root, after `cargo build --release --example bench`):
-    python3 benches/compare.py --torch /path/to/python-with-torch [--svg benches/performance.svg]
+    python3 benches/compare.py --torch /path/to/python-with-torch [--rounds 3] [--svg benches/performance.svg]
 
-Runs, in this order: the anchor at 2 threads, poolgrad at 2 threads, the companion PyTorch
-timings (benches/torch_extra.py) at 2 threads, then the anchor and poolgrad at 1 thread. Every
-figure is a median; the machine is shared, so read ratios within one run.
+Runs, in this order, `--rounds` times: the anchor at 2 threads, poolgrad at 2 threads, the
+companion PyTorch timings (benches/torch_extra.py) at 2 threads, then the anchor and poolgrad at
+1 thread. Each run reports per-case medians; every figure here is the median of those over the
+rounds, so a slow spell of a shared machine during one run moves no ratio alone.
 """
-import argparse, json, os, subprocess, sys
+import argparse, json, os, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANCHOR = os.path.join(ROOT, "..", "shared", "tools", "torch-anchor", "bench.py")
@@ -24,6 +25,22 @@ def run(cmd):
 
 def by_name(rows):
     return {r["name"]: r for r in rows}
+
+
+def merge(rounds):
+    """One record per case from the same case in every round: each timing and bandwidth is the
+    median over the rounds, and the bandwidth on the minimum traffic follows the median time."""
+    merged = {}
+    for name, first in rounds[0].items():
+        rows = [r[name] for r in rounds if name in r]
+        rec = dict(first)
+        for key in ("median_s", "median_fn_s", "floor_s", "gbps"):
+            if key in first:
+                rec[key] = statistics.median(r[key] for r in rows)
+        if "tmin_bytes" in first:
+            rec["gbps_on_tmin"] = first["tmin_bytes"] / rec["median_s"] / 1e9
+        merged[name] = rec
+    return merged
 
 
 def svg_chart(rows, path):
@@ -56,17 +73,24 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--torch", required=True, help="a python with torch (see shared/tools/torch-anchor/setup.sh)")
     ap.add_argument("--svg", default=os.path.join(ROOT, "benches", "performance.svg"))
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved runs of every program; figures are medians over them")
     args = ap.parse_args()
 
-    anchor2 = by_name(run([args.torch, ANCHOR, "2"]))
-    ours2 = by_name(run([BENCH, "--threads", "2"]))
-    extra = {(r["name"], r["variant"]): r["median_s"] for r in run([args.torch, os.path.join(ROOT, "benches", "torch_extra.py"), "2"])}
-    anchor1 = by_name(run([args.torch, ANCHOR, "1"]))
-    ours1 = by_name(run([BENCH, "--threads", "1", "--plan-only"]))
+    runs = {"anchor2": [], "ours2": [], "extra": [], "anchor1": [], "ours1": []}
+    for _ in range(max(args.rounds, 1)):
+        runs["anchor2"].append(by_name(run([args.torch, ANCHOR, "2"])))
+        runs["ours2"].append(by_name(run([BENCH, "--threads", "2"])))
+        rows = run([args.torch, os.path.join(ROOT, "benches", "torch_extra.py"), "2"])
+        runs["extra"].append({f'{r["name"]}/{r["variant"]}': r for r in rows})
+        runs["anchor1"].append(by_name(run([args.torch, ANCHOR, "1"])))
+        runs["ours1"].append(by_name(run([BENCH, "--threads", "1", "--plan-only"])))
+    anchor2, ours2, anchor1, ours1 = (merge(runs[k]) for k in ("anchor2", "ours2", "anchor1", "ours1"))
+    extra = {tuple(k.split("/")): r["median_s"] for k, r in merge(runs["extra"]).items()}
     copy2, copy1 = ours2["copy"]["gbps"], ours1["copy"]["gbps"]
 
     ms = lambda s: f"{s * 1e3:.2f}"
-    print(f"Copy bandwidth measured in the same process: {copy2:.1f} GB/s with 2 threads, {copy1:.1f} GB/s with 1.\n")
+    print(f"Medians over {max(args.rounds, 1)} interleaved rounds. Copy bandwidth measured in the same process: "
+          f"{copy2:.1f} GB/s with 2 threads, {copy1:.1f} GB/s with 1.\n")
     print("| backward (2 threads) | PyTorch op, ms | PyTorch `out=`, ms | poolgrad fn, ms | poolgrad plan, ms | op / plan | `out=` / plan | plan GB/s on T_min | of copy | memory floor, ms | op / floor | 1 thread: PyTorch op / plan |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     chart = []

@@ -378,6 +378,9 @@ fn decode_to_indices(
 /// Positions decoded together.
 const LANES: usize = 16;
 
+/// Blocks of at most this many channels are decoded channel by channel.
+const FEW_CHANNELS: usize = 4;
+
 /// Decodes `lanes` (at most [`LANES`]) consecutive positions from `p` whose valid window offsets
 /// are `ks`, into 16 bytes per position, without a branch per bit: the binary digits of each
 /// channel's offset are gathered as 16-channel words (`digit[j]` = OR of the words of the offsets
@@ -415,6 +418,22 @@ fn decode_run(
     }
     if (0..lanes).any(|l| seen[l] != block.valid || repeated[l] != 0) {
         return false;
+    }
+    if block.channels <= FEW_CHANNELS {
+        // Few channels: each channel's offsets for all lanes at once, instead of spreading all
+        // 16 channels of each lane.
+        for ch in 0..block.channels {
+            let mut offsets = [0u8; LANES];
+            for (j, d) in digit[..digits].iter().enumerate() {
+                for (offset, &word) in offsets.iter_mut().zip(d) {
+                    *offset |= (((word >> ch) & 1) as u8) << j;
+                }
+            }
+            for (slot, offset) in out.chunks_exact_mut(16).zip(offsets) {
+                slot[ch] = offset;
+            }
+        }
+        return true;
     }
     for (l, slot) in out.chunks_exact_mut(16).enumerate() {
         let (mut low, mut high) = (0u64, 0u64);
