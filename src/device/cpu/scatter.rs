@@ -355,28 +355,7 @@ fn add_runs<G: Copy, I: ArgmaxIndex, const BAND: bool>(
     for Run { gradients, allowed } in runs {
         let first = gradients.start;
         let (start, span) = (allowed.start, allowed.len());
-        let (go, ix) = (&go[gradients.clone()], &ix[gradients]);
-        if !BAND {
-            // Two at a time, in order: the loop's own work is shared by two gradients.
-            let ((go_pairs, go_rest), (ix_pairs, ix_rest)) = (go.as_chunks::<2>(), ix.as_chunks::<2>());
-            for (p, (&[g0, g1], &[i0, i1])) in go_pairs.iter().zip(ix_pairs).enumerate() {
-                match (i0.flat_within(0, len), i1.flat_within(0, len)) {
-                    (Some(a0), Some(a1)) => {
-                        add(a0, g0);
-                        add(a1, g1);
-                    }
-                    (a0, _) => return Err(first + 2 * p + usize::from(a0.is_some())),
-                }
-            }
-            if let (Some(&g), Some(&i)) = (go_rest.first(), ix_rest.first()) {
-                match i.flat_within(0, len) {
-                    Some(at) => add(at, g),
-                    None => return Err(first + 2 * go_pairs.len()),
-                }
-            }
-            continue;
-        }
-        for (k, (&g, &i)) in go.iter().zip(ix).enumerate() {
+        for (k, (&g, &i)) in go[gradients.clone()].iter().zip(&ix[gradients]).enumerate() {
             if BAND {
                 match i.flat_within(start, span) {
                     Some(at) => {
