@@ -28,8 +28,9 @@ def by_name(rows):
 
 
 def merge(rounds):
-    """One record per case from the same case in every round: each timing and bandwidth is the
-    median over the rounds, and the bandwidth on the minimum traffic follows the median time."""
+    """One record per case (keyed by name, or by name and variant) from the same case in every
+    round: each timing and bandwidth is the median over the rounds, and the bandwidth on the
+    minimum traffic follows the median time."""
     merged = {}
     for name, first in rounds[0].items():
         rows = [r[name] for r in rounds if name in r]
@@ -81,11 +82,11 @@ def main():
         runs["anchor2"].append(by_name(run([args.torch, ANCHOR, "2"])))
         runs["ours2"].append(by_name(run([BENCH, "--threads", "2"])))
         rows = run([args.torch, os.path.join(ROOT, "benches", "torch_extra.py"), "2"])
-        runs["extra"].append({f'{r["name"]}/{r["variant"]}': r for r in rows})
+        runs["extra"].append({(r["name"], r["variant"]): r for r in rows})
         runs["anchor1"].append(by_name(run([args.torch, ANCHOR, "1"])))
         runs["ours1"].append(by_name(run([BENCH, "--threads", "1", "--plan-only"])))
     anchor2, ours2, anchor1, ours1 = (merge(runs[k]) for k in ("anchor2", "ours2", "anchor1", "ours1"))
-    extra = {tuple(k.split("/")): r["median_s"] for k, r in merge(runs["extra"]).items()}
+    extra = {key: r["median_s"] for key, r in merge(runs["extra"]).items()}
     copy2, copy1 = ours2["copy"]["gbps"], ours1["copy"]["gbps"]
 
     ms = lambda s: f"{s * 1e3:.2f}"
