@@ -1,18 +1,25 @@
-//! Backwards with fewer planes than threads. The CPU then cuts each plane into bands of input
-//! rows, each band reading the gradient rows whose windows reach it; an index outside its
-//! window's rows (allowed: the backward adds a gradient wherever its index points) makes the
-//! plane be redone whole. These properties draw indices inside their windows (the forward's
-//! case, and the bands' fast path) or anywhere in a run of the plane (many on the same element),
-//! optionally move one anywhere in the plane (the redo) or out of it (the error), and check 2, 3
-//! and 7 threads against 1, bit for bit, and against the row-major `f32` sum rounded once.
-//! Windows are listed here from their definitions, not from the crate.
+//! How the CPU splits and zeroes planes in a backward.
+//!
+//! With fewer planes than threads, the CPU cuts each plane into bands of input rows, each band
+//! reading the gradient rows whose windows reach it; an index outside its window's rows
+//! (allowed: the backward adds a gradient wherever its index points) makes the plane be redone
+//! whole. Large planes (8 KiB and more) are zeroed a window's rows at a time, just ahead of the
+//! additions; an index past the rows zeroed so far zeroes the rest of the plane first.
+//!
+//! These properties draw indices inside their windows (the forward's case, and the fast paths)
+//! or anywhere in a run of the plane (many on the same element), optionally move one anywhere
+//! in the plane (the redo, or the rest zeroed early) or out of it (the error), and check 2, 3
+//! and 7 threads against 1, bit for bit, and against the row-major `f32` sum rounded once. The
+//! gradient is also written into an output filled with NaN beforehand, so an element left
+//! unwritten shows. Windows are listed here from their definitions, not from the crate.
 
 mod common;
 
 use common::{arr_f64, same_bits};
 use ndarray::Array4;
 use poolgrad::device::cpu::Cpu;
-use poolgrad::{I32Argmax, Mask, MaxPool2dParams, PoolFloat};
+use poolgrad::op::{AdaptiveMaxPool2dBackward, MaxPool2dWithIndicesBackward};
+use poolgrad::{I32Argmax, Mask, MaxPool2dParams, Plan, PoolFloat, TensorMut, TensorRef};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -104,6 +111,31 @@ fn adaptive_poolings() -> impl Strategy<Value = Pooling> {
     (1..=45usize, 1..=9usize).prop_map(|(ho, wo)| Pooling::Adaptive([ho, wo]))
 }
 
+/// The backward through a plan into an output filled with NaN beforehand.
+fn into_nan<T: PoolFloat>(
+    cpu: &Cpu,
+    pooling: &Pooling,
+    go: &Array4<T>,
+    x: &Array4<T>,
+    idx: &Array4<i64>,
+) -> poolgrad::Result<Array4<T>> {
+    let mut gi = Array4::from_elem(x.dim(), T::nan());
+    let (grad_output, self_) = (TensorRef::from_array(go)?, TensorRef::from_array(x)?);
+    let (indices, grad_input) = (TensorRef::from_array(idx)?, TensorMut::from_array(&mut gi)?);
+    match pooling {
+        Pooling::Max(params) => {
+            let params = *params;
+            let op = MaxPool2dWithIndicesBackward { grad_output, self_, indices, params, grad_input };
+            Plan::new(cpu, op)?.run()?;
+        }
+        Pooling::Adaptive(_) => {
+            let op = AdaptiveMaxPool2dBackward { grad_output, self_, indices, grad_input };
+            Plan::new(cpu, op)?.run()?;
+        }
+    }
+    Ok(gi)
+}
+
 fn check<T: PoolFloat>(
     pooling: Pooling,
     planes: usize,
@@ -158,6 +190,15 @@ fn check<T: PoolFloat>(
             _ => prop_assert!(false, "{threads} threads: {one:?} against {many:?}"),
         }
     }
+    for (threads, cpu) in [(1, &Cpu::sequential()), (2, common::cpu_with_threads(2))] {
+        match (&one, into_nan(cpu, &pooling, &go, &x, &idx)) {
+            (Ok(a), Ok(b)) => {
+                prop_assert!(same_bits(&arr_f64(a.view()), &arr_f64(b.view())), "into NaN, {threads} threads")
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(format!("{a:?}"), format!("{b:?}")),
+            (a, b) => prop_assert!(false, "into NaN, {threads} threads: {a:?} against {b:?}"),
+        }
+    }
     match (&one, edit) {
         (Ok(gi), Edit::None | Edit::Anywhere { .. }) => {
             let want = common::backward_f32(arr_f64(go.view()).view(), idx.view(), h, w)
@@ -196,6 +237,21 @@ proptest! {
         check::<f32>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
     }
     #[test] fn adaptive_f16(pooling in adaptive_poolings(), planes in 1..=3usize, h in 2..=40usize, w in 1..=12usize, seed: u64, edit in edits()) {
+        check::<half::f16>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
+    }
+}
+
+proptest! {
+    // Planes of 4096 to 12800 elements: 16 KiB and more in `f32`, 8 KiB and more in the half
+    // types, so zeroed by rows; up to 9 of them, so also whole planes on several threads.
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test] fn large_max_pool_f32(pooling in max_poolings(), planes in 1..=9usize, h in 64..=128usize, w in 64..=100usize, seed: u64, edit in edits()) {
+        check::<f32>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
+    }
+    #[test] fn large_max_pool_bf16(pooling in max_poolings(), planes in 1..=9usize, h in 64..=128usize, w in 64..=100usize, seed: u64, edit in edits()) {
+        check::<half::bf16>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
+    }
+    #[test] fn large_adaptive_f16(pooling in adaptive_poolings(), planes in 1..=9usize, h in 64..=128usize, w in 64..=100usize, seed: u64, edit in edits()) {
         check::<half::f16>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
     }
 }
