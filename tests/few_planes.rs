@@ -18,8 +18,10 @@ mod common;
 use common::{arr_f64, same_bits};
 use ndarray::Array4;
 use poolgrad::device::cpu::Cpu;
-use poolgrad::op::{AdaptiveMaxPool2dBackward, MaxPool2dWithIndicesBackward};
-use poolgrad::{I32Argmax, Mask, MaxPool2dParams, Plan, PoolFloat, TensorMut, TensorRef};
+use poolgrad::op::{AdaptiveMaxPool2dBackward, MaxPool2dWithIndicesBackward, MaxPool2dWithMaskBackward};
+use poolgrad::{
+    Bitmask, I32Argmax, Mask, MaskLayout, MaxPool2dParams, Plan, PoolFloat, TensorMut, TensorRef,
+};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -136,6 +138,26 @@ fn into_nan<T: PoolFloat>(
     Ok(gi)
 }
 
+/// The mask backward through a plan into an output filled with NaN beforehand.
+fn mask_into_nan<T: PoolFloat, L: MaskLayout>(
+    cpu: &Cpu,
+    params: MaxPool2dParams,
+    go: &Array4<T>,
+    x: &Array4<T>,
+    mask: &Mask<L, ndarray::Ix4>,
+) -> poolgrad::Result<Array4<T>> {
+    let mut gi = Array4::from_elem(x.dim(), T::nan());
+    let op = MaxPool2dWithMaskBackward {
+        grad_output: TensorRef::from_array(go)?,
+        self_: TensorRef::from_array(x)?,
+        mask: mask.view()?,
+        params,
+        grad_input: TensorMut::from_array(&mut gi)?,
+    };
+    Plan::new(cpu, op)?.run()?;
+    Ok(gi)
+}
+
 fn check<T: PoolFloat>(
     pooling: Pooling,
     planes: usize,
@@ -216,6 +238,18 @@ fn check<T: PoolFloat>(
                     let by_mask =
                         poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &mask, params).unwrap();
                     prop_assert!(same_bits(&arr_f64(by_mask.view()), &want), "mask, {threads} threads");
+                }
+                // With every index in its window, a `Bitmask` too: its decoded blocks are
+                // scattered by their own kernel (bands of a block with more threads than blocks).
+                if matches!((draw, edit), (Draw::InWindows, Edit::None)) {
+                    let mask = Mask::<Bitmask, _>::from_indices(&idx, params, &[1, planes, h, w]).unwrap();
+                    for (threads, cpu) in [(1, &Cpu::sequential()), (2, common::cpu_with_threads(2))] {
+                        let by_mask = mask_into_nan(cpu, *params, &go, &x, &mask).unwrap();
+                        prop_assert!(
+                            same_bits(&arr_f64(by_mask.view()), &want),
+                            "bitmask, {threads} threads"
+                        );
+                    }
                 }
             }
         }

@@ -11,7 +11,7 @@ use num_traits::Zero;
 use super::Cpu;
 use super::forward::{Taps, planes_per_task, rows_per_band, task_count};
 use super::maxpool::prepare_scatter;
-use super::scatter::{self, BadIndex, ScatterPrepared};
+use super::scatter::{self, BadIndex, Direct, Rounded, ScatterPrepared, Sums};
 use super::workspace::{Carver, Sizer, task_share};
 use crate::alloc::collect_exact;
 use crate::element::PoolFloat;
@@ -448,7 +448,8 @@ fn decode_run(
 }
 
 /// Scatters a decoded block channel by channel, exactly as the flat-index kernel does: zero the
-/// plane, then add each gradient at its input index in row-major output order. `f32`/`f64` sum
+/// plane (a window's rows at a time on large planes), then add each gradient at its input index
+/// in row-major output order. `f32`/`f64` sum
 /// straight into the plane; the half types widen the channel's gradients into `acc` past its
 /// first plane, sum in that plane and store each rounded running sum, so the last store to an
 /// element holds its whole sum rounded once.
@@ -463,45 +464,56 @@ fn scatter_decoded<T: PoolFloat>(
 ) {
     let (hw, positions) = (g.h * g.w, g.positions());
     let Some(Decoding { tap_offsets, .. }) = &windows.decoding else { return };
+    let by_rows = hw.saturating_mul(size_of::<T>()) >= scatter::ZERO_BY_ROWS;
     let (acc, grad) = acc.split_at_mut(hw.min(acc.len()));
     for ch in 0..channels {
         let go = &go[ch * positions..(ch + 1) * positions];
         let gi = &mut gi[ch * hw..(ch + 1) * hw];
+        let decoded = Decoded { g, windows, tap_offsets, ch, taps, by_rows };
         if let Some(direct) = T::as_acc_mut(gi) {
-            let go = T::as_acc(go).unwrap_or(&[]);
-            direct.fill(T::Acc::zero());
-            each_decoded(g, windows, tap_offsets, ch, go, taps, |at, g| direct[at] += g);
+            decoded.add(T::as_acc(go).unwrap_or(&[]), &mut Direct(direct));
         } else {
             let grad = &mut grad[..positions];
             T::to_acc_slice(go, grad);
-            acc.fill(T::Acc::zero());
-            gi.fill(T::zero());
-            each_decoded(g, windows, tap_offsets, ch, grad, taps, |at, g| {
-                scatter::add_rounded(acc, gi, at, g)
-            });
+            decoded.add(grad, &mut Rounded::new(acc, gi));
         }
     }
 }
 
-/// Calls `add(input index, gradient)` for channel `ch` of a decoded block at every output
-/// position, in row-major order. Every decoded offset is a valid tap of its window: inside the
-/// plane.
-#[inline(always)]
-fn each_decoded<G: Copy>(
-    g: &MaxPoolGeometry,
-    windows: &Windows,
-    tap_offsets: &[usize; MAX_TAPS],
+/// Channel `ch` of a decoded block.
+struct Decoded<'a> {
+    g: &'a MaxPoolGeometry,
+    windows: &'a Windows,
+    tap_offsets: &'a [usize; MAX_TAPS],
     ch: usize,
-    go: &[G],
-    taps: &[u8],
-    mut add: impl FnMut(usize, G),
-) {
-    let wo = g.wo.max(1);
-    let rows = windows.row_origins.iter().zip(go.chunks_exact(wo)).zip(taps.chunks_exact(16 * wo));
-    for ((&row, go), taps) in rows {
-        for ((&col, &go), taps) in windows.col_origins.iter().zip(go).zip(taps.chunks_exact(16)) {
-            add(row.wrapping_add(col).wrapping_add(tap_offsets[usize::from(taps[ch % 16])]), go);
+    taps: &'a [u8],
+    /// Whether the plane is zeroed a window's rows at a time (as the flat-index kernel does on
+    /// planes of [`scatter::ZERO_BY_ROWS`] bytes and more), or at once.
+    by_rows: bool,
+}
+
+impl Decoded<'_> {
+    /// Zeroes `sums` (the channel's plane) and adds each gradient at its decoded input index, in
+    /// row-major output order. Every decoded offset is a valid tap of its window: inside the
+    /// plane, in the rows zeroed before its output row.
+    #[inline(always)]
+    fn add<G: Copy>(&self, go: &[G], sums: &mut impl Sums<G>) {
+        let Decoded { g, windows, tap_offsets, ch, taps, by_rows } = *self;
+        let (wo, len) = (g.wo.max(1), sums.len());
+        let mut zeroed = 0;
+        let rows = windows.rows.iter().zip(&windows.row_origins);
+        for (((window, _), &row), (go, taps)) in rows.zip(go.chunks_exact(wo).zip(taps.chunks_exact(16 * wo)))
+        {
+            let reach = if by_rows { (window.span().end * g.w).min(len) } else { len };
+            if reach > zeroed {
+                sums.zero(zeroed..reach);
+                zeroed = reach;
+            }
+            for ((&col, &go), taps) in windows.col_origins.iter().zip(go).zip(taps.chunks_exact(16)) {
+                sums.add(row.wrapping_add(col).wrapping_add(tap_offsets[usize::from(taps[ch % 16])]), go);
+            }
         }
+        sums.zero(zeroed..len);
     }
 }
 

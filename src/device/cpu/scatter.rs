@@ -95,7 +95,7 @@ impl InputBands {
 /// the sums land. (On this crate's benchmark machine, a Zen 3, it took 15% to 20% off the
 /// max-pooling backwards on planes of 12 KiB and more; on planes of 3 KiB and less the calls
 /// cost more than they saved.)
-const ZERO_BY_ROWS: usize = 8 * 1024;
+pub(super) const ZERO_BY_ROWS: usize = 8 * 1024;
 
 /// An index the scatter cannot use: element `element` of the indices (row-major) holds `value`,
 /// outside its plane.
@@ -478,7 +478,7 @@ fn add_into<T: PoolFloat, I: ArgmaxIndex, P: Part>(
 }
 
 /// Where a scatter's sums go.
-trait Sums<G> {
+pub(super) trait Sums<G> {
     /// How many sums there are.
     fn len(&self) -> usize;
     /// The first `n` sums (all of them if there are fewer): a view whose length bounds every
@@ -491,7 +491,7 @@ trait Sums<G> {
 }
 
 /// Sums kept in the output itself (`f32`, `f64`).
-struct Direct<'a, A>(&'a mut [A]);
+pub(super) struct Direct<'a, A>(pub(super) &'a mut [A]);
 
 impl<A: AccFloat> Sums<A> for Direct<'_, A> {
     #[inline(always)]
@@ -517,12 +517,19 @@ impl<A: AccFloat> Sums<A> for Direct<'_, A> {
 }
 
 /// Sums kept in accumulators, each running sum stored rounded to the output (the half types).
-struct Rounded<'a, T: PoolFloat> {
+pub(super) struct Rounded<'a, T: PoolFloat> {
     acc: &'a mut [T::Acc],
     out: &'a mut [T],
     /// Whether [`Sums::zero`] zeroes the accumulators too, or only the output (the caller keeps
     /// the accumulators zero).
     zero_acc: bool,
+}
+
+impl<'a, T: PoolFloat> Rounded<'a, T> {
+    /// Sums of the plane `out` in `acc` (as long), zeroed alongside it.
+    pub(super) fn new(acc: &'a mut [T::Acc], out: &'a mut [T]) -> Self {
+        Rounded { acc, out, zero_acc: true }
+    }
 }
 
 impl<T: PoolFloat> Sums<T::Acc> for Rounded<'_, T> {
@@ -554,7 +561,7 @@ impl<T: PoolFloat> Sums<T::Acc> for Rounded<'_, T> {
 /// Adds `g` to sum `at` and stores the running sum rounded: the last store to an element holds
 /// its whole sum rounded once.
 #[inline(always)]
-pub(super) fn add_rounded<T: PoolFloat>(acc: &mut [T::Acc], out: &mut [T], at: usize, g: T::Acc) {
+fn add_rounded<T: PoolFloat>(acc: &mut [T::Acc], out: &mut [T], at: usize, g: T::Acc) {
     acc[at] += g;
     out[at] = T::from_acc_sum(acc[at]);
 }
