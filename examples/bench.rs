@@ -153,19 +153,33 @@ fn report(
     );
 }
 
-/// The memory floor of a backward: the time to zero `grad_input` in cache-sized pieces (whole
-/// planes, or a thread's share of fewer planes), each followed by reading its share of `reads`
-/// (the gradients and the indices or mask), on the same number of threads. It makes the memory
-/// traffic of a scatter that builds each plane in cache (the lines of `grad_input` are read for
-/// ownership and written back; safe Rust has no non-temporal store) and streams its inputs once,
-/// with no arithmetic: a kernel near it is bound by memory, one well above it by its own work.
+/// The memory floor of a backward: the memory traffic of a scatter that builds each plane in
+/// cache (the lines of `grad_input` are read for ownership and written back; safe Rust has no
+/// non-temporal store) and streams its inputs (`reads`: the gradients and the indices or mask)
+/// once, with no arithmetic, on the same number of threads, each taking a run of whole planes
+/// (or an equal share of fewer). A kernel near it is bound by memory, one well above it by its
+/// own work.
+///
+/// It is the faster of two ways to move those bytes: zero `grad_input` in pieces of whole
+/// planes, at least 64 KiB, each followed by reading its share of the inputs; or zero it 2 KiB
+/// at a time, each piece followed by its share (as the kernels zero large planes a few rows
+/// ahead of their sums). The first suits small planes, where the second's calls cost; the
+/// second large ones, which `memset` zeroes with `rep stosb` above 2 KiB, slower here on lines
+/// not yet in cache than vector stores interleaved with the reads.
 fn floor<T: PoolFloat>(reps: usize, gi: &mut [T], plane: usize, reads: [&[u8]; 2]) -> f64 {
-    use rayon::prelude::*;
-    let threads = pool().current_num_threads();
-    // Whole planes, at least 64 KiB at a time (to keep call overheads out of small planes).
     let planes = (65536 / size_of::<T>()).div_ceil(plane.max(1));
-    let piece = (plane * planes).clamp(1, gi.len().div_ceil(threads).max(1));
-    let pieces = gi.len().div_ceil(piece);
+    let whole_planes = traffic(reps, gi, plane * planes, reads);
+    let small = traffic(reps, gi, 2048 / size_of::<T>(), reads);
+    whole_planes.min(small)
+}
+
+/// The time to zero `grad_input` `piece` elements at a time (on whole planes per thread), each
+/// piece followed by reading its share of each of `reads`.
+fn traffic<T: PoolFloat>(reps: usize, gi: &mut [T], piece: usize, reads: [&[u8]; 2]) -> f64 {
+    use rayon::prelude::*;
+    let (threads, len) = (pool().current_num_threads(), gi.len());
+    let piece = piece.clamp(1, len.div_ceil(threads).max(1));
+    let pieces = len.div_ceil(piece);
     // Piece `k` reads its share of each input right after zeroing its stretch of `grad_input`.
     let share = |read: &[u8], k: usize| {
         let at = |k: usize| (read.len() as u64 * k as u64 / pieces as u64) as usize;
