@@ -156,9 +156,8 @@ fn report(
 /// The memory floor of a backward: the memory traffic of a scatter that builds each plane in
 /// cache (the lines of `grad_input` are read for ownership and written back; safe Rust has no
 /// non-temporal store) and streams its inputs (`reads`: the gradients and the indices or mask)
-/// once, with no arithmetic, on the same number of threads, each taking a run of whole planes
-/// (or an equal share of fewer). A kernel near it is bound by memory, one well above it by its
-/// own work.
+/// once, with no arithmetic, on the same number of threads. A kernel near it is bound by
+/// memory, one well above it by its own work.
 ///
 /// It is the faster of two ways to move those bytes: zero `grad_input` in pieces of whole
 /// planes, at least 64 KiB, each followed by reading its share of the inputs; or zero it 2 KiB
@@ -173,8 +172,8 @@ fn floor<T: PoolFloat>(reps: usize, gi: &mut [T], plane: usize, reads: [&[u8]; 2
     whole_planes.min(small)
 }
 
-/// The time to zero `grad_input` `piece` elements at a time (on whole planes per thread), each
-/// piece followed by reading its share of each of `reads`.
+/// The time to zero `grad_input` `piece` elements at a time, each piece followed by reading its
+/// share of each of `reads`, every thread taking an equal run of pieces.
 fn traffic<T: PoolFloat>(reps: usize, gi: &mut [T], piece: usize, reads: [&[u8]; 2]) -> f64 {
     use rayon::prelude::*;
     let (threads, len) = (pool().current_num_threads(), gi.len());

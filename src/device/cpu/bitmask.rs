@@ -449,10 +449,9 @@ fn decode_run(
 
 /// Scatters a decoded block channel by channel, exactly as the flat-index kernel does: zero the
 /// plane (a window's rows at a time on large planes), then add each gradient at its input index
-/// in row-major output order. `f32`/`f64` sum
-/// straight into the plane; the half types widen the channel's gradients into `acc` past its
-/// first plane, sum in that plane and store each rounded running sum, so the last store to an
-/// element holds its whole sum rounded once.
+/// in row-major output order. `f32`/`f64` sum straight into the plane; the half types widen the
+/// channel's gradients into `acc` past its first plane, sum in that plane and store each
+/// rounded running sum, so the last store to an element holds its whole sum rounded once.
 fn scatter_decoded<T: PoolFloat>(
     g: &MaxPoolGeometry,
     windows: &Windows,
