@@ -1,5 +1,8 @@
 //! The largest inputs: sizes that overflow, planes too large for `i32` indices, allocations that
 //! cannot be satisfied. Each is an error naming what is wrong, never a truncation or an abort.
+//! The sizes are those of a 64-bit target (2^30 to 2^62): on narrower ones, these tests are left
+//! out.
+#![cfg(target_pointer_width = "64")]
 
 use ndarray::{Array4, ArrayViewD, IxDyn, ShapeBuilder};
 use poolgrad::device::cpu::Cpu;

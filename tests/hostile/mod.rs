@@ -199,7 +199,7 @@ fn array<T: PoolFloat>(b: &mut Bytes, dims: &[usize]) -> Option<ArrayD<T>> {
 /// results would be allocatable yet slow to compute (between 2^18 and 2^40 elements) are
 /// skipped, so that the fuzzer stays fast; smaller ones run, larger ones must be rejected.
 fn broadcast<'a, T: PoolFloat>(one: &'a [T], dims: &[usize]) -> Option<ArrayViewD<'a, T>> {
-    if count(dims).is_some_and(|n| n > 1 << 18 && n <= 1 << 40) {
+    if count(dims).is_some_and(|n| n > 1 << 18 && n as u64 <= 1 << 40) {
         return None;
     }
     ArrayViewD::from_shape(IxDyn(dims).strides(IxDyn(&vec![0; dims.len()])), one).ok()
@@ -297,7 +297,7 @@ fn ok_or_err<R>(what: &str, result: poolgrad::Result<R>) -> Option<R> {
 /// Whether a call would materialise `dims` elements that are allocatable but slow to compute:
 /// such calls are skipped (smaller ones run, larger ones must be rejected).
 fn too_slow(dims: &[usize]) -> bool {
-    count(dims).is_some_and(|n| n > 1 << 20 && n <= 1 << 40)
+    count(dims).is_some_and(|n| n > 1 << 20 && n as u64 <= 1 << 40)
 }
 
 fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
