@@ -573,7 +573,9 @@ fn add_rounded<T: PoolFloat>(acc: &mut [T::Acc], out: &mut [T], at: usize, g: T:
 #[inline(always)]
 fn add_within<G: Copy, I: ArgmaxIndex>(sums: &mut impl Sums<G>, go: &[G], ix: &[I]) -> usize {
     let len = sums.len();
-    // A view of its own, held by value: its slices stay in registers across the additions.
+    // Through a view bounded by `len`: fewer instructions than adding through `sums` itself
+    // (callgrind, whole runs: `maxpool_stem_bf16` 193.1M against 194.4M, `adaptive_global_bf16`
+    // 37.3M against 38.2M).
     let mut sums = sums.head(len);
     let (go, ix) = (&go[..go.len().min(ix.len())], &ix[..go.len().min(ix.len())]);
     for k in 0..go.len() {
