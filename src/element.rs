@@ -172,11 +172,15 @@ impl PoolFloat for f16 {
     type Acc = f32;
     #[inline(always)]
     fn to_acc(self) -> f32 {
-        self.to_f32()
+        if F16_INSTRUCTIONS { self.to_f32() } else { f32::from_bits(f16_bits_to_f32_bits(self.to_bits())) }
     }
     #[inline(always)]
     fn from_acc(acc: f32) -> f16 {
-        f16::from_f32(acc)
+        if F16_INSTRUCTIONS {
+            f16::from_f32(acc)
+        } else {
+            f16::from_bits(f32_bits_to_f16_bits(acc.to_bits()))
+        }
     }
     fn to_acc_slice(src: &[f16], dst: &mut [f32]) {
         let n = src.len().min(dst.len());
@@ -186,8 +190,8 @@ impl PoolFloat for f16 {
         if bulk > 0 {
             src[..bulk].convert_to_f32_slice(&mut dst[..bulk]);
         }
-        for (d, s) in dst[bulk..n].iter_mut().zip(&src[bulk..n]) {
-            *d = s.to_f32();
+        for (d, &s) in dst[bulk..n].iter_mut().zip(&src[bulk..n]) {
+            *d = s.to_acc();
         }
     }
     fn from_acc_slice(src: &[f32], dst: &mut [f16]) {
@@ -197,7 +201,7 @@ impl PoolFloat for f16 {
             dst[..bulk].convert_from_f32_slice(&src[..bulk]);
         }
         for (d, &s) in dst[bulk..n].iter_mut().zip(&src[bulk..n]) {
-            *d = f16::from_f32(s);
+            *d = f16::from_acc(s);
         }
     }
     fn as_acc_mut(_: &mut [f16]) -> Option<&mut [f32]> {
@@ -275,6 +279,62 @@ fn f32_bits_to_bf16_bits(x: u32) -> u16 {
     (if nan { quiet } else { rounded }) as u16
 }
 
+/// Whether `half` converts `f16` with an instruction the compiler can inline: the target enables
+/// F16C (x86) or FP16 (AArch64) at compile time. Otherwise `half` tests for it at run time and
+/// calls an out-of-line function for each value, and the scalar conversions below, which give the
+/// same bits, are cheaper.
+const F16_INSTRUCTIONS: bool = cfg!(any(
+    all(any(target_arch = "x86", target_arch = "x86_64"), target_feature = "f16c"),
+    all(target_arch = "aarch64", target_feature = "fp16"),
+));
+
+/// `f16::to_f32` inline, in integer and float arithmetic: the exponent rebiased; subnormals
+/// normalised by one exact float subtraction; infinities kept; NaNs keep their payload and get the
+/// quiet bit, as `half` (and F16C) do.
+#[inline(always)]
+fn f16_bits_to_f32_bits(h: u16) -> u32 {
+    const EXP: u32 = 0x7C00 << 13;
+    let h = u32::from(h);
+    let bits = (h & 0x7FFF) << 13;
+    let exp = bits & EXP;
+    let mut o = bits + ((127 - 15) << 23);
+    if exp == EXP {
+        // Infinity or NaN: the largest exponent, and the quiet bit for a NaN.
+        o += (128 - 16) << 23;
+        if bits != EXP {
+            o |= 0x0040_0000;
+        }
+    } else if exp == 0 {
+        // Zero or subnormal: as 2^-14 (1 + m / 1024), less 2^-14, which is exact.
+        o = (f32::from_bits(o + (1 << 23)) - f32::from_bits(113 << 23)).to_bits();
+    }
+    o | ((h & 0x8000) << 16)
+}
+
+/// `f16::from_f32` inline: round to nearest, ties to even. Normal results add the rounding bias
+/// to the rebiased bits (a carry out of the mantissa is the correct next exponent, up to
+/// infinity); subnormal results let one float addition of 0.5 do the rounding; values of 2^16 and
+/// more give infinity; NaNs keep their top payload bits and get the quiet bit, as `half` (and
+/// F16C) do.
+#[inline(always)]
+fn f32_bits_to_f16_bits(x: u32) -> u16 {
+    let sign = ((x >> 16) & 0x8000) as u16;
+    let a = x & 0x7FFF_FFFF;
+    let magnitude = if a >= 0x4780_0000 {
+        // 2^16 or more, infinity or NaN.
+        if a > 0x7F80_0000 { 0x7E00 | ((a >> 13) & 0x03FF) } else { 0x7C00 }
+    } else if a < 113 << 23 {
+        // Below 2^-14: a subnormal or zero. Adding 0.5 rounds the value to a multiple of 2^-24
+        // (the subnormal step) in the low mantissa bits.
+        const HALF: u32 = 126 << 23;
+        (f32::from_bits(a) + f32::from_bits(HALF)).to_bits() - HALF
+    } else {
+        let odd = (a >> 13) & 1;
+        (a - ((127 - 15) << 23) + 0x0FFF + odd) >> 13
+    };
+    sign | magnitude as u16
+}
+
 /// [`f32_bits_to_bf16_bits`] without the NaN test: the rounding alone. Exact for every value but
 /// signalling NaNs and NaNs with non-zero low 16 bits (which could carry into the exponent or
 /// sign).
@@ -321,6 +381,61 @@ mod tests {
         bf16::to_acc_slice(&dst, &mut back);
         assert_eq!(&back[..3], &[1.0, 256.0, -3.5]);
         assert!(back[3].is_nan() && back[4] == f32::INFINITY);
+    }
+
+    /// `half`'s conversion (F16C where the processor has it) and its software one, which must
+    /// agree with each other and with [`f32_bits_to_f16_bits`].
+    fn check_f32_to_f16(x: u32) {
+        let v = f32::from_bits(x);
+        let want = f16::from_f32(v).to_bits();
+        assert_eq!(f16::from_f32_const(v).to_bits(), want, "half's two conversions: {x:#010x}");
+        assert_eq!(f32_bits_to_f16_bits(x), want, "{x:#010x}");
+    }
+
+    /// The inline f16 widening equals `half`'s on all 65,536 values (NaN payloads included).
+    #[test]
+    fn f16_widening_matches_half_on_every_value() {
+        for h in 0..=u16::MAX {
+            let want = f16::from_bits(h).to_f32().to_bits();
+            assert_eq!(f16_bits_to_f32_bits(h), want, "{h:#06x}");
+            assert_eq!(f16::from_bits(h).to_acc().to_bits(), want, "to_acc: {h:#06x}");
+        }
+    }
+
+    /// The inline f16 rounding equals `half`'s on every f32 high half combined with low halves
+    /// that exercise each rounding case (the kept bit, the half-way bit and the sticky bits below
+    /// it, for normal results; subnormal results round at bit 14 or above, which the high halves
+    /// cover), and on a million more values spread over all of f32.
+    #[test]
+    fn f16_rounding_matches_half() {
+        let lows =
+            [0u32, 1, 0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x3000, 0x3001, 0x7FFF, 0x8000, 0xE000, 0xFFFF];
+        for hi in 0..=u32::from(u16::MAX) {
+            for lo in lows {
+                check_f32_to_f16((hi << 16) | lo);
+            }
+        }
+        // An odd step visits every residue, so every low bit pattern turns up.
+        let step = 4093u32;
+        let mut x = 0u32;
+        for _ in 0..(1u32 << 20) {
+            check_f32_to_f16(x);
+            x = x.wrapping_add(step);
+        }
+        assert_eq!(f16::from_acc(65519.996).to_f32(), 65504.0);
+        assert!(f16::from_acc(65520.0).is_infinite());
+        assert_eq!(f16::from_acc(2.0f32.powi(-25)).to_bits(), 0, "ties to even: zero");
+        assert_eq!(f16::from_acc(1.5 * 2.0f32.powi(-24)).to_bits(), 2, "ties to even: 2");
+    }
+
+    /// Every one of the 2^32 f32 values: about 20 s in a release build, so not run by default
+    /// (`cargo test --release --lib -- --ignored f16_rounding_exhaustive`).
+    #[test]
+    #[ignore = "exhaustive: run in release"]
+    fn f16_rounding_exhaustive() {
+        for x in 0..=u32::MAX {
+            check_f32_to_f16(x);
+        }
     }
 
     /// The f16 slice conversions (groups of 4 through `half`'s slice routines, the rest one by
