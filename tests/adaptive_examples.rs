@@ -126,6 +126,26 @@ fn backward_from_given_indices<T: PoolFloat, I: ArgmaxIndex>() {
     assert_eq!(vals(&gi), array![[[0.25, 0., 0.], [0., 0., 3.5]]]);
 }
 
+/// Global pooling (output 1x1): one gradient per plane, stored as the sum of its gradients,
+/// `0 + g`. Four planes of 2x3: 1.5 at index 4; -0 at index 0, where the sum +0 + -0 is +0 (as
+/// PyTorch's zeros-then-add gives); -2 at index 5; NaN at index 2.
+fn global<T: PoolFloat, I: ArgmaxIndex>() {
+    let x = f::<T>(Array3::zeros((4, 2, 3)));
+    let indices = idx::<I>(array![[[4]], [[0]], [[5]], [[2]]]);
+    let g = f::<T>(array![[[1.5]], [[-0.0]], [[-2.0]], [[f64::NAN]]]);
+    let gi = vals(&adaptive_max_pool2d_backward(&g, &x, &indices).unwrap());
+    let nan = f64::NAN;
+    let want = array![
+        [[0., 0., 0.], [0., 1.5, 0.]],
+        [[0., 0., 0.], [0., 0., 0.]],
+        [[0., 0., 0.], [0., 0., -2.]],
+        [[0., 0., nan], [0., 0., 0.]]
+    ];
+    for (got, want) in gi.iter().zip(&want) {
+        assert!(got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(), "{gi:?}");
+    }
+}
+
 macro_rules! for_all_types {
     ($($name:ident),*) => {$(
         mod $name {
@@ -149,7 +169,8 @@ for_all_types!(
     ties,
     nan_and_infinity,
     four_d,
-    backward_from_given_indices
+    backward_from_given_indices,
+    global
 );
 
 /// bf16 holds 8 significant bits: 256 + 1 + 1 summed in f32 is 258 (representable), while

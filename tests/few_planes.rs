@@ -253,7 +253,12 @@ fn check<T: PoolFloat>(
                 }
             }
         }
-        (Err(poolgrad::Error::IndexOutOfRange { .. }), Edit::OutOfPlane { .. }) => {}
+        (Err(poolgrad::Error::IndexOutOfRange { position, value, plane, .. }), Edit::OutOfPlane { at }) => {
+            // The one index moved out names itself: `[n, c, oh, ow]`, its value, the plane.
+            let at = at % count;
+            let want = vec![0, at / (ho * wo), at % (ho * wo) / wo, at % wo];
+            prop_assert_eq!((position, *value, *plane), (&want, (h * w) as i64, h * w));
+        }
         (other, _) => prop_assert!(false, "unexpected {other:?} after {edit:?}"),
     }
     Ok(())
@@ -287,6 +292,21 @@ proptest! {
     }
     #[test] fn large_adaptive_f16(pooling in adaptive_poolings(), planes in 1..=9usize, h in 64..=128usize, w in 64..=100usize, seed: u64, edit in edits()) {
         check::<half::f16>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
+    }
+}
+
+proptest! {
+    // Global pooling (output 1x1): planes of one gradient each, whole planes zeroed 16 KiB at a
+    // time; up to 200 planes of up to 1600 elements, so from one block to dozens per task.
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    #[test] fn global_f32(planes in 1..=200usize, h in 1..=40usize, w in 1..=40usize, seed: u64, edit in edits()) {
+        check::<f32>(Pooling::Adaptive([1, 1]), planes, [h, w], seed, (Draw::InWindows, edit))?;
+    }
+    #[test] fn global_f16(planes in 1..=200usize, h in 1..=40usize, w in 1..=40usize, seed: u64, edit in edits()) {
+        check::<half::f16>(Pooling::Adaptive([1, 1]), planes, [h, w], seed, (Draw::InWindows, edit))?;
+    }
+    #[test] fn global_bf16(planes in 1..=200usize, h in 1..=40usize, w in 1..=40usize, seed: u64, edit in edits()) {
+        check::<half::bf16>(Pooling::Adaptive([1, 1]), planes, [h, w], seed, (Draw::InWindows, edit))?;
     }
 }
 

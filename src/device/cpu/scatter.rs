@@ -258,6 +258,9 @@ fn whole_planes<T: PoolFloat, I: ArgmaxIndex>(
         })
         .collect();
     let bad = cpu.map_tasks(tasks, |(first, gi, go, ix, acc, grad)| {
+        if ohw == 1 && hw > 0 {
+            return one_gradient_planes(go, ix, gi, hw).map_err(|plane| (first + plane, 0));
+        }
         // Sparse planes need their accumulators zero on entry (and leave them zero).
         acc.fill(T::Acc::zero());
         for (plane, ((gi, go), ix)) in gi.chunks_mut(hw).zip(go.chunks(ohw)).zip(ix.chunks(ohw)).enumerate() {
@@ -266,6 +269,33 @@ fn whole_planes<T: PoolFloat, I: ArgmaxIndex>(
         Ok(())
     });
     bad.into_iter().find_map(|r| r.err())
+}
+
+/// Planes of one gradient each (output 1x1, global pooling) are zeroed this many bytes' worth at
+/// a time, before their gradients are stored: one fill for many small planes, while they stay in
+/// the first-level cache.
+const ONE_GRADIENT_BLOCK: usize = 16 * 1024;
+
+/// Planes of `hw` inputs and one gradient each, whole: zeroed a block at a time
+/// ([`ONE_GRADIENT_BLOCK`]), then each gradient stored at its index as the sum `0 + g`, rounded
+/// once, exactly what [`add_into`] would store. Returns the first plane whose index lies outside
+/// it.
+fn one_gradient_planes<T: PoolFloat, I: ArgmaxIndex>(
+    go: &[T],
+    ix: &[I],
+    gi: &mut [T],
+    hw: usize,
+) -> core::result::Result<(), usize> {
+    let block = (ONE_GRADIENT_BLOCK / (hw * size_of::<T>())).max(1);
+    let blocks = gi.chunks_mut(block * hw).zip(go.chunks(block)).zip(ix.chunks(block));
+    for (b, ((gi, go), ix)) in blocks.enumerate() {
+        gi.fill(T::zero());
+        for (p, (&g, &i)) in go.iter().zip(ix).enumerate() {
+            let Some(at) = i.flat_in(hw) else { return Err(b * block + p) };
+            gi[p * hw + at] = T::from_acc_sum(T::Acc::zero() + g.to_acc());
+        }
+    }
+    Ok(())
 }
 
 /// Bands of input rows, one task per band and plane; a plane where a band met an index outside
