@@ -257,10 +257,13 @@ fn whole_planes<T: PoolFloat, I: ArgmaxIndex>(
             (t * per_task, gi, go, ix, acc, grads.next().unwrap_or(&mut []))
         })
         .collect();
+    if ohw == 1 && hw > 0 {
+        let bad = cpu.map_tasks(tasks, |(first, gi, go, ix, _, _)| {
+            one_gradient_planes(go, ix, gi, hw).map_err(|plane| (first + plane, 0))
+        });
+        return bad.into_iter().find_map(|r| r.err());
+    }
     let bad = cpu.map_tasks(tasks, |(first, gi, go, ix, acc, grad)| {
-        if ohw == 1 && hw > 0 {
-            return one_gradient_planes(go, ix, gi, hw).map_err(|plane| (first + plane, 0));
-        }
         // Sparse planes need their accumulators zero on entry (and leave them zero).
         acc.fill(T::Acc::zero());
         for (plane, ((gi, go), ix)) in gi.chunks_mut(hw).zip(go.chunks(ohw)).zip(ix.chunks(ohw)).enumerate() {
