@@ -282,7 +282,7 @@ fn f32_bits_to_bf16_bits(x: u32) -> u16 {
 /// Whether `half` converts `f16` with an instruction the compiler can inline: the target enables
 /// F16C (x86) or FP16 (AArch64) at compile time. Otherwise `half` tests for it at run time and
 /// calls an out-of-line function for each value; the scalar conversions below give the same bits
-/// inline, without the test and the call (on `adaptive_ovl_f16`: about 1% more instructions,
+/// inline, without the test and the call (on `adaptive_ovl_f16`: as many instructions in all,
 /// timings within the benchmark machine's noise).
 const F16_INSTRUCTIONS: bool = cfg!(any(
     all(any(target_arch = "x86", target_arch = "x86_64"), target_feature = "f16c"),
@@ -319,19 +319,26 @@ fn f16_bits_to_f32_bits(h: u16) -> u32 {
 /// F16C) do.
 #[inline(always)]
 fn f32_bits_to_f16_bits(x: u32) -> u16 {
+    const NORMAL: u32 = 113 << 23; // 2^-14, the least normal f16
     let sign = ((x >> 16) & 0x8000) as u16;
     let a = x & 0x7FFF_FFFF;
-    let magnitude = if a >= 0x4780_0000 {
-        // 2^16 or more, infinity or NaN.
-        if a > 0x7F80_0000 { 0x7E00 | ((a >> 13) & 0x03FF) } else { 0x7C00 }
-    } else if a < 113 << 23 {
+    // One comparison for the common case, `2^-14 <= a < 2^16`.
+    let above_normal = a.wrapping_sub(NORMAL);
+    let magnitude = if above_normal < 0x4780_0000 - NORMAL {
+        // Rebiased: `a - (112 << 23)`, that is `above_normal + (1 << 23)`.
+        let odd = (a >> 13) & 1;
+        (above_normal + (1 << 23) + 0x0FFF + odd) >> 13
+    } else if a < NORMAL {
         // Below 2^-14: a subnormal or zero. Adding 0.5 rounds the value to a multiple of 2^-24
         // (the subnormal step) in the low mantissa bits.
         const HALF: u32 = 126 << 23;
         (f32::from_bits(a) + f32::from_bits(HALF)).to_bits() - HALF
+    } else if a > 0x7F80_0000 {
+        // NaN.
+        0x7E00 | ((a >> 13) & 0x03FF)
     } else {
-        let odd = (a >> 13) & 1;
-        (a - ((127 - 15) << 23) + 0x0FFF + odd) >> 13
+        // 2^16 or more, or infinity.
+        0x7C00
     };
     sign | magnitude as u16
 }
