@@ -36,7 +36,8 @@ pub struct ScatterPrepared {
     windows: Vec<Range<usize>>,
     /// The runs of a whole plane ([`ScatterPrepared::whole_plane_runs`]).
     plane_runs: Vec<Run>,
-    /// f32 accumulators per task: a plane for the half types, else 0 (sums go to the output).
+    /// f32 accumulators per task: a plane for the half types, else 0 (sums go to the output, as
+    /// they do for planes of one gradient).
     /// Each task's share is rounded up to whole cache lines ([`task_share`]), as is `grad`'s.
     acc_per_task: usize,
     /// f32 gradients per task: one converted plane of `grad_output` for the half types, else 0.
@@ -48,6 +49,9 @@ pub struct ScatterPrepared {
 enum Split {
     /// `tasks` runs of `per_task` whole planes.
     Planes { tasks: usize, per_task: usize },
+    /// As `Planes`, for planes of one gradient each (output 1x1, global pooling), which need no
+    /// scratch ([`one_gradient_planes`]).
+    OneGradient { tasks: usize, per_task: usize },
     /// Every plane cut into the same bands of input rows, one task per band and plane.
     Bands(InputBands),
 }
@@ -126,13 +130,19 @@ impl ScatterPrepared {
             Some(bands) => Split::Bands(bands),
             None => {
                 let tasks = task_count(cpu, planes.count);
-                Split::Planes { tasks, per_task: planes_per_task(planes.count, tasks) }
+                let per_task = planes_per_task(planes.count, tasks);
+                if planes.ho * planes.wo == 1 && planes.h * planes.w > 0 {
+                    Split::OneGradient { tasks, per_task }
+                } else {
+                    Split::Planes { tasks, per_task }
+                }
             }
         };
-        let half = T::as_acc(&[]).is_none();
+        // The half types sum in scratch, but for planes of one gradient.
+        let summed_in_scratch = T::as_acc(&[]).is_none() && !matches!(split, Split::OneGradient { .. });
         let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
         let (acc_per_task, grad_per_task) =
-            if half { (task_share::<T::Acc>(hw), task_share::<T::Acc>(ohw)) } else { (0, 0) };
+            if summed_in_scratch { (task_share::<T::Acc>(hw), task_share::<T::Acc>(ohw)) } else { (0, 0) };
         let plane_runs = Self::whole_plane_runs::<T>(op, planes, &windows)?;
         let p = ScatterPrepared { planes, split, windows, plane_runs, acc_per_task, grad_per_task };
         sizer.region::<T::Acc>(p.tasks() * acc_per_task)?;
@@ -159,7 +169,7 @@ impl ScatterPrepared {
 
     fn tasks(&self) -> usize {
         match &self.split {
-            Split::Planes { tasks, .. } => *tasks,
+            Split::Planes { tasks, .. } | Split::OneGradient { tasks, .. } => *tasks,
             Split::Bands(bands) => self.planes.count * bands.reads.len(),
         }
     }
@@ -222,6 +232,7 @@ pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
     let ohw = p.planes.ho * p.planes.wo;
     let bad = match &p.split {
         Split::Planes { per_task, .. } => whole_planes(cpu, p, *per_task, go, ix, gi, scratch),
+        Split::OneGradient { per_task, .. } => one_gradient_runs(cpu, p, *per_task, go, ix, gi),
         Split::Bands(bands) => banded_planes(cpu, p, bands, go, ix, gi, scratch),
     };
     match bad {
@@ -257,12 +268,6 @@ fn whole_planes<T: PoolFloat, I: ArgmaxIndex>(
             (t * per_task, gi, go, ix, acc, grads.next().unwrap_or(&mut []))
         })
         .collect();
-    if ohw == 1 && hw > 0 {
-        let bad = cpu.map_tasks(tasks, |(first, gi, go, ix, _, _)| {
-            one_gradient_planes(go, ix, gi, hw).map_err(|plane| (first + plane, 0))
-        });
-        return bad.into_iter().find_map(|r| r.err());
-    }
     let bad = cpu.map_tasks(tasks, |(first, gi, go, ix, acc, grad)| {
         // Sparse planes need their accumulators zero on entry (and leave them zero).
         acc.fill(T::Acc::zero());
@@ -272,6 +277,23 @@ fn whole_planes<T: PoolFloat, I: ArgmaxIndex>(
         Ok(())
     });
     bad.into_iter().find_map(|r| r.err())
+}
+
+/// Runs of whole planes of one gradient each ([`Split::OneGradient`]), one run per task. Returns
+/// the first bad index as (plane, position).
+fn one_gradient_runs<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    p: &ScatterPrepared,
+    per_task: usize,
+    go: &[T],
+    ix: &[I],
+    gi: &mut [T],
+) -> Option<(usize, usize)> {
+    let hw = p.planes.h * p.planes.w;
+    let tasks: Vec<_> =
+        gi.chunks_mut(per_task * hw).zip(go.chunks(per_task)).zip(ix.chunks(per_task)).collect();
+    let bad = cpu.map_tasks(tasks, |((gi, go), ix)| one_gradient_planes(go, ix, gi, hw));
+    bad.into_iter().enumerate().find_map(|(t, r)| r.err().map(|plane| (t * per_task + plane, 0)))
 }
 
 /// Planes of one gradient each (output 1x1, global pooling) are zeroed this many bytes' worth at
