@@ -186,7 +186,7 @@ pub(crate) fn read_word(bytes: &[i8], offset: usize) -> u16 {
 
 /// Stores the `Bitmask` word at byte `offset` (little-endian, as [`read_word`] reads it).
 #[inline]
-fn write_word(bytes: &mut [i8], offset: usize, word: u16) {
+pub(crate) fn write_word(bytes: &mut [i8], offset: usize, word: u16) {
     let [lo, hi] = word.to_le_bytes();
     bytes[offset..offset + 2].copy_from_slice(&[lo as i8, hi as i8]);
 }
@@ -198,6 +198,19 @@ fn write_word(bytes: &mut [i8], offset: usize, word: u16) {
 pub(crate) fn read_words<const N: usize>(bytes: &[i8], offset: usize) -> Option<[u16; N]> {
     let run = bytes.get(offset..offset.checked_add(2 * N)?)?;
     Some(core::array::from_fn(|l| u16::from_le_bytes([run[2 * l] as u8, run[2 * l + 1] as u8])))
+}
+
+/// [`read_words`] four to a `u64`: word `4 * q + l` of the run in bits `16 * l..16 * l + 16` of
+/// element `q`, so that the lanes of one word can be worked on four at a time.
+#[inline(always)]
+pub(crate) fn read_word_quads<const Q: usize>(bytes: &[i8], offset: usize) -> Option<[u64; Q]> {
+    // (An offset near `usize::MAX` wraps to an empty range, which `get` turns down too.)
+    let run: &[u8] = bytemuck::cast_slice(bytes.get(offset..offset.wrapping_add(8 * Q))?);
+    let mut quads = [0; Q];
+    for (quad, eight) in quads.iter_mut().zip(run.chunks_exact(8)) {
+        *quad = u64::from_le_bytes(eight.try_into().unwrap_or_default());
+    }
+    Some(quads)
 }
 
 #[inline]

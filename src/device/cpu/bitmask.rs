@@ -28,7 +28,8 @@ pub struct BitmaskPrepared {
     split: BlockSplit,
     /// Tasks with f32 accumulators ...
     acc_tasks: usize,
-    /// ... of 16 planes plus one channel's gradients each for the half types, else 0 (sums go
+    /// ... of a block's planes ([`widest_block`]) plus one channel's gradients each for the
+    /// half types, else 0 (sums go
     /// to the output); in whole cache lines ([`task_share`]).
     acc_per_task: usize,
 }
@@ -37,8 +38,8 @@ pub struct BitmaskPrepared {
 #[derive(Debug)]
 enum BlockSplit {
     /// Runs of whole blocks, one run per task: each block is decoded and scattered while its
-    /// offsets are in cache, into `taps_per_task` bytes (16 per output position, in whole
-    /// cache lines; 0 without a decoder).
+    /// offsets are in cache, into `taps_per_task` bytes ([`widest_block`] per output position, in
+    /// whole cache lines; 0 without a decoder).
     Blocks { tasks: usize, taps_per_task: usize },
     /// Fewer blocks than threads: each block is decoded in bands of `rows` output rows, one task
     /// per band, into the flat index of every channel and position (the `I32Argmax` values the
@@ -51,8 +52,17 @@ enum BlockSplit {
 impl BlockSplit {
     /// Band tasks and decoded bytes per task of [`BlockSplit::Bands`].
     fn bands(g: &MaxPoolGeometry, rows: usize) -> (usize, usize) {
-        (g.n * g.channel_blocks() * g.ho.div_ceil(rows), 16 * rows * g.wo)
+        (g.n * g.channel_blocks() * g.ho.div_ceil(rows), widest_block(g) * rows * g.wo)
     }
+}
+
+/// The channels of the widest block (the first): at most 16.
+///
+/// The decoded offsets of a block take a slot of one byte per channel at each output position
+/// (channel `ch` of the `q`-th decoded position at byte `channels * q + ch`), so at most this
+/// many bytes per position; and the half types sum a block in at most this many f32 planes.
+fn widest_block(g: &MaxPoolGeometry) -> usize {
+    g.c.min(16)
 }
 
 /// The valid taps of every output row and column, with the window offset of the first one.
@@ -64,6 +74,8 @@ pub struct Windows {
     /// below zero for windows that start in padding).
     row_origins: Vec<usize>,
     col_origins: Vec<usize>,
+    /// The output columns in the runs that are decoded together ([`column_runs`]).
+    col_runs: Vec<Range<usize>>,
     /// What the decoder needs; none when a window has more than [`MAX_TAPS`] taps.
     decoding: Option<Decoding>,
 }
@@ -106,9 +118,12 @@ impl Windows {
             }
             Decoding { tap_offsets, digits: (kh * kw).next_power_of_two().trailing_zeros() as usize }
         });
+        let runs = column_runs(&cols).count();
+        let col_runs = collect_exact("max_pool2d_with_mask_backward", "windows", runs, column_runs(&cols))?;
         Ok(Windows {
             row_origins: origins(&rows, g.w)?,
             col_origins: origins(&cols, 1)?,
+            col_runs,
             decoding,
             rows,
             cols,
@@ -120,12 +135,12 @@ impl BitmaskPrepared {
     /// Plans the backward of `g` and adds its scratch to `sizer`.
     pub(super) fn new<T: PoolFloat>(cpu: &Cpu, g: &MaxPoolGeometry, sizer: &mut Sizer) -> Result<Self> {
         let windows = Windows::new(g)?;
-        // Half types: 16 planes of f32 sums (the bit-by-bit kernel sums a block at once) and one
-        // channel's widened gradients (the decoded scatter).
+        // Half types: a block's planes of f32 sums (the bit-by-bit kernel sums a block at once)
+        // and one channel's widened gradients (the decoded scatter).
         let acc_per_task = if T::as_acc_mut(&mut []).is_some() {
             0
         } else {
-            task_share::<T::Acc>(16 * g.h * g.w + g.positions())
+            task_share::<T::Acc>(widest_block(g) * g.h * g.w + g.positions())
         };
         let (threads, blocks) = (cpu.threads(), g.n * g.channel_blocks());
         let flat_fits = i32::try_from(g.h * g.w).is_ok();
@@ -139,8 +154,11 @@ impl BitmaskPrepared {
             (BlockSplit::Bands { rows, scatter: prepare_scatter::<T>(cpu, g, sizer)? }, 1)
         } else {
             let tasks = task_count(cpu, blocks);
-            let taps_per_task =
-                if windows.decoding.is_some() { task_share::<u8>(16 * g.positions()) } else { 0 };
+            let taps_per_task = if windows.decoding.is_some() {
+                task_share::<u8>(widest_block(g) * g.positions())
+            } else {
+                0
+            };
             sizer.region::<T::Acc>(tasks * acc_per_task)?;
             sizer.region::<i8>(tasks * taps_per_task)?;
             (BlockSplit::Blocks { tasks, taps_per_task }, tasks)
@@ -288,8 +306,36 @@ impl Block {
     }
 }
 
-/// Decodes output rows `rows` of the block into `taps` (16 bytes per output position from the
-/// first of `rows`: each channel's window offset) when every channel has exactly one bit among
+/// The output columns in runs of up to [`LANES`] neighbours whose windows have the same valid
+/// offsets (every interior column), decoded together.
+fn column_runs(cols: &[(Taps, usize)]) -> impl Iterator<Item = Range<usize>> + '_ {
+    let mut ow = 0;
+    core::iter::from_fn(move || {
+        let (c, j0) = cols.get(ow)?;
+        let same = cols[ow..].iter().take(LANES).take_while(|(t, j)| t.count == c.count && j == j0);
+        let run = ow..ow + same.count();
+        ow = run.end;
+        Some(run)
+    })
+}
+
+/// The valid offsets `k = i * kw + j` of the windows of a run: `i` in `rows`, `j` in `cols`.
+struct ValidOffsets {
+    rows: Range<usize>,
+    cols: Range<usize>,
+    kw: usize,
+}
+
+impl ValidOffsets {
+    /// The offsets, a window row at a time.
+    #[inline(always)]
+    fn by_rows(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        self.rows.clone().map(|i| i * self.kw + self.cols.start..i * self.kw + self.cols.end)
+    }
+}
+
+/// Decodes output rows `rows` of the block into `taps` (a slot of each channel's window offset
+/// per output position from the first of `rows`, [`widest_block`]) when every channel has exactly one bit among
 /// the valid offsets of every position, as every forward writes it. False otherwise (and
 /// without a decoder: windows of more than 256 taps).
 ///
@@ -308,19 +354,15 @@ fn decode_rows(
     let kw = g.params.kernel()[1];
     let first = rows.start * g.wo;
     for (oh, (r, i0)) in windows.rows.iter().enumerate().take(rows.end).skip(rows.start) {
-        let mut ow = 0;
-        while ow < g.wo {
-            let (c, j0) = &windows.cols[ow];
-            let same =
-                windows.cols[ow..].iter().take(LANES).take_while(|(t, j)| t.count == c.count && j == j0);
-            let lanes = same.count();
-            let ks = (*i0..i0 + r.count).flat_map(|i| i * kw + j0..i * kw + j0 + c.count);
-            let p = oh * g.wo + ow;
-            let Some(out) = taps.get_mut(16 * (p - first)..16 * (p - first + lanes)) else { return false };
+        for run in &windows.col_runs {
+            let (c, j0) = &windows.cols[run.start];
+            let (lanes, p) = (run.len(), oh * g.wo + run.start);
+            let ks = ValidOffsets { rows: *i0..i0 + r.count, cols: *j0..j0 + c.count, kw };
+            let slots = block.channels * (p - first)..block.channels * (p - first + lanes);
+            let Some(out) = taps.get_mut(slots) else { return false };
             if !decode_run(block, bits, p, lanes, ks, digits, out) {
                 return false;
             }
-            ow += lanes;
         }
     }
     true
@@ -343,7 +385,7 @@ fn decode_to_indices(
     let blocks = g.n * g.channel_blocks();
     let Some(Decoding { tap_offsets, .. }) = &windows.decoding else { return (0..blocks).collect() };
     let mut planes = flat.chunks_mut(positions.max(1));
-    let mut tapss = taps.chunks_mut(16 * band.max(1));
+    let mut tapss = taps.chunks_mut(widest_block(g) * band.max(1));
     let mut tasks = Vec::with_capacity(blocks * g.ho.div_ceil(rows));
     for b in 0..blocks {
         let block = Block::new(g, b);
@@ -359,13 +401,19 @@ fn decode_to_indices(
             outs.iter_mut().for_each(|out| out.fill(0));
             return Some(b);
         }
-        let origins = windows.row_origins[rows]
-            .iter()
-            .flat_map(|&row| windows.col_origins.iter().map(move |&col| row.wrapping_add(col)));
+        let wo = g.wo.max(1);
         for (ch, out) in outs.iter_mut().enumerate() {
-            for ((value, origin), taps) in out.iter_mut().zip(origins.clone()).zip(taps.chunks_exact(16)) {
-                // A decoded offset is a valid tap of its window: inside the plane, whose size fits i32.
-                *value = i32::try_from(origin.wrapping_add(tap_offsets[usize::from(taps[ch])])).unwrap_or(-1);
+            let taps_by_rows = taps.chunks_exact(block.channels * wo);
+            for ((&row, out), taps) in
+                windows.row_origins[rows.clone()].iter().zip(out.chunks_mut(wo)).zip(taps_by_rows)
+            {
+                let slots = taps.chunks_exact(block.channels);
+                for ((value, &col), slot) in out.iter_mut().zip(&windows.col_origins).zip(slots) {
+                    // A decoded offset is a valid tap of its window: inside the plane, whose size
+                    // fits i32.
+                    let flat = row.wrapping_add(col).wrapping_add(tap_offsets[usize::from(slot[ch])]);
+                    *value = i32::try_from(flat).unwrap_or(-1);
+                }
             }
         }
         None
@@ -378,9 +426,6 @@ fn decode_to_indices(
 /// Positions decoded together.
 const LANES: usize = 16;
 
-/// Blocks of at most this many channels are decoded channel by channel.
-const FEW_CHANNELS: usize = 4;
-
 /// Decodes `lanes` (at most [`LANES`]) consecutive positions from `p` whose valid window offsets
 /// are `ks`, into 16 bytes per position, without a branch per bit: the binary digits of each
 /// channel's offset are gathered as 16-channel words (`digit[j]` = OR of the words of the offsets
@@ -391,14 +436,21 @@ fn decode_run(
     bits: &[i8],
     p: usize,
     lanes: usize,
-    ks: impl Iterator<Item = usize>,
+    ks: ValidOffsets,
     digits: usize,
     out: &mut [u8],
 ) -> bool {
+    match block.channels {
+        1 => return decode_few::<1>(block, bits, p, lanes, ks, out),
+        2 => return decode_few::<2>(block, bits, p, lanes, ks, out),
+        3 => return decode_few::<3>(block, bits, p, lanes, ks, out),
+        4 => return decode_few::<4>(block, bits, p, lanes, ks, out),
+        _ => {}
+    }
     let mut seen = [0u16; LANES];
     let mut repeated = [0u16; LANES];
     let mut digit = [[0u16; LANES]; 8];
-    for k in ks {
+    for k in ks.by_rows().flatten() {
         // Always `LANES` words, one load (they stay inside the row; those past the run are unused).
         let first = block.first_word + k * block.row_bytes + 2 * p;
         let Some(words) = mask::read_words::<LANES>(bits, first) else { return false };
@@ -419,30 +471,74 @@ fn decode_run(
     if (0..lanes).any(|l| seen[l] != block.valid || repeated[l] != 0) {
         return false;
     }
-    if block.channels <= FEW_CHANNELS {
-        // Few channels: each channel's offsets for all lanes at once, instead of spreading all
-        // 16 channels of each lane.
-        for ch in 0..block.channels {
-            let mut offsets = [0u8; LANES];
-            for (j, d) in digit[..digits].iter().enumerate() {
-                for (offset, &word) in offsets.iter_mut().zip(d) {
-                    *offset |= (((word >> ch) & 1) as u8) << j;
-                }
-            }
-            for (slot, offset) in out.chunks_exact_mut(16).zip(offsets) {
-                slot[ch] = offset;
-            }
-        }
-        return true;
-    }
-    for (l, slot) in out.chunks_exact_mut(16).enumerate() {
+    for (l, slot) in out.chunks_exact_mut(block.channels).enumerate() {
         let (mut low, mut high) = (0u64, 0u64);
         for (j, d) in digit[..digits].iter().enumerate() {
             low |= SPREAD[usize::from(d[l] & 0xff)] << j;
             high |= SPREAD[usize::from(d[l] >> 8)] << j;
         }
-        slot[..8].copy_from_slice(&low.to_le_bytes());
-        slot[8..].copy_from_slice(&high.to_le_bytes());
+        let [low, high] = [low.to_le_bytes(), high.to_le_bytes()];
+        if let Ok(slot) = <&mut [u8; 16]>::try_from(&mut *slot) {
+            // A whole block: two stores.
+            slot[..8].copy_from_slice(&low);
+            slot[8..].copy_from_slice(&high);
+        } else {
+            for (byte, value) in slot.iter_mut().zip(low.into_iter().chain(high)) {
+                *byte = value;
+            }
+        }
+    }
+    true
+}
+
+/// [`decode_run`] for a block of `C` (at most 4) channels, at a cost per channel rather than per
+/// block. Four lanes share a `u64` (16 bits each): each channel's offset in each lane is summed
+/// from the offsets whose word has its bit, while the bits are counted. Exactly one bit gives the
+/// offset itself.
+#[inline(never)]
+fn decode_few<const C: usize>(
+    block: &Block,
+    bits: &[i8],
+    p: usize,
+    lanes: usize,
+    ks: ValidOffsets,
+    out: &mut [u8],
+) -> bool {
+    /// The lowest bit of each 16-bit lane.
+    const LOW: u64 = 0x0001_0001_0001_0001;
+    let mut offsets = [[0u64; LANES / 4]; C];
+    let mut counts = [[0u64; LANES / 4]; C];
+    for window_row in ks.by_rows() {
+        for k in window_row {
+            let first = block.first_word + k * block.row_bytes + 2 * p;
+            let Some(quads) = mask::read_word_quads::<{ LANES / 4 }>(bits, first) else { return false };
+            // A decoded window has at most `MAX_TAPS` (256) offsets, so no lane's sum carries
+            // into the next: at most 256 bits, and 256 offsets of at most 255.
+            let k = k as u64;
+            for (ch, (offsets, counts)) in offsets.iter_mut().zip(&mut counts).enumerate() {
+                for q in 0..LANES / 4 {
+                    let hits = (quads[q] >> ch) & LOW;
+                    counts[q] += hits;
+                    offsets[q] += hits * k;
+                }
+            }
+        }
+    }
+    for (ch, (offsets, counts)) in offsets.iter().zip(&counts).enumerate() {
+        // Every lane of the run (not those past it) has exactly one bit.
+        let ones = counts.iter().enumerate().map(|(q, &count)| {
+            let used = lanes.saturating_sub(4 * q).min(4);
+            let in_run = if used == 4 { u64::MAX } else { (1u64 << (16 * used)) - 1 };
+            (count ^ LOW) & in_run
+        });
+        if ones.fold(0, |any, lane| any | lane) != 0 {
+            return false;
+        }
+        for (slots, quad) in out.chunks_mut(4 * C).zip(offsets) {
+            for (l, slot) in slots.chunks_exact_mut(C).enumerate() {
+                slot[ch] = (quad >> (16 * l)) as u8;
+            }
+        }
     }
     true
 }
@@ -468,7 +564,7 @@ fn scatter_decoded<T: PoolFloat>(
     for ch in 0..channels {
         let go = &go[ch * positions..(ch + 1) * positions];
         let gi = &mut gi[ch * hw..(ch + 1) * hw];
-        let decoded = Decoded { g, windows, tap_offsets, ch, taps, by_rows };
+        let decoded = Decoded { g, windows, tap_offsets, ch, channels, taps, by_rows };
         if let Some(direct) = T::as_acc_mut(gi) {
             decoded.add(T::as_acc(go).unwrap_or(&[]), &mut Direct(direct));
         } else {
@@ -485,6 +581,8 @@ struct Decoded<'a> {
     windows: &'a Windows,
     tap_offsets: &'a [usize; MAX_TAPS],
     ch: usize,
+    /// The block's channels: the bytes of a slot of `taps`.
+    channels: usize,
     taps: &'a [u8],
     /// Whether the plane is zeroed a window's rows at a time (as the flat-index kernel does on
     /// planes of [`scatter::ZERO_BY_ROWS`] bytes and more), or at once.
@@ -497,19 +595,30 @@ impl Decoded<'_> {
     /// plane, in the rows zeroed before its output row.
     #[inline(always)]
     fn add<G: Copy>(&self, go: &[G], sums: &mut impl Sums<G>) {
-        let Decoded { g, windows, tap_offsets, ch, taps, by_rows } = *self;
+        // Whole blocks, the common case, with a constant slot size.
+        if self.channels == 16 {
+            self.add_slots(go, sums, 16)
+        } else {
+            self.add_slots(go, sums, self.channels)
+        }
+    }
+
+    /// [`Decoded::add`] with slots of `channels` bytes.
+    #[inline(always)]
+    fn add_slots<G: Copy>(&self, go: &[G], sums: &mut impl Sums<G>, channels: usize) {
+        let Decoded { g, windows, tap_offsets, ch, taps, by_rows, .. } = *self;
         let (wo, len) = (g.wo.max(1), sums.len());
         let mut zeroed = 0;
         let rows = windows.rows.iter().zip(&windows.row_origins);
-        for (((window, _), &row), (go, taps)) in rows.zip(go.chunks_exact(wo).zip(taps.chunks_exact(16 * wo)))
-        {
+        let taps_by_rows = taps.chunks_exact(channels * wo);
+        for (((window, _), &row), (go, taps)) in rows.zip(go.chunks_exact(wo).zip(taps_by_rows)) {
             let reach = if by_rows { (window.span().end * g.w).min(len) } else { len };
             if reach > zeroed {
                 sums.zero(zeroed..reach);
                 zeroed = reach;
             }
-            for ((&col, &go), taps) in windows.col_origins.iter().zip(go).zip(taps.chunks_exact(16)) {
-                sums.add(row.wrapping_add(col).wrapping_add(tap_offsets[usize::from(taps[ch % 16])]), go);
+            for ((&col, &go), slot) in windows.col_origins.iter().zip(go).zip(taps.chunks_exact(channels)) {
+                sums.add(row.wrapping_add(col).wrapping_add(tap_offsets[usize::from(slot[ch])]), go);
             }
         }
         sums.zero(zeroed..len);
@@ -631,5 +740,54 @@ mod tests {
         let mut taps = vec![0u8; tasks * taps_per_task];
         let undecoded = decode_to_indices(&Cpu::sequential(), &g, &windows, 2, &bits, &mut flat, &mut taps);
         assert_eq!(undecoded, vec![3]);
+    }
+
+    /// Every channel of every lane is checked, by both decoders (blocks of 1 to 4 channels, and
+    /// wider ones) and in runs of every length (35 output columns: runs of 16 and shorter ones at
+    /// the edges): a window whose bit is cleared, or that gets a second bit at another offset
+    /// inside the input, does not decode. Untouched, each block decodes to the forward's indices.
+    #[test]
+    fn every_lane_and_channel_is_checked() {
+        let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+        for c in [1, 2, 3, 4, 5, 16] {
+            let shape = [1, c, 5, 70];
+            let x = Array4::from_shape_fn(shape, |(_, c, i, j)| ((c * 13 + i * 7 + j * 5) % 23) as f32);
+            let indices = crate::max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap().indices;
+            let mask = Mask::<Bitmask, _>::from_indices(&indices, &params, &shape).unwrap();
+            let g = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape).unwrap();
+            let (windows, block) = (Windows::new(&g).unwrap(), Block::new(&g, 0));
+            let bits = mask.as_array().as_slice().unwrap().to_vec();
+            let decodes = |bits: &[i8]| {
+                let mut taps = vec![0u8; widest_block(&g) * g.positions()];
+                decode_rows(&g, &windows, &block, bits, 0..g.ho, &mut taps).then_some(taps)
+            };
+            let taps = decodes(&bits).expect("the forward's mask decodes");
+            let tap_offsets = &windows.decoding.as_ref().unwrap().tap_offsets;
+            for (ch, p) in (0..c).flat_map(|ch| (0..g.positions()).map(move |p| (ch, p))) {
+                let (oh, ow) = (p / g.wo, p % g.wo);
+                let origin = windows.row_origins[oh].wrapping_add(windows.col_origins[ow]);
+                let decoded = origin.wrapping_add(tap_offsets[usize::from(taps[c * p + ch])]);
+                assert_eq!(
+                    decoded as i64,
+                    indices[[0, ch, oh, ow]],
+                    "{c} channels: channel {ch}, position {p}"
+                );
+                let set = (0..9).find(|&k| mask::read_word(&bits, g.word_offset(0, 0, k, p)) >> ch & 1 == 1);
+                let set = set.expect("one bit per window");
+                let mut cleared = bits.clone();
+                let at = g.word_offset(0, 0, set, p);
+                mask::write_word(&mut cleared, at, mask::read_word(&bits, at) & !(1 << ch));
+                assert!(decodes(&cleared).is_none(), "{c} channels: bit {ch} cleared at position {p}");
+                for k in (0..9).filter(|&k| k != set && g.flat_of(p, k).is_some()) {
+                    let mut doubled = bits.clone();
+                    let at = g.word_offset(0, 0, k, p);
+                    mask::write_word(&mut doubled, at, mask::read_word(&bits, at) | 1 << ch);
+                    assert!(
+                        decodes(&doubled).is_none(),
+                        "{c} channels: bit {ch} also at offset {k}, position {p}"
+                    );
+                }
+            }
+        }
     }
 }
