@@ -366,3 +366,32 @@ fn a_used_workspace_gives_the_same_sums() {
         assert_eq!(gi, want, "moved {moved:?}");
     }
 }
+
+/// A `Bitmask` backward of the half types reserves f32 sums for one block's planes (at most 16,
+/// fewer with fewer channels), one channel's widened gradients, and a byte per channel and output
+/// position of a block for its decoded offsets; each region rounded up to whole cache lines. On
+/// one thread the blocks run one after another, so that is the whole workspace.
+#[test]
+fn bitmask_workspace_holds_one_block() {
+    let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+    let (h, w, positions) = (64, 64, 32 * 32);
+    for c in [1, 3, 16, 20] {
+        let x = Array4::from_elem((1, c, h, w), half::bf16::ONE);
+        let go = Array4::from_elem((1, c, 32, 32), half::bf16::ONE);
+        let indices =
+            poolgrad::max_pool2d_with_indices::<half::bf16, i64, _, _>(&x, &params).unwrap().indices;
+        let mask = Mask::<Bitmask, _>::from_indices(&indices, &params, &[1, c, h, w]).unwrap();
+        let mut gi = Array4::from_elem(x.dim(), half::bf16::ZERO);
+        let op = MaxPool2dWithMaskBackward {
+            grad_output: TensorRef::from_array(&go).unwrap(),
+            self_: TensorRef::from_array(&x).unwrap(),
+            mask: mask.view().unwrap(),
+            params,
+            grad_input: TensorMut::from_array(&mut gi).unwrap(),
+        };
+        let block = c.min(16);
+        let bound = 4 * (block * h * w + positions) + block * positions + 3 * 64;
+        let needed = Plan::new(&Cpu::sequential(), op).unwrap().workspace_size();
+        assert!(needed <= bound, "{c} channels: {needed} bytes, at most {bound} expected");
+    }
+}
