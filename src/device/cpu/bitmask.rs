@@ -29,8 +29,7 @@ pub struct BitmaskPrepared {
     /// Tasks with f32 accumulators ...
     acc_tasks: usize,
     /// ... of a block's planes ([`widest_block`]) plus one channel's gradients each for the
-    /// half types, else 0 (sums go
-    /// to the output); in whole cache lines ([`task_share`]).
+    /// half types, else 0 (sums go to the output); in whole cache lines ([`task_share`]).
     acc_per_task: usize,
 }
 
@@ -334,10 +333,10 @@ impl ValidOffsets {
     }
 }
 
-/// Decodes output rows `rows` of the block into `taps` (a slot of each channel's window offset
-/// per output position from the first of `rows`, [`widest_block`]) when every channel has exactly one bit among
-/// the valid offsets of every position, as every forward writes it. False otherwise (and
-/// without a decoder: windows of more than 256 taps).
+/// Decodes output rows `rows` of the block into `taps` (from the first of `rows`, a slot per
+/// output position of each channel's window offset, [`widest_block`]) when every channel has
+/// exactly one bit among the valid offsets of every position, as every forward writes it. False
+/// otherwise (and without a decoder: windows of more than 256 taps).
 ///
 /// Positions are decoded in runs of up to [`LANES`] neighbours of one output row whose windows
 /// have the same valid offsets (every interior position of a row), so that the words of one
@@ -427,10 +426,11 @@ fn decode_to_indices(
 const LANES: usize = 16;
 
 /// Decodes `lanes` (at most [`LANES`]) consecutive positions from `p` whose valid window offsets
-/// are `ks`, into 16 bytes per position, without a branch per bit: the binary digits of each
-/// channel's offset are gathered as 16-channel words (`digit[j]` = OR of the words of the offsets
-/// with bit `j` set), then spread to one byte per channel. False if a channel has no bit or more
-/// than one.
+/// are `ks` into `out`, a slot of a byte per channel for each position, without a branch per
+/// bit: the binary digits of each channel's offset are gathered as 16-channel words (`digit[j]`
+/// = OR of the words of the offsets with bit `j` set), then spread to one byte per channel.
+/// Blocks of at most 4 channels take [`decode_few`]. False if a channel has no bit or more than
+/// one.
 fn decode_run(
     block: &Block,
     bits: &[i8],
