@@ -43,10 +43,10 @@ pub struct Pooled<T, I, D: Dimension> {
 /// ```
 ///
 /// # Errors
-/// [`Error::Rank`](crate::Error::Rank), [`Error::EmptyDimension`](crate::Error::EmptyDimension),
-/// [`Error::InvalidParameter`](crate::Error::InvalidParameter) for a zero in `output_size`,
-/// [`Error::IndexTypeTooNarrow`](crate::Error::IndexTypeTooNarrow) when `H * W` exceeds the index
-/// type, [`Error::Overflow`](crate::Error::Overflow) / [`Error::Allocation`](crate::Error::Allocation)
+/// [`Error::Rank`], [`Error::EmptyDimension`],
+/// [`Error::InvalidParameter`] for a zero in `output_size`,
+/// [`Error::IndexTypeTooNarrow`] when `H * W` exceeds the index
+/// type, [`Error::Overflow`] / [`Error::Allocation`]
 /// when the output cannot be allocated.
 pub fn adaptive_max_pool2d<T, I, S, D>(
     input: &ArrayBase<S, D>,
@@ -114,11 +114,11 @@ where
 /// ```
 ///
 /// # Errors
-/// [`Error::Rank`](crate::Error::Rank), [`Error::ShapeMismatch`](crate::Error::ShapeMismatch)
+/// [`Error::Rank`], [`Error::ShapeMismatch`]
 /// when `grad_output` or `indices` is not `[N, C, Ho, Wo]` for `self_ = [N, C, H, W]`,
-/// [`Error::EmptyDimension`](crate::Error::EmptyDimension),
-/// [`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange) for an index outside `[0, H*W)`,
-/// [`Error::Overflow`](crate::Error::Overflow) / [`Error::Allocation`](crate::Error::Allocation).
+/// [`Error::EmptyDimension`],
+/// [`Error::IndexOutOfRange`] for an index outside `[0, H*W)`,
+/// [`Error::Overflow`] / [`Error::Allocation`].
 pub fn adaptive_max_pool2d_backward<T, I, S1, S2, S3, D>(
     grad_output: &ArrayBase<S1, D>,
     self_: &ArrayBase<S2, D>,

@@ -1,5 +1,5 @@
 //! proptest strategies that generate valid cases for each operation, with their forward results
-//! (from the [`reference`](super::reference)) so a backward can be tested directly.
+//! (from the [`reference`](mod@super::reference)) so a backward can be tested directly.
 
 use core::fmt;
 use core::marker::PhantomData;
