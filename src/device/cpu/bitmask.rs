@@ -61,7 +61,7 @@ impl BlockSplit {
 /// (channel `ch` of the `q`-th decoded position at byte `channels * q + ch`), so at most this
 /// many bytes per position; and the half types sum a block in at most this many f32 planes.
 fn widest_block(g: &MaxPoolGeometry) -> usize {
-    g.c.min(16)
+    g.block_planes(0).len()
 }
 
 /// The valid taps of every output row and column, with the window offset of the first one.
