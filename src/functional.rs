@@ -43,11 +43,9 @@ pub struct Pooled<T, I, D: Dimension> {
 /// ```
 ///
 /// # Errors
-/// [`Error::Rank`], [`Error::EmptyDimension`],
-/// [`Error::InvalidParameter`] for a zero in `output_size`,
-/// [`Error::IndexTypeTooNarrow`] when `H * W` exceeds the index
-/// type, [`Error::Overflow`] / [`Error::Allocation`]
-/// when the output cannot be allocated.
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::InvalidParameter`] for a zero in
+/// `output_size`, [`Error::IndexTypeTooNarrow`] when `H * W` exceeds the index type,
+/// [`Error::Overflow`] / [`Error::Allocation`] when the output cannot be allocated.
 pub fn adaptive_max_pool2d<T, I, S, D>(
     input: &ArrayBase<S, D>,
     output_size: [usize; 2],
@@ -114,11 +112,10 @@ where
 /// ```
 ///
 /// # Errors
-/// [`Error::Rank`], [`Error::ShapeMismatch`]
-/// when `grad_output` or `indices` is not `[N, C, Ho, Wo]` for `self_ = [N, C, H, W]`,
-/// [`Error::EmptyDimension`],
-/// [`Error::IndexOutOfRange`] for an index outside `[0, H*W)`,
-/// [`Error::Overflow`] / [`Error::Allocation`].
+/// [`Error::Rank`], [`Error::ShapeMismatch`] when `grad_output` or `indices` is not
+/// `[N, C, Ho, Wo]` for `self_ = [N, C, H, W]`, [`Error::EmptyDimension`],
+/// [`Error::IndexOutOfRange`] for an index outside `[0, H*W)`, [`Error::Overflow`] /
+/// [`Error::Allocation`].
 pub fn adaptive_max_pool2d_backward<T, I, S1, S2, S3, D>(
     grad_output: &ArrayBase<S1, D>,
     self_: &ArrayBase<S2, D>,
