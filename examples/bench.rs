@@ -2,7 +2,7 @@
 //! JSON line per case, to read side by side with the anchor's lines from the same machine.
 //!
 //! ```sh
-//! cargo run --release --example bench -- [--threads N] [--reps R] [--plan-only] [--case NAME]...
+//! cargo run --release --example bench -- [--threads N] [--reps R] [--plan-only] [--settle MS] [--case NAME]...
 //! ```
 //!
 //! Each line has `name`, `median_s` (the plan API on preallocated outputs, the way a training
@@ -15,7 +15,8 @@
 //! machines, 192 MiB: it stores through the cache, each line written is first read, as in the
 //! kernels.) Max-pool backward cases run with `i64` indices (the anchor's names) and with each
 //! mask layout (`_i32argmax`, `_bitmask`); `fwd_` cases time the forwards. Kernels, copy and
-//! floors run on one thread pool.
+//! floors run on one thread pool, which is first kept busy for `--settle` milliseconds (500 by
+//! default; see `settle`).
 
 use std::time::Instant;
 
@@ -68,10 +69,12 @@ struct Args {
     cases: Vec<String>,
     /// Skip the free-function timings (for profiling the kernels alone).
     plan_only: bool,
+    /// How long every thread of the pool spins before the first case ([`settle`]).
+    settle_ms: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { threads: 2, reps: 15, cases: Vec::new(), plan_only: false };
+    let mut args = Args { threads: 2, reps: 15, cases: Vec::new(), plan_only: false, settle_ms: 500 };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -82,8 +85,14 @@ fn parse_args() -> Result<Args, String> {
             "--reps" => args.reps = value("--reps")?.parse().map_err(|e| format!("--reps: {e}"))?,
             "--case" => args.cases.push(value("--case")?),
             "--plan-only" => args.plan_only = true,
+            "--settle" => {
+                args.settle_ms = value("--settle")?.parse().map_err(|e| format!("--settle: {e}"))?
+            }
             "--help" | "-h" => {
-                return Err("usage: bench [--threads N] [--reps R] [--plan-only] [--case NAME]...".into());
+                return Err(
+                    "usage: bench [--threads N] [--reps R] [--plan-only] [--settle MS] [--case NAME]..."
+                        .into(),
+                );
             }
             other => return Err(format!("unknown argument {other:?}; try --help")),
         }
@@ -114,6 +123,24 @@ static POOL: std::sync::OnceLock<std::sync::Arc<rayon::ThreadPool>> = std::sync:
 
 fn pool() -> &'static rayon::ThreadPool {
     POOL.get().expect("the pool is built first in main")
+}
+
+/// Keeps every thread of the pool busy for `ms` milliseconds before the first case.
+///
+/// On this project's machine (2 virtual CPUs, shared) a fresh process ran its first kernels on 2
+/// threads about as slowly as on 1, for its first 0.3 to 0.5 s, whatever the buffers: over 60
+/// repetitions of `maxpool_plane_f32` alone, the medians of each 15 were 3.1 to 3.8 ms until
+/// then, and 1.5 to 1.7 ms after. Sleeping 0.3 s first removed most of it, spinning the pool's
+/// threads for 0.5 s all of it. Without this, whichever case ran first (every run with one
+/// `--case`) was timed in that window. `--settle 0` turns it off.
+fn settle(ms: u64) {
+    let until = Instant::now() + std::time::Duration::from_millis(ms);
+    pool().broadcast(|_| {
+        let mut spins = 0u64;
+        while Instant::now() < until {
+            spins = std::hint::black_box(spins + 1);
+        }
+    });
 }
 
 fn median(mut times: Vec<f64>) -> f64 {
@@ -456,6 +483,7 @@ fn main() {
     let pool = POOL.get_or_init(|| std::sync::Arc::new(threads));
     let cpu = Cpu::new(Parallelism::Pool(std::sync::Arc::clone(pool))).expect("thread pool");
     let selected = |name: &str| args.cases.is_empty() || args.cases.iter().any(|c| c == name);
+    settle(args.settle_ms);
     if selected("copy") {
         copy_case(&cpu, args.reps);
     }
