@@ -12,6 +12,7 @@ use poolgrad::op::{AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward};
 use poolgrad::{Plan, PoolFloat, TensorMut, TensorRef, Workspace};
 
 fn main() {
+    common::settle();
     divan::main();
 }
 

@@ -18,6 +18,7 @@ use poolgrad::{
 };
 
 fn main() {
+    common::settle();
     divan::main();
 }
 

@@ -131,7 +131,8 @@ fn pool() -> &'static rayon::ThreadPool {
 /// threads about as slowly as on 1, for its first 0.3 to 0.5 s, whatever the buffers: over 60
 /// repetitions of `maxpool_plane_f32` alone, the medians of each 15 were 3.1 to 3.8 ms until
 /// then, and 1.5 to 1.7 ms after. Sleeping 0.3 s first removed most of it, spinning the pool's
-/// threads for 0.5 s all of it. Without this, whichever case ran first (every run with one
+/// threads for 0.5 s all of it. It goes with the process's age: a pool made after a sleep of
+/// 0.6 s ran at full speed at once. Without this, whichever case ran first (every run with one
 /// `--case`) was timed in that window. `--settle 0` turns it off.
 fn settle(ms: u64) {
     let until = Instant::now() + std::time::Duration::from_millis(ms);

@@ -16,3 +16,12 @@ pub fn input<T: PoolFloat>(shape: (usize, usize, usize, usize)) -> Array4<T> {
 pub fn cpu(threads: usize) -> Cpu {
     Cpu::new(Parallelism::Threads(threads.try_into().unwrap())).unwrap()
 }
+
+/// Waits 0.6 s before the first benchmark. On this project's machine a fresh process ran
+/// 2-thread kernels about as slowly as 1-thread ones for its first 0.3 to 0.5 s, whenever its
+/// threads were made (see `settle` in `examples/bench.rs`). A bench process that slept 0.6 s
+/// before making its pool did not: `adaptive_ovl_f32`, 2 threads, 1.47 to 2.07 ms over 5 runs
+/// against 2.72 to 3.55 ms without.
+pub fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(600));
+}
