@@ -100,6 +100,21 @@ pub trait PoolFloat: Element + num_traits::Float + Default {
         Self::from_acc(acc)
     }
 
+    /// The sum `0 + self`, accumulated in [`PoolFloat::Acc`] and rounded once: what a position
+    /// that receives one gradient holds. That is `self` itself, but `-0` gives `+0` and a NaN gets
+    /// its quiet bit (on the bits alone for the half types, with no widening or rounding).
+    ///
+    /// ```
+    /// use half::f16;
+    /// use poolgrad::PoolFloat;
+    /// assert_eq!(f16::from_f32(-2.5).sum_of_one(), f16::from_f32(-2.5));
+    /// assert_eq!(f16::NEG_ZERO.sum_of_one().to_bits(), 0);
+    /// ```
+    #[inline(always)]
+    fn sum_of_one(self) -> Self {
+        Self::from_acc_sum(<Self::Acc as num_traits::Zero>::zero() + self.to_acc())
+    }
+
     /// Widens `src` into `dst` (bulk, vectorised for the half types). Both slices must have the
     /// same length; extra elements of the longer one are left alone.
     fn to_acc_slice(src: &[Self], dst: &mut [Self::Acc]);
@@ -182,6 +197,10 @@ impl PoolFloat for f16 {
             f16::from_bits(f32_bits_to_f16_bits(acc.to_bits()))
         }
     }
+    #[inline(always)]
+    fn sum_of_one(self) -> f16 {
+        f16::from_bits(half_sum_of_one(self.to_bits(), 0x7C00, 0x0200))
+    }
     fn to_acc_slice(src: &[f16], dst: &mut [f32]) {
         let n = src.len().min(dst.len());
         // F16C when the processor has it (detected at run time by `half`) in groups of 4; the
@@ -232,6 +251,10 @@ impl PoolFloat for bf16 {
     fn from_acc_sum(acc: f32) -> bf16 {
         bf16::from_bits(sum_f32_bits_to_bf16_bits(acc.to_bits()))
     }
+    #[inline(always)]
+    fn sum_of_one(self) -> bf16 {
+        bf16::from_bits(half_sum_of_one(self.to_bits(), 0x7F80, 0x0040))
+    }
     fn to_acc_slice(src: &[bf16], dst: &mut [f32]) {
         let bits: &[u16] = bytemuck::cast_slice(src);
         for (d, &b) in dst.iter_mut().zip(bits) {
@@ -256,6 +279,17 @@ impl PoolFloat for bf16 {
     fn as_acc(_: &[bf16]) -> Option<&[f32]> {
         None
     }
+}
+
+/// [`PoolFloat::sum_of_one`] on the bits of a half type whose exponent bits are `exponent` and
+/// whose quiet bit is `quiet`: `-0` becomes `+0`, a NaN gets its quiet bit (as widening it and
+/// adding zero does), anything else stays as it is. Without branches.
+#[inline(always)]
+fn half_sum_of_one(b: u16, exponent: u16, quiet: u16) -> u16 {
+    let magnitude = b & 0x7FFF;
+    let zero = if magnitude == 0 { 0 } else { 0xFFFF };
+    let nan = if magnitude > exponent { quiet } else { 0 };
+    (b & zero) | nan
 }
 
 /// `bf16::to_f32` without branches, so slice loops vectorise (even with SSE2 only): a shift, and
@@ -473,6 +507,27 @@ mod tests {
                     "from_acc_slice, length {len}, element {k}"
                 );
             }
+        }
+    }
+
+    /// The sum of one gradient on the bits equals widening, adding zero and rounding, on every
+    /// value of both half types (and on a spread of f32 and f64 values).
+    #[test]
+    fn sum_of_one_is_zero_plus_the_value_rounded_once() {
+        fn widened<T: PoolFloat>(v: T) -> T {
+            T::from_acc_sum(<T::Acc as num_traits::Zero>::zero() + v.to_acc())
+        }
+        for b in 0..=u16::MAX {
+            let (h, s) = (f16::from_bits(b), bf16::from_bits(b));
+            assert_eq!(h.sum_of_one().to_bits(), widened(h).to_bits(), "f16 {b:#06x}");
+            assert_eq!(s.sum_of_one().to_bits(), widened(s).to_bits(), "bf16 {b:#06x}");
+        }
+        assert_eq!(f16::NEG_ZERO.sum_of_one().to_bits(), 0);
+        assert_eq!(f16::from_bits(0x7C01).sum_of_one().to_bits(), 0x7E01, "signalling NaN quietened");
+        assert_eq!(bf16::from_bits(0xFF81).sum_of_one().to_bits(), 0xFFC1, "signalling NaN quietened");
+        for v in [0.0f32, -0.0, 1.5, -7.25e-40, f32::INFINITY, f32::MIN, f32::NAN] {
+            assert_eq!(v.sum_of_one().to_bits(), (0.0 + v).to_bits(), "{v}");
+            assert_eq!(f64::from(v).sum_of_one().to_bits(), (0.0 + f64::from(v)).to_bits(), "{v}");
         }
     }
 

@@ -303,7 +303,7 @@ const ONE_GRADIENT_BLOCK: usize = 16 * 1024;
 
 /// Planes of `hw` inputs and one gradient each, whole: zeroed a block at a time
 /// ([`ONE_GRADIENT_BLOCK`]), then each gradient stored at its index as the sum `0 + g`, rounded
-/// once, exactly what [`add_into`] would store. Returns the first plane whose index lies outside
+/// once ([`PoolFloat::sum_of_one`]), exactly what [`add_into`] would store. Returns the first plane whose index lies outside
 /// it.
 fn one_gradient_planes<T: PoolFloat, I: ArgmaxIndex>(
     go: &[T],
@@ -317,7 +317,7 @@ fn one_gradient_planes<T: PoolFloat, I: ArgmaxIndex>(
         gi.fill(T::zero());
         for (p, (&g, &i)) in go.iter().zip(ix).enumerate() {
             let Some(at) = i.flat_in(hw) else { return Err(b * block + p) };
-            gi[p * hw + at] = T::from_acc_sum(T::Acc::zero() + g.to_acc());
+            gi[p * hw + at] = g.sum_of_one();
         }
     }
     Ok(())

@@ -1,0 +1,145 @@
+//! Backward sums when many gradients share few positions. The backward accepts any index inside
+//! its plane, so these cases pick indices freely (from a few positions of each plane, or from all
+//! of them) and gradients from values whose sums show every slip of order or rounding: in f16,
+//! `2048 + 1 + 1` summed in f32 and rounded once is 2050, but rounded after each addition it is
+//! 2048; zeros of both signs, cancellations back to zero, the largest finite values, infinities,
+//! NaN and subnormals. The reference is a plain row-major loop in f32 (f64 for f64), rounded
+//! once, on 1, 2 and 7 threads: whole planes, sparse and dense, zeroed at once or by rows, and
+//! bands of rows that meet indices outside their windows.
+
+mod common;
+
+use common::{arr_f64, same_bits};
+use ndarray::{Array4, ArrayView4};
+use poolgrad::device::cpu::Cpu;
+use poolgrad::op::AdaptiveMaxPool2dBackward;
+use poolgrad::{ArgmaxIndex, DType, Plan, PoolFloat, TensorMut, TensorRef};
+use proptest::prelude::*;
+
+/// Gradient values (as f64, rounded to the element type): each a multiple of the least f16
+/// subnormal, so sums of a few of them are exact in f32, until the large ones come in.
+const VALUES: [f64; 16] = [
+    2048.0,
+    1.0,
+    -1.0,
+    0.0,
+    -0.0,
+    0.5,
+    256.0,
+    3.0,
+    65504.0,
+    -65504.0,
+    f64::INFINITY,
+    f64::NEG_INFINITY,
+    f64::NAN,
+    5.960464477539063e-8, // 2^-24
+    -1.7881393432617188e-7,
+    0.099975586,
+];
+
+#[derive(Debug, Clone)]
+struct Crowded {
+    input: [usize; 4],
+    output: [usize; 2],
+    /// Flat indices into each plane, row-major over `[n, c, ho, wo]`.
+    indices: Vec<i64>,
+    /// Positions in `VALUES`, row-major over `[n, c, ho, wo]`.
+    values: Vec<usize>,
+}
+
+fn crowded() -> impl Strategy<Value = Crowded> {
+    // Planes of up to 72 x 72 (large enough to be zeroed by rows), up to 9 of them; 1 to 8 outputs
+    // a side, so that planes are sparse or dense.
+    let dims =
+        (1usize..=2, 1usize..=2, prop_oneof![1usize..=12, 40usize..=72], 1usize..=72, 1usize..=8, 1usize..=8);
+    dims.prop_flat_map(|(n, c, h, w, ho, wo)| {
+        let (hw, gradients) = (h * w, n * c * ho * wo);
+        // Either a few positions for every plane (crowded: the corners often among them), or any
+        // position.
+        let last = hw as i64 - 1;
+        let spots = prop::collection::vec(prop_oneof![Just(0), Just(last), 0..=last], 1..=4);
+        let picks = prop::collection::vec((any::<prop::sample::Index>(), 0..hw as i64), gradients);
+        let crowded = any::<bool>();
+        let values = prop::collection::vec(0..VALUES.len(), gradients);
+        (Just(([n, c, h, w], [ho, wo])), spots, picks, crowded, values)
+    })
+    .prop_map(|((input, output), spots, picks, crowded, values)| {
+        let indices =
+            picks.iter().map(|&(pick, anywhere)| if crowded { *pick.get(&spots) } else { anywhere });
+        Crowded { input, output, indices: indices.collect(), values }
+    })
+}
+
+/// The backward of `case` through the plan API on `cpu`.
+fn backward<T: PoolFloat, I: ArgmaxIndex>(cpu: &Cpu, case: &Crowded) -> Array4<T> {
+    let ([n, c, h, w], [ho, wo]) = (case.input, case.output);
+    let go = Array4::from_shape_vec(
+        (n, c, ho, wo),
+        case.values.iter().map(|&v| T::round_from_f64(VALUES[v])).collect(),
+    )
+    .unwrap();
+    let ix = case.indices.iter().map(|&i| I::try_from_flat(i as usize).expect("index fits"));
+    let ix = Array4::from_shape_vec((n, c, ho, wo), ix.collect()).unwrap();
+    let x = Array4::<T>::zeros((n, c, h, w));
+    let mut gi = Array4::<T>::from_elem((n, c, h, w), T::nan());
+    let op = AdaptiveMaxPool2dBackward {
+        grad_output: TensorRef::from_array(&go).unwrap(),
+        self_: TensorRef::from_array(&x).unwrap(),
+        indices: TensorRef::from_array(&ix).unwrap(),
+        grad_input: TensorMut::from_array(&mut gi).unwrap(),
+    };
+    Plan::new(cpu, op).unwrap().run().unwrap();
+    gi
+}
+
+/// The plain loop: f32 sums (f64 for f64) in row-major output order, rounded once.
+fn reference<T: PoolFloat>(case: &Crowded) -> Array4<f64> {
+    let ([n, c, h, w], [ho, wo]) = (case.input, case.output);
+    let go = case.values.iter().map(|&v| T::round_from_f64(VALUES[v]).to_f64_exact());
+    let go = Array4::from_shape_vec((n, c, ho, wo), go.collect()).unwrap();
+    let ix = Array4::from_shape_vec((n, c, ho, wo), case.indices.clone()).unwrap();
+    if T::DTYPE == DType::F64 {
+        return common::backward_f64(go.view(), ix.view(), h, w);
+    }
+    let sums = common::backward_f32(go.view(), ix.view(), h, w);
+    sums.mapv(|s| T::from_acc(num_traits::cast(s).unwrap()).to_f64_exact())
+}
+
+fn check<T: PoolFloat, I: ArgmaxIndex>(case: &Crowded) -> Result<(), TestCaseError> {
+    let want = reference::<T>(case);
+    let one = backward::<T, I>(&Cpu::sequential(), case);
+    prop_assert!(same_bits(&arr_f64(one.view()), &want), "1 thread: not the row-major sum rounded once");
+    for threads in [2, 7] {
+        let many: Array4<T> = backward::<T, I>(common::cpu_with_threads(threads), case);
+        let many: ArrayView4<'_, T> = many.view();
+        prop_assert!(same_bits(&arr_f64(many), &want), "{} threads differ", threads);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test] fn f16_sums(case in crowded()) { check::<half::f16, i64>(&case)?; }
+    #[test] fn bf16_sums(case in crowded()) { check::<half::bf16, i32>(&case)?; }
+    #[test] fn f32_sums(case in crowded()) { check::<f32, i64>(&case)?; }
+    #[test] fn f64_sums(case in crowded()) { check::<f64, i32>(&case)?; }
+}
+
+/// The case that tells the orders apart, by hand: three of four gradients on position 5 of a
+/// sparse plane (36 positions), 2048 + 1 + 1 = 2050 in f16 (2048 rounded after each addition).
+#[test]
+fn three_gradients_on_one_position_round_once() {
+    let case = Crowded {
+        input: [1, 1, 6, 6],
+        output: [2, 2],
+        indices: vec![5, 5, 0, 5],
+        values: vec![0, 1, 3, 1], // 2048, 1, 0, 1
+    };
+    let gi = backward::<half::f16, i64>(&Cpu::sequential(), &case);
+    assert_eq!(gi[[0, 0, 0, 5]].to_f32(), 2050.0);
+    assert_eq!(gi[[0, 0, 0, 0]].to_bits(), 0);
+    assert_eq!(gi.iter().filter(|v| v.to_bits() != 0).count(), 1);
+    // bf16: 256 + 1 + 1 = 258 (256 rounded after each addition).
+    let gi = backward::<half::bf16, i64>(&Cpu::sequential(), &Crowded { values: vec![6, 1, 3, 1], ..case });
+    assert_eq!(gi[[0, 0, 0, 5]].to_f32(), 258.0);
+}
