@@ -8,7 +8,8 @@ Usage (from the repository root, after `cargo build --release --example bench`):
 Runs, in this order, `--rounds` times: the anchor at 2 threads, poolgrad at 2 threads, the
 companion PyTorch timings (benches/torch_extra.py) at 2 threads, then the anchor and poolgrad at
 1 thread. Each run reports per-case medians; every figure here is the median of those over the
-rounds, so a slow spell of a shared machine during one run moves no ratio alone.
+rounds, so a slow spell of a shared machine during one run moves no ratio alone. The thread
+scaling table sets each backward's 1-thread time beside its 2-thread time (speed-up 2 / 1).
 """
 import argparse, json, os, statistics, subprocess, sys
 
@@ -110,6 +111,18 @@ def main():
         if not name.startswith("fwd_") and name != "copy" and name not in anchor2:
             print(f"| {name} | {ms(o['median_s'])} | {o['gbps_on_tmin']:.1f} | {o['gbps_on_tmin'] / copy2 * 100:.0f}% | "
                   f"{ms(o['floor_s'])} | {o['median_s'] / o['floor_s']:.2f}x |")
+    print()
+    print("| thread scaling (backward, plan) | poolgrad 1 thread, ms | poolgrad 2 threads, ms | poolgrad speed-up | PyTorch op 1 thread, ms | PyTorch op 2 threads, ms | PyTorch speed-up |")
+    print("|---|---|---|---|---|---|---|")
+    for name, o in ours2.items():
+        if name.startswith("fwd_") or name == "copy" or name not in ours1:
+            continue
+        one, two = ours1[name]["median_s"], o["median_s"]
+        torch_cols = "| - | - | - |"
+        if name in anchor2 and name in anchor1:
+            t1, t2 = anchor1[name]["median_s"], anchor2[name]["median_s"]
+            torch_cols = f"| {ms(t1)} | {ms(t2)} | {t1 / t2:.2f}x |"
+        print(f"| {name} | {ms(one)} | {ms(two)} | {one / two:.2f}x {torch_cols}")
     print()
     print("| forward (2 threads) | PyTorch, ms | PyTorch `out=`, ms | poolgrad plan, ms | PyTorch / poolgrad |")
     print("|---|---|---|---|---|")
