@@ -303,8 +303,8 @@ const ONE_GRADIENT_BLOCK: usize = 16 * 1024;
 
 /// Planes of `hw` inputs and one gradient each, whole: zeroed a block at a time
 /// ([`ONE_GRADIENT_BLOCK`]), then each gradient stored at its index as the sum `0 + g`, rounded
-/// once ([`PoolFloat::sum_of_one`]), exactly what [`add_into`] would store. Returns the first plane whose index lies outside
-/// it.
+/// once ([`PoolFloat::sum_of_one`]), exactly what [`add_into`] would store. Returns the first
+/// plane whose index lies outside it.
 fn one_gradient_planes<T: PoolFloat, I: ArgmaxIndex>(
     go: &[T],
     ix: &[I],
