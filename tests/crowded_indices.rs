@@ -51,7 +51,7 @@ fn crowded() -> impl Strategy<Value = Crowded> {
     // Planes of up to 72 x 72 (large enough to be zeroed by rows), up to 9 of them; 1 to 8 outputs
     // a side, so that planes are sparse or dense.
     let dims =
-        (1usize..=2, 1usize..=2, prop_oneof![1usize..=12, 40usize..=72], 1usize..=72, 1usize..=8, 1usize..=8);
+        (1usize..=3, 1usize..=3, prop_oneof![1usize..=12, 40usize..=72], 1usize..=72, 1usize..=8, 1usize..=8);
     dims.prop_flat_map(|(n, c, h, w, ho, wo)| {
         let (hw, gradients) = (h * w, n * c * ho * wo);
         // Either a few positions for every plane (crowded: the corners often among them), or any
