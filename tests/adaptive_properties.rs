@@ -50,12 +50,7 @@ fn check_summation_order<T: PoolFloat, I: ArgmaxIndex>(
     let gi = poolgrad::adaptive_max_pool2d_backward(&case.grad_output, &case.input, &case.indices).unwrap();
     let (go, idx) = (arr_f64(as4(&case.grad_output).view()), as4(&case.indices).mapv(|i| i.to_i64()));
     let (_, _, h, w) = as4(&case.input).dim();
-    let want = if T::DTYPE == poolgrad::DType::F64 {
-        common::backward_f64(go.view(), idx.view(), h, w)
-    } else {
-        common::backward_f32(go.view(), idx.view(), h, w)
-            .mapv(|v| T::from_acc(num_traits::cast(v).unwrap()).to_f64_exact())
-    };
+    let want = common::backward_rounded_once::<T>(go.view(), idx.view(), h, w);
     prop_assert!(same_bits(&arr_f64(as4(&gi).view()), &want), "not the row-major sum rounded once");
     Ok(())
 }

@@ -10,10 +10,10 @@
 mod common;
 
 use common::{arr_f64, same_bits};
-use ndarray::{Array4, ArrayView4};
+use ndarray::Array4;
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::AdaptiveMaxPool2dBackward;
-use poolgrad::{ArgmaxIndex, DType, Plan, PoolFloat, TensorMut, TensorRef};
+use poolgrad::{ArgmaxIndex, Plan, PoolFloat, TensorMut, TensorRef};
 use proptest::prelude::*;
 
 /// Gradient values (as f64, rounded to the element type): each a multiple of the least f16
@@ -98,11 +98,7 @@ fn reference<T: PoolFloat>(case: &Crowded) -> Array4<f64> {
     let go = case.values.iter().map(|&v| T::round_from_f64(VALUES[v]).to_f64_exact());
     let go = Array4::from_shape_vec((n, c, ho, wo), go.collect()).unwrap();
     let ix = Array4::from_shape_vec((n, c, ho, wo), case.indices.clone()).unwrap();
-    if T::DTYPE == DType::F64 {
-        return common::backward_f64(go.view(), ix.view(), h, w);
-    }
-    let sums = common::backward_f32(go.view(), ix.view(), h, w);
-    sums.mapv(|s| T::from_acc(num_traits::cast(s).unwrap()).to_f64_exact())
+    common::backward_rounded_once::<T>(go.view(), ix.view(), h, w)
 }
 
 fn check<T: PoolFloat, I: ArgmaxIndex>(case: &Crowded) -> Result<(), TestCaseError> {
@@ -110,9 +106,8 @@ fn check<T: PoolFloat, I: ArgmaxIndex>(case: &Crowded) -> Result<(), TestCaseErr
     let one = backward::<T, I>(&Cpu::sequential(), case);
     prop_assert!(same_bits(&arr_f64(one.view()), &want), "1 thread: not the row-major sum rounded once");
     for threads in [2, 7] {
-        let many: Array4<T> = backward::<T, I>(common::cpu_with_threads(threads), case);
-        let many: ArrayView4<'_, T> = many.view();
-        prop_assert!(same_bits(&arr_f64(many), &want), "{} threads differ", threads);
+        let many = backward::<T, I>(common::cpu_with_threads(threads), case);
+        prop_assert!(same_bits(&arr_f64(many.view()), &want), "{} threads differ", threads);
     }
     Ok(())
 }

@@ -223,8 +223,7 @@ fn check<T: PoolFloat>(
     }
     match (&one, edit) {
         (Ok(gi), Edit::None | Edit::Anywhere { .. }) => {
-            let want = common::backward_f32(arr_f64(go.view()).view(), idx.view(), h, w)
-                .mapv(|v| T::from_acc(num_traits::cast(v).unwrap()).to_f64_exact());
+            let want = common::backward_rounded_once::<T>(arr_f64(go.view()).view(), idx.view(), h, w);
             prop_assert!(same_bits(&arr_f64(gi.view()), &want), "not the row-major f32 sum rounded once");
             // The same indices as an `I32Argmax` mask go through the same kernel (masks have
             // no dilation, and 1x1 kernels have no room for that layout).

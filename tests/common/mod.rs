@@ -44,6 +44,20 @@ pub fn backward_f32(go: ArrayView4<f64>, idx: ArrayView4<i64>, h: usize, w: usiz
     gi
 }
 
+/// Reference backward of element type `T`: the f64 sums for `f64`; for the others the f32 sums
+/// of [`backward_f32`] (the accumulator of the half types), each rounded once to `T`. As f64.
+pub fn backward_rounded_once<T: PoolFloat>(
+    go: ArrayView4<f64>,
+    idx: ArrayView4<i64>,
+    h: usize,
+    w: usize,
+) -> Array4<f64> {
+    if T::DTYPE == poolgrad::DType::F64 {
+        return backward_f64(go, idx, h, w);
+    }
+    backward_f32(go, idx, h, w).mapv(|v| T::from_acc(num_traits::cast(v).unwrap()).to_f64_exact())
+}
+
 /// `T` from f64 (exact for the small values the tests use).
 pub fn cast<T: PoolFloat>(v: f64) -> T {
     <T as NumCast>::from(v).expect("value representable")
