@@ -146,7 +146,8 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d
     }
 
     fn check_limits(g: &AdaptiveGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
-        adaptive_limits(Self::NAME, g, limits, device)
+        // The 2^24 non-divisible limit is documented for the backward only.
+        plane_limit(Self::NAME, g.h, g.w, limits, device)
     }
 }
 impl<T: PoolFloat, I: ArgmaxIndex> Operation for AdaptiveMaxPool2d<'_, T, I> {}
@@ -508,6 +509,9 @@ mod tests {
         assert!(e.to_string().contains("16785409"), "{e}");
         // Non-divisible but small.
         assert!(Bwd::check_limits(&geometry(30, 30, 7, 7), &limits, "npu").is_ok());
+        // The forward has no such limit (CANN documents it for the backward only).
+        type Fwd<'a> = AdaptiveMaxPool2d<'a, f32, i64>;
+        assert!(Fwd::check_limits(&geometry(4097, 4097, 7, 7), &limits, "npu").is_ok());
 
         let limits = DeviceLimits::none().with_max_plane(100);
         let e = Bwd::check_limits(&geometry(10, 11, 2, 2), &limits, "npu").unwrap_err();

@@ -1,8 +1,8 @@
 //! Devices that run plans: the [`Device`] trait and its implementations.
 //!
 //! - [`Cpu`](cpu::Cpu): safe Rust kernels, sequential or on rayon thread pools.
-//! - `Ascend` (feature `ascend`): an Ascend NPU through CANN's aclnn operators, for the
-//!   adaptive max pooling and the mask max pooling, forward and backward.
+//! - `Ascend` (feature `ascend`): an Ascend NPU through CANN's aclnn operators, for all six
+//!   operations (adaptive, with indices and with mask; forward and backward).
 //!
 //! A device implements [`Runs<O>`] for each operation `O` it can execute; a missing
 //! implementation is a compile error, not a run-time one.
@@ -79,8 +79,9 @@ where
 pub struct DeviceLimits {
     /// Largest plane `H * W` of any pooling input.
     pub max_plane: Option<usize>,
-    /// Largest plane `H * W` of an adaptive pooling whose windows are not all equal
-    /// (`H % Ho != 0` or `W % Wo != 0`). CANN's AdaptiveMaxPool2dBackward documents 2^24.
+    /// Largest plane `H * W` of an adaptive pooling backward whose windows are not all equal
+    /// (`H % Ho != 0` or `W % Wo != 0`). CANN's AdaptiveMaxPool2dBackward documents 2^24; the
+    /// forward has no such limit.
     pub max_non_divisible_adaptive_plane: Option<usize>,
 }
 

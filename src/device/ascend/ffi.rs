@@ -3,15 +3,29 @@
 //! This is the only module of the crate with `unsafe` code. Every C signature below was copied from
 //! the CANN headers (`acl/acl.h`, `acl/acl_rt.h`, `aclnn/acl_meta.h` of CANN 8.1.RC1) and the
 //! hicann/ops-nn operator docs (`aclnnAdaptiveMaxPool2d.md`, `aclnnAdaptiveMaxPool2dBackward.md`,
-//! `aclnnMaxPool2dWithMask.md`, `aclnnMaxPool2dWithMaskBackward.md`); C enums are `int`.
+//! `aclnnMaxPool2dWithMask.md`, `aclnnMaxPool2dWithMaskBackward.md`, `aclnnMaxPool2dWithIndices.md`,
+//! `aclnnMaxPool2dWithIndicesBackward.md`); C enums are `int`.
 //!
 //! Three layers, bottom up:
 //! - [`Api`]: the resolved function pointers and the [`Library`] values that keep them valid;
-//! - [`Runtime`]: a loaded, initialised CANN (`aclInit` once per process; never finalised, because
-//!   CANN allows one initialisation per process and the process exit releases it);
+//! - [`Runtime`]: a loaded, initialised CANN (`aclInit` once per process; `aclFinalize` only when
+//!   the user asks for it through [`finalize`], see the `ascend` module docs);
 //! - RAII handles ([`Session`] = device + context + stream, [`DeviceBuffer`], [`AclTensor`],
 //!   [`IntArray`], [`OpExecutor`]), each releasing what it owns in `Drop` without panicking, in
 //!   CANN's teardown order (tensors and arrays, executor, buffers, then stream, context, device).
+//!
+//! **Executors are one-shot.** An executor from `aclnnXxxGetWorkspaceSize` belongs to this crate
+//! until it is passed to `aclnnXxx`; from that call on it belongs to CANN, which deletes it when the
+//! launch returns, successful or not (hicann/opbase `op_executor.cpp`, `CommonOpExecutorRun`:
+//! `delete executor`, or `DeleteExecutorForError`). [`OpExecutor`] models exactly that: launching
+//! consumes it, and dropping one that was never launched destroys it with
+//! `aclDestroyAclOpExecutor` (`acl_op_api.cpp` deletes ordinary executors and cache wrappers).
+//! No executor is made repeatable: `aclSetAclOpExecutorRepeatable` fails with `ACLNN_ERR_INNER`
+//! for the mask operators, whose op_api points internal views at the caller's mask buffer
+//! (`SetStorageAddr` + `SetFromWorkspace(false)`), which nnopbase's
+//! `LauncherRepeatableChecker::CheckLaunchArg` rejects, and for any executor served from the aclnn
+//! cache; and a [`Plan`](crate::Plan) runs at most once by construction, so repeatability would buy
+//! nothing. torch_npu does the same (`EXEC_NPU_CMD`: phase 1, then the launch at once).
 
 #![allow(unsafe_code)]
 
@@ -62,7 +76,12 @@ pub(crate) mod dtype {
     pub const BF16: i32 = 27;
 }
 
-/// `aclFormat::ACL_FORMAT_ND`.
+/// `aclFormat::ACL_FORMAT_NCHW`: every tensor this crate creates is 4-D (a 3-D call is described
+/// with `N = 1`, as ops-nn itself unsqueezes 3-D inputs), and torch_npu and every CANN example
+/// describe 4-D tensors as NCHW; the adaptive forward's AI CPU path refuses a 4-D ND tensor
+/// (`aclnn_adaptive_max_pool2d.cpp`, `CheckInputFormat`).
+const FORMAT_NCHW: i32 = 0;
+/// `aclFormat::ACL_FORMAT_ND`, for tensors of another rank.
 const FORMAT_ND: i32 = 2;
 /// `aclrtMemMallocPolicy::ACL_MEM_MALLOC_HUGE_FIRST`.
 const MALLOC_HUGE_FIRST: i32 = 0;
@@ -80,8 +99,8 @@ type AdaptiveForwardWs =
 /// `aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize(gradOutput, self, indices, gradInput, ...)`.
 type AdaptiveBackwardWs = unsafe extern "C" fn(Tensor, Tensor, Tensor, TensorOut, *mut u64, *mut Exec) -> i32;
 /// `aclnnMaxPool2dWithMaskGetWorkspaceSize(self, kernelSize, stride, padding, dilation, ceilMode, out,
-/// indices, ...)`.
-type MaskForwardWs = unsafe extern "C" fn(
+/// indices, ...)`; `aclnnMaxPool2dWithIndicesGetWorkspaceSize` has the same signature.
+type PoolForwardWs = unsafe extern "C" fn(
     Tensor,
     IntArr,
     IntArr,
@@ -94,8 +113,9 @@ type MaskForwardWs = unsafe extern "C" fn(
     *mut Exec,
 ) -> i32;
 /// `aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize(gradOutput, self, indices, kernelSize, stride,
-/// padding, dilation, ceilMode, gradInput, ...)`.
-type MaskBackwardWs = unsafe extern "C" fn(
+/// padding, dilation, ceilMode, gradInput, ...)`; `aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize`
+/// has the same signature.
+type PoolBackwardWs = unsafe extern "C" fn(
     Tensor,
     Tensor,
     Tensor,
@@ -114,6 +134,7 @@ type Launch = unsafe extern "C" fn(*mut c_void, u64, Exec, *mut c_void) -> i32;
 /// The resolved CANN functions. The `Library` values keep every pointer valid.
 pub(crate) struct Api {
     acl_init: unsafe extern "C" fn(*const c_char) -> i32,
+    acl_finalize: unsafe extern "C" fn() -> i32,
     acl_get_recent_err_msg: unsafe extern "C" fn() -> *const c_char,
     aclrt_get_device_count: unsafe extern "C" fn(*mut u32) -> i32,
     aclrt_get_soc_name: unsafe extern "C" fn() -> *const c_char,
@@ -123,6 +144,10 @@ pub(crate) struct Api {
     aclrt_destroy_context: unsafe extern "C" fn(*mut c_void) -> i32,
     aclrt_set_current_context: unsafe extern "C" fn(*mut c_void) -> i32,
     aclrt_ctx_set_sys_param_opt: unsafe extern "C" fn(i32, i64) -> i32,
+    /// The process-level option (newer runtimes; nnopbase reads it since hicann/opbase c501b51).
+    aclrt_set_sys_param_opt: Option<unsafe extern "C" fn(i32, i64) -> i32>,
+    aclrt_get_sys_param_opt: Option<unsafe extern "C" fn(i32, *mut i64) -> i32>,
+    aclrt_ctx_get_sys_param_opt: Option<unsafe extern "C" fn(i32, *mut i64) -> i32>,
     aclrt_create_stream: unsafe extern "C" fn(*mut *mut c_void) -> i32,
     aclrt_destroy_stream: unsafe extern "C" fn(*mut c_void) -> i32,
     aclrt_synchronize_stream: unsafe extern "C" fn(*mut c_void) -> i32,
@@ -144,12 +169,13 @@ pub(crate) struct Api {
     acl_destroy_tensor: unsafe extern "C" fn(Tensor) -> i32,
     acl_create_int_array: unsafe extern "C" fn(*const i64, u64) -> *mut AclIntArrayC,
     acl_destroy_int_array: unsafe extern "C" fn(IntArr) -> i32,
-    acl_set_executor_repeatable: unsafe extern "C" fn(Exec) -> i32,
     acl_destroy_executor: unsafe extern "C" fn(Exec) -> i32,
     adaptive_forward: Option<(AdaptiveForwardWs, Launch)>,
     adaptive_backward: Option<(AdaptiveBackwardWs, Launch)>,
-    mask_forward: Option<(MaskForwardWs, Launch)>,
-    mask_backward: Option<(MaskBackwardWs, Launch)>,
+    mask_forward: Option<(PoolForwardWs, Launch)>,
+    mask_backward: Option<(PoolBackwardWs, Launch)>,
+    indices_forward: Option<(PoolForwardWs, Launch)>,
+    indices_backward: Option<(PoolBackwardWs, Launch)>,
     _libraries: Vec<Library>,
 }
 
@@ -227,6 +253,12 @@ impl Api {
                 }
             };
         }
+        macro_rules! optional {
+            ($name:literal) => {
+                // SAFETY: each field's type is the C signature of `$name` (module docs).
+                unsafe { find(&libs, $name) }
+            };
+        }
         macro_rules! op {
             ($ws:literal, $run:literal) => {
                 // SAFETY: the tuple types are the C signatures of the two phases (module docs).
@@ -235,6 +267,7 @@ impl Api {
         }
         Ok(Api {
             acl_init: required!("aclInit"),
+            acl_finalize: required!("aclFinalize"),
             acl_get_recent_err_msg: required!("aclGetRecentErrMsg"),
             aclrt_get_device_count: required!("aclrtGetDeviceCount"),
             aclrt_get_soc_name: required!("aclrtGetSocName"),
@@ -244,6 +277,9 @@ impl Api {
             aclrt_destroy_context: required!("aclrtDestroyContext"),
             aclrt_set_current_context: required!("aclrtSetCurrentContext"),
             aclrt_ctx_set_sys_param_opt: required!("aclrtCtxSetSysParamOpt"),
+            aclrt_set_sys_param_opt: optional!("aclrtSetSysParamOpt"),
+            aclrt_get_sys_param_opt: optional!("aclrtGetSysParamOpt"),
+            aclrt_ctx_get_sys_param_opt: optional!("aclrtCtxGetSysParamOpt"),
             aclrt_create_stream: required!("aclrtCreateStream"),
             aclrt_destroy_stream: required!("aclrtDestroyStream"),
             aclrt_synchronize_stream: required!("aclrtSynchronizeStream"),
@@ -255,7 +291,6 @@ impl Api {
             acl_destroy_tensor: required!("aclDestroyTensor"),
             acl_create_int_array: required!("aclCreateIntArray"),
             acl_destroy_int_array: required!("aclDestroyIntArray"),
-            acl_set_executor_repeatable: required!("aclSetAclOpExecutorRepeatable"),
             acl_destroy_executor: required!("aclDestroyAclOpExecutor"),
             adaptive_forward: op!("aclnnAdaptiveMaxPool2dGetWorkspaceSize", "aclnnAdaptiveMaxPool2d"),
             adaptive_backward: op!(
@@ -267,6 +302,11 @@ impl Api {
                 "aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize",
                 "aclnnMaxPool2dWithMaskBackward"
             ),
+            indices_forward: op!("aclnnMaxPool2dWithIndicesGetWorkspaceSize", "aclnnMaxPool2dWithIndices"),
+            indices_backward: op!(
+                "aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize",
+                "aclnnMaxPool2dWithIndicesBackward"
+            ),
             _libraries: libs.into_iter().map(|(_, l)| l).collect(),
         })
     }
@@ -277,6 +317,11 @@ pub(crate) struct Runtime {
     api: Api,
     /// Where it was loaded from (for messages).
     origin: String,
+    /// Whether this crate's `aclInit` initialised CANN (not `ACL_ERROR_REPEAT_INITIALIZE`, which
+    /// means another user of the process, such as torch_npu, did and owns `aclFinalize`).
+    initialized_here: bool,
+    /// Set by [`finalize`]: no new session may use this runtime.
+    finalized: std::sync::atomic::AtomicBool,
 }
 
 impl core::fmt::Debug for Runtime {
@@ -299,6 +344,14 @@ impl Runtime {
         let mut cache = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
         let key = (roots, loader_path);
         if let Some((_, rt)) = cache.iter().find(|(k, _)| *k == key) {
+            if rt.finalized.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(Error::CannUnavailable {
+                    reason:
+                        "poolgrad::device::ascend::finalize() was called: CANN is finalised for this process"
+                            .into(),
+                    tried: vec![rt.origin.clone()],
+                });
+            }
             return Ok(Arc::clone(rt));
         }
         let api = Api::load(&key.0, key.1)?;
@@ -307,12 +360,13 @@ impl Runtime {
         } else {
             key.0.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         };
-        let rt = Runtime { api, origin };
+        let mut rt = Runtime { api, origin, initialized_here: false, finalized: false.into() };
         // SAFETY: `aclInit(NULL)` is the documented default initialisation.
         let code = unsafe { (rt.api.acl_init)(core::ptr::null()) };
         if code != ACL_SUCCESS && code != ACL_ERROR_REPEAT_INITIALIZE {
             return Err(rt.error("aclInit", code));
         }
+        rt.initialized_here = code == ACL_SUCCESS;
         let rt = Arc::new(rt);
         cache.push((key, Arc::clone(&rt)));
         Ok(rt)
@@ -432,12 +486,34 @@ impl Session {
             .check("aclrtSetCurrentContext", unsafe { (self.rt.api.aclrt_set_current_context)(self.context) })
     }
 
-    /// Sets `ACL_OPT_DETERMINISTIC` on this session's context.
+    /// Sets `ACL_OPT_DETERMINISTIC` on this session's context and, where the runtime exports
+    /// `aclrtSetSysParamOpt`, for the process (which current nnopbase reads: hicann/opbase
+    /// `GetDeterministicLevelFromRt`; torch_npu sets both, `OpParamMaker.cpp`).
     pub(crate) fn set_deterministic(&self, on: bool) -> Result<()> {
         self.bind()?;
         // SAFETY: integer arguments; the context is current.
         let code = unsafe { (self.rt.api.aclrt_ctx_set_sys_param_opt)(OPT_DETERMINISTIC, on as i64) };
-        self.rt.check("aclrtCtxSetSysParamOpt", code)
+        self.rt.check("aclrtCtxSetSysParamOpt", code)?;
+        if let Some(set) = self.rt.api.aclrt_set_sys_param_opt {
+            // SAFETY: integer arguments.
+            let code = unsafe { set(OPT_DETERMINISTIC, on as i64) };
+            self.rt.check("aclrtSetSysParamOpt", code)?;
+        }
+        Ok(())
+    }
+
+    /// `ACL_OPT_DETERMINISTIC` as CANN reports it now: `(context, process)`, each `None` where the
+    /// runtime does not export the getter or reports the option unset.
+    pub(crate) fn deterministic_levels(&self) -> Result<(Option<i64>, Option<i64>)> {
+        self.bind()?;
+        let read = |get: Option<unsafe extern "C" fn(i32, *mut i64) -> i32>| {
+            get.and_then(|get| {
+                let mut value = 0i64;
+                // SAFETY: `value` is a valid `int64_t*` for the call; the context is current.
+                (unsafe { get(OPT_DETERMINISTIC, &mut value) } == ACL_SUCCESS).then_some(value)
+            })
+        };
+        Ok((read(self.rt.api.aclrt_ctx_get_sys_param_opt), read(self.rt.api.aclrt_get_sys_param_opt)))
     }
 
     /// Allocates `bytes` (> 0) of device memory.
@@ -455,11 +531,11 @@ impl Session {
     pub(crate) fn stream(&self) -> Result<StreamGuard<'_>> {
         let guard = self.stream_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.bind()?;
-        Ok(StreamGuard { session: self, _guard: guard })
+        Ok(StreamGuard { session: self, pending: false.into(), _guard: guard })
     }
 
-    /// Creates a contiguous ND tensor of `dims` over `buffer` (or over no memory when `None`, for
-    /// an empty tensor).
+    /// Creates a contiguous tensor of `dims` over `buffer` (or over no memory when `None`, for an
+    /// empty tensor): NCHW when 4-D, ND otherwise.
     pub(crate) fn tensor(
         self: &Arc<Self>,
         dims: &[usize],
@@ -482,7 +558,7 @@ impl Session {
                 dtype,
                 strides.as_ptr(),
                 0,
-                FORMAT_ND,
+                if dims.len() == 4 { FORMAT_NCHW } else { FORMAT_ND },
                 storage.as_ptr(),
                 1,
                 data,
@@ -504,19 +580,15 @@ impl Session {
         Ok(IntArray { rt: Arc::clone(&self.rt), ptr })
     }
 
-    /// Wraps the executor phase 1 returned, making it repeatable so that this crate (not the
-    /// launch) frees it, whether or not it runs.
+    /// Takes ownership of the executor phase 1 returned (one-shot: see the module docs).
     fn executor(&self, function: &'static str, code: i32, ptr: Exec) -> Result<OpExecutor> {
+        // A failed phase 1 leaves no executor to release (ops-nn builds it in a
+        // `UniqueExecutor`, which frees it on every early return).
         self.rt.check(function, code)?;
         if ptr.is_null() {
             return Err(self.rt.null_error(function));
         }
-        // Owned from here on: dropped (destroyed) on every path, including the failure below.
-        let executor = OpExecutor { rt: Arc::clone(&self.rt), ptr };
-        // SAFETY: `ptr` is the live executor phase 1 just returned.
-        let code = unsafe { (self.rt.api.acl_set_executor_repeatable)(ptr) };
-        self.rt.check("aclSetAclOpExecutorRepeatable", code)?;
-        Ok(executor)
+        Ok(OpExecutor { rt: Arc::clone(&self.rt), ptr })
     }
 
     fn op<T>(&self, op: Option<T>, symbol: &'static str) -> Result<T> {
@@ -571,38 +643,61 @@ impl Session {
         })
     }
 
-    /// Phase 1 of `aclnnMaxPool2dWithMask`.
-    pub(crate) fn mask_forward_plan(
+    /// Phase 1 of `aclnnMaxPool2dWithMask` (`indices` false) or `aclnnMaxPool2dWithIndices`.
+    pub(crate) fn pool_forward_plan(
         &self,
+        indices: bool,
         input: &AclTensor,
         params: &PoolParams,
         out: &AclTensor,
-        mask: &AclTensor,
+        argmax: &AclTensor,
     ) -> Result<(OpExecutor, u64)> {
-        const WS: &str = "aclnnMaxPool2dWithMaskGetWorkspaceSize";
-        let (ws, _) = self.op(self.rt.api.mask_forward, WS)?;
+        let (op, ws) = if indices {
+            (self.rt.api.indices_forward, "aclnnMaxPool2dWithIndicesGetWorkspaceSize")
+        } else {
+            (self.rt.api.mask_forward, "aclnnMaxPool2dWithMaskGetWorkspaceSize")
+        };
+        let (call, _) = self.op(op, ws)?;
         let [k, s, p, d] = params.arrays();
         // SAFETY: live handles created by this session; valid out-pointers.
-        self.phase1(WS, |size, exec| unsafe {
-            ws(input.ptr, k, s, p, d, params.ceil_mode, out.ptr, mask.ptr, size, exec)
+        self.phase1(ws, |size, exec| unsafe {
+            call(input.ptr, k, s, p, d, params.ceil_mode, out.ptr, argmax.ptr, size, exec)
         })
     }
 
-    /// Phase 1 of `aclnnMaxPool2dWithMaskBackward`.
-    pub(crate) fn mask_backward_plan(
+    /// Phase 1 of `aclnnMaxPool2dWithMaskBackward` (`indices` false) or
+    /// `aclnnMaxPool2dWithIndicesBackward`.
+    pub(crate) fn pool_backward_plan(
         &self,
+        indices: bool,
         grad_output: &AclTensor,
         input: &AclTensor,
-        mask: &AclTensor,
+        argmax: &AclTensor,
         params: &PoolParams,
         grad_input: &AclTensor,
     ) -> Result<(OpExecutor, u64)> {
-        const WS: &str = "aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize";
-        let (ws, _) = self.op(self.rt.api.mask_backward, WS)?;
+        let (op, ws) = if indices {
+            (self.rt.api.indices_backward, "aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize")
+        } else {
+            (self.rt.api.mask_backward, "aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize")
+        };
+        let (call, _) = self.op(op, ws)?;
         let [k, s, p, d] = params.arrays();
         // SAFETY: live handles created by this session; valid out-pointers.
-        self.phase1(WS, |size, exec| unsafe {
-            ws(grad_output.ptr, input.ptr, mask.ptr, k, s, p, d, params.ceil_mode, grad_input.ptr, size, exec)
+        self.phase1(ws, |size, exec| unsafe {
+            call(
+                grad_output.ptr,
+                input.ptr,
+                argmax.ptr,
+                k,
+                s,
+                p,
+                d,
+                params.ceil_mode,
+                grad_input.ptr,
+                size,
+                exec,
+            )
         })
     }
 }
@@ -628,12 +723,29 @@ pub(crate) enum OpKind {
     AdaptiveBackward,
     MaskForward,
     MaskBackward,
+    IndicesForward,
+    IndicesBackward,
 }
 
-/// Exclusive use of a session's stream, with its context current.
+/// Exclusive use of a session's stream, with its context current. Dropped with work possibly
+/// queued (a launch that failed part-way, a failed copy after a launch), it synchronises the
+/// stream first, so that no buffer the work uses is freed under it.
 pub(crate) struct StreamGuard<'s> {
     session: &'s Session,
+    /// Whether work may be queued that no synchronisation has waited for.
+    pending: core::cell::Cell<bool>,
     _guard: MutexGuard<'s, ()>,
+}
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        if self.pending.get() {
+            // The error that brought us here is already on its way to the caller; this
+            // synchronisation only keeps the buffers alive until the device is done with them.
+            // SAFETY: the stream is live.
+            let _ = unsafe { (self.rt().api.aclrt_synchronize_stream)(self.session.stream) };
+        }
+    }
 }
 
 impl StreamGuard<'_> {
@@ -680,12 +792,12 @@ impl StreamGuard<'_> {
         self.rt().check("aclrtMemset", code)
     }
 
-    /// Phase 2: runs `executor` on the stream with `workspace` (`size` bytes, as phase 1 reported),
-    /// then waits for it.
+    /// Phase 2: launches `executor` on the stream with `workspace` (`size` bytes, as phase 1
+    /// reported), consuming it, then waits for the stream.
     pub(crate) fn run(
         &self,
         kind: OpKind,
-        executor: &OpExecutor,
+        executor: OpExecutor,
         workspace: Option<&DeviceBuffer>,
         size: u64,
     ) -> Result<()> {
@@ -697,15 +809,26 @@ impl StreamGuard<'_> {
             }
             OpKind::MaskForward => (api.mask_forward.map(|o| o.1), "aclnnMaxPool2dWithMask"),
             OpKind::MaskBackward => (api.mask_backward.map(|o| o.1), "aclnnMaxPool2dWithMaskBackward"),
+            OpKind::IndicesForward => (api.indices_forward.map(|o| o.1), "aclnnMaxPool2dWithIndices"),
+            OpKind::IndicesBackward => {
+                (api.indices_backward.map(|o| o.1), "aclnnMaxPool2dWithIndicesBackward")
+            }
         };
+        // Not launched (unreachable in practice: phase 1 found the same library's symbols), the
+        // executor is destroyed by its `Drop`.
         let launch = self.session.op(launch, name)?;
         let ws = workspace.map_or(core::ptr::null_mut(), |w| w.ptr);
-        // SAFETY: `executor` is live and was made for this operator; `ws` is device memory of at
-        // least `size` bytes (checked by the caller) or null when `size` is 0; the stream is live.
-        let code = unsafe { launch(ws, size, executor.ptr, self.session.stream) };
+        let exec = executor.hand_over();
+        self.pending.set(true);
+        // SAFETY: `exec` is a live executor made for this operator and handed over to CANN, which
+        // deletes it when the call returns; `ws` is device memory of at least `size` bytes
+        // (checked by the caller) or null when `size` is 0; the stream is live.
+        let code = unsafe { launch(ws, size, exec, self.session.stream) };
         self.rt().check(name, code)?;
         // SAFETY: the stream is live.
         let code = unsafe { (api.aclrt_synchronize_stream)(self.session.stream) };
+        // Whatever the outcome, the stream has stopped: a failed synchronisation aborts its tasks.
+        self.pending.set(false);
         self.rt().check("aclrtSynchronizeStream", code)
     }
 }
@@ -765,7 +888,7 @@ impl Drop for DeviceBuffer {
     }
 }
 
-/// A C object this crate owns, destroyed on drop: [`AclTensor`], [`IntArray`] or [`OpExecutor`].
+/// A C object this crate owns, destroyed on drop: [`AclTensor`] or [`IntArray`].
 pub(crate) struct Owned<C: Destroy> {
     rt: Arc<Runtime>,
     ptr: *mut C,
@@ -794,22 +917,10 @@ impl Destroy for AclIntArrayC {
     }
 }
 
-impl Destroy for AclOpExecutorC {
-    unsafe fn destroy(api: &Api, ptr: *mut Self) {
-        // SAFETY: the caller's contract; the executor was made repeatable after phase 1 (or never
-        // launched), so no launch freed it.
-        unsafe { (api.acl_destroy_executor)(ptr) };
-    }
-}
-
 /// An `aclTensor` descriptor (the memory it describes is owned elsewhere).
 pub(crate) type AclTensor = Owned<AclTensorC>;
 /// An `aclIntArray`.
 pub(crate) type IntArray = Owned<AclIntArrayC>;
-/// An `aclOpExecutor`, made repeatable so that its owner (not the launch) destroys it, whether or
-/// not it ran.
-pub(crate) type OpExecutor = Owned<AclOpExecutorC>;
-
 // SAFETY: host-side objects that CANN does not tie to a thread; each is used by one plan at a time
 // (it is moved into the launch).
 unsafe impl<C: Destroy> Send for Owned<C> {}
@@ -819,6 +930,59 @@ impl<C: Destroy> Drop for Owned<C> {
         // SAFETY: `ptr` was created through this runtime's API, is owned by `self` and is destroyed
         // once, here.
         unsafe { C::destroy(&self.rt.api, self.ptr) };
+    }
+}
+
+/// Calls `aclFinalize` for every CANN this crate initialised (see [`crate::device::ascend::finalize`]).
+pub(crate) fn finalize() -> Result<()> {
+    let cache = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
+    // The cache holds one reference; any other is a live `Ascend`, buffer or plan.
+    if let Some((_, rt)) = cache.iter().find(|(_, rt)| Arc::strong_count(rt) > 1) {
+        return Err(Error::InvalidParameter {
+            op: "ascend::finalize",
+            arg: "devices",
+            expected: "every Ascend device, workspace and plan dropped first".into(),
+            got: format!("{} live handle(s) on CANN loaded from {}", Arc::strong_count(rt) - 1, rt.origin),
+        });
+    }
+    for (_, rt) in cache.iter() {
+        if rt.finalized.swap(true, std::sync::atomic::Ordering::AcqRel) || !rt.initialized_here {
+            continue;
+        }
+        // SAFETY: no session, buffer or handle of this runtime is alive (checked above), and it
+        // is finalised once: `finalized` was false until the swap.
+        let code = unsafe { (rt.api.acl_finalize)() };
+        rt.check("aclFinalize", code)?;
+    }
+    Ok(())
+}
+
+/// An `aclOpExecutor` from phase 1, owned by this crate until [`StreamGuard::run`] hands it over to
+/// CANN (which then deletes it); destroyed with `aclDestroyAclOpExecutor` if dropped before that.
+pub(crate) struct OpExecutor {
+    rt: Arc<Runtime>,
+    /// Null once handed over.
+    ptr: Exec,
+}
+
+impl OpExecutor {
+    /// Gives up ownership: from here on CANN owns (and deletes) the executor.
+    fn hand_over(mut self) -> Exec {
+        core::mem::replace(&mut self.ptr, core::ptr::null_mut())
+    }
+}
+
+// SAFETY: a host-side object that CANN does not tie to a thread; it is used by one plan at a time
+// (moved into the launch).
+unsafe impl Send for OpExecutor {}
+
+impl Drop for OpExecutor {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: a live executor from phase 1 that was never launched, so it is still ours;
+            // destroyed once, here.
+            unsafe { (self.rt.api.acl_destroy_executor)(self.ptr) };
+        }
     }
 }
 

@@ -1,7 +1,8 @@
-//! The four operators on the Ascend device: phase-1 checks and staging, phase-2 copies and launch.
+//! The six operators on the Ascend device: phase-1 checks and staging, phase-2 copies and launch.
 //!
-//! Tensors are passed to CANN as contiguous ND tensors in 4-D (a 3-D call has `N = 1`, as CANN
-//! itself unsqueezes it). Non-contiguous host views are gathered into a host buffer first.
+//! Tensors are passed to CANN as contiguous 4-D NCHW tensors (a 3-D call has `N = 1`, as ops-nn
+//! itself unsqueezes 3-D inputs to NCHW). Non-contiguous host views are gathered into a host
+//! buffer first.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -21,13 +22,13 @@ use crate::index::{ArgmaxIndex, repr::IndexRepr};
 use crate::mask::layout_repr::LayoutKind;
 use crate::mask::{MaskLayout, i32_prefix, read_i32_prefix};
 use crate::op::{
-    AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithMask,
-    MaxPool2dWithMaskBackward, MaxPoolGeometry,
+    AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
+    MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry,
 };
 use crate::tensor::TensorMut;
 
 /// What phase 1 leaves for phase 2. Fields drop in declaration order, which is CANN's teardown
-/// order: descriptors, executor, then device memory.
+/// order: descriptors, executor (if it was never launched), then device memory.
 pub struct AscendPrepared {
     // The int arrays are only kept alive until the executor is gone.
     tensors: Vec<AclTensor>,
@@ -179,7 +180,7 @@ impl Ascend {
             device: "ascend",
             op,
             arg: "operator",
-            limit: why.to_string(),
+            limit: format!("no {op} ({why})"),
             got: format!("SoC {} ({})", self.soc, self.family),
         })?;
         if !dtypes.contains(&dtype) {
@@ -218,6 +219,41 @@ impl Ascend {
         })
     }
 
+    /// Refuses parameters the SoC's kernels do not take: a dilation other than 1 (all but the
+    /// 950), and the 310P's ceil-mode strides (`SocFamily::ceil_mode_limit`).
+    fn check_params(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
+        let p = &g.params;
+        if p.dilation() != [1, 1] && !self.family.supports_dilation() {
+            return Err(Error::DeviceLimit {
+                device: "ascend",
+                op,
+                arg: "dilation",
+                limit: format!("[1, 1] only on SoC {} ({})", self.soc, self.family),
+                got: format!("{:?}", p.dilation()),
+            });
+        }
+        if let Some(d) = self.family.ceil_mode_limit(p, [g.h, g.w]) {
+            let (axis, len) = if d == 0 { ("H", g.h) } else { ("W", g.w) };
+            return Err(Error::DeviceLimit {
+                device: "ascend",
+                op,
+                arg: "ceil_mode",
+                limit: format!(
+                    "no ceil-mode window that starts in the padding on SoC {} ({}): the documented \
+                     310P limit s >= ({axis}_in + padding) / ({axis}_out - 1)",
+                    self.soc, self.family
+                ),
+                got: format!(
+                    "kernel {:?}, stride {:?}, padding {:?} with ceil_mode on {axis} = {len}",
+                    p.kernel(),
+                    p.stride(),
+                    p.padding()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn pool_params(&self, g: &MaxPoolGeometry) -> Result<PoolParams> {
         let p = &g.params;
         let pair = |v: [usize; 2]| self.session.int_array(&[v[0] as i64, v[1] as i64]);
@@ -230,15 +266,15 @@ impl Ascend {
         })
     }
 
-    /// The executor and workspace of a plan that has device work.
+    /// The executor (taken: it is launched once) and workspace of a plan that has device work.
     fn executor<'p>(
         &self,
         op: &'static str,
-        prepared: &'p AscendPrepared,
+        prepared: &mut AscendPrepared,
         memory: &'p AscendMemory,
-    ) -> Result<Option<(&'p OpExecutor, Option<&'p DeviceBuffer>)>> {
-        let Some(executor) = &prepared.executor else { return Ok(None) };
-        Ok(Some((executor, self.workspace(op, memory)?)))
+    ) -> Result<Option<(OpExecutor, Option<&'p DeviceBuffer>)>> {
+        let workspace = self.workspace(op, memory)?;
+        Ok(prepared.executor.take().map(|executor| (executor, workspace)))
     }
 }
 
@@ -284,11 +320,11 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         &self,
         op: AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
-        prepared: AscendPrepared,
+        mut prepared: AscendPrepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = "adaptive_max_pool2d";
-        let Some((executor, workspace)) = self.executor(OP, &prepared, memory)? else { return Ok(()) };
+        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
         let b = &prepared.buffers;
         let stream = self.session.stream()?;
         upload(&stream, OP, "input", &b[0], op.input.view())?;
@@ -343,11 +379,11 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         &self,
         op: AdaptiveMaxPool2dBackward<'a, T, I>,
         _g: &AdaptiveGeometry,
-        prepared: AscendPrepared,
+        mut prepared: AscendPrepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = "adaptive_max_pool2d_backward";
-        let Some((executor, workspace)) = self.executor(OP, &prepared, memory)? else { return Ok(()) };
+        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
         let b = &prepared.buffers;
         let stream = self.session.stream()?;
         // `self_` is not uploaded: the operator reads only its shape.
@@ -368,6 +404,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
     ) -> Result<(AscendPrepared, usize)> {
         const OP: &str = "max_pool2d_with_mask";
         self.check_support(OP, DeviceOp::MaskForward, T::DTYPE)?;
+        self.check_params(OP, g)?;
         self.check_layout::<L>(OP, g)?;
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
@@ -379,7 +416,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         s.add(OP, "mask", mask, DType::I8)?;
         let params = self.pool_params(g)?;
         let t = &s.tensors;
-        let planned = self.session.mask_forward_plan(&t[0], &params, &t[1], &t[2])?;
+        let planned = self.session.pool_forward_plan(false, &t[0], &params, &t[1], &t[2])?;
         s.finish(planned, Some(params), None)
     }
 
@@ -387,11 +424,11 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         &self,
         op: MaxPool2dWithMask<'a, T, L>,
         _g: &MaxPoolGeometry,
-        prepared: AscendPrepared,
+        mut prepared: AscendPrepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = "max_pool2d_with_mask";
-        let Some((executor, workspace)) = self.executor(OP, &prepared, memory)? else { return Ok(()) };
+        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
         let b = &prepared.buffers;
         let stream = self.session.stream()?;
         upload(&stream, OP, "input", &b[0], op.input.view())?;
@@ -414,6 +451,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
     ) -> Result<(AscendPrepared, usize)> {
         const OP: &str = "max_pool2d_with_mask_backward";
         self.check_support(OP, DeviceOp::MaskBackward, T::DTYPE)?;
+        self.check_params(OP, g)?;
         self.check_layout::<L>(OP, g)?;
         if L::KIND == LayoutKind::I32Argmax {
             // As for indices: a value outside the plane would make the device write outside
@@ -445,7 +483,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         s.add(OP, "grad_input", input, T::DTYPE)?;
         let params = self.pool_params(g)?;
         let t = &s.tensors;
-        let planned = self.session.mask_backward_plan(&t[0], &t[1], &t[2], &params, &t[3])?;
+        let planned = self.session.pool_backward_plan(false, &t[0], &t[1], &t[2], &params, &t[3])?;
         s.finish(planned, Some(params), None)
     }
 
@@ -453,16 +491,140 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         &self,
         op: MaxPool2dWithMaskBackward<'a, T, L>,
         _g: &MaxPoolGeometry,
-        prepared: AscendPrepared,
+        mut prepared: AscendPrepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = "max_pool2d_with_mask_backward";
-        let Some((executor, workspace)) = self.executor(OP, &prepared, memory)? else { return Ok(()) };
+        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
         let b = &prepared.buffers;
         let stream = self.session.stream()?;
         upload(&stream, OP, "grad_output", &b[0], op.grad_output.view())?;
         upload(&stream, OP, "mask", &b[2], op.mask.bytes.view())?;
         stream.run(OpKind::MaskBackward, executor, workspace, prepared.workspace)?;
+        download(&stream, OP, "grad_input", &b[3], op.grad_input)
+    }
+}
+
+/// Indices as the int32 tensor the with-indices operators take: borrowed when they are `i32` and
+/// contiguous, else converted. The caller has checked every value against the plane (at most
+/// `i32::MAX` on this device), so the conversion is exact.
+fn int32_indices<'a, I: ArgmaxIndex>(
+    op: &'static str,
+    arg: &'static str,
+    view: ArrayView4<'a, I>,
+) -> Result<Cow<'a, [i32]>> {
+    if I::DTYPE == DType::I32
+        && let Some(s) = view.to_slice()
+    {
+        return Ok(Cow::Borrowed(bytemuck::cast_slice(s)));
+    }
+    let values = view.iter().map(|&v| ArgmaxIndex::to_i64(v) as i32);
+    Ok(Cow::Owned(collect_exact(op, arg, view.len(), values)?))
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> for Ascend {
+    type Prepared = AscendPrepared;
+
+    fn prepare(
+        &self,
+        _op: &MaxPool2dWithIndices<'a, T, I>,
+        g: &MaxPoolGeometry,
+    ) -> Result<(AscendPrepared, usize)> {
+        const OP: &str = "max_pool2d_with_indices";
+        self.check_support(OP, DeviceOp::WithIndicesForward, T::DTYPE)?;
+        self.check_params(OP, g)?;
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let (input, pooled, _) = pool_dims(g)?;
+        let mut s = Staging::new(&self.session);
+        s.add(OP, "input", input, T::DTYPE)?;
+        s.add(OP, "output", pooled, T::DTYPE)?;
+        // INT32 indices, the kernel's own type (MaxPool3DWithArgmaxV2 and MaxPoolWithArgmaxV3
+        // write int32; INT64 would add a Cast); i64 callers get them converted.
+        s.add(OP, "indices", pooled, DType::I32)?;
+        let params = self.pool_params(g)?;
+        let t = &s.tensors;
+        let planned = self.session.pool_forward_plan(true, &t[0], &params, &t[1], &t[2])?;
+        s.finish(planned, Some(params), None)
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool2dWithIndices<'a, T, I>,
+        g: &MaxPoolGeometry,
+        mut prepared: AscendPrepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = "max_pool2d_with_indices";
+        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
+        let b = &prepared.buffers;
+        let stream = self.session.stream()?;
+        upload(&stream, OP, "input", &b[0], op.input.view())?;
+        stream.run(OpKind::IndicesForward, executor, workspace, prepared.workspace)?;
+        download(&stream, OP, "output", &b[1], op.output)?;
+        let mut indices = zeroed_vec::<i32>(OP, "indices", g.planes() * g.positions())?;
+        stream.download(&b[2], bytemuck::cast_slice_mut(&mut indices))?;
+        let plane = g.h * g.w;
+        let mut out = op.indices.into_view();
+        for (e, (dst, &v)) in out.iter_mut().zip(&indices).enumerate() {
+            *dst = v
+                .flat_in(plane)
+                .and_then(I::try_from_flat)
+                .ok_or_else(|| g.index_error(OP, "indices", e, v as i64))?;
+        }
+        Ok(())
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T, I>> for Ascend {
+    type Prepared = AscendPrepared;
+
+    fn prepare(
+        &self,
+        op: &MaxPool2dWithIndicesBackward<'a, T, I>,
+        g: &MaxPoolGeometry,
+    ) -> Result<(AscendPrepared, usize)> {
+        const OP: &str = "max_pool2d_with_indices_backward";
+        self.check_support(OP, DeviceOp::WithIndicesBackward, T::DTYPE)?;
+        self.check_params(OP, g)?;
+        // As for the adaptive backward: CANN documents indices in [0, H_in * W_in) but does not
+        // check them, so host-staged values are checked before any device call.
+        let plane = g.h * g.w;
+        if let Some((e, &v)) = op.indices.view().iter().enumerate().find(|(_, v)| v.flat_in(plane).is_none())
+        {
+            return Err(g.index_error(OP, "indices", e, v.to_i64()));
+        }
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let (input, pooled, _) = pool_dims(g)?;
+        let mut s = Staging::new(&self.session);
+        s.add(OP, "grad_output", pooled, T::DTYPE)?;
+        s.add(OP, "self_", input, T::DTYPE)?;
+        s.add(OP, "indices", pooled, DType::I32)?;
+        s.add(OP, "grad_input", input, T::DTYPE)?;
+        let params = self.pool_params(g)?;
+        let t = &s.tensors;
+        let planned = self.session.pool_backward_plan(true, &t[0], &t[1], &t[2], &params, &t[3])?;
+        s.finish(planned, Some(params), None)
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool2dWithIndicesBackward<'a, T, I>,
+        _g: &MaxPoolGeometry,
+        mut prepared: AscendPrepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = "max_pool2d_with_indices_backward";
+        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
+        let b = &prepared.buffers;
+        let stream = self.session.stream()?;
+        upload(&stream, OP, "grad_output", &b[0], op.grad_output.view())?;
+        let indices = int32_indices(OP, "indices", op.indices.view())?;
+        stream.upload(&b[2], bytemuck::cast_slice(&indices))?;
+        stream.run(OpKind::IndicesBackward, executor, workspace, prepared.workspace)?;
         download(&stream, OP, "grad_input", &b[3], op.grad_input)
     }
 }

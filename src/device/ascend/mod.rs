@@ -7,15 +7,43 @@
 //! `libascendcl.so`, `libnnopbase.so` and `libopapi.so` or the split `libopapi_nn.so`. Sourcing
 //! CANN's `set_env.sh` sets all of this up.
 //!
-//! [`Ascend`] runs four operators through the same [`Plan`](crate::Plan) ->
+//! [`Ascend`] runs all six operations through the same [`Plan`](crate::Plan) ->
 //! [`Executor`](crate::Executor) path as the CPU: `aclnnAdaptiveMaxPool2d`,
-//! `aclnnAdaptiveMaxPool2dBackward`, `aclnnMaxPool2dWithMask` and `aclnnMaxPool2dWithMaskBackward`.
-//! Phase 1 ([`Plan::new`](crate::Plan::new)) checks everything this crate knows about the device
-//! before any device call (SoC support, dtypes, the mask layout, `H*W <= i32::MAX`, the 2^24 limit
-//! of non-divisible adaptive shapes, index values), then allocates device buffers, creates the
-//! `aclTensor`s and calls `aclnnXxxGetWorkspaceSize`, keeping the executor. Phase 2
+//! `aclnnAdaptiveMaxPool2dBackward`, `aclnnMaxPool2dWithMask`, `aclnnMaxPool2dWithMaskBackward`,
+//! `aclnnMaxPool2dWithIndices` and `aclnnMaxPool2dWithIndicesBackward` (int32 indices on the
+//! device; `i64` callers are converted, and checked against the plane). Phase 1
+//! ([`Plan::new`](crate::Plan::new)) checks everything this crate knows about the device before
+//! any device call (the SoC's operators and dtypes, dilation, the 310P's ceil-mode strides, the
+//! mask layout, `H*W <= i32::MAX`, the adaptive backward's 2^24 limit on non-divisible shapes,
+//! index values), then allocates device buffers, creates the `aclTensor`s (4-D, `ACL_FORMAT_NCHW`)
+//! and calls `aclnnXxxGetWorkspaceSize`, keeping the executor. Phase 2
 //! ([`Executor::run`](crate::Executor::run)) copies the inputs to the device, launches on the
 //! device's stream with the workspace, synchronises and copies the outputs back.
+//!
+//! **Executors as CANN owns them.** A plan's executor is one-shot: it is ours until the launch,
+//! CANN's from the launch on (nnopbase deletes it when `aclnnXxx` returns, even when the run
+//! fails), and a plan dropped unlaunched destroys it with `aclDestroyAclOpExecutor`. No executor
+//! is made repeatable: CANN refuses `aclSetAclOpExecutorRepeatable` for the mask operators (their
+//! op_api points internal views at the caller's mask buffer) and for executors served from its
+//! cache, and a [`Plan`](crate::Plan) runs at most once anyway. This is also what torch_npu does.
+//! Re-running `GetWorkspaceSize` in phase 2 (torch_npu's other habit) was not chosen: it would
+//! move CANN's own checks out of [`Plan::new`](crate::Plan::new).
+//!
+//! **Errors mid-run.** If a launch or a copy fails after work was queued, the stream is
+//! synchronised before any buffer is freed, and the error is returned.
+//!
+//! **Determinism is process-wide** on current CANN: nnopbase reads the process-level
+//! `ACL_OPT_DETERMINISTIC` during `GetWorkspaceSize` (hicann/opbase since 2026-01; earlier
+//! versions read the context's), and the runtime's context setter also stores the process value.
+//! [`Ascend::deterministic`] therefore sets both, and it affects every `Ascend` (and every other
+//! CANN user) in the process. [`Ascend::is_deterministic`] reads the option back from CANN.
+//!
+//! **`aclFinalize`.** CANN 8.1's `acl.h` asks for `aclFinalize` before the process exits.
+//! poolgrad never calls it on its own (CANN allows one initialisation per process, and another
+//! user of the process, such as torch_npu, may own it): call [`finalize`] once every device,
+//! workspace and plan is dropped, and only if poolgrad is the process's only CANN user. It calls
+//! `aclFinalize` only if poolgrad's `aclInit` initialised CANN, and no `Ascend` can be opened
+//! afterwards.
 //!
 //! **Host-staged tensors.** This version takes host tensors (ndarray views) and copies them to and
 //! from the device on every run; it does not hold tensors on the device between calls.
@@ -64,8 +92,19 @@ pub use soc::SocFamily;
 
 use ffi::{DeviceBuffer, Runtime, Session};
 
-/// The largest non-divisible adaptive plane `H * W` CANN's AdaptiveMaxPool2dBackward documents.
+/// The largest non-divisible adaptive plane `H * W` CANN's AdaptiveMaxPool2dBackward documents
+/// (`aclnnAdaptiveMaxPool2dBackward.md`, 约束说明; no other operator documents it).
 const MAX_NON_DIVISIBLE_ADAPTIVE_PLANE: usize = 1 << 24;
+
+/// Calls `aclFinalize` for the CANN this crate initialised, if it did (module docs). Afterwards no
+/// [`Ascend`] can be opened in this process.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] while any `Ascend`, workspace or plan is alive (nothing is
+/// finalised then), and [`Error::Cann`] if `aclFinalize` fails.
+pub fn finalize() -> Result<()> {
+    ffi::finalize()
+}
 
 /// An Ascend NPU: one device with its own context and stream.
 ///
@@ -77,7 +116,6 @@ pub struct Ascend {
     soc: String,
     family: SocFamily,
     device_id: i32,
-    deterministic: bool,
 }
 
 impl fmt::Debug for Ascend {
@@ -85,7 +123,6 @@ impl fmt::Debug for Ascend {
         f.debug_struct("Ascend")
             .field("device_id", &self.device_id)
             .field("soc", &self.soc)
-            .field("deterministic", &self.deterministic)
             .field("libraries", &self.session.runtime().origin())
             .finish()
     }
@@ -116,7 +153,7 @@ impl Ascend {
         let session = Session::open(rt, device_id)?;
         // After aclrtSetDevice: the SoC of the device in use.
         let soc = session.runtime().soc_name()?;
-        Ok(Ascend { session, family: SocFamily::from_soc_name(&soc), soc, device_id, deterministic: false })
+        Ok(Ascend { session, family: SocFamily::from_soc_name(&soc), soc, device_id })
     }
 
     /// Whether CANN loads from the default locations and reports at least one device. Never fails.
@@ -124,23 +161,33 @@ impl Ascend {
         Runtime::load(ffi::default_roots(), true).and_then(|rt| rt.device_count()).is_ok_and(|n| n > 0)
     }
 
-    /// Sets CANN's deterministic mode (`ACL_OPT_DETERMINISTIC`) for this device's context.
+    /// Sets CANN's deterministic mode (`ACL_OPT_DETERMINISTIC`): for this device's context
+    /// (`aclrtCtxSetSysParamOpt`) and, where the runtime exports `aclrtSetSysParamOpt`, for the
+    /// process, which is what current CANN reads. **Process-wide**: it applies to every plan made
+    /// afterwards on any device of the process (module docs).
     ///
     /// Off by default, as in CANN. Off, the backward operators may accumulate overlapping windows
     /// concurrently, so f16/bf16 results can vary in the last bits from run to run (the CPU
     /// backend is always deterministic).
     ///
     /// # Errors
-    /// [`Error::Cann`] if `aclrtCtxSetSysParamOpt` fails.
-    pub fn deterministic(mut self, on: bool) -> Result<Self> {
+    /// [`Error::Cann`] if `aclrtCtxSetSysParamOpt` or `aclrtSetSysParamOpt` fails.
+    pub fn deterministic(self, on: bool) -> Result<Self> {
         self.session.set_deterministic(on)?;
-        self.deterministic = on;
         Ok(self)
     }
 
-    /// Whether deterministic mode is on.
-    pub fn is_deterministic(&self) -> bool {
-        self.deterministic
+    /// Whether CANN's deterministic mode is on, as CANN reports it now: `Some(on)` when every
+    /// level the runtime lets us read (the context's, and the process's where
+    /// `aclrtGetSysParamOpt` exists) agrees, `None` when they disagree (which one an operator
+    /// reads then depends on the CANN version), when neither can be read, or when the context
+    /// cannot be made current.
+    pub fn is_deterministic(&self) -> Option<bool> {
+        match self.session.deterministic_levels().ok()? {
+            (Some(c), Some(p)) if (c != 0) == (p != 0) => Some(p != 0),
+            (Some(_), Some(_)) | (None, None) => None,
+            (Some(v), None) | (None, Some(v)) => Some(v != 0),
+        }
     }
 
     /// The SoC name CANN reports, e.g. `"Ascend910B1"`.
@@ -159,7 +206,8 @@ impl Ascend {
     }
 
     /// Whether this device's `aclnnMaxPool2dWithMask` writes masks in layout `L` for `params`
-    /// (A2/A3 write `I32Argmax` except for 1x1 kernels; other SoCs write `Bitmask`).
+    /// (A2/A3 write `I32Argmax` except for 1x1 kernels; other SoCs write `Bitmask`). Says nothing
+    /// of whether the SoC runs the operator at all.
     pub fn writes_mask_layout<L: MaskLayout>(&self, params: &MaxPool2dParams) -> bool {
         self.family.mask_layout(params.kernel()) == L::KIND
     }
@@ -194,8 +242,8 @@ impl Device for Ascend {
         "ascend"
     }
 
-    /// `H * W <= i32::MAX` for every operator, and at most 2^24 for adaptive shapes that are not
-    /// divisible (documented for `aclnnAdaptiveMaxPool2dBackward`).
+    /// `H * W <= i32::MAX` for every operator, and at most 2^24 for adaptive backward shapes that
+    /// are not divisible (documented for `aclnnAdaptiveMaxPool2dBackward` only).
     fn limits(&self) -> DeviceLimits {
         DeviceLimits::none()
             .with_max_plane(i32::MAX as usize)

@@ -2,15 +2,39 @@
 //!
 //! Sources (ascend-semantics.md): adaptive windows and the backward's contract (B), the mask shape
 //! (A.1), the I32Argmax prefix (A.2), the 5HD bit mask (A.3), output size and parameter checks
-//! (A.4).
+//! (A.4). Per-SoC decisions are keyed on the architecture, as ops-nn's are
+//! (`GetCurrentPlatformInfo().GetCurNpuArch()`), read from the platform-config table
+//! (`platform.rs`). Formats are checked as each operator's ops-nn document lists them.
 
 use half::{bf16, f16};
 
+use crate::platform::{Arch, arch};
 use crate::state::{Job, MaskParams, Queued, State, TensorDesc, itemsize};
 use crate::{
-    ACL_BF16, ACL_FLOAT, ACL_FLOAT16, ACL_FORMAT_NCHW, ACL_FORMAT_ND, ACL_INT8, ACL_INT32, ACL_INT64,
-    ACLNN_ERR_INNER_FIND_KERNEL_ERROR, ACLNN_ERR_PARAM_INVALID, Family, KNOWN_DTYPES, KNOWN_FORMATS, family,
+    ACL_BF16, ACL_DOUBLE, ACL_FLOAT, ACL_FLOAT16, ACL_FORMAT_NCHW, ACL_FORMAT_NCL, ACL_FORMAT_ND, ACL_INT8,
+    ACL_INT32, ACL_INT64, ACLNN_ERR_INNER_FIND_KERNEL_ERROR, ACLNN_ERR_PARAM_INVALID, KNOWN_DTYPES,
+    KNOWN_FORMATS,
 };
+
+/// The formats of 4-D tensors (3-D tensors: the same list with NCL for NCHW) each operator's
+/// ops-nn document lists, as far as the double models them (it does not model NHWC):
+/// `aclnnAdaptiveMaxPool2d.md` NCHW/NCL/NHWC (ND is an error: "self的format不是NCHW/NHWC/NCL";
+/// the AI CPU path's `CheckInputFormat` refuses it); `aclnnAdaptiveMaxPool2dBackward.md` ND, and
+/// NCHW as its op_api's `CheckFormat` accepts (torch_npu passes NCHW);
+/// `aclnnMaxPool2dWithMask.md` NCHW, ND; `aclnnMaxPool2dWithMaskBackward.md` NCHW only;
+/// `aclnnMaxPool2dWithIndices.md` NCHW, ND (NHWC not on A2/A3); `aclnnMaxPool2dWithIndicesBackward.md`
+/// NCHW, ND.
+fn formats(job: &Job, rank: usize) -> &'static [i32] {
+    let nchw = if rank == 3 { ACL_FORMAT_NCL } else { ACL_FORMAT_NCHW };
+    match (job, nchw) {
+        (Job::AdaptiveForward { .. }, ACL_FORMAT_NCL) => &[ACL_FORMAT_NCL],
+        (Job::AdaptiveForward { .. }, _) => &[ACL_FORMAT_NCHW],
+        (Job::MaskBackward { .. }, ACL_FORMAT_NCL) => &[ACL_FORMAT_NCL],
+        (Job::MaskBackward { .. }, _) => &[ACL_FORMAT_NCHW],
+        (_, ACL_FORMAT_NCL) => &[ACL_FORMAT_NCL, ACL_FORMAT_ND],
+        _ => &[ACL_FORMAT_NCHW, ACL_FORMAT_ND],
+    }
+}
 
 type Check = Result<(), (i32, String)>;
 
@@ -18,16 +42,22 @@ fn invalid(msg: String) -> (i32, String) {
     (ACLNN_ERR_PARAM_INVALID, msg)
 }
 
-/// Dtypes, formats, contiguity and device placement of one tensor.
-fn check_tensor(s: &State, name: &str, t: &TensorDesc, dtypes: &[i32]) -> Check {
+/// Dtypes, formats (those `job` documents), contiguity and device placement of one tensor.
+fn check_tensor(s: &State, job: &Job, name: &str, t: &TensorDesc, dtypes: &[i32]) -> Check {
     if !KNOWN_DTYPES.contains(&t.dtype) || !KNOWN_FORMATS.contains(&t.format) {
         return Err(invalid(format!("{name}: unknown dtype {} or format {}", t.dtype, t.format)));
     }
     if !dtypes.contains(&t.dtype) {
         return Err(invalid(format!("{name}: dtype {} not in {dtypes:?}", t.dtype)));
     }
-    if t.format != ACL_FORMAT_ND && t.format != ACL_FORMAT_NCHW {
-        return Err(invalid(format!("{name}: format {} (expected ND or NCHW)", t.format)));
+    let allowed = formats(job, t.dims.len());
+    if !allowed.contains(&t.format) {
+        return Err(invalid(format!(
+            "{name}: format {} of a {}-D tensor, but {} documents {allowed:?}",
+            t.format,
+            t.dims.len(),
+            job.kind()
+        )));
     }
     if t.dims.len() != 3 && t.dims.len() != 4 && name != "indices" {
         return Err(invalid(format!("{name}: rank {} (expected 3 or 4)", t.dims.len())));
@@ -73,22 +103,45 @@ fn with_spatial(t: &TensorDesc, h: usize, w: usize) -> Vec<i64> {
     d
 }
 
+/// The float dtypes of `op` on the current SoC: each op_api's `GetDtypeSupportListBySocVersion`
+/// (or `GetDtypeSupportList`), keyed on the architecture; an empty list is "support for %s is not
+/// implemented" (`ACLNN_ERR_PARAM_INVALID`).
 fn float_dtypes(s: &State, op: &str) -> Result<&'static [i32], (i32, String)> {
+    const ALL: &[i32] = &[ACL_FLOAT, ACL_FLOAT16, ACL_BF16];
     let soc = s.soc();
-    let kernel = |what: &str| Err((ACLNN_ERR_INNER_FIND_KERNEL_ERROR, format!("{op} {what} on {soc}")));
-    match (family(&soc), op) {
-        (Family::A2, _) => Ok(&[ACL_FLOAT, ACL_FLOAT16, ACL_BF16]),
-        (Family::A950, "AdaptiveMaxPool2d" | "AdaptiveMaxPool2dBackward") => {
-            Ok(&[ACL_FLOAT, ACL_FLOAT16, ACL_BF16])
+    let not_implemented = || Err(invalid(format!("{op}: support for {soc} is not implemented")));
+    match (arch(&soc), op) {
+        // aclnn_adaptive_max_pool2d.cpp: DTYPE_SUPPORT_LIST_ASCEND910B on DAV_2201 and regbase,
+        // DTYPE_SUPPORT_LIST (the AI CPU path) on every other SoC.
+        (Arch::Dav2201 | Arch::Dav3510, "AdaptiveMaxPool2d") => {
+            Ok(&[ACL_FLOAT, ACL_DOUBLE, ACL_FLOAT16, ACL_BF16])
         }
-        (Family::A950, _) => {
+        (_, "AdaptiveMaxPool2d") => Ok(&[ACL_FLOAT, ACL_DOUBLE, ACL_FLOAT16]),
+        (Arch::Dav2201 | Arch::Dav3510, "AdaptiveMaxPool2dBackward") => Ok(ALL),
+        (_, "AdaptiveMaxPool2dBackward") => {
+            Err((ACLNN_ERR_INNER_FIND_KERNEL_ERROR, format!("{op} has no kernel on {soc}")))
+        }
+        // aclnnMaxPool2dWithMask{,Backward}GetWorkspaceSize: `!IsRegbase()` or
+        // "deprecated, please use the aclnnMaxPool2dWithIndices interface".
+        (Arch::Dav3510, "MaxPool2dWithMask" | "MaxPool2dWithMaskBackward") => {
             Err(invalid(format!("{op} is deprecated on {soc}, please use aclnnMaxPool2dWithIndices")))
         }
-        (Family::Training, "MaxPool2dWithMask" | "MaxPool2dWithMaskBackward") => {
-            Ok(&[ACL_FLOAT, ACL_FLOAT16])
-        }
-        (Family::Inference310P, "MaxPool2dWithMask") => Ok(&[ACL_FLOAT]),
-        _ => kernel("is not supported"),
+        (Arch::Dav2201, "MaxPool2dWithMask" | "MaxPool2dWithMaskBackward") => Ok(ALL),
+        (Arch::Dav1001, "MaxPool2dWithMask" | "MaxPool2dWithMaskBackward") => Ok(&[ACL_FLOAT16, ACL_FLOAT]),
+        (Arch::Dav2002, "MaxPool2dWithMask") => Ok(&[ACL_FLOAT]),
+        (Arch::Dav2201 | Arch::Dav3510, "MaxPool2dWithIndices") => Ok(ALL),
+        (Arch::Dav2201, "MaxPool2dWithIndicesBackward") => Ok(&[ACL_FLOAT]),
+        (Arch::Dav3510, "MaxPool2dWithIndicesBackward") => Ok(ALL),
+        _ => not_implemented(),
+    }
+}
+
+/// The index dtypes of the with-indices operators: INT32/INT64 forward (`INDICES_DTYPE_SUPPORT_LIST`);
+/// backward INT32/INT8 on DAV_2201, INT32/INT64 on regbase.
+fn indices_dtypes(s: &State, op: &str) -> &'static [i32] {
+    match (arch(&s.soc()), op) {
+        (Arch::Dav2201, "MaxPool2dWithIndicesBackward") => &[ACL_INT32, ACL_INT8],
+        _ => &[ACL_INT32, ACL_INT64],
     }
 }
 
@@ -102,9 +155,10 @@ fn check_plane(name: &str, h: usize, w: usize) -> Check {
     Ok(())
 }
 
-/// Output length of max pooling (A.4), `None` if `k, s, p, d` are out of range.
-fn pool_len(len: i64, k: i64, s: i64, p: i64, d: i64, ceil: bool) -> Option<i64> {
-    if k <= 0 || s <= 0 || d != 1 || p < 0 || p > k / 2 {
+/// Output length of max pooling (A.4), `None` if `k, s, p, d` are out of range. Dilation must
+/// be 1 unless `regbase` (`CheckShape`: "dilation only support 1" unless `IsRegbase()`).
+fn pool_len(len: i64, k: i64, s: i64, p: i64, d: i64, ceil: bool, regbase: bool) -> Option<i64> {
+    if k <= 0 || s <= 0 || d <= 0 || (d != 1 && !regbase) || p < 0 || p > k / 2 {
         return None;
     }
     let mut o = (len + 2 * p - d * (k - 1) - 1 + if ceil { s - 1 } else { 0 }).div_euclid(s) + 1;
@@ -119,6 +173,7 @@ struct Pool {
     k: [i64; 2],
     s: [i64; 2],
     p: [i64; 2],
+    d: [i64; 2],
     out: [usize; 2],
 }
 
@@ -131,15 +186,15 @@ fn pair(v: &[i64], name: &str, allow_empty: Option<[i64; 2]>) -> Result<[i64; 2]
     }
 }
 
-fn pool(params: &MaskParams, h: usize, w: usize) -> Result<Pool, (i32, String)> {
+fn pool(params: &MaskParams, h: usize, w: usize, regbase: bool) -> Result<Pool, (i32, String)> {
     let k = pair(&params.kernel, "kernelSize", None)?;
     let s = pair(&params.stride, "stride", Some(k))?;
     let p = pair(&params.padding, "padding", None)?;
     let d = pair(&params.dilation, "dilation", None)?;
-    let ho = pool_len(h as i64, k[0], s[0], p[0], d[0], params.ceil_mode);
-    let wo = pool_len(w as i64, k[1], s[1], p[1], d[1], params.ceil_mode);
+    let ho = pool_len(h as i64, k[0], s[0], p[0], d[0], params.ceil_mode, regbase);
+    let wo = pool_len(w as i64, k[1], s[1], p[1], d[1], params.ceil_mode, regbase);
     match (ho, wo) {
-        (Some(ho), Some(wo)) => Ok(Pool { k, s, p, out: [ho as usize, wo as usize] }),
+        (Some(ho), Some(wo)) => Ok(Pool { k, s, p, d, out: [ho as usize, wo as usize] }),
         _ => Err(invalid(format!(
             "kernel {k:?} stride {s:?} padding {p:?} dilation {d:?} invalid for {h}x{w}"
         ))),
@@ -167,9 +222,9 @@ pub(crate) fn check(s: &State, job: &Job) -> Check {
     let floats = float_dtypes(s, job.kind())?;
     match job {
         Job::AdaptiveForward { input, output_size, out, indices } => {
-            check_tensor(s, "self", input, floats)?;
-            check_tensor(s, "outputOut", out, &[input.dtype])?;
-            check_tensor(s, "indicesOut", indices, &[ACL_INT64])?;
+            check_tensor(s, job, "self", input, floats)?;
+            check_tensor(s, job, "outputOut", out, &[input.dtype])?;
+            check_tensor(s, job, "indicesOut", indices, &[ACL_INT64])?;
             let [_, c, h, w] = nchw(input);
             check_plane("self", h, w)?;
             if c == 0 || output_size.len() != 2 || output_size.iter().any(|&o| o <= 0) {
@@ -180,10 +235,16 @@ pub(crate) fn check(s: &State, job: &Job) -> Check {
             same_dims("indicesOut", indices, &expected)
         }
         Job::AdaptiveBackward { grad_output, input, indices, grad_input } => {
-            check_tensor(s, "gradOutput", grad_output, floats)?;
-            check_tensor(s, "self", input, &[grad_output.dtype])?;
-            check_tensor(s, "gradInput", grad_input, &[grad_output.dtype])?;
-            check_tensor(s, "indices", indices, &[ACL_INT32, ACL_INT64])?;
+            check_tensor(s, job, "gradOutput", grad_output, floats)?;
+            check_tensor(s, job, "self", input, &[grad_output.dtype])?;
+            check_tensor(s, job, "gradInput", grad_input, &[grad_output.dtype])?;
+            check_tensor(s, job, "indices", indices, &[ACL_INT32, ACL_INT64])?;
+            // aclnn_adaptive_max_pool2d_backward.cpp `CheckFormat`: all four the same format.
+            if [grad_output, grad_input, indices].iter().any(|t| t.format != input.format) {
+                return Err(invalid(
+                    "Format of self and gradOutput and gradInput and indices should be same".into(),
+                ));
+            }
             let [_, c, h, w] = nchw(input);
             check_plane("self", h, w)?;
             same_dims("gradInput", grad_input, &input.dims)?;
@@ -204,23 +265,51 @@ pub(crate) fn check(s: &State, job: &Job) -> Check {
             Ok(())
         }
         Job::MaskForward { input, params, out, mask } => {
-            check_tensor(s, "self", input, floats)?;
-            check_tensor(s, "out", out, &[input.dtype])?;
-            check_tensor(s, "indices", mask, &[ACL_INT8])?;
+            check_tensor(s, job, "self", input, floats)?;
+            check_tensor(s, job, "out", out, &[input.dtype])?;
+            check_tensor(s, job, "indices", mask, &[ACL_INT8])?;
             let [_, _, h, w] = nchw(input);
             check_plane("self", h, w)?;
-            let pool = pool(params, h, w)?;
+            let pool = pool(params, h, w, false)?;
             same_dims("out", out, &with_spatial(input, pool.out[0], pool.out[1]))?;
             same_dims("indices", mask, &mask_dims(input, &pool))
         }
-        Job::MaskBackward { grad_output, input, mask, params, grad_input } => {
-            check_tensor(s, "gradOutput", grad_output, floats)?;
-            check_tensor(s, "self", input, &[grad_output.dtype])?;
-            check_tensor(s, "gradInput", grad_input, &[grad_output.dtype])?;
-            check_tensor(s, "indices", mask, &[ACL_INT8])?;
+        Job::IndicesForward { input, params, out, indices } => {
+            check_tensor(s, job, "self", input, floats)?;
+            check_tensor(s, job, "out", out, &[input.dtype])?;
+            check_tensor(s, job, "indices", indices, indices_dtypes(s, job.kind()))?;
+            if out.format != input.format {
+                return Err(invalid("Format of input and output should be same".into()));
+            }
             let [_, _, h, w] = nchw(input);
             check_plane("self", h, w)?;
-            let pool = pool(params, h, w)?;
+            let pool = pool(params, h, w, arch(&s.soc()) == Arch::Dav3510)?;
+            same_dims("out", out, &with_spatial(input, pool.out[0], pool.out[1]))?;
+            same_dims("indices", indices, &out.dims)
+        }
+        Job::IndicesBackward { grad_output, input, indices, params, grad_input } => {
+            check_tensor(s, job, "gradOutput", grad_output, floats)?;
+            check_tensor(s, job, "self", input, &[grad_output.dtype])?;
+            check_tensor(s, job, "gradInput", grad_input, &[grad_output.dtype])?;
+            check_tensor(s, job, "indices", indices, indices_dtypes(s, job.kind()))?;
+            if grad_output.format != input.format || grad_input.format != input.format {
+                return Err(invalid("Format of self and gradOutput and gradInput should be same".into()));
+            }
+            let [_, _, h, w] = nchw(input);
+            check_plane("self", h, w)?;
+            let pool = pool(params, h, w, arch(&s.soc()) == Arch::Dav3510)?;
+            same_dims("gradOutput", grad_output, &with_spatial(input, pool.out[0], pool.out[1]))?;
+            same_dims("gradInput", grad_input, &input.dims)?;
+            same_dims("indices", indices, &grad_output.dims)
+        }
+        Job::MaskBackward { grad_output, input, mask, params, grad_input } => {
+            check_tensor(s, job, "gradOutput", grad_output, floats)?;
+            check_tensor(s, job, "self", input, &[grad_output.dtype])?;
+            check_tensor(s, job, "gradInput", grad_input, &[grad_output.dtype])?;
+            check_tensor(s, job, "indices", mask, &[ACL_INT8])?;
+            let [_, _, h, w] = nchw(input);
+            check_plane("self", h, w)?;
+            let pool = pool(params, h, w, false)?;
             same_dims("gradOutput", grad_output, &with_spatial(input, pool.out[0], pool.out[1]))?;
             same_dims("gradInput", grad_input, &input.dims)?;
             same_dims("indices", mask, &mask_dims(input, &pool))
@@ -249,6 +338,7 @@ fn read(bytes: &[u8], dtype: i32, i: usize) -> f64 {
         ACL_BF16 => bf16::from_le_bytes(b(2).try_into().unwrap()).to_f64(),
         ACL_INT32 => i32::from_le_bytes(b(4).try_into().unwrap()) as f64,
         ACL_INT64 => i64::from_le_bytes(b(8).try_into().unwrap()) as f64,
+        ACL_DOUBLE => f64::from_le_bytes(b(8).try_into().unwrap()),
         _ => f64::NAN,
     }
 }
@@ -353,6 +443,29 @@ pub(crate) fn run(s: &mut State, q: &Queued) {
             finish_gradient(s, grad_input, &acc);
         }
         Job::MaskForward { input, params, out, mask } => mask_forward(s, input, params, out, mask),
+        Job::IndicesForward { input, params, out, indices } => {
+            indices_forward(s, input, params, out, indices)
+        }
+        Job::IndicesBackward { grad_output, input, indices, params, grad_input } => {
+            let [n, c, h, w] = nchw(input);
+            let regbase = arch(&s.soc()) == Arch::Dav3510;
+            let Ok(pool) = pool(params, h, w, regbase) else { return };
+            let positions = pool.out[0] * pool.out[1];
+            let (g, idx) = (load(s, grad_output), load(s, indices));
+            let mut acc = vec![0f32; grad_input.numel()];
+            for plane in 0..n * c {
+                for p in 0..positions {
+                    let e = plane * positions + p;
+                    let i = read_index(&idx, indices.dtype, e);
+                    if !(0..(h * w) as i64).contains(&i) {
+                        s.violation(format!("index {i} at element {e} reached the device: a real NPU would write outside gradInput"));
+                        continue;
+                    }
+                    acc[plane * h * w + i as usize] += read(&g, grad_output.dtype, e) as f32;
+                }
+            }
+            finish_gradient(s, grad_input, &acc);
+        }
         Job::MaskBackward { grad_output, input, mask, params, grad_input } => {
             mask_backward(s, grad_output, input, mask, params, grad_input)
         }
@@ -370,26 +483,26 @@ fn finish_gradient(s: &mut State, grad_input: &TensorDesc, acc: &[f32]) {
 /// Which layout the SoC writes (A.0): the int32 prefix on A2/A3 for kernels other than 1x1,
 /// otherwise the 5HD bit mask.
 fn i32_prefix(s: &State, pool: &Pool) -> bool {
-    family(&s.soc()) == Family::A2 && pool.k != [1, 1]
+    arch(&s.soc()) == Arch::Dav2201 && pool.k != [1, 1]
 }
 
 /// The input cell of window offset `k` at output `(oh, ow)`, or `None` in padding.
 fn cell(pool: &Pool, h: usize, w: usize, oh: usize, ow: usize, k: usize) -> Option<usize> {
     let kw = pool.k[1] as usize;
-    let ih = oh as i64 * pool.s[0] - pool.p[0] + (k / kw) as i64;
-    let iw = ow as i64 * pool.s[1] - pool.p[1] + (k % kw) as i64;
+    let ih = oh as i64 * pool.s[0] - pool.p[0] + (k / kw) as i64 * pool.d[0];
+    let iw = ow as i64 * pool.s[1] - pool.p[1] + (k % kw) as i64 * pool.d[1];
     ((0..h as i64).contains(&ih) && (0..w as i64).contains(&iw)).then(|| ih as usize * w + iw as usize)
 }
 
 fn mask_forward(s: &mut State, input: &TensorDesc, params: &MaskParams, out: &TensorDesc, mask: &TensorDesc) {
     let [n, c, h, w] = nchw(input);
-    let Ok(pool) = pool(params, h, w) else { return };
+    let Ok(pool) = pool(params, h, w, false) else { return };
     let [ho, wo] = pool.out;
     let positions = ho * wo;
     let taps = (pool.k[0] * pool.k[1]) as usize;
     let prefix = i32_prefix(s, &pool);
     // Atlas training computes FLOAT input in FLOAT16 (A.3, "Precision").
-    let via_f16 = family(&s.soc()) == Family::Training && input.dtype == ACL_FLOAT;
+    let via_f16 = arch(&s.soc()) == Arch::Dav1001 && input.dtype == ACL_FLOAT;
     let x = load(s, input);
     let size = itemsize(input.dtype);
     let mut y = vec![0u8; out.byte_len()];
@@ -481,7 +594,7 @@ fn mask_backward(
     grad_input: &TensorDesc,
 ) {
     let [n, c, h, w] = nchw(input);
-    let Ok(pool) = pool(params, h, w) else { return };
+    let Ok(pool) = pool(params, h, w, false) else { return };
     let positions = pool.out[0] * pool.out[1];
     let taps = (pool.k[0] * pool.k[1]) as usize;
     let (g, m) = (load(s, grad_output), load(s, mask));
@@ -514,4 +627,37 @@ fn mask_backward(
         }
     }
     finish_gradient(s, grad_input, &acc);
+}
+
+/// `aclnnMaxPool2dWithIndices`: values and PyTorch-style flat indices (first maximum in window
+/// order; a NaN is taken), written in the indices tensor's dtype.
+fn indices_forward(
+    s: &mut State,
+    input: &TensorDesc,
+    params: &MaskParams,
+    out: &TensorDesc,
+    indices: &TensorDesc,
+) {
+    let [n, c, h, w] = nchw(input);
+    let regbase = arch(&s.soc()) == Arch::Dav3510;
+    let Ok(pool) = pool(params, h, w, regbase) else { return };
+    let [ho, wo] = pool.out;
+    let taps = (pool.k[0] * pool.k[1]) as usize;
+    let x = load(s, input);
+    let size = itemsize(input.dtype);
+    let isize_ = itemsize(indices.dtype);
+    let (mut y, mut idx) = (vec![0u8; out.byte_len()], vec![0u8; indices.byte_len()]);
+    for plane in 0..n * c {
+        for p in 0..ho * wo {
+            let taps_in = (0..taps).filter_map(|k| cell(&pool, h, w, p / wo, p % wo, k));
+            let (best, _) = argmax(taps_in.map(|f| (f, read(&x, input.dtype, plane * h * w + f)))).unwrap();
+            let o = plane * ho * wo + p;
+            let src = (plane * h * w + best) * size;
+            y[o * size..(o + 1) * size].copy_from_slice(&x[src..src + size]);
+            let bytes = (best as i64).to_le_bytes();
+            idx[o * isize_..(o + 1) * isize_].copy_from_slice(&bytes[..isize_]);
+        }
+    }
+    store(s, out, &y);
+    store(s, indices, &idx);
 }

@@ -20,6 +20,12 @@
 //! with unfinished work, handles destroyed twice or in the wrong order, device memory accessed out
 //! of bounds, and index values that would make a real device write outside its buffer.
 //!
+//! How executors are owned, as hicann/opbase does it (each behaviour below cites its source):
+//! an executor from phase 1 is the caller's until it is passed to the second phase, which deletes
+//! it whether the run succeeds or fails; using or destroying it afterwards is a recorded violation
+//! (on a real NPU, a use after free). `aclSetAclOpExecutorRepeatable` fails for the mask operators,
+//! as nnopbase's repeatability check does for them.
+//!
 //! Control (for tests only): the `cann_double_*` functions at the end of this file set the SoC
 //! name, inject a status into the n-th next call of any function, and report live handles, call
 //! counts and violations.
@@ -29,6 +35,7 @@
 #![cfg_attr(feature = "cann81", allow(dead_code))]
 
 mod exec;
+mod platform;
 mod state;
 
 use core::ffi::{c_char, c_void};
@@ -47,7 +54,10 @@ const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
 // aclnn status codes (ops-nn docs/zh/context/aclnn_return_code.md)
 const ACLNN_ERR_PARAM_NULLPTR: i32 = 161_001;
 const ACLNN_ERR_PARAM_INVALID: i32 = 161_002;
+const ACLNN_ERR_INNER: i32 = 561_000;
 const ACLNN_ERR_INNER_FIND_KERNEL_ERROR: i32 = 561_003;
+// rt_error_codes.h
+const ACL_ERROR_RT_SYSPARAMOPT_NOT_SET: AclError = 107_021;
 
 // aclDataType
 pub(crate) const ACL_FLOAT: i32 = 0;
@@ -55,45 +65,19 @@ pub(crate) const ACL_FLOAT16: i32 = 1;
 pub(crate) const ACL_INT8: i32 = 2;
 pub(crate) const ACL_INT32: i32 = 3;
 pub(crate) const ACL_INT64: i32 = 9;
+pub(crate) const ACL_DOUBLE: i32 = 11;
 pub(crate) const ACL_BF16: i32 = 27;
 const KNOWN_DTYPES: [i32; 20] = [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 16, 17, 27, 29, 30, 33, 5];
 // aclFormat
-const ACL_FORMAT_NCHW: i32 = 0;
-const ACL_FORMAT_ND: i32 = 2;
+pub(crate) const ACL_FORMAT_NCHW: i32 = 0;
+pub(crate) const ACL_FORMAT_ND: i32 = 2;
+pub(crate) const ACL_FORMAT_NCL: i32 = 47;
 const KNOWN_FORMATS: [i32; 15] = [-1, 0, 1, 2, 3, 4, 12, 16, 27, 29, 30, 32, 33, 35, 47];
 // aclrtMemcpyKind
 const HOST_TO_HOST: i32 = 0;
 const HOST_TO_DEVICE: i32 = 1;
 const DEVICE_TO_HOST: i32 = 2;
 const DEVICE_TO_DEVICE: i32 = 3;
-
-/// Which family of chips a SoC name belongs to (ascend-semantics.md A.0, A.4, B).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Family {
-    /// Atlas A2/A3 (Ascend910B*, Ascend910_93*).
-    A2,
-    /// Atlas training (Ascend910A, Ascend910ProB, ...).
-    Training,
-    /// Atlas inference (Ascend310P*).
-    Inference310P,
-    /// Ascend 950 (regbase).
-    A950,
-    Unknown,
-}
-
-pub(crate) fn family(soc: &str) -> Family {
-    if soc.starts_with("Ascend910B") || soc.starts_with("Ascend910_93") {
-        Family::A2
-    } else if soc.starts_with("Ascend950") {
-        Family::A950
-    } else if soc.starts_with("Ascend910") {
-        Family::Training
-    } else if soc.starts_with("Ascend310P") {
-        Family::Inference310P
-    } else {
-        Family::Unknown
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // libascendcl: acl.h, acl_rt.h
@@ -197,7 +181,7 @@ pub unsafe extern "C" fn aclrtCreateContext(context: *mut *mut c_void, device_id
         return fail(ACL_ERROR_INVALID_DEVICE, "aclrtCreateContext: device not set");
     }
     let id = s.new_handle();
-    s.contexts.insert(id, 0);
+    s.contexts.insert(id, None);
     set_current_context(id);
     // SAFETY: checked non-null; the caller passes a valid `aclrtContext*`.
     unsafe { *context = id as *mut c_void };
@@ -237,6 +221,8 @@ pub extern "C" fn aclrtSetCurrentContext(context: *mut c_void) -> AclError {
     ACL_SUCCESS
 }
 
+/// Models hicann/runtime `src/runtime/api/api_c.cc`, `rtCtxSetSysParamOpt`: the context's value,
+/// and (`sysParamOpt_[configOpt].store(configVal)`) the process's too.
 #[unsafe(no_mangle)]
 pub extern "C" fn aclrtCtxSetSysParamOpt(opt: i32, value: i64) -> AclError {
     if let Some(e) = enter("aclrtCtxSetSysParamOpt") {
@@ -244,12 +230,13 @@ pub extern "C" fn aclrtCtxSetSysParamOpt(opt: i32, value: i64) -> AclError {
     }
     let mut s = state::lock();
     let ctx = current_context();
-    if opt != 0 || !(0..=1).contains(&value) {
+    if opt != 0 || !(0..=3).contains(&value) {
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtCtxSetSysParamOpt: bad option or value");
     }
     match s.contexts.get_mut(&ctx) {
         Some(det) => {
-            *det = value;
+            *det = Some(value);
+            s.process_deterministic = value;
             ACL_SUCCESS
         }
         None => {
@@ -257,6 +244,54 @@ pub extern "C" fn aclrtCtxSetSysParamOpt(opt: i32, value: i64) -> AclError {
             fail(ACL_ERROR_INVALID_PARAM, "aclrtCtxSetSysParamOpt: no current context")
         }
     }
+}
+
+/// Models `rtCtxGetSysParamOpt`: `ACL_ERROR_RT_SYSPARAMOPT_NOT_SET` until the context's value is set.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtCtxGetSysParamOpt(opt: i32, value: *mut i64) -> AclError {
+    if let Some(e) = enter("aclrtCtxGetSysParamOpt") {
+        return e;
+    }
+    if opt != 0 || value.is_null() {
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtCtxGetSysParamOpt: bad option or null value");
+    }
+    let s = state::lock();
+    match s.contexts.get(&current_context()) {
+        Some(Some(v)) => {
+            // SAFETY: checked non-null; the caller passes a valid `int64_t*`.
+            unsafe { *value = *v };
+            ACL_SUCCESS
+        }
+        Some(None) => fail(ACL_ERROR_RT_SYSPARAMOPT_NOT_SET, "aclrtCtxGetSysParamOpt: not set"),
+        None => fail(ACL_ERROR_INVALID_PARAM, "aclrtCtxGetSysParamOpt: no current context"),
+    }
+}
+
+/// Models `rtSetSysParamOpt` (the process-level value, no context needed).
+#[unsafe(no_mangle)]
+pub extern "C" fn aclrtSetSysParamOpt(opt: i32, value: i64) -> AclError {
+    if let Some(e) = enter("aclrtSetSysParamOpt") {
+        return e;
+    }
+    if opt != 0 || !(0..=3).contains(&value) {
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtSetSysParamOpt: bad option or value");
+    }
+    state::lock().process_deterministic = value;
+    ACL_SUCCESS
+}
+
+/// Models `rtGetSysParamOpt`: `*configVal = sysParamOpt_[configOpt].load()` (0 until set).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetSysParamOpt(opt: i32, value: *mut i64) -> AclError {
+    if let Some(e) = enter("aclrtGetSysParamOpt") {
+        return e;
+    }
+    if opt != 0 || value.is_null() {
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetSysParamOpt: bad option or null value");
+    }
+    // SAFETY: checked non-null; the caller passes a valid `int64_t*`.
+    unsafe { *value = state::lock().process_deterministic };
+    ACL_SUCCESS
 }
 
 #[unsafe(no_mangle)]
@@ -321,7 +356,9 @@ pub extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> AclError {
     };
     let queue = std::mem::take(&mut st.queue);
     for queued in queue {
-        exec::run(&mut s, &queued);
+        if queued.executes {
+            exec::run(&mut s, &queued);
+        }
         for t in queued.job.tensors() {
             s.set_pending(t.addr, false);
         }
@@ -552,13 +589,30 @@ pub extern "C" fn aclDestroyIntArray(array: *const c_void) -> i32 {
     0
 }
 
+/// Models hicann/opbase `acl_op_api.cpp` `aclSetAclOpExecutorRepeatable` ->
+/// `op_executor.cpp` `OpExecutorImpl::SetRepeatable`: every kernel launcher must pass
+/// `LauncherRepeatableChecker::CheckLaunchArg` (`common/inc/kernel_launcher.h`), which fails for a
+/// tensor that is neither workspace, nor a caller's tensor, nor a recorded `ViewCopy` relation.
+/// The mask operators' op_api (ops-nn `aclnn_max_pool2d_with_indices.cpp`,
+/// `aclnn_max_pool2d_with_indices_backward.cpp`) points such internal tensors at the caller's
+/// mask (`SetStorageAddr(indices->GetStorageAddr()); SetFromWorkspace(false)`), so CANN answers
+/// `ACLNN_ERR_INNER` for them; the reason goes only to the log (`OP_LOGW`), not to
+/// `aclGetRecentErrMsg`.
 #[unsafe(no_mangle)]
 pub extern "C" fn aclSetAclOpExecutorRepeatable(executor: *mut c_void) -> i32 {
     if let Some(e) = enter("aclSetAclOpExecutorRepeatable") {
         return e;
     }
     let mut s = state::lock();
-    match s.executors.get_mut(&(executor as usize)) {
+    let id = executor as usize;
+    if s.consumed.contains(&id) {
+        s.violation(format!(
+            "aclSetAclOpExecutorRepeatable on executor {id:#x} after its launch: CANN deleted it (use after free)"
+        ));
+        return ACLNN_ERR_INNER;
+    }
+    match s.executors.get_mut(&id) {
+        Some(ex) if matches!(ex.job, Job::MaskForward { .. } | Job::MaskBackward { .. }) => ACLNN_ERR_INNER,
         Some(ex) => {
             ex.repeatable = true;
             0
@@ -570,14 +624,22 @@ pub extern "C" fn aclSetAclOpExecutorRepeatable(executor: *mut c_void) -> i32 {
     }
 }
 
+/// Models `acl_op_api.cpp` `aclDestroyAclOpExecutor`: deletes an executor the caller still owns
+/// (never launched, or repeatable). One that a launch consumed was deleted by CANN already.
 #[unsafe(no_mangle)]
 pub extern "C" fn aclDestroyAclOpExecutor(executor: *mut c_void) -> i32 {
     if let Some(e) = enter("aclDestroyAclOpExecutor") {
         return e;
     }
     let mut s = state::lock();
-    match s.executors.remove(&(executor as usize)) {
-        // Repeatable executors, and executors that never ran, are the caller's to destroy.
+    let id = executor as usize;
+    if s.consumed.contains(&id) {
+        s.violation(format!(
+            "aclDestroyAclOpExecutor on executor {id:#x} after its launch: CANN deleted it already (double free)"
+        ));
+        return ACLNN_ERR_INNER;
+    }
+    match s.executors.remove(&id) {
         Some(_) => 0,
         None => {
             s.violation("aclDestroyAclOpExecutor of an unknown or freed executor".into());
@@ -611,7 +673,10 @@ impl Phase1Out {
         };
         let workspace = exec::workspace_size(&job);
         let id = s.new_handle();
-        s.executors.insert(id, state::Executor { job, workspace, repeatable: false });
+        // The deterministic level is read in phase 1, from the process option (hicann/opbase
+        // `op_executor.cpp`: `GetDeterministicLevelFromRt` -> `aclrtGetSysParamOpt`).
+        let deterministic = s.process_deterministic;
+        s.executors.insert(id, state::Executor { job, workspace, repeatable: false, deterministic });
         // SAFETY: both checked non-null; the caller passes valid out-pointers.
         unsafe {
             *self.workspace_size = workspace;
@@ -779,6 +844,13 @@ pub extern "C" fn aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize(
 }
 
 /// The second phase of every operator: queue the executor's job on `stream`.
+///
+/// Models hicann/opbase `op_executor.cpp`, `CommonOpExecutorRun`: a null executor is refused
+/// as is (`ACLNN_ERR_PARAM_NULLPTR`); any other non-repeatable executor is deleted by the call
+/// whatever happens (`DeleteExecutorForError` on a null workspace, `delete executor` after
+/// `executor->Run()`, successful or not). A run that fails (an injected status) may have queued
+/// the kernels it launched before the failure: they keep the operator's buffers in use until the
+/// stream is synchronised, and produce nothing.
 fn launch(
     name: &str,
     kind: &str,
@@ -787,41 +859,58 @@ fn launch(
     executor: *mut c_void,
     stream: *mut c_void,
 ) -> i32 {
-    if let Some(e) = enter(name) {
-        return e;
-    }
+    let injected = enter(name);
     let mut s = state::lock();
     let id = executor as usize;
-    let Some((ex_kind, ex_workspace)) = s.executors.get(&id).map(|ex| (ex.job.kind(), ex.workspace)) else {
-        s.violation(format!("{name}: executor {id:#x} unknown, already run or destroyed"));
+    if id == 0 {
+        return fail(ACLNN_ERR_PARAM_NULLPTR, &format!("{name}: executor is nullptr"));
+    }
+    if s.consumed.contains(&id) {
+        s.violation(format!(
+            "{name}: executor {id:#x} launched again after its launch: CANN deleted it (use after free)"
+        ));
+        return fail(ACLNN_ERR_PARAM_NULLPTR, &format!("{name}: executor already deleted"));
+    }
+    let Some(ex) = s.executors.get(&id).cloned() else {
+        s.violation(format!("{name}: executor {id:#x} unknown or destroyed"));
         return fail(ACLNN_ERR_PARAM_NULLPTR, &format!("{name}: unknown executor"));
     };
-    if ex_kind != kind {
-        s.violation(format!("{name} called with an executor of {ex_kind}"));
+    // From here on a non-repeatable executor is CANN's, and gone when this call returns.
+    if !ex.repeatable {
+        s.executors.remove(&id);
+        s.consumed.insert(id);
+    }
+    if ex.job.kind() != kind {
+        s.violation(format!("{name} called with an executor of {}", ex.job.kind()));
         return fail(ACLNN_ERR_PARAM_INVALID, &format!("{name}: executor of another operator"));
     }
-    if size < ex_workspace {
-        let need = ex_workspace;
+    if ex.workspace > 0 && workspace.is_null() {
+        return fail(ACLNN_ERR_PARAM_NULLPTR, &format!("{name}: workspace is nullptr"));
+    }
+    if size < ex.workspace {
+        let need = ex.workspace;
         s.violation(format!("{name}: workspaceSize {size} is less than the {need} bytes phase 1 reported"));
         return fail(ACLNN_ERR_PARAM_INVALID, &format!("{name}: workspace too small"));
     }
-    if ex_workspace > 0 && s.device_range(workspace as usize, ex_workspace as usize).is_none() {
-        s.violation(format!("{name}: workspace is not {ex_workspace} bytes of device memory"));
+    if ex.workspace > 0 && s.device_range(workspace as usize, ex.workspace as usize).is_none() {
+        s.violation(format!("{name}: workspace is not {} bytes of device memory", ex.workspace));
         return fail(ACLNN_ERR_PARAM_INVALID, &format!("{name}: bad workspace"));
     }
     if !s.streams.contains_key(&(stream as usize)) {
         return fail(ACLNN_ERR_PARAM_INVALID, &format!("{name}: unknown stream"));
     }
-    let ex =
-        if s.executors[&id].repeatable { s.executors[&id].clone() } else { s.executors.remove(&id).unwrap() };
     // Every buffer of the operator is in use until the stream is synchronised.
     for t in ex.job.tensors() {
         s.set_pending(t.addr, true);
     }
-    let deterministic = s.contexts.get(&s.streams[&(stream as usize)].context).copied().unwrap_or(0);
-    let queued = state::Queued { job: ex.job, workspace: (workspace as usize, ex.workspace), deterministic };
+    let queued = state::Queued {
+        job: ex.job,
+        workspace: (workspace as usize, ex.workspace),
+        deterministic: ex.deterministic,
+        executes: injected.is_none(),
+    };
     s.streams.get_mut(&(stream as usize)).unwrap().queue.push(queued);
-    0
+    injected.unwrap_or(0)
 }
 
 #[unsafe(no_mangle)]
@@ -863,6 +952,100 @@ pub extern "C" fn aclnnMaxPool2dWithMaskBackward(
     stream: *mut c_void,
 ) -> i32 {
     launch("aclnnMaxPool2dWithMaskBackward", "MaxPool2dWithMaskBackward", workspace, size, executor, stream)
+}
+
+/// `aclnnMaxPool2dWithIndicesGetWorkspaceSize` (ops-nn `aclnn_max_pool2d_with_indices.cpp`).
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxPool2dWithIndicesGetWorkspaceSize(
+    self_: *const c_void,
+    kernel_size: *const c_void,
+    stride: *const c_void,
+    padding: *const c_void,
+    dilation: *const c_void,
+    ceil_mode: bool,
+    out: *const c_void,
+    indices: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    const NAME: &str = "aclnnMaxPool2dWithIndicesGetWorkspaceSize";
+    if let Some(e) = enter(NAME) {
+        return e;
+    }
+    let job = {
+        let s = state::lock();
+        (|| {
+            Ok(Job::IndicesForward {
+                input: tensor(&s, "self", self_)?,
+                params: mask_params(&s, kernel_size, stride, padding, dilation, ceil_mode)?,
+                out: tensor(&s, "out", out)?,
+                indices: tensor(&s, "indices", indices)?,
+            })
+        })()
+    };
+    Phase1Out { workspace_size, executor }.finish(NAME, job)
+}
+
+/// `aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize` (ops-nn
+/// `aclnn_max_pool2d_with_indices_backward.cpp`).
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize(
+    grad_output: *const c_void,
+    self_: *const c_void,
+    indices: *const c_void,
+    kernel_size: *const c_void,
+    stride: *const c_void,
+    padding: *const c_void,
+    dilation: *const c_void,
+    ceil_mode: bool,
+    grad_input: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    const NAME: &str = "aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize";
+    if let Some(e) = enter(NAME) {
+        return e;
+    }
+    let job = {
+        let s = state::lock();
+        (|| {
+            Ok(Job::IndicesBackward {
+                grad_output: tensor(&s, "gradOutput", grad_output)?,
+                input: tensor(&s, "self", self_)?,
+                indices: tensor(&s, "indices", indices)?,
+                params: mask_params(&s, kernel_size, stride, padding, dilation, ceil_mode)?,
+                grad_input: tensor(&s, "gradInput", grad_input)?,
+            })
+        })()
+    };
+    Phase1Out { workspace_size, executor }.finish(NAME, job)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxPool2dWithIndices(
+    workspace: *mut c_void,
+    size: u64,
+    executor: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    launch("aclnnMaxPool2dWithIndices", "MaxPool2dWithIndices", workspace, size, executor, stream)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxPool2dWithIndicesBackward(
+    workspace: *mut c_void,
+    size: u64,
+    executor: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    launch(
+        "aclnnMaxPool2dWithIndicesBackward",
+        "MaxPool2dWithIndicesBackward",
+        workspace,
+        size,
+        executor,
+        stream,
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -939,23 +1122,147 @@ pub unsafe extern "C" fn cann_double_violations(buf: *mut c_char, len: usize) ->
 
 #[cfg(test)]
 mod tests {
+    use super::platform::{Arch, arch, names};
     use super::*;
 
+    /// A zeroed 4-D NCHW tensor of `dims` over fresh device memory.
+    fn tensor_of(dims: [i64; 4], dtype: i32) -> *mut c_void {
+        let numel: i64 = dims.iter().product();
+        let mut ptr = core::ptr::null_mut();
+        let bytes = (numel as usize) * state::itemsize(dtype);
+        assert_eq!(unsafe { aclrtMalloc(&mut ptr, bytes, 0) }, 0);
+        assert_eq!(aclrtMemset(ptr, bytes, 0, bytes), 0);
+        let strides = [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1];
+        let t = unsafe {
+            aclCreateTensor(
+                dims.as_ptr(),
+                4,
+                dtype,
+                strides.as_ptr(),
+                0,
+                ACL_FORMAT_NCHW,
+                [numel].as_ptr(),
+                1,
+                ptr,
+            )
+        };
+        assert!(!t.is_null());
+        t
+    }
+
+    fn open_device() -> *mut c_void {
+        cann_double_reset();
+        let _ = aclInit(core::ptr::null());
+        assert_eq!(aclrtSetDevice(0), 0);
+        let (mut ctx, mut stream) = (core::ptr::null_mut(), core::ptr::null_mut());
+        assert_eq!(unsafe { aclrtCreateContext(&mut ctx, 0) }, 0);
+        assert_eq!(unsafe { aclrtCreateStream(&mut stream) }, 0);
+        stream
+    }
+
+    fn ints(v: &[i64]) -> *mut c_void {
+        unsafe { aclCreateIntArray(v.as_ptr(), v.len() as u64) }
+    }
+
+    /// One test: the double's state is process-wide.
     #[test]
-    fn families() {
-        assert_eq!(family("Ascend910B1"), Family::A2);
-        assert_eq!(family("Ascend910_9391"), Family::A2);
-        assert_eq!(family("Ascend910ProB"), Family::Training);
-        assert_eq!(family("Ascend310P3"), Family::Inference310P);
-        assert_eq!(family("Ascend950PR"), Family::A950);
-        assert_eq!(family("Ascend310B1"), Family::Unknown);
-        let _ = (
-            ACL_DOUBLE,
-            ACL_FORMAT_NCHW,
-            ACL_FORMAT_ND,
-            KNOWN_DTYPES,
-            KNOWN_FORMATS,
-            ACLNN_ERR_INNER_FIND_KERNEL_ERROR,
+    fn executors_behave_as_nnopbase_owns_them() {
+        let stream = open_device();
+        // An adaptive backward, launched, then destroyed and launched again: both are violations.
+        let (g, x, idx, gi) = (
+            tensor_of([1, 1, 2, 2], ACL_FLOAT),
+            tensor_of([1, 1, 4, 4], ACL_FLOAT),
+            tensor_of([1, 1, 2, 2], ACL_INT64),
+            tensor_of([1, 1, 4, 4], ACL_FLOAT),
         );
+        let (mut ws, mut ex) = (0u64, core::ptr::null_mut());
+        assert_eq!(aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize(g, x, idx, gi, &mut ws, &mut ex), 0);
+        let mut buf = core::ptr::null_mut();
+        assert_eq!(unsafe { aclrtMalloc(&mut buf, ws as usize, 0) }, 0);
+        assert_eq!(aclnnAdaptiveMaxPool2dBackward(buf, ws, ex, stream), 0);
+        assert_eq!(aclrtSynchronizeStream(stream), 0);
+        assert!(state::lock().violations.is_empty());
+        assert_ne!(aclDestroyAclOpExecutor(ex), 0);
+        assert!(state::lock().violations.iter().any(|v| v.contains("double free")));
+        assert_ne!(aclnnAdaptiveMaxPool2dBackward(buf, ws, ex, stream), 0);
+        assert!(state::lock().violations.iter().any(|v| v.contains("use after free")));
+        assert_eq!(state::lock().live("executors"), 0);
+
+        // A failed launch consumes the executor too (CommonOpExecutorRun deletes it on error).
+        let mut ex = core::ptr::null_mut();
+        assert_eq!(aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize(g, x, idx, gi, &mut ws, &mut ex), 0);
+        state::lock().injections.push(state::Injection {
+            function: "aclnnAdaptiveMaxPool2dBackward".into(),
+            status: 561_000,
+            skip: 0,
+        });
+        assert_eq!(aclnnAdaptiveMaxPool2dBackward(buf, ws, ex, stream), 561_000);
+        assert_eq!(state::lock().live("executors"), 0);
+        assert!(state::lock().consumed.contains(&(ex as usize)));
+        // Its kernels hold the buffers until the stream is synchronised.
+        let before = state::lock().violations.len();
+        assert_eq!(aclrtFree(buf), 0);
+        assert_eq!(state::lock().violations.len(), before + 1, "a free under queued work is caught");
+        assert_eq!(aclrtSynchronizeStream(stream), 0);
+
+        // The mask operators cannot be made repeatable; the adaptive ones can.
+        let (mx, mo, mm) = (
+            tensor_of([1, 1, 4, 4], ACL_FLOAT),
+            tensor_of([1, 1, 2, 2], ACL_FLOAT),
+            tensor_of([1, 1, 4, 64], ACL_INT8),
+        );
+        let (k, st, pd, dl) = (ints(&[2, 2]), ints(&[2, 2]), ints(&[0, 0]), ints(&[1, 1]));
+        let mut ex = core::ptr::null_mut();
+        assert_eq!(
+            aclnnMaxPool2dWithMaskGetWorkspaceSize(mx, k, st, pd, dl, false, mo, mm, &mut ws, &mut ex),
+            0
+        );
+        assert_eq!(aclSetAclOpExecutorRepeatable(ex), ACLNN_ERR_INNER);
+        assert_eq!(aclDestroyAclOpExecutor(ex), 0, "an unlaunched executor is the caller's to destroy");
+        let mut ex = core::ptr::null_mut();
+        assert_eq!(aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize(g, x, idx, gi, &mut ws, &mut ex), 0);
+        assert_eq!(aclSetAclOpExecutorRepeatable(ex), 0);
+        assert_eq!(aclDestroyAclOpExecutor(ex), 0);
+
+        // The formats each operator documents: an ND tensor for the adaptive forward is refused.
+        let dims = [1i64, 1, 4, 4];
+        let strides = [16i64, 16, 4, 1];
+        let mut p = core::ptr::null_mut();
+        assert_eq!(unsafe { aclrtMalloc(&mut p, 64, 0) }, 0);
+        let nd = unsafe {
+            aclCreateTensor(
+                dims.as_ptr(),
+                4,
+                ACL_FLOAT,
+                strides.as_ptr(),
+                0,
+                ACL_FORMAT_ND,
+                [16].as_ptr(),
+                1,
+                p,
+            )
+        };
+        let (o, i) = (tensor_of([1, 1, 2, 2], ACL_FLOAT), tensor_of([1, 1, 2, 2], ACL_INT64));
+        let size = ints(&[2, 2]);
+        let mut ex = core::ptr::null_mut();
+        assert_eq!(
+            aclnnAdaptiveMaxPool2dGetWorkspaceSize(nd, size, o, i, &mut ws, &mut ex),
+            ACLNN_ERR_PARAM_INVALID
+        );
+    }
+
+    #[test]
+    fn architectures_come_from_the_platform_configs() {
+        assert_eq!(arch("Ascend910B1"), Arch::Dav2201);
+        assert_eq!(arch("Ascend910B4-1"), Arch::Dav2201);
+        assert_eq!(arch("Ascend910_9391"), Arch::Dav2201);
+        assert_eq!(arch("Ascend910B"), Arch::Dav1001);
+        assert_eq!(arch("Ascend910ProB"), Arch::Dav1001);
+        assert_eq!(arch("Ascend310P3"), Arch::Dav2002);
+        assert_eq!(arch("Ascend950PR_9599"), Arch::Dav3510);
+        assert_eq!(arch("Ascend910_95"), Arch::Dav3510);
+        assert_eq!(arch("Ascend310B1"), Arch::Other);
+        assert_eq!(arch("Ascend910B9"), Arch::Other);
+        assert!(names().count() >= 32);
     }
 }

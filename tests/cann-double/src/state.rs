@@ -2,7 +2,7 @@
 //! and recorded violations.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{CString, c_char};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
@@ -128,6 +128,19 @@ pub(crate) enum Job {
         params: MaskParams,
         grad_input: TensorDesc,
     },
+    IndicesForward {
+        input: TensorDesc,
+        params: MaskParams,
+        out: TensorDesc,
+        indices: TensorDesc,
+    },
+    IndicesBackward {
+        grad_output: TensorDesc,
+        input: TensorDesc,
+        indices: TensorDesc,
+        params: MaskParams,
+        grad_input: TensorDesc,
+    },
 }
 
 impl Job {
@@ -137,13 +150,21 @@ impl Job {
             Job::AdaptiveBackward { .. } => "AdaptiveMaxPool2dBackward",
             Job::MaskForward { .. } => "MaxPool2dWithMask",
             Job::MaskBackward { .. } => "MaxPool2dWithMaskBackward",
+            Job::IndicesForward { .. } => "MaxPool2dWithIndices",
+            Job::IndicesBackward { .. } => "MaxPool2dWithIndicesBackward",
         }
     }
 
     /// Every tensor the operator reads or writes.
     pub fn tensors(&self) -> Vec<&TensorDesc> {
         match self {
-            Job::AdaptiveForward { input, out, indices, .. } => vec![input, out, indices],
+            Job::AdaptiveForward { input, out, indices, .. }
+            | Job::IndicesForward { input, out, indices, .. } => {
+                vec![input, out, indices]
+            }
+            Job::IndicesBackward { grad_output, input, indices, grad_input, .. } => {
+                vec![grad_output, input, indices, grad_input]
+            }
             Job::MaskForward { input, out, mask, .. } => vec![input, out, mask],
             Job::AdaptiveBackward { grad_output, input, indices, grad_input } => {
                 vec![grad_output, input, indices, grad_input]
@@ -160,6 +181,8 @@ pub(crate) struct Executor {
     pub job: Job,
     pub workspace: u64,
     pub repeatable: bool,
+    /// The deterministic level phase 1 read.
+    pub deterministic: i64,
 }
 
 #[derive(Debug)]
@@ -167,6 +190,8 @@ pub(crate) struct Queued {
     pub job: Job,
     pub workspace: (usize, u64),
     pub deterministic: i64,
+    /// False for the kernels a failed launch left queued: they hold the buffers, compute nothing.
+    pub executes: bool,
 }
 
 #[derive(Debug)]
@@ -197,13 +222,17 @@ pub(crate) struct State {
     pub device_count: u32,
     pub memory_limit: usize,
     pub device_refs: i64,
-    /// Context handle -> its ACL_OPT_DETERMINISTIC value.
-    pub contexts: HashMap<usize, i64>,
+    /// Context handle -> its ACL_OPT_DETERMINISTIC value (`None` until set).
+    pub contexts: HashMap<usize, Option<i64>>,
+    /// The process-level ACL_OPT_DETERMINISTIC (the runtime's `sysParamOpt_`).
+    pub process_deterministic: i64,
     pub streams: HashMap<usize, Stream>,
     pub allocs: BTreeMap<usize, Alloc>,
     pub tensors: HashMap<usize, TensorDesc>,
     pub int_arrays: HashMap<usize, Vec<i64>>,
     pub executors: HashMap<usize, Executor>,
+    /// Executors a launch handed to CANN (deleted there): any later use is a violation.
+    pub consumed: HashSet<usize>,
     pub injections: Vec<Injection>,
     pub violations: Vec<String>,
     pub last_deterministic: i64,
@@ -222,11 +251,13 @@ impl State {
             memory_limit: 1 << 30,
             device_refs: 0,
             contexts: HashMap::new(),
+            process_deterministic: 0,
             streams: HashMap::new(),
             allocs: BTreeMap::new(),
             tensors: HashMap::new(),
             int_arrays: HashMap::new(),
             executors: HashMap::new(),
+            consumed: HashSet::new(),
             injections: Vec::new(),
             violations: Vec::new(),
             last_deterministic: -1,
