@@ -138,6 +138,8 @@ pub(crate) struct Api {
     acl_get_recent_err_msg: unsafe extern "C" fn() -> *const c_char,
     aclrt_get_device_count: unsafe extern "C" fn(*mut u32) -> i32,
     aclrt_get_soc_name: unsafe extern "C" fn() -> *const c_char,
+    /// `aclrtGetVersion(int32_t*, int32_t*, int32_t*)` (deprecated in newer runtimes, still exported).
+    aclrt_get_version: Option<unsafe extern "C" fn(*mut i32, *mut i32, *mut i32) -> i32>,
     aclrt_set_device: unsafe extern "C" fn(i32) -> i32,
     aclrt_reset_device: unsafe extern "C" fn(i32) -> i32,
     aclrt_create_context: unsafe extern "C" fn(*mut *mut c_void, i32) -> i32,
@@ -271,6 +273,7 @@ impl Api {
             acl_get_recent_err_msg: required!("aclGetRecentErrMsg"),
             aclrt_get_device_count: required!("aclrtGetDeviceCount"),
             aclrt_get_soc_name: required!("aclrtGetSocName"),
+            aclrt_get_version: optional!("aclrtGetVersion"),
             aclrt_set_device: required!("aclrtSetDevice"),
             aclrt_reset_device: required!("aclrtResetDevice"),
             aclrt_create_context: required!("aclrtCreateContext"),
@@ -413,6 +416,15 @@ impl Runtime {
         }
         // SAFETY: non-null, NUL-terminated (the function's contract).
         Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+
+    /// The ACL runtime version (`aclrtGetVersion`), where the runtime exports it and answers.
+    pub(crate) fn version(&self) -> Option<String> {
+        let get = self.api.aclrt_get_version?;
+        let (mut major, mut minor, mut patch) = (0, 0, 0);
+        // SAFETY: three valid `int32_t*` for the duration of the call.
+        let code = unsafe { get(&mut major, &mut minor, &mut patch) };
+        (code == ACL_SUCCESS).then(|| format!("{major}.{minor}.{patch}"))
     }
 
     /// Where the libraries came from.

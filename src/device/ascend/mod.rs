@@ -212,6 +212,12 @@ impl Ascend {
         self.family.mask_layout(params.kernel()) == L::KIND
     }
 
+    /// The ACL runtime version `"major.minor.patch"` (`aclrtGetVersion`), or `None` where the
+    /// runtime does not export it or does not answer.
+    pub fn cann_version(&self) -> Option<String> {
+        self.session.runtime().version()
+    }
+
     /// Where the CANN libraries were loaded from.
     pub fn library_origin(&self) -> &str {
         self.session.runtime().origin()
