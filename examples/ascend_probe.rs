@@ -197,7 +197,7 @@ fn mask_probe<T: PoolFloat, L: MaskLayout>(
     {
         let raw = dev.mask.as_array();
         let first: Vec<String> = raw.iter().take(32).map(|b| format!("{:02x}", *b as u8)).collect();
-        masks.push((kernel, L::NAME, first.join(" "), layout_found(raw, p, &x.shape().to_vec(), &want_idx)));
+        masks.push((kernel, L::NAME, first.join(" "), layout_found(raw, p, x.shape(), &want_idx)));
     }
     let got = got.map(|r| (bits(&r.output), r.mask.to_indices::<i64>().ok()));
     outcomes.push(outcome(tag("max_pool2d_with_mask"), got, (bits(&want.output), Some(want_idx))));
@@ -216,7 +216,7 @@ fn layout_found(raw: &ArrayD<i8>, p: &MaxPool2dParams, shape: &[usize], want: &A
         } else {
             Mask::<I32Argmax, IxDyn>::from_raw(raw, p, shape).and_then(|m| m.to_indices::<i64>())
         };
-        got.is_ok_and(|g| &g == want)
+        got.is_ok_and(|g| g == *want)
     };
     let mut reversed = raw.clone();
     let flat = reversed.as_slice_mut().expect("a mask the crate allocated is contiguous");
