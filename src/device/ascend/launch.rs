@@ -291,6 +291,107 @@ fn pool_dims(g: &MaxPoolGeometry) -> Result<([usize; 4], [usize; 4], [usize; 4])
     Ok(([g.n, g.c, g.h, g.w], [g.n, g.c, g.ho, g.wo], mask))
 }
 
+/// The arg-max tensor of a max pooling on the device: the int8 mask, or int32 indices.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PoolArgmax {
+    Mask,
+    Indices,
+}
+
+impl PoolArgmax {
+    /// The argument name, the dims and the device dtype of the arg-max tensor.
+    fn staged(self, pooled: [usize; 4], mask: [usize; 4]) -> (&'static str, [usize; 4], DType) {
+        match self {
+            PoolArgmax::Mask => ("mask", mask, DType::I8),
+            // INT32, the kernels' own type (MaxPool3DWithArgmaxV2 and MaxPoolWithArgmaxV3 write
+            // int32; INT64 would add a Cast); i64 callers are converted on the host.
+            PoolArgmax::Indices => ("indices", pooled, DType::I32),
+        }
+    }
+}
+
+/// The first index of `view` outside `0..plane`, as `(element, value)`: a device does not check
+/// index values, and one outside the plane would make it write outside `grad_input`, so
+/// host-staged indices are checked before any device call.
+fn first_outside<I: ArgmaxIndex>(view: ArrayView4<'_, I>, plane: usize) -> Option<(usize, i64)> {
+    view.iter()
+        .enumerate()
+        .find(|(_, v)| v.flat_in(plane).is_none())
+        .map(|(e, &v)| (e, ArgmaxIndex::to_i64(v)))
+}
+
+/// Writes indices read back from the device (`S`: the device's index type) into `out` as `I`,
+/// refusing any that is outside the plane or does not fit `I` with `error(element, value)`.
+fn indices_from_device<S, I>(
+    out: TensorMut<'_, I>,
+    device: &[S],
+    plane: usize,
+    error: impl Fn(usize, i64) -> Error,
+) -> Result<()>
+where
+    S: IndexRepr + Into<i64>,
+    I: ArgmaxIndex,
+{
+    let mut out = out.into_view();
+    for (e, (dst, &v)) in out.iter_mut().zip(device).enumerate() {
+        *dst = v.flat_in(plane).and_then(I::try_from_flat).ok_or_else(|| error(e, v.into()))?;
+    }
+    Ok(())
+}
+
+impl Ascend {
+    /// Phase 1 of a max-pooling forward whose checks have passed: stages input, output and the
+    /// arg-max tensor, then plans the operator.
+    fn plan_pool_forward(
+        &self,
+        op: &'static str,
+        argmax: PoolArgmax,
+        g: &MaxPoolGeometry,
+        dtype: DType,
+    ) -> Result<(AscendPrepared, usize)> {
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let (input, pooled, mask) = pool_dims(g)?;
+        let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
+        let mut s = Staging::new(&self.session);
+        s.add(op, "input", input, dtype)?;
+        s.add(op, "output", pooled, dtype)?;
+        s.add(op, arg, argmax_dims, argmax_dtype)?;
+        let params = self.pool_params(g)?;
+        let t = &s.tensors;
+        let planned =
+            self.session.pool_forward_plan(argmax == PoolArgmax::Indices, &t[0], &params, &t[1], &t[2])?;
+        s.finish(planned, Some(params), None)
+    }
+
+    /// Phase 1 of a max-pooling backward whose checks have passed: stages `grad_output`, `self_`,
+    /// the arg-max tensor and `grad_input`, then plans the operator.
+    fn plan_pool_backward(
+        &self,
+        op: &'static str,
+        argmax: PoolArgmax,
+        g: &MaxPoolGeometry,
+        dtype: DType,
+    ) -> Result<(AscendPrepared, usize)> {
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let (input, pooled, mask) = pool_dims(g)?;
+        let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
+        let mut s = Staging::new(&self.session);
+        s.add(op, "grad_output", pooled, dtype)?;
+        s.add(op, "self_", input, dtype)?;
+        s.add(op, arg, argmax_dims, argmax_dtype)?;
+        s.add(op, "grad_input", input, dtype)?;
+        let params = self.pool_params(g)?;
+        let t = &s.tensors;
+        let indices = argmax == PoolArgmax::Indices;
+        let planned = self.session.pool_backward_plan(indices, &t[0], &t[1], &t[2], &params, &t[3])?;
+        s.finish(planned, Some(params), None)
+    }
+}
+
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for Ascend {
     type Prepared = AscendPrepared;
 
@@ -332,15 +433,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         download(&stream, OP, "output", &b[1], op.output)?;
         let mut indices = zeroed_vec::<i64>(OP, "indices", g.planes() * g.ho * g.wo)?;
         stream.download(&b[2], bytemuck::cast_slice_mut(&mut indices))?;
-        let plane = g.h * g.w;
-        let mut out = op.indices.into_view();
-        for (e, (dst, &v)) in out.iter_mut().zip(&indices).enumerate() {
-            *dst = v
-                .flat_in(plane)
-                .and_then(I::try_from_flat)
-                .ok_or_else(|| g.index_error(OP, "indices", e, v))?;
-        }
-        Ok(())
+        indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))
     }
 }
 
@@ -354,12 +447,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
     ) -> Result<(AscendPrepared, usize)> {
         const OP: &str = "adaptive_max_pool2d_backward";
         self.check_support(OP, DeviceOp::AdaptiveBackward, T::DTYPE)?;
-        // A device does not check index values: one outside the plane would write outside
-        // grad_input. Host-staged indices are checked here, before any device call.
-        let plane = g.h * g.w;
-        if let Some((e, &v)) = op.indices.view().iter().enumerate().find(|(_, v)| v.flat_in(plane).is_none())
-        {
-            return Err(g.index_error(OP, "indices", e, v.to_i64()));
+        if let Some((e, v)) = first_outside(op.indices.view(), g.h * g.w) {
+            return Err(g.index_error(OP, "indices", e, v));
         }
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
@@ -406,18 +495,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         self.check_support(OP, DeviceOp::MaskForward, T::DTYPE)?;
         self.check_params(OP, g)?;
         self.check_layout::<L>(OP, g)?;
-        if g.planes() == 0 {
-            return Ok(AscendPrepared::nothing());
-        }
-        let (input, pooled, mask) = pool_dims(g)?;
-        let mut s = Staging::new(&self.session);
-        s.add(OP, "input", input, T::DTYPE)?;
-        s.add(OP, "output", pooled, T::DTYPE)?;
-        s.add(OP, "mask", mask, DType::I8)?;
-        let params = self.pool_params(g)?;
-        let t = &s.tensors;
-        let planned = self.session.pool_forward_plan(false, &t[0], &params, &t[1], &t[2])?;
-        s.finish(planned, Some(params), None)
+        self.plan_pool_forward(OP, PoolArgmax::Mask, g, T::DTYPE)
     }
 
     fn launch(
@@ -472,19 +550,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                 return Err(g.index_error(OP, "mask", e, v as i64));
             }
         }
-        if g.planes() == 0 {
-            return Ok(AscendPrepared::nothing());
-        }
-        let (input, pooled, mask) = pool_dims(g)?;
-        let mut s = Staging::new(&self.session);
-        s.add(OP, "grad_output", pooled, T::DTYPE)?;
-        s.add(OP, "self_", input, T::DTYPE)?;
-        s.add(OP, "mask", mask, DType::I8)?;
-        s.add(OP, "grad_input", input, T::DTYPE)?;
-        let params = self.pool_params(g)?;
-        let t = &s.tensors;
-        let planned = self.session.pool_backward_plan(false, &t[0], &t[1], &t[2], &params, &t[3])?;
-        s.finish(planned, Some(params), None)
+        self.plan_pool_backward(OP, PoolArgmax::Mask, g, T::DTYPE)
     }
 
     fn launch(
@@ -533,20 +599,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         const OP: &str = "max_pool2d_with_indices";
         self.check_support(OP, DeviceOp::WithIndicesForward, T::DTYPE)?;
         self.check_params(OP, g)?;
-        if g.planes() == 0 {
-            return Ok(AscendPrepared::nothing());
-        }
-        let (input, pooled, _) = pool_dims(g)?;
-        let mut s = Staging::new(&self.session);
-        s.add(OP, "input", input, T::DTYPE)?;
-        s.add(OP, "output", pooled, T::DTYPE)?;
-        // INT32 indices, the kernel's own type (MaxPool3DWithArgmaxV2 and MaxPoolWithArgmaxV3
-        // write int32; INT64 would add a Cast); i64 callers get them converted.
-        s.add(OP, "indices", pooled, DType::I32)?;
-        let params = self.pool_params(g)?;
-        let t = &s.tensors;
-        let planned = self.session.pool_forward_plan(true, &t[0], &params, &t[1], &t[2])?;
-        s.finish(planned, Some(params), None)
+        self.plan_pool_forward(OP, PoolArgmax::Indices, g, T::DTYPE)
     }
 
     fn launch(
@@ -565,15 +618,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         download(&stream, OP, "output", &b[1], op.output)?;
         let mut indices = zeroed_vec::<i32>(OP, "indices", g.planes() * g.positions())?;
         stream.download(&b[2], bytemuck::cast_slice_mut(&mut indices))?;
-        let plane = g.h * g.w;
-        let mut out = op.indices.into_view();
-        for (e, (dst, &v)) in out.iter_mut().zip(&indices).enumerate() {
-            *dst = v
-                .flat_in(plane)
-                .and_then(I::try_from_flat)
-                .ok_or_else(|| g.index_error(OP, "indices", e, v as i64))?;
-        }
-        Ok(())
+        indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))
     }
 }
 
@@ -588,26 +633,11 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         const OP: &str = "max_pool2d_with_indices_backward";
         self.check_support(OP, DeviceOp::WithIndicesBackward, T::DTYPE)?;
         self.check_params(OP, g)?;
-        // As for the adaptive backward: CANN documents indices in [0, H_in * W_in) but does not
-        // check them, so host-staged values are checked before any device call.
-        let plane = g.h * g.w;
-        if let Some((e, &v)) = op.indices.view().iter().enumerate().find(|(_, v)| v.flat_in(plane).is_none())
-        {
-            return Err(g.index_error(OP, "indices", e, v.to_i64()));
+        // CANN documents indices in [0, H_in * W_in) but does not check them.
+        if let Some((e, v)) = first_outside(op.indices.view(), g.h * g.w) {
+            return Err(g.index_error(OP, "indices", e, v));
         }
-        if g.planes() == 0 {
-            return Ok(AscendPrepared::nothing());
-        }
-        let (input, pooled, _) = pool_dims(g)?;
-        let mut s = Staging::new(&self.session);
-        s.add(OP, "grad_output", pooled, T::DTYPE)?;
-        s.add(OP, "self_", input, T::DTYPE)?;
-        s.add(OP, "indices", pooled, DType::I32)?;
-        s.add(OP, "grad_input", input, T::DTYPE)?;
-        let params = self.pool_params(g)?;
-        let t = &s.tensors;
-        let planned = self.session.pool_backward_plan(true, &t[0], &t[1], &t[2], &params, &t[3])?;
-        s.finish(planned, Some(params), None)
+        self.plan_pool_backward(OP, PoolArgmax::Indices, g, T::DTYPE)
     }
 
     fn launch(

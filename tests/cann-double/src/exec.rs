@@ -424,52 +424,48 @@ pub(crate) fn run(s: &mut State, q: &Queued) {
             store(s, out, &y);
             store(s, indices, &idx);
         }
-        Job::AdaptiveBackward { grad_output, input, indices, grad_input } => {
-            let [n, c, h, w] = nchw(input);
-            let positions = grad_output.numel() / (n * c);
-            let (g, idx) = (load(s, grad_output), load(s, indices));
-            let mut acc = vec![0f32; grad_input.numel()];
-            for plane in 0..n * c {
-                for p in 0..positions {
-                    let e = plane * positions + p;
-                    let i = read_index(&idx, indices.dtype, e);
-                    if !(0..(h * w) as i64).contains(&i) {
-                        s.violation(format!("index {i} at element {e} reached the device: a real NPU would write outside gradInput"));
-                        continue;
-                    }
-                    acc[plane * h * w + i as usize] += read(&g, grad_output.dtype, e) as f32;
-                }
-            }
-            finish_gradient(s, grad_input, &acc);
+        Job::AdaptiveBackward { grad_output, input, indices, grad_input }
+        | Job::IndicesBackward { grad_output, input, indices, grad_input, .. } => {
+            scatter_by_index(s, grad_output, input, indices, grad_input)
         }
         Job::MaskForward { input, params, out, mask } => mask_forward(s, input, params, out, mask),
         Job::IndicesForward { input, params, out, indices } => {
             indices_forward(s, input, params, out, indices)
         }
-        Job::IndicesBackward { grad_output, input, indices, params, grad_input } => {
-            let [n, c, h, w] = nchw(input);
-            let regbase = arch(&s.soc()) == Arch::Dav3510;
-            let Ok(pool) = pool(params, h, w, regbase) else { return };
-            let positions = pool.out[0] * pool.out[1];
-            let (g, idx) = (load(s, grad_output), load(s, indices));
-            let mut acc = vec![0f32; grad_input.numel()];
-            for plane in 0..n * c {
-                for p in 0..positions {
-                    let e = plane * positions + p;
-                    let i = read_index(&idx, indices.dtype, e);
-                    if !(0..(h * w) as i64).contains(&i) {
-                        s.violation(format!("index {i} at element {e} reached the device: a real NPU would write outside gradInput"));
-                        continue;
-                    }
-                    acc[plane * h * w + i as usize] += read(&g, grad_output.dtype, e) as f32;
-                }
-            }
-            finish_gradient(s, grad_input, &acc);
-        }
         Job::MaskBackward { grad_output, input, mask, params, grad_input } => {
             mask_backward(s, grad_output, input, mask, params, grad_input)
         }
     }
+}
+
+/// The backward of flat arg-max indices (both backwards that take them): `gradInput[n, c, idx] +=
+/// gradOutput[n, c, o]` in row-major output order, accumulated in f32. An index outside the plane
+/// is recorded as a violation (a real device would write outside gradInput) and skipped.
+fn scatter_by_index(
+    s: &mut State,
+    grad_output: &TensorDesc,
+    input: &TensorDesc,
+    indices: &TensorDesc,
+    grad_input: &TensorDesc,
+) {
+    let [n, c, h, w] = nchw(input);
+    let positions = grad_output.numel() / (n * c);
+    let (g, idx) = (load(s, grad_output), load(s, indices));
+    let mut acc = vec![0f32; grad_input.numel()];
+    for plane in 0..n * c {
+        for p in 0..positions {
+            let e = plane * positions + p;
+            let i = read_index(&idx, indices.dtype, e);
+            if !(0..(h * w) as i64).contains(&i) {
+                s.violation(format!(
+                    "index {i} at element {e} reached the device: a real NPU would write outside gradInput"
+                ));
+                continue;
+            }
+            acc[plane * h * w + i as usize] += read(&g, grad_output.dtype, e) as f32;
+        }
+    }
+    finish_gradient(s, grad_input, &acc);
 }
 
 fn finish_gradient(s: &mut State, grad_input: &TensorDesc, acc: &[f32]) {

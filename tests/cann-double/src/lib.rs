@@ -779,6 +779,70 @@ fn mask_params(
     })
 }
 
+/// The tensors and parameters of a max-pooling forward, as a job.
+type PoolForwardJob = fn(TensorDesc, MaskParams, TensorDesc, TensorDesc) -> Job;
+/// The tensors and parameters of a max-pooling backward, as a job.
+type PoolBackwardJob = fn(TensorDesc, TensorDesc, TensorDesc, MaskParams, TensorDesc) -> Job;
+
+/// Phase 1 of the two max-pooling forwards, which share one signature (ops-nn
+/// `aclnn_max_pool2d_with_indices.cpp`): `job` says which operator.
+fn pool_forward_phase1(
+    name: &str,
+    job: PoolForwardJob,
+    (self_, kernel_size, stride, padding, dilation, ceil_mode): PoolArgs,
+    out: *const c_void,
+    indices: *const c_void,
+    phase1: Phase1Out,
+) -> i32 {
+    if let Some(e) = enter(name) {
+        return e;
+    }
+    let job = {
+        let s = state::lock();
+        (|| {
+            Ok(job(
+                tensor(&s, "self", self_)?,
+                mask_params(&s, kernel_size, stride, padding, dilation, ceil_mode)?,
+                tensor(&s, "out", out)?,
+                tensor(&s, "indices", indices)?,
+            ))
+        })()
+    };
+    phase1.finish(name, job)
+}
+
+/// Phase 1 of the two max-pooling backwards, which share one signature (ops-nn
+/// `aclnn_max_pool2d_with_indices_backward.cpp`): `job` says which operator.
+fn pool_backward_phase1(
+    name: &str,
+    job: PoolBackwardJob,
+    grad_output: *const c_void,
+    (self_, kernel_size, stride, padding, dilation, ceil_mode): PoolArgs,
+    indices: *const c_void,
+    grad_input: *const c_void,
+    phase1: Phase1Out,
+) -> i32 {
+    if let Some(e) = enter(name) {
+        return e;
+    }
+    let job = {
+        let s = state::lock();
+        (|| {
+            Ok(job(
+                tensor(&s, "gradOutput", grad_output)?,
+                tensor(&s, "self", self_)?,
+                tensor(&s, "indices", indices)?,
+                mask_params(&s, kernel_size, stride, padding, dilation, ceil_mode)?,
+                tensor(&s, "gradInput", grad_input)?,
+            ))
+        })()
+    };
+    phase1.finish(name, job)
+}
+
+/// `self`, kernel size, stride, padding, dilation and ceil mode.
+type PoolArgs = (*const c_void, *const c_void, *const c_void, *const c_void, *const c_void, bool);
+
 #[unsafe(no_mangle)]
 pub extern "C" fn aclnnMaxPool2dWithMaskGetWorkspaceSize(
     self_: *const c_void,
@@ -792,22 +856,14 @@ pub extern "C" fn aclnnMaxPool2dWithMaskGetWorkspaceSize(
     workspace_size: *mut u64,
     executor: *mut *mut c_void,
 ) -> i32 {
-    const NAME: &str = "aclnnMaxPool2dWithMaskGetWorkspaceSize";
-    if let Some(e) = enter(NAME) {
-        return e;
-    }
-    let job = {
-        let s = state::lock();
-        (|| {
-            Ok(Job::MaskForward {
-                input: tensor(&s, "self", self_)?,
-                params: mask_params(&s, kernel_size, stride, padding, dilation, ceil_mode)?,
-                out: tensor(&s, "out", out)?,
-                mask: tensor(&s, "indices", indices)?,
-            })
-        })()
-    };
-    Phase1Out { workspace_size, executor }.finish(NAME, job)
+    pool_forward_phase1(
+        "aclnnMaxPool2dWithMaskGetWorkspaceSize",
+        |input, params, out, mask| Job::MaskForward { input, params, out, mask },
+        (self_, kernel_size, stride, padding, dilation, ceil_mode),
+        out,
+        indices,
+        Phase1Out { workspace_size, executor },
+    )
 }
 
 #[unsafe(no_mangle)]
@@ -824,23 +880,78 @@ pub extern "C" fn aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize(
     workspace_size: *mut u64,
     executor: *mut *mut c_void,
 ) -> i32 {
-    const NAME: &str = "aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize";
-    if let Some(e) = enter(NAME) {
-        return e;
-    }
-    let job = {
-        let s = state::lock();
-        (|| {
-            Ok(Job::MaskBackward {
-                grad_output: tensor(&s, "gradOutput", grad_output)?,
-                input: tensor(&s, "self", self_)?,
-                mask: tensor(&s, "indices", indices)?,
-                params: mask_params(&s, kernel_size, stride, padding, dilation, ceil_mode)?,
-                grad_input: tensor(&s, "gradInput", grad_input)?,
-            })
-        })()
-    };
-    Phase1Out { workspace_size, executor }.finish(NAME, job)
+    pool_backward_phase1(
+        "aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize",
+        |grad_output, input, mask, params, grad_input| Job::MaskBackward {
+            grad_output,
+            input,
+            mask,
+            params,
+            grad_input,
+        },
+        grad_output,
+        (self_, kernel_size, stride, padding, dilation, ceil_mode),
+        indices,
+        grad_input,
+        Phase1Out { workspace_size, executor },
+    )
+}
+
+/// `aclnnMaxPool2dWithIndicesGetWorkspaceSize` (ops-nn `aclnn_max_pool2d_with_indices.cpp`).
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxPool2dWithIndicesGetWorkspaceSize(
+    self_: *const c_void,
+    kernel_size: *const c_void,
+    stride: *const c_void,
+    padding: *const c_void,
+    dilation: *const c_void,
+    ceil_mode: bool,
+    out: *const c_void,
+    indices: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    pool_forward_phase1(
+        "aclnnMaxPool2dWithIndicesGetWorkspaceSize",
+        |input, params, out, indices| Job::IndicesForward { input, params, out, indices },
+        (self_, kernel_size, stride, padding, dilation, ceil_mode),
+        out,
+        indices,
+        Phase1Out { workspace_size, executor },
+    )
+}
+
+/// `aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize` (ops-nn
+/// `aclnn_max_pool2d_with_indices_backward.cpp`).
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize(
+    grad_output: *const c_void,
+    self_: *const c_void,
+    indices: *const c_void,
+    kernel_size: *const c_void,
+    stride: *const c_void,
+    padding: *const c_void,
+    dilation: *const c_void,
+    ceil_mode: bool,
+    grad_input: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    pool_backward_phase1(
+        "aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize",
+        |grad_output, input, indices, params, grad_input| Job::IndicesBackward {
+            grad_output,
+            input,
+            indices,
+            params,
+            grad_input,
+        },
+        grad_output,
+        (self_, kernel_size, stride, padding, dilation, ceil_mode),
+        indices,
+        grad_input,
+        Phase1Out { workspace_size, executor },
+    )
 }
 
 /// The second phase of every operator: queue the executor's job on `stream`.
@@ -952,73 +1063,6 @@ pub extern "C" fn aclnnMaxPool2dWithMaskBackward(
     stream: *mut c_void,
 ) -> i32 {
     launch("aclnnMaxPool2dWithMaskBackward", "MaxPool2dWithMaskBackward", workspace, size, executor, stream)
-}
-
-/// `aclnnMaxPool2dWithIndicesGetWorkspaceSize` (ops-nn `aclnn_max_pool2d_with_indices.cpp`).
-#[unsafe(no_mangle)]
-pub extern "C" fn aclnnMaxPool2dWithIndicesGetWorkspaceSize(
-    self_: *const c_void,
-    kernel_size: *const c_void,
-    stride: *const c_void,
-    padding: *const c_void,
-    dilation: *const c_void,
-    ceil_mode: bool,
-    out: *const c_void,
-    indices: *const c_void,
-    workspace_size: *mut u64,
-    executor: *mut *mut c_void,
-) -> i32 {
-    const NAME: &str = "aclnnMaxPool2dWithIndicesGetWorkspaceSize";
-    if let Some(e) = enter(NAME) {
-        return e;
-    }
-    let job = {
-        let s = state::lock();
-        (|| {
-            Ok(Job::IndicesForward {
-                input: tensor(&s, "self", self_)?,
-                params: mask_params(&s, kernel_size, stride, padding, dilation, ceil_mode)?,
-                out: tensor(&s, "out", out)?,
-                indices: tensor(&s, "indices", indices)?,
-            })
-        })()
-    };
-    Phase1Out { workspace_size, executor }.finish(NAME, job)
-}
-
-/// `aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize` (ops-nn
-/// `aclnn_max_pool2d_with_indices_backward.cpp`).
-#[unsafe(no_mangle)]
-pub extern "C" fn aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize(
-    grad_output: *const c_void,
-    self_: *const c_void,
-    indices: *const c_void,
-    kernel_size: *const c_void,
-    stride: *const c_void,
-    padding: *const c_void,
-    dilation: *const c_void,
-    ceil_mode: bool,
-    grad_input: *const c_void,
-    workspace_size: *mut u64,
-    executor: *mut *mut c_void,
-) -> i32 {
-    const NAME: &str = "aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize";
-    if let Some(e) = enter(NAME) {
-        return e;
-    }
-    let job = {
-        let s = state::lock();
-        (|| {
-            Ok(Job::IndicesBackward {
-                grad_output: tensor(&s, "gradOutput", grad_output)?,
-                input: tensor(&s, "self", self_)?,
-                indices: tensor(&s, "indices", indices)?,
-                params: mask_params(&s, kernel_size, stride, padding, dilation, ceil_mode)?,
-                grad_input: tensor(&s, "gradInput", grad_input)?,
-            })
-        })()
-    };
-    Phase1Out { workspace_size, executor }.finish(NAME, job)
 }
 
 #[unsafe(no_mangle)]
