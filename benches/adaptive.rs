@@ -1,6 +1,6 @@
 //! Adaptive max pooling, forward and backward, on the CPU (divan harness: `cargo bench`).
 //!
-//! Shapes are the anchor cases of `shared/tools/torch-anchor/bench.py` scaled to a quick run.
+//! Shapes are the anchor cases of `benches/torch-anchor/bench.py` scaled to a quick run.
 //! Timing belongs here and in examples, never in unit tests.
 
 mod common;

@@ -14,7 +14,7 @@ scaling table sets each backward's 1-thread time beside its 2-thread time (speed
 import argparse, json, os, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ANCHOR = os.path.join(ROOT, "..", "shared", "tools", "torch-anchor", "bench.py")
+ANCHOR = os.path.join(ROOT, "benches", "torch-anchor", "bench.py")
 BENCH = os.path.join(ROOT, "target", "release", "examples", "bench")
 
 
@@ -73,7 +73,7 @@ def svg_chart(rows, path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--torch", required=True, help="a python with torch (see shared/tools/torch-anchor/setup.sh)")
+    ap.add_argument("--torch", required=True, help="a python with torch (see benches/torch-anchor/setup.sh)")
     ap.add_argument("--svg", default=os.path.join(ROOT, "benches", "performance.svg"))
     ap.add_argument("--rounds", type=int, default=3, help="interleaved runs of every program; figures are medians over them")
     args = ap.parse_args()

@@ -1,7 +1,7 @@
 //! Max pooling with indices and with the Ascend mask (both layouts), forward and backward, on the
 //! CPU (divan harness: `cargo bench --bench maxpool`).
 //!
-//! Shapes are the max-pooling anchor cases of `shared/tools/torch-anchor/bench.py` scaled to a
+//! Shapes are the max-pooling anchor cases of `benches/torch-anchor/bench.py` scaled to a
 //! quick run. Timing belongs here and in examples, never in unit tests.
 
 mod common;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Companion of shared/tools/torch-anchor/bench.py: times, on the same cases, what the anchor does
+"""Companion of benches/torch-anchor/bench.py: times, on the same cases, what the anchor does
 not: PyTorch's backward writing into a preallocated gradient (the `.grad_input` out= overload,
 which is what poolgrad's plan API does), and the forwards (`adaptive_max_pool2d`,
 `max_pool2d_with_indices`), allocating and out=.
@@ -9,7 +9,6 @@ Prints one JSON line per case and variant: name, variant, median_s."""
 import json, sys, time, statistics
 import torch, torch.nn.functional as F
 
-sys.path.insert(0, "../shared/tools/torch-anchor")
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
 DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 CASES = [  # the anchor's cases, verbatim

@@ -1,4 +1,4 @@
-//! Times poolgrad on the benchmark shapes of `shared/tools/torch-anchor/bench.py` and prints one
+//! Times poolgrad on the benchmark shapes of `benches/torch-anchor/bench.py` and prints one
 //! JSON line per case, to read side by side with the anchor's lines from the same machine.
 //!
 //! ```sh

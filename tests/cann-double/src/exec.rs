@@ -1,6 +1,6 @@
 //! The operators: phase-1 checks as CANN documents them, and plain loops that execute them.
 //!
-//! Sources (ascend-semantics.md): adaptive windows and the backward's contract (B), the mask shape
+//! Sources (`docs/ascend-semantics.md`): adaptive windows and the backward's contract (B), the mask shape
 //! (A.1), the I32Argmax prefix (A.2), the 5HD bit mask (A.3), output size and parameter checks
 //! (A.4). Per-SoC decisions are keyed on the architecture, as ops-nn's are
 //! (`GetCurrentPlatformInfo().GetCurNpuArch()`), read from the platform-config table

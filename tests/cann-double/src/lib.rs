@@ -8,7 +8,7 @@
 //! stale bytes and is reported.
 //!
 //! Written from CANN's documented signatures, enum values, status codes and operator contracts
-//! (poolgrad's `shared/docs/ascend-semantics.md`, sections A to C, which cite the CANN headers and
+//! (poolgrad's `docs/ascend-semantics.md`, sections A to C, which cite the CANN headers and
 //! the hicann/ops-nn sources), with its own plain loops: it shares no code with poolgrad, so
 //! agreement between the two is evidence, not tautology.
 //!
