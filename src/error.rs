@@ -73,15 +73,20 @@ pub enum Error {
         got: String,
     },
 
-    /// Max-pooling parameters leave no window on an input this small.
-    #[error("{op}: an input of {input:?} (H, W) is too small for {params:?}: the output would be empty")]
+    /// Max-pooling parameters leave no window on an input this small: along `axis`, a window
+    /// spans more inputs than the padded input has.
+    #[error("{op}: {}", too_small_text(.arg, .axis, *.input, .params))]
     OutputTooSmall {
         /// Operation.
         op: &'static str,
+        /// The parameter at fault: `"kernel"`, or `"dilation"` when the kernel alone would fit.
+        arg: &'static str,
+        /// The axis with no window: `"H"` or `"W"`.
+        axis: &'static str,
         /// `[H, W]` of the input.
         input: [usize; 2],
-        /// The parameters.
-        params: MaxPool2dParams,
+        /// The parameters (boxed, to keep `Error` small).
+        params: Box<MaxPool2dParams>,
     },
 
     /// An arg-max index does not point into its `H * W` plane.
@@ -235,6 +240,23 @@ pub enum Error {
         /// The reason rayon gave.
         reason: String,
     },
+}
+
+fn too_small_text(arg: &str, axis: &str, input: [usize; 2], params: &MaxPool2dParams) -> String {
+    let a = usize::from(axis == "W");
+    let (k, d, p, n) = (params.kernel()[a], params.dilation()[a], params.padding()[a], input[a]);
+    let value = if arg == "dilation" { params.dilation() } else { params.kernel() };
+    let span = if d > 1 { format!(" = {d}·({k} − 1) + 1") } else { String::new() };
+    let ceil = match params.ceil_mode() {
+        true => format!(", plus stride − 1 = {} in ceil mode", params.stride()[a].saturating_sub(1)),
+        false => String::new(),
+    };
+    format!(
+        "`{arg}` is {value:?}, so a window spans {}{span} inputs along {axis}, expected at most {} \
+         ({axis} = {n} plus padding {p} on each side{ceil}): the output would be empty",
+        params.window_span(a),
+        params.longest_window(a, n),
+    )
 }
 
 fn status_text(status: Option<i32>, name: &str, meaning: &str) -> String {

@@ -88,11 +88,20 @@ impl MaxPoolGeometry {
     ) -> Result<Self> {
         params.check_mask_op(op)?;
         let g = MaxPoolGeometry::new(op, arg, params, input_dims)?;
-        g.bytes().ok_or_else(|| Error::Overflow {
-            op,
-            arg: "mask",
-            what: format!("the mask byte count of {g:?}"),
-        })?;
+        if g.bytes().is_none() {
+            // The kernel is at fault when its offsets alone overflow the smallest mask (one
+            // plane, one output: rows of 64 bytes); otherwise the input's size.
+            let [kh, kw] = params.kernel();
+            let kernel_alone = kh.checked_mul(kw).and_then(|k| k.checked_mul(64)).is_none();
+            let what = format!(
+                "the mask of N·C·kH·kW·(⌈Ho·Wo/16⌉ + 1)·32 bytes, for input {input_dims:?}, kernel {:?} \
+                 and output {}x{}, exceeds usize::MAX",
+                params.kernel(),
+                g.ho,
+                g.wo
+            );
+            return Err(Error::Overflow { op, arg: if kernel_alone { "kernel" } else { arg }, what });
+        }
         Ok(g)
     }
 
@@ -213,10 +222,60 @@ pub(crate) fn read_word_quads<const Q: usize>(bytes: &[i8], offset: usize) -> Op
     Some(quads)
 }
 
-#[inline]
-fn read_i32(bytes: &[i8], e: usize) -> i32 {
-    let b = &bytes[4 * e..4 * e + 4];
-    i32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
+/// A mask's bytes in whatever memory layout its array has, read by their offset in the flat,
+/// row-major buffer (the only order the layouts are defined in): directly when the array is in
+/// standard layout, through its strides otherwise. Never a copy.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum MaskBytes<'a> {
+    Contiguous(&'a [i8]),
+    Strided(ArrayView4<'a, i8>),
+}
+
+impl<'a> MaskBytes<'a> {
+    /// The bytes of a 3-D or 4-D mask array (as [`Mask`] holds; any other rank reads as empty).
+    pub(crate) fn of<D: Dimension>(data: &'a Array<i8, D>) -> Self {
+        match data.as_slice() {
+            Some(bytes) => MaskBytes::Contiguous(bytes),
+            None => match TensorRef::named(data.view(), "Mask", "mask") {
+                Ok(t) => MaskBytes::Strided(t.view()),
+                Err(_) => MaskBytes::Contiguous(&[]),
+            },
+        }
+    }
+
+    /// The byte at flat offset `offset`.
+    #[inline]
+    fn byte(&self, offset: usize) -> u8 {
+        match self {
+            MaskBytes::Contiguous(bytes) => bytes[offset] as u8,
+            MaskBytes::Strided(view) => {
+                let [_, c, k, row] = dims4_of(view);
+                let (rest, x) = (offset / row, offset % row);
+                let (rest, kk) = (rest / k, rest % k);
+                view[[rest / c, rest % c, kk, x]] as u8
+            }
+        }
+    }
+
+    /// The `Bitmask` word at byte `offset`.
+    #[inline]
+    pub(crate) fn word(&self, offset: usize) -> u16 {
+        match self {
+            MaskBytes::Contiguous(bytes) => read_word(bytes, offset),
+            MaskBytes::Strided(_) => u16::from_le_bytes([self.byte(offset), self.byte(offset + 1)]),
+        }
+    }
+
+    /// `I32Argmax` value `e` (little-endian, from byte `4·e`).
+    #[inline]
+    pub(crate) fn value(&self, e: usize) -> i32 {
+        i32::from_le_bytes(core::array::from_fn(|b| self.byte(4 * e + b)))
+    }
+}
+
+fn dims4_of(view: &ArrayView4<'_, i8>) -> [usize; 4] {
+    let (n, c, k, row) = view.dim();
+    [n, c.max(1), k.max(1), row.max(1)]
 }
 
 /// Writes `indices` (`N·C·Ho·Wo` flat arg-max values, row-major) into the contiguous mask `out`
@@ -358,17 +417,48 @@ fn encode_part<I: ArgmaxIndex>(
     out: &mut [i8],
 ) -> Result<()> {
     out.fill(0);
+    // One (n, 16-channel block) of a `Bitmask`: position by position when every index is in its
+    // window; otherwise in row-major order, so that the first index that is not is the error.
+    if kind == LayoutKind::Bitmask {
+        if encode_by_position(g, indices, out) {
+            return Ok(());
+        }
+        out.fill(0);
+    }
+    // A `Bitmask` part starts at a block's first plane: at its word `(k = 0, p = 0)`.
+    let plane = first / g.positions().max(1);
+    let base = g.word_offset(plane / g.c.max(1), plane % g.c.max(1) / 16, 0, 0);
+    encode_in_order(op, arg, kind, g, first, base, indices.iter().copied(), out)
+}
+
+/// Encodes `values`, the indices of the pooled output from element `first` on in row-major
+/// order, into `out`, which must start zeroed: the `I32Argmax` bytes of those values, or the
+/// `Bitmask` bytes from byte `base` of the mask on (`base` is not used for `I32Argmax`). Reads each
+/// index once, in order (so any strided or broadcast source works without a copy), and stops at
+/// the first one that is outside its plane or, for `Bitmask`, outside its window.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode_in_order<I: ArgmaxIndex>(
+    op: &'static str,
+    arg: &'static str,
+    kind: LayoutKind,
+    g: &MaxPoolGeometry,
+    first: usize,
+    base: usize,
+    values: impl Iterator<Item = I>,
+    out: &mut [i8],
+) -> Result<()> {
     let plane = g.h * g.w;
+    let (positions, wo) = (g.positions().max(1), g.wo.max(1));
     let bad = |e: usize, v: I| Error::IndexOutOfRange {
         op,
         arg,
-        position: g.pooled_position(first + e),
+        position: g.pooled_position(e),
         value: v.to_i64(),
         plane,
     };
     match kind {
         LayoutKind::I32Argmax => {
-            for (e, (&v, dst)) in indices.iter().zip(out.chunks_exact_mut(4)).enumerate() {
+            for ((e, v), dst) in (first..).zip(values).zip(out.chunks_exact_mut(4)) {
                 let flat = v.flat_in(plane).ok_or_else(|| bad(e, v))?;
                 for (d, b) in dst.iter_mut().zip((flat as i32).to_le_bytes()) {
                     *d = b as i8;
@@ -376,38 +466,32 @@ fn encode_part<I: ArgmaxIndex>(
             }
         }
         LayoutKind::Bitmask => {
-            // One (n, 16-channel block): its channels' indices, one plane of positions each.
-            if encode_by_position(g, indices, out) {
-                return Ok(());
-            }
-            // Some index is not in its window (or the windows are too large for the table):
-            // channel by channel, so that the first such index in row-major order is the error.
-            out.fill(0);
             let [kh, kw] = g.params.kernel();
             let ([sh, sw], [ph, pw]) = (g.params.stride(), g.params.padding());
-            let row_bytes = g.word_offset(0, 0, 1, 0);
-            let (positions, wo) = (g.positions().max(1), g.wo.max(1));
-            for (bit, channel) in indices.chunks(positions).enumerate() {
-                for (oh, row) in channel.chunks(wo).enumerate() {
-                    for (ow, &v) in row.iter().enumerate() {
-                        let p = oh * wo + ow;
-                        let flat = v.flat_in(plane).ok_or_else(|| bad(bit * positions + p, v))?;
-                        let (ih, iw) = (flat / g.w, flat % g.w);
-                        // The window offset, if the index lies in its window (rows and columns
-                        // counted from the window's origin `o·s - pad`).
-                        let i = (ih + ph).wrapping_sub(oh * sh);
-                        let j = (iw + pw).wrapping_sub(ow * sw);
-                        if i >= kh || j >= kw {
-                            return Err(Error::IndexNotInWindow {
-                                op,
-                                arg,
-                                position: g.pooled_position(first + bit * positions + p),
-                                value: v.to_i64(),
-                            });
-                        }
-                        let o = (i * kw + j) * row_bytes + 2 * p;
-                        write_word(out, o, read_word(out, o) | 1 << bit);
-                    }
+            // The element's plane and position, advanced one element at a time.
+            let (mut plane_index, mut p) = (first / positions, first % positions);
+            for (e, v) in (first..).zip(values) {
+                let (oh, ow) = (p / wo, p % wo);
+                let flat = v.flat_in(plane).ok_or_else(|| bad(e, v))?;
+                let (ih, iw) = (flat / g.w, flat % g.w);
+                // The window offset, if the index lies in its window (rows and columns counted
+                // from the window's origin `o·s - pad`).
+                let i = (ih + ph).wrapping_sub(oh * sh);
+                let j = (iw + pw).wrapping_sub(ow * sw);
+                if i >= kh || j >= kw {
+                    return Err(Error::IndexNotInWindow {
+                        op,
+                        arg,
+                        position: g.pooled_position(e),
+                        value: v.to_i64(),
+                    });
+                }
+                let (n, c) = (plane_index / g.c, plane_index % g.c);
+                let o = g.word_offset(n, c / 16, i * kw + j, p) - base;
+                write_word(out, o, read_word(out, o) | 1 << (c % 16));
+                p += 1;
+                if p == positions {
+                    (plane_index, p) = (plane_index + 1, 0);
                 }
             }
         }
@@ -495,7 +579,7 @@ impl WindowTaps {
     }
 }
 
-/// Reads the flat arg-max index of every output position from the contiguous mask `bytes`.
+/// Reads the flat arg-max index of every output position from the mask `bytes`.
 ///
 /// Errors: an `I32Argmax` value outside the plane; a `Bitmask` position whose channel has no bit,
 /// several bits, or a bit that points into padding.
@@ -504,7 +588,7 @@ pub(crate) fn decode<I: ArgmaxIndex>(
     arg: &'static str,
     kind: LayoutKind,
     g: &MaxPoolGeometry,
-    bytes: &[i8],
+    bytes: &MaskBytes<'_>,
     out: &mut [I],
 ) -> Result<()> {
     let plane = g.h * g.w;
@@ -512,7 +596,7 @@ pub(crate) fn decode<I: ArgmaxIndex>(
     match kind {
         LayoutKind::I32Argmax => {
             for (e, dst) in out.iter_mut().enumerate() {
-                let v = read_i32(bytes, e);
+                let v = bytes.value(e);
                 let flat = (v >= 0 && (v as usize) < plane).then_some(v as usize);
                 *dst = flat.and_then(to_index).ok_or_else(|| Error::IndexOutOfRange {
                     op,
@@ -530,7 +614,7 @@ pub(crate) fn decode<I: ArgmaxIndex>(
                 let (n, c) = (plane_index / g.c, plane_index % g.c);
                 let bit = 1u16 << (c % 16);
                 let mut set =
-                    (0..g.offsets()).filter(|&k| read_word(bytes, g.word_offset(n, c / 16, k, p)) & bit != 0);
+                    (0..g.offsets()).filter(|&k| bytes.word(g.word_offset(n, c / 16, k, p)) & bit != 0);
                 let content =
                     |reason: String| Error::MaskContent { op, arg, position: g.pooled_position(e), reason };
                 let k = match (set.next(), set.next()) {
@@ -656,10 +740,14 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
 
     /// Encodes flat arg-max indices (shape `[N, C, Ho, Wo]`) as a mask.
     ///
+    /// Indices in any memory layout (strided, broadcast, reversed) are read in place, in row-major
+    /// order; only the mask is allocated.
+    ///
     /// # Errors
     /// [`Error::ShapeMismatch`] for indices of another shape, [`Error::IndexOutOfRange`] for an
     /// index outside the plane, [`Error::IndexNotInWindow`] (`Bitmask`) for an index outside its
-    /// window.
+    /// window (the first such index in row-major order); [`Error::Allocation`] when the mask does
+    /// not fit in memory.
     pub fn from_indices<I, S>(
         indices: &ArrayBase<S, D>,
         params: &MaxPool2dParams,
@@ -675,9 +763,14 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         crate::validate::same_shape(OP, "indices", indices.shape().to_vec(), geometry.pooled_dims())?;
         let bytes = geometry.bytes().unwrap_or(0);
         let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", bytes)?;
-        let standard = indices.as_standard_layout();
-        let flat = standard.as_slice().unwrap_or(&[]);
-        encode(OP, "indices", L::KIND, &geometry, flat, &mut data)?;
+        match indices.as_slice() {
+            Some(flat) => encode(OP, "indices", L::KIND, &geometry, flat, &mut data)?,
+            // Strided or broadcast indices: read in place, in row-major order (the mask is
+            // zeroed, as the in-order encoder needs).
+            None => {
+                encode_in_order(OP, "indices", L::KIND, &geometry, 0, 0, indices.iter().copied(), &mut data)?
+            }
+        }
         let data = into_array(OP, "mask", data, &geometry.dims())?;
         Ok(Mask { data, geometry, layout: PhantomData })
     }
@@ -687,14 +780,13 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     /// # Errors
     /// [`Error::IndexOutOfRange`] for an `I32Argmax` value outside the plane;
     /// [`Error::MaskContent`] for a `Bitmask` position whose channel has no bit, several bits or
-    /// a bit in padding.
+    /// a bit in padding; [`Error::Allocation`] when the indices do not fit in memory.
     pub fn to_indices<I: ArgmaxIndex>(&self) -> Result<Array<I, D>> {
         const OP: &str = "Mask::to_indices";
         let g = &self.geometry;
         let count = g.planes() * g.positions();
         let mut out = crate::alloc::zeroed_vec::<I>(OP, "indices", count)?;
-        let standard = self.data.as_standard_layout();
-        decode(OP, "mask", L::KIND, g, standard.as_slice().unwrap_or(&[]), &mut out)?;
+        decode(OP, "mask", L::KIND, g, &MaskBytes::of(&self.data), &mut out)?;
         into_array(OP, "indices", out, &g.pooled_dims())
     }
 
@@ -712,24 +804,42 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     /// # Ok::<(), poolgrad::Error>(())
     /// ```
     ///
+    /// Reads the mask in place whatever its memory layout, and allocates only the result, at its
+    /// exact size.
+    ///
     /// # Errors
-    /// [`Error::IndexOutOfRange`] for an `I32Argmax` value outside the plane.
+    /// [`Error::IndexOutOfRange`] for an `I32Argmax` value outside the plane (found before
+    /// anything is allocated); [`Error::Allocation`] when the pairs do not fit in memory.
     pub fn selected(&self) -> Result<Vec<(usize, usize)>> {
         const OP: &str = "Mask::selected";
+        // Two passes: the first finds the first bad value (before anything is allocated) and
+        // counts the pairs, so that the result is allocated once, at its exact size.
+        let mut count = 0usize;
+        self.visit_selected(OP, |_, _| count += 1)?;
+        let mut pairs = Vec::new();
+        pairs.try_reserve_exact(count).map_err(|_| Error::Allocation {
+            op: OP,
+            arg: "pairs",
+            bytes: count.saturating_mul(size_of::<(usize, usize)>()),
+        })?;
+        self.visit_selected(OP, |e, flat| pairs.push((e, flat)))?;
+        Ok(pairs)
+    }
+
+    /// Calls `f(element, flat)` for every pair [`Mask::selected`] returns, in its order.
+    fn visit_selected(&self, op: &'static str, mut f: impl FnMut(usize, usize)) -> Result<()> {
         let g = &self.geometry;
-        let standard = self.data.as_standard_layout();
-        let bytes = standard.as_slice().unwrap_or(&[]);
+        let bytes = MaskBytes::of(&self.data);
         let count = g.planes() * g.positions();
-        let mut pairs = Vec::with_capacity(count);
         match L::KIND {
             LayoutKind::I32Argmax => {
                 let plane = g.h * g.w;
                 for e in 0..count {
-                    let v = read_i32(bytes, e);
+                    let v = bytes.value(e);
                     if v < 0 || v as usize >= plane {
-                        return Err(g.index_error(OP, "mask", e, v.into()));
+                        return Err(g.index_error(op, "mask", e, v.into()));
                     }
-                    pairs.push((e, v as usize));
+                    f(e, v as usize);
                 }
             }
             LayoutKind::Bitmask => {
@@ -737,16 +847,16 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
                     let (plane_index, p) = (e / g.positions(), e % g.positions());
                     let (n, c) = (plane_index / g.c, plane_index % g.c);
                     for k in 0..g.offsets() {
-                        if read_word(bytes, g.word_offset(n, c / 16, k, p)) & (1 << (c % 16)) != 0
+                        if bytes.word(g.word_offset(n, c / 16, k, p)) & (1 << (c % 16)) != 0
                             && let Some(flat) = g.flat_of(p, k)
                         {
-                            pairs.push((e, flat));
+                            f(e, flat);
                         }
                     }
                 }
             }
         }
-        Ok(pairs)
+        Ok(())
     }
 
     /// The mask bytes.

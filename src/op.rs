@@ -258,7 +258,7 @@ impl MaxPoolGeometry {
         input_dims: &[usize],
     ) -> Result<Self> {
         let [n, c, h, w] = validate::pooling_dims(op, arg, input_dims)?;
-        let [ho, wo] = params.output_size_for(op, [h, w])?;
+        let [ho, wo] = params.output_size_for(op, arg, [h, w])?;
         validate::plane_size(op, arg, h, w)?;
         Ok(MaxPoolGeometry { n, c, h, w, ho, wo, params: *params, ndim: input_dims.len() })
     }

@@ -91,10 +91,16 @@ impl MaxPool2dParams {
     /// the kernel; [`Error::OutputTooSmall`] when no window fits; [`Error::InvalidParameter`]
     /// (`dilation`) when a dilated window would read no input element at all.
     pub fn output_size(&self, input: [usize; 2]) -> Result<[usize; 2]> {
-        self.output_size_for("MaxPool2dParams::output_size", input)
+        self.output_size_for("MaxPool2dParams::output_size", "input", input)
     }
 
-    pub(crate) fn output_size_for(&self, op: &'static str, [h, w]: [usize; 2]) -> Result<[usize; 2]> {
+    /// [`MaxPool2dParams::output_size`] for operation `op`, whose input is argument `arg`.
+    pub(crate) fn output_size_for(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        [h, w]: [usize; 2],
+    ) -> Result<[usize; 2]> {
         self.check(op)?;
         let len = |axis: usize, n: usize| {
             pool_output_len(
@@ -108,7 +114,10 @@ impl MaxPool2dParams {
         };
         let (ho, wo) = match (len(0, h), len(1, w)) {
             (Some(ho), Some(wo)) => (ho, wo),
-            _ => return Err(Error::OutputTooSmall { op, input: [h, w], params: *self }),
+            (ho, _) => {
+                let (axis, n) = if ho.is_none() { (0, h) } else { (1, w) };
+                return Err(self.no_output(op, arg, axis, n, [h, w]));
+            }
         };
         for (axis, n, out, name) in [(0, h, ho, "H"), (1, w, wo, "W")] {
             let [k, s, p, d] =
@@ -131,6 +140,45 @@ impl MaxPool2dParams {
             }
         }
         Ok([ho, wo])
+    }
+
+    /// Why axis `axis` (of length `n`) has no output: its (dilated) window is longer than the
+    /// padded input, or the output length does not fit in `usize`.
+    fn no_output(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        axis: usize,
+        n: usize,
+        input: [usize; 2],
+    ) -> Error {
+        let window = self.window_span(axis);
+        if window <= self.longest_window(axis, n) {
+            return Error::Overflow {
+                op,
+                arg,
+                what: format!(
+                    "the output length along {} = {n} with {self:?} exceeds usize::MAX",
+                    ["H", "W"][axis]
+                ),
+            };
+        }
+        // Blame the dilation when the kernel alone would fit.
+        let undilated_fits = self.kernel[axis] as u128 <= self.longest_window(axis, n);
+        let arg = if self.dilation[axis] > 1 && undilated_fits { "dilation" } else { "kernel" };
+        Error::OutputTooSmall { op, arg, axis: ["H", "W"][axis], input, params: Box::new(*self) }
+    }
+
+    /// Inputs a window spans along `axis`: `dilation·(kernel − 1) + 1`.
+    pub(crate) fn window_span(&self, axis: usize) -> u128 {
+        self.dilation[axis] as u128 * (self.kernel[axis] as u128).saturating_sub(1) + 1
+    }
+
+    /// The longest window that still gives one output along `axis` of length `n`: the input
+    /// with its padding on both sides, plus `stride − 1` in ceil mode.
+    pub(crate) fn longest_window(&self, axis: usize, n: usize) -> u128 {
+        let ceil = if self.ceil_mode { (self.stride[axis] as u128).saturating_sub(1) } else { 0 };
+        n as u128 + 2 * self.padding[axis] as u128 + ceil
     }
 
     fn check(&self, op: &'static str) -> Result<()> {

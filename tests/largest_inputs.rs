@@ -50,7 +50,9 @@ fn mask_shapes_that_overflow_are_errors() {
     let p = MaxPool2dParams::new([1 << 31, 1 << 31]).with_padding([1 << 30, 1 << 30]);
     let raw = ndarray::Array3::<i8>::zeros((1, 1, 1));
     let e = Mask::<I32Argmax, _>::from_raw(raw, &p, &[1, 1 << 31, 1 << 31]).unwrap_err();
-    assert!(matches!(e, Error::Overflow { arg: "mask", .. }), "{e:?}");
+    // 2^31 · 2^31 window offsets of 64 bytes at least each: the kernel alone overflows.
+    assert!(matches!(e, Error::Overflow { arg: "kernel", .. }), "{e:?}");
+    assert!(e.to_string().contains("kernel [2147483648, 2147483648] and output 2x2"), "{e}");
 }
 
 #[test]

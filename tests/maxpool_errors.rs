@@ -58,8 +58,87 @@ fn output_below_one() {
     let x = Array4::<f32>::zeros((1, 1, 2, 9));
     let params = MaxPool2dParams::new([3, 3]);
     let e = max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap_err();
-    assert_eq!(e, Error::OutputTooSmall { op: IDX, input: [2, 9], params });
-    assert_message(&e, &["[2, 9]", "too small", "kernel: [3, 3]"]);
+    assert_eq!(
+        e,
+        Error::OutputTooSmall { op: IDX, arg: "kernel", axis: "H", input: [2, 9], params: Box::new(params) }
+    );
+    assert_eq!(
+        e.to_string(),
+        "max_pool2d_with_indices: `kernel` is [3, 3], so a window spans 3 inputs along H, expected at \
+         most 2 (H = 2 plus padding 0 on each side): the output would be empty"
+    );
+}
+
+/// A huge dilation, not the input, is at fault: the error says so, with the span it makes.
+#[test]
+fn output_below_one_from_dilation() {
+    let x = Array4::<f32>::zeros((1, 1, 9, 9));
+    let params = MaxPool2dParams::new([3, 3]).with_padding([1, 1]).with_dilation([1, 1000]);
+    let e = max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap_err();
+    assert_eq!(
+        e,
+        Error::OutputTooSmall {
+            op: IDX,
+            arg: "dilation",
+            axis: "W",
+            input: [9, 9],
+            params: Box::new(params)
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "max_pool2d_with_indices: `dilation` is [1, 1000], so a window spans 2001 = 1000·(3 − 1) + 1 \
+         inputs along W, expected at most 11 (W = 9 plus padding 1 on each side): the output would be \
+         empty"
+    );
+    // Ceil mode gives a window stride − 1 more room.
+    let params = MaxPool2dParams::new([5, 1]).with_stride([3, 1]).with_ceil_mode(true);
+    let e = params.output_size([2, 4]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "MaxPool2dParams::output_size: `kernel` is [5, 1], so a window spans 5 inputs along H, expected \
+         at most 4 (H = 2 plus padding 0 on each side, plus stride − 1 = 2 in ceil mode): the output \
+         would be empty"
+    );
+    assert_eq!(params.output_size([3, 4]).unwrap(), [1, 4]);
+}
+
+/// An output length past `usize::MAX` is an overflow, not an empty output.
+#[test]
+fn output_length_overflow() {
+    let params = MaxPool2dParams::new([2, 1]).with_stride([1, 1]).with_padding([1, 0]);
+    let e = params.output_size([usize::MAX, 1]).unwrap_err();
+    assert!(matches!(e, Error::Overflow { arg: "input", .. }), "{e:?}");
+    assert_message(&e, &[&format!("along H = {}", usize::MAX), "exceeds usize::MAX"]);
+}
+
+/// A mask whose size overflows names the parameter at fault and its values, never an internal
+/// struct.
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn mask_size_overflow_names_the_parameter() {
+    let params = MaxPool2dParams::new([2, 2]);
+    let e = Mask::<Bitmask, ndarray::Ix4>::from_raw(
+        Array4::zeros((0, 0, 0, 0)),
+        &params,
+        &[1 << 40, 1 << 30, 2, 2],
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        Error::Overflow {
+            op: "Mask::from_raw",
+            arg: "input_shape",
+            what: "the mask of N·C·kH·kW·(⌈Ho·Wo/16⌉ + 1)·32 bytes, for input [1099511627776, 1073741824, 2, 2], \
+                   kernel [2, 2] and output 1x1, exceeds usize::MAX"
+                .into()
+        }
+    );
+    let params = MaxPool2dParams::new([1 << 32, 1 << 32]).with_padding([1 << 31, 1 << 31]);
+    let e = Mask::<Bitmask, ndarray::Ix4>::from_raw(Array4::zeros((0, 0, 0, 0)), &params, &[1, 1, 1, 1])
+        .unwrap_err();
+    assert!(matches!(e, Error::Overflow { arg: "kernel", .. }), "{e:?}");
+    assert!(!e.to_string().contains("Geometry"), "{e}");
 }
 
 #[test]

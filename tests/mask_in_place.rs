@@ -1,0 +1,232 @@
+//! `Mask` reads its inputs in place, whatever their memory layout, and allocates only its result.
+//!
+//! The heap of this test binary is counted and capped (`cap`): each call runs with a budget of
+//! its result plus a few MiB, so a copy of the input or an oversized reservation would fail to
+//! allocate (an abort, which fails the run) where the call itself must succeed or return its
+//! error. The cases are those of the second hostile-input pass, at sizes a debug build runs in
+//! seconds. Expected values are worked by hand from the layouts' definitions, never from the
+//! crate.
+
+use std::alloc::System;
+use std::sync::{Mutex, MutexGuard};
+
+use cap::Cap;
+use ndarray::{Array4, ArrayView4, Ix3, Ix4, ShapeBuilder, s};
+use poolgrad::{Bitmask, Error, I32Argmax, Mask, MaskLayout, MaxPool2dParams};
+
+#[global_allocator]
+static HEAP: Cap<System> = Cap::new(System, usize::MAX);
+
+/// Every test takes this first: the budget is process-wide.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const MIB: usize = 1 << 20;
+
+/// Runs `f` with at most `budget` bytes of heap on top of what is allocated now.
+fn within<R>(budget: usize, f: impl FnOnce() -> R) -> R {
+    HEAP.set_limit(HEAP.allocated() + budget).expect("a limit above the heap in use");
+    let r = f();
+    HEAP.set_limit(usize::MAX).expect("no limit");
+    r
+}
+
+/// `Mask::selected` on a large `Bitmask` whose bits select two inputs: the answer is those two
+/// pairs. It used to reserve a pair for every output position first (here 256 MiB).
+#[test]
+fn selected_allocates_only_its_pairs() {
+    let _serial = serial();
+    let (params, side) = (MaxPool2dParams::new([1, 1]), 1usize << 12);
+    // One plane, a 1x1 kernel: one row of u16 words, word p for output position p = input p.
+    let shape = poolgrad::geometry::mask_shape(1, 1, [1, 1], [side, side]).unwrap();
+    assert_eq!(shape, [1, 1, 1, (side * side / 16 + 1) * 32]);
+    let mut data = Array4::<i8>::zeros(shape);
+    let last = side * side - 1;
+    for p in [5, last] {
+        data[[0, 0, 0, 2 * p]] = 1; // bit 0 (channel 0) of word p, low byte first
+    }
+    let mask = Mask::<Bitmask, _>::from_raw(data, &params, &[1, 1, side, side]).unwrap();
+    let pairs = within(4 * MIB, || mask.selected());
+    assert_eq!(pairs.unwrap(), vec![(5, 5), (last, last)]);
+}
+
+/// Broadcast indices (one element seen at every position) are read in place: the second
+/// position's index is outside its window, and that is the error, without a copy of the 2^26
+/// indices (512 MiB) first.
+#[test]
+fn from_indices_reads_broadcast_indices_in_place() {
+    let _serial = serial();
+    let (params, side) = (MaxPool2dParams::new([1, 1]), 1usize << 13);
+    let zero = [0i64];
+    let idx = ArrayView4::from_shape((1, 1, side, side).strides((0, 0, 0, 0)), &zero[..]).unwrap();
+    // The result alone: (2^26 / 16 + 1) * 32 bytes, 128 MiB.
+    let mask_bytes = (side * side / 16 + 1) * 32;
+    let e = within(mask_bytes + 4 * MIB, || {
+        Mask::<Bitmask, Ix4>::from_indices(&idx, &params, &[1, 1, side, side])
+    });
+    assert_eq!(
+        e.unwrap_err(),
+        Error::IndexNotInWindow {
+            op: "Mask::from_indices",
+            arg: "indices",
+            position: vec![0, 0, 0, 1],
+            value: 0
+        }
+    );
+
+    // I32Argmax does not look at windows: value 1 everywhere is a valid mask, written in place.
+    let params = MaxPool2dParams::new([2, 2]);
+    // 2^22 indices (a 32 MiB copy), a 32 MiB mask.
+    let one = [1i64];
+    let (half, quarter) = (side / 2, side / 4);
+    let idx = ArrayView4::from_shape((1, 1, quarter, quarter).strides((0, 0, 0, 0)), &one[..]).unwrap();
+    let mask_bytes = 4 * (quarter * quarter / 16 + 1) * 32;
+    let mask = within(mask_bytes + 4 * MIB, || {
+        Mask::<I32Argmax, Ix4>::from_indices(&idx, &params, &[1, 1, half, half])
+    })
+    .unwrap();
+    let bytes = mask.as_array().as_slice().unwrap();
+    assert_eq!(bytes.len(), mask_bytes);
+    let (values, rest) = bytes.split_at(4 * quarter * quarter);
+    assert!(values.chunks_exact(4).all(|v| v == [1, 0, 0, 0]));
+    assert!(rest.iter().all(|&b| b == 0));
+}
+
+/// A Fortran-order mask (as `from_raw` accepts) is decoded in place by `to_indices` and
+/// `selected`; each allocates its result only (1 MiB of indices, 4 MiB of pairs), where a copy
+/// of the mask (4.7 MB) used to come first.
+#[test]
+fn fortran_order_masks_are_read_in_place() {
+    let _serial = serial();
+    let params = MaxPool2dParams::new([3, 3]);
+    let (side, out) = (1536usize, 512usize);
+    // Each window's centre: (3·oh + 1, 3·ow + 1).
+    let idx = Array4::<i64>::from_shape_fn((1, 1, out, out), |(_, _, oh, ow)| {
+        ((3 * oh + 1) * side + 3 * ow + 1) as i64
+    });
+    let standard = Mask::<I32Argmax, Ix4>::from_indices(&idx, &params, &[1, 1, side, side]).unwrap();
+    let mut fortran = Array4::<i8>::zeros(standard.as_array().raw_dim().f());
+    fortran.assign(standard.as_array());
+    drop(standard);
+    assert!(fortran.as_slice().is_none() && fortran.len() > 4 * MIB + MIB / 2);
+    let mask = Mask::<I32Argmax, Ix4>::from_raw(fortran, &params, &[1, 1, side, side]).unwrap();
+
+    let decoded = within(MIB + 2 * MIB, || mask.to_indices::<i32>()).unwrap();
+    assert!(decoded.iter().zip(&idx).all(|(&d, &i)| i64::from(d) == i));
+    drop(decoded);
+    let pairs = within(4 * MIB + MIB, || mask.selected()).unwrap();
+    assert_eq!(pairs.len(), out * out);
+    assert!(pairs.iter().zip(&idx).enumerate().all(|(e, (&pair, &i))| pair == (e, i as usize)));
+}
+
+/// Hand-worked indices of a pooling with several parts (two batches of 20 channels: four
+/// 16-channel blocks, and more than 2^16 values), every one inside its window: the window's
+/// top-left input, or its bottom-right one on odd channels.
+fn hand_indices(params: &MaxPool2dParams, [n, c, h, w]: [usize; 4]) -> Array4<i64> {
+    let [ho, wo] = params.output_size([h, w]).unwrap();
+    let ([kh, kw], [sh, sw]) = (params.kernel(), params.stride());
+    Array4::from_shape_fn((n, c, ho, wo), |(_, ch, oh, ow)| {
+        let (i, j) = if ch % 2 == 0 { (0, 0) } else { (kh - 1, kw - 1) };
+        ((oh * sh + i) * w + ow * sw + j) as i64
+    })
+}
+
+/// Strided, reversed and Fortran-order indices encode to the same mask as a standard-layout copy
+/// of the same values, in both layouts, and decode back to them from a Fortran-order mask.
+#[test]
+fn every_index_layout_encodes_alike() {
+    let _serial = serial();
+    let params = MaxPool2dParams::new([2, 3]).with_stride([2, 3]);
+    let input = [2, 20, 100, 120];
+    let idx = hand_indices(&params, input);
+    assert!(idx.len() > 1 << 16);
+    let reversed = idx.slice(s![.., ..;-1, .., ..]);
+    let mut fortran = Array4::<i64>::zeros(idx.raw_dim().f());
+    fortran.assign(&idx);
+    let mut wide = Array4::<i64>::zeros((2, 20, 50, 80));
+    wide.slice_mut(s![.., .., .., ..;2]).assign(&idx);
+    let strided = wide.slice(s![.., .., .., ..;2]);
+    check_layouts::<Bitmask>(&params, input, &idx, &[reversed, fortran.view(), strided]);
+    check_layouts::<I32Argmax>(&params, input, &idx, &[reversed, fortran.view(), strided]);
+}
+
+fn check_layouts<L: MaskLayout>(
+    params: &MaxPool2dParams,
+    input: [usize; 4],
+    idx: &Array4<i64>,
+    views: &[ArrayView4<'_, i64>],
+) {
+    for view in views {
+        assert!(view.as_slice().is_none());
+        let in_place = Mask::<L, Ix4>::from_indices(view, params, &input).unwrap();
+        let copied = Mask::<L, Ix4>::from_indices(&view.to_owned(), params, &input).unwrap();
+        assert_eq!(in_place, copied, "{}", L::NAME);
+    }
+    let mask = Mask::<L, Ix4>::from_indices(idx, params, &input).unwrap();
+    let mut fortran = Array4::<i8>::zeros(mask.as_array().raw_dim().f());
+    fortran.assign(mask.as_array());
+    let from_fortran = Mask::<L, Ix4>::from_raw(fortran, params, &input).unwrap();
+    assert_eq!(from_fortran.to_indices::<i64>().unwrap(), idx);
+    assert_eq!(from_fortran.selected().unwrap(), mask.selected().unwrap());
+    let expected: Vec<(usize, usize)> = idx.iter().enumerate().map(|(e, &i)| (e, i as usize)).collect();
+    assert_eq!(mask.selected().unwrap(), expected, "{}", L::NAME);
+}
+
+/// A bad index in a later part (batch 1, channel 17: the fourth `Bitmask` block and the third
+/// run of 2^16 `I32Argmax` values) is reported at its own position, from standard-layout and
+/// Fortran-order indices alike.
+#[test]
+fn errors_in_later_parts_carry_their_position() {
+    let _serial = serial();
+    let params = MaxPool2dParams::new([2, 3]).with_stride([2, 3]);
+    let input = [2, 20, 100, 120];
+    let position = [1, 17, 39, 5];
+    for (value, layouts) in [(12000 * 2 - 1, "both"), (-3, "both"), (0, "Bitmask")] {
+        let mut idx = hand_indices(&params, input);
+        idx[position] = value;
+        let mut fortran = Array4::<i64>::zeros(idx.raw_dim().f());
+        fortran.assign(&idx);
+        // Window (39, 5) holds rows 78..80 and columns 15..18: input 0 is outside it, -3 and
+        // 2·12000 − 1 = 23999 are outside the 100·120 = 12000 plane.
+        let out_of_plane = Error::IndexOutOfRange {
+            op: "Mask::from_indices",
+            arg: "indices",
+            position: position.to_vec(),
+            value,
+            plane: 12000,
+        };
+        let not_in_window = Error::IndexNotInWindow {
+            op: "Mask::from_indices",
+            arg: "indices",
+            position: position.to_vec(),
+            value,
+        };
+        for indices in [idx.view(), fortran.view()] {
+            let e = Mask::<Bitmask, Ix4>::from_indices(&indices, &params, &input).unwrap_err();
+            assert_eq!(e, if value == 0 { not_in_window.clone() } else { out_of_plane.clone() });
+            let a2 = Mask::<I32Argmax, Ix4>::from_indices(&indices, &params, &input);
+            match layouts {
+                "both" => assert_eq!(a2.unwrap_err(), out_of_plane),
+                _ => assert!(a2.is_ok(), "I32Argmax does not check windows"),
+            }
+        }
+    }
+}
+
+/// A 3-D mask in Fortran order decodes through its own rank.
+#[test]
+fn three_d_fortran_masks_decode() {
+    let _serial = serial();
+    let params = MaxPool2dParams::new([2, 2]);
+    let idx = ndarray::array![[[1i64, 6], [8, 10]], [[4, 3], [13, 15]]]; // C = 2 planes of 4x4
+    let mask = Mask::<Bitmask, Ix3>::from_indices(&idx, &params, &[2, 4, 4]).unwrap();
+    let mut fortran = ndarray::Array3::<i8>::zeros(mask.as_array().raw_dim().f());
+    fortran.assign(mask.as_array());
+    let mask = Mask::<Bitmask, Ix3>::from_raw(fortran, &params, &[2, 4, 4]).unwrap();
+    assert_eq!(mask.to_indices::<i64>().unwrap(), idx);
+    let pairs = mask.selected().unwrap();
+    assert_eq!(pairs, vec![(0, 1), (1, 6), (2, 8), (3, 10), (4, 4), (5, 3), (6, 13), (7, 15)]);
+}
