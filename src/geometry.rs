@@ -93,7 +93,8 @@ pub(crate) fn pool_window_taps(
 ) -> (usize, usize) {
     let origin = pool_window_origin(o, stride, padding);
     let (n, k, d) = (input as i128, kernel as i128, dilation as i128);
-    // First tap at or after 0, last tap before n.
+    // First tap at or after 0, last tap before n. (At origin 0 both branches give 0: `<=` for
+    // `<` is an equivalent mutant.)
     let first_i = if origin < 0 { (-origin + d - 1) / d } else { 0 };
     let end_i = if origin >= n { 0 } else { ((n - origin + d - 1) / d).min(k) };
     if end_i <= first_i {
@@ -121,6 +122,17 @@ pub(crate) fn mask_words_per_row(positions: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A zero kernel, stride or dilation alone, the others valid, has no output.
+    #[test]
+    fn zero_parameters_alone_have_no_output() {
+        assert_eq!(pool_output_len(6, 2, 2, 0, 1, false), Some(3));
+        for ceil in [false, true] {
+            assert_eq!(pool_output_len(6, 0, 2, 0, 1, ceil), None, "kernel 0");
+            assert_eq!(pool_output_len(6, 2, 0, 0, 1, ceil), None, "stride 0");
+            assert_eq!(pool_output_len(6, 2, 2, 0, 0, ceil), None, "dilation 0");
+        }
+    }
 
     #[test]
     fn windows_cover_the_axis_and_are_never_empty() {

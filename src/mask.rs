@@ -94,11 +94,8 @@ impl MaxPoolGeometry {
             let [kh, kw] = params.kernel();
             let kernel_alone = kh.checked_mul(kw).and_then(|k| k.checked_mul(64)).is_none();
             let what = format!(
-                "the mask of N·C·kH·kW·(⌈Ho·Wo/16⌉ + 1)·32 bytes, for input {input_dims:?}, kernel {:?} \
-                 and output {}x{}, exceeds usize::MAX",
-                params.kernel(),
-                g.ho,
-                g.wo
+                "the mask of N·C·kH·kW·(⌈Ho·Wo/16⌉ + 1)·32 bytes, for {}, exceeds usize::MAX",
+                g.describe()
             );
             return Err(Error::Overflow { op, arg: if kernel_alone { "kernel" } else { arg }, what });
         }
@@ -843,14 +840,17 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
                 }
             }
             LayoutKind::Bitmask => {
-                for e in 0..count {
-                    let (plane_index, p) = (e / g.positions(), e % g.positions());
+                let (positions, row_bytes) = (g.positions(), g.word_offset(0, 0, 1, 0));
+                for plane_index in 0..g.planes() {
                     let (n, c) = (plane_index / g.c, plane_index % g.c);
-                    for k in 0..g.offsets() {
-                        if bytes.word(g.word_offset(n, c / 16, k, p)) & (1 << (c % 16)) != 0
-                            && let Some(flat) = g.flat_of(p, k)
-                        {
-                            f(e, flat);
+                    let (bit, first_word) = (1 << (c % 16), g.word_offset(n, c / 16, 0, 0));
+                    for p in 0..positions {
+                        for k in 0..g.offsets() {
+                            if bytes.word(first_word + k * row_bytes + 2 * p) & bit != 0
+                                && let Some(flat) = g.flat_of(p, k)
+                            {
+                                f(plane_index * positions + p, flat);
+                            }
                         }
                     }
                 }

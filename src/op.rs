@@ -288,6 +288,17 @@ impl MaxPoolGeometry {
         validate::position(e, [self.n, self.c, self.ho, self.wo], self.ndim)
     }
 
+    /// The pooling in the caller's terms, for messages: its input shape, kernel and output size.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "input {:?}, kernel {:?} and output {}x{}",
+            self.input_dims(),
+            self.params.kernel(),
+            self.ho,
+            self.wo
+        )
+    }
+
     /// The error for index `value` found at element `e` of the indices (or mask values).
     pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
         validate::index_error(

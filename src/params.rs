@@ -124,7 +124,8 @@ impl MaxPool2dParams {
                 [self.kernel[axis], self.stride[axis], self.padding[axis], self.dilation[axis]];
             // With d <= n every window reads an input: its first tap at or past 0 lies below n.
             // With d > n a window can jump over the input, but then only kernels of 1 or 2 have
-            // any output, so the windows are few.
+            // any output, so the windows are few. (`d >= n` would search in vain at d = n: an
+            // equivalent mutant.)
             if d > n
                 && let Some(o) = (0..out).find(|&o| pool_window_taps(o, n, k, s, p, d).1 == 0)
             {

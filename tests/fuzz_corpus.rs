@@ -1,13 +1,35 @@
 //! Replays the fuzzing corpus (`tests/fuzz/corpus/*/*`, every past finding among it) and random
 //! byte strings through the hostile-input harness, on stable, in the normal test suite. The
-//! property: every call returns a result equal to the reference, or an error; never a panic.
+//! property: every call returns a result equal to the reference, or an error; never a panic,
+//! and never an allocation beyond a budget: as the fuzzer's `-malloc_limit_mb`, each corpus input
+//! runs with at most [`ENTRY_BUDGET`] bytes of heap more than before it (this binary's heap is
+//! counted and capped by `cap`), so a copy of a large input aborts the run.
 
 mod hostile;
 
+use std::alloc::System;
+use std::sync::{Mutex, MutexGuard};
+
+use cap::Cap;
 use proptest::prelude::*;
+
+#[global_allocator]
+static HEAP: Cap<System> = Cap::new(System, usize::MAX);
+
+/// The heap one corpus input may add (the largest results the harness allows, 48 MiB, and room
+/// for the reference's work).
+const ENTRY_BUDGET: usize = 64 << 20;
+
+/// Every test takes this first: the budget is process-wide.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 #[test]
 fn corpus_replays_without_a_finding() {
+    let _serial = serial();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/corpus");
     let mut replayed = 0;
     let mut targets: Vec<_> = std::fs::read_dir(&root).expect("tests/fuzz/corpus exists").flatten().collect();
@@ -19,7 +41,10 @@ fn corpus_replays_without_a_finding() {
             std::fs::read_dir(target.path()).expect("a corpus folder").flatten().collect();
         files.sort_by_key(|e| e.file_name());
         for file in files {
-            hostile::run_target(&name, &std::fs::read(file.path()).expect("a corpus file"));
+            let data = std::fs::read(file.path()).expect("a corpus file");
+            HEAP.set_limit(HEAP.allocated() + ENTRY_BUDGET).expect("a limit above the heap in use");
+            hostile::run_target(&name, &data);
+            HEAP.set_limit(usize::MAX).expect("no limit");
             replayed += 1;
         }
     }
@@ -31,6 +56,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 400, failure_persistence: None, ..ProptestConfig::default() })]
     #[test]
     fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let _serial = serial();
         hostile::run(&data);
     }
 }
@@ -52,6 +78,7 @@ mod findings {
     /// aborted the process. It now returns an error.
     #[test]
     fn reference_rejects_impossible_outputs() {
+        let _serial = super::serial();
         let x = broadcast(&[1, 1, 4, 4]);
         let e = reference::adaptive_max_pool2d(&x, [1 << 31, 1 << 31]).unwrap_err();
         assert!(matches!(e, poolgrad::Error::Allocation { .. } | poolgrad::Error::Overflow { .. }), "{e:?}");
@@ -63,6 +90,7 @@ mod findings {
     /// (a hang); it now visits only the taps inside the input.
     #[test]
     fn huge_kernels_cost_their_valid_taps_only() {
+        let _serial = super::serial();
         let x = broadcast(&[1, 1, 1]);
         let p = MaxPool2dParams::new([1 << 40, 1 << 40]).with_padding([1 << 39, 1 << 39]);
         let (v, i) = reference::max_pool2d_with_indices(&x, &p).unwrap();
@@ -77,6 +105,7 @@ mod findings {
     /// allocated fallibly otherwise.
     #[test]
     fn empty_batches_allocate_no_window_tables() {
+        let _serial = super::serial();
         let x = broadcast(&[0, 1, 4, 4]);
         let p = poolgrad::adaptive_max_pool2d::<f32, i64, _, _>(&x, [1 << 40, 1]).unwrap();
         assert_eq!(p.output.shape(), &[0, 1, 1 << 40, 1]);
@@ -99,6 +128,7 @@ mod findings {
     /// too: a huge plane asked for a terabyte workspace. No planes now means no scratch.
     #[test]
     fn empty_batches_of_half_types_need_no_scratch() {
+        let _serial = super::serial();
         static ONE: [half::f16; 1] = [half::f16::ONE];
         let broadcast16 = |dims: &[usize]| {
             ArrayViewD::from_shape(IxDyn(dims).strides(IxDyn(&vec![0; dims.len()])), &ONE[..]).unwrap()
@@ -119,6 +149,7 @@ mod findings {
     /// huge broadcast inputs); it now only looks where a window can miss the input.
     #[test]
     fn dilation_check_is_constant_time() {
+        let _serial = super::serial();
         let p = MaxPool2dParams::new([2, 2]).with_dilation([3, 3]).with_stride([1, 1]);
         assert_eq!(p.output_size([1 << 40, 1 << 40]).unwrap(), [(1 << 40) - 3, (1 << 40) - 3]);
         // Where a window can miss (dilation above the input), it is still caught.

@@ -230,3 +230,61 @@ fn three_d_fortran_masks_decode() {
     let pairs = mask.selected().unwrap();
     assert_eq!(pairs, vec![(0, 1), (1, 6), (2, 8), (3, 10), (4, 4), (5, 3), (6, 13), (7, 15)]);
 }
+
+/// The cases of the hostile-input report at their full size, one per process, to be run by hand
+/// in release under an address-space limit that the result fits in and a copy would not:
+///
+/// ```text
+/// cargo test --release --test mask_in_place --no-run
+/// (ulimit -v 8388608;  POOLGRAD_CASE=selected    cargo test --release --test mask_in_place -- --ignored full_size)
+/// (ulimit -v 12582912; POOLGRAD_CASE=broadcast   cargo test --release --test mask_in_place -- --ignored full_size)
+/// (ulimit -v 2097152;  POOLGRAD_CASE=fortran     cargo test --release --test mask_in_place -- --ignored full_size)
+/// ```
+///
+/// `selected`: a zero `Bitmask` of 4 GiB for input `[1, 1, 2^16, 2^15]` (the old reservation:
+/// 32 GiB). `broadcast`: zero-stride `i64` indices `[1, 1, 2^16, 2^16]` into an 8 GiB mask (the
+/// old copy: 32 GiB). `fortran`: a 1.2 GB Fortran-order `I32Argmax` mask decoded to 256 MiB of
+/// `i32` (the old copy: another 1.2 GB).
+#[test]
+#[ignore = "full-size cases, run by hand under ulimit -v (see the comment)"]
+fn full_size() {
+    let _serial = serial();
+    match std::env::var("POOLGRAD_CASE").as_deref() {
+        Ok("selected") => {
+            let params = MaxPool2dParams::new([1, 1]);
+            let shape = poolgrad::geometry::mask_shape(1, 1, [1, 1], [1 << 16, 1 << 15]).unwrap();
+            let data = Array4::<i8>::zeros(shape);
+            let mask = Mask::<Bitmask, _>::from_raw(data, &params, &[1, 1, 1 << 16, 1 << 15]).unwrap();
+            assert_eq!(mask.selected().unwrap(), vec![]);
+        }
+        Ok("broadcast") => {
+            let zero = [0i64];
+            let dims = (1, 1, 1 << 16, 1 << 16);
+            let idx = ArrayView4::from_shape(dims.strides((0, 0, 0, 0)), &zero[..]).unwrap();
+            let params = MaxPool2dParams::new([1, 1]);
+            let e = Mask::<Bitmask, Ix4>::from_indices(&idx, &params, &[1, 1, 1 << 16, 1 << 16]).unwrap_err();
+            assert!(
+                matches!(e, Error::IndexNotInWindow { ref position, .. } if position == &[0, 0, 0, 1]),
+                "{e}"
+            );
+        }
+        Ok("fortran") => {
+            let params = MaxPool2dParams::new([3, 3]);
+            let (side, out) = (3 << 13, 1 << 13);
+            let shape = poolgrad::geometry::mask_shape(1, 1, [3, 3], [out, out]).unwrap();
+            let mut fortran = Array4::<i8>::zeros(shape.f());
+            // I32Argmax value e = 1 at every e: byte 4e is 1 (little-endian).
+            let n = fortran.len();
+            for (i, b) in fortran.as_slice_memory_order_mut().unwrap().iter_mut().enumerate() {
+                // Memory order is column-major: element (0, 0, k, x) sits at k + 9·x.
+                let (k, x) = (i % 9, i / 9);
+                let flat = k * (n / 9) + x;
+                *b = i8::from(flat < 4 * out * out && flat % 4 == 0);
+            }
+            let mask = Mask::<I32Argmax, Ix4>::from_raw(fortran, &params, &[1, 1, side, side]).unwrap();
+            let decoded = mask.to_indices::<i32>().unwrap();
+            assert!(decoded.iter().all(|&v| v == 1));
+        }
+        other => panic!("set POOLGRAD_CASE to selected, broadcast or fortran (got {other:?})"),
+    }
+}

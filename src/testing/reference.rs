@@ -176,26 +176,27 @@ fn restore<T, D: Dimension>(a: Array4<T>, ndim: usize) -> Result<Array<T, D>> {
     alloc::into_array("reference", "result", data, &dims)
 }
 
-/// Flat indices as `(element, position)` pairs, checked against the plane.
-fn index_pairs<I: ArgmaxIndex>(indices: &TensorRef<'_, I>, plane: usize) -> Result<Vec<(usize, usize)>> {
+/// Flat indices as `(element, position)` pairs, read in place: every index is checked against
+/// the plane first (the first bad one, in row-major order, is the error), so nothing is
+/// allocated for them.
+fn index_pairs<'a, I: ArgmaxIndex>(
+    indices: &TensorRef<'a, I>,
+    plane: usize,
+) -> Result<impl Iterator<Item = (usize, usize)> + 'a> {
     let view = indices.view();
-    let (n, c, ho, wo) = view.dim();
-    view.iter()
-        .enumerate()
-        .map(|(e, &i)| {
-            i.flat_in(plane).map(|f| (e, f)).ok_or_else(|| {
-                crate::validate::index_error(
-                    "reference",
-                    "indices",
-                    e,
-                    i.to_i64(),
-                    [n, c, ho, wo],
-                    indices.ndim(),
-                    plane,
-                )
-            })
-        })
-        .collect()
+    if let Some((e, &i)) = view.iter().enumerate().find(|(_, i)| i.flat_in(plane).is_none()) {
+        let (n, c, ho, wo) = view.dim();
+        return Err(crate::validate::index_error(
+            "reference",
+            "indices",
+            e,
+            i.to_i64(),
+            [n, c, ho, wo],
+            indices.ndim(),
+            plane,
+        ));
+    }
+    Ok(view.into_iter().enumerate().filter_map(move |(e, &i)| Some((e, i.flat_in(plane)?))))
 }
 
 fn backward_with_indices<T, I, D>(
@@ -215,7 +216,7 @@ where
     crate::validate::input_shape("reference", "grad_output", &grad_output, pooled.clone())?;
     crate::validate::input_shape("reference", "indices", &indices, pooled)?;
     let pairs = index_pairs(&indices, h * w)?;
-    restore(backward4(grad_output.view(), [n, c, h, w], pairs.into_iter())?, self_.ndim())
+    restore(backward4(grad_output.view(), [n, c, h, w], pairs)?, self_.ndim())
 }
 
 /// Reference adaptive max pooling: `(values, indices)`.

@@ -231,7 +231,7 @@ fn plane_of(dims: &[usize]) -> usize {
 }
 
 /// The fuzz targets, one per family of entry points.
-pub const TARGETS: [&str; 5] = ["adaptive", "max_pool", "mask", "raw_mask", "views"];
+pub const TARGETS: [&str; 6] = ["adaptive", "max_pool", "mask", "raw_mask", "views", "mask_conversions"];
 
 /// Runs `data` as fuzz target `target` would (the first byte picks forward or backward).
 pub fn run_target(target: &str, data: &[u8]) {
@@ -243,6 +243,7 @@ pub fn run_target(target: &str, data: &[u8]) {
         "mask" => 4 + flip,
         "raw_mask" => 6,
         "views" => 7,
+        "mask_conversions" => 8,
         _ => return run(data),
     };
     run_op(op, rest)
@@ -257,10 +258,11 @@ pub fn run(data: &[u8]) {
 
 /// The entry points, by number: 0, 1 adaptive forward and backward; 2, 3 max pooling with
 /// indices; 4, 5 with a mask (forward, and forward then backward); 6 a mask of arbitrary bytes
-/// through every mask entry point; 7 views of arbitrary shapes and strides through the plan API.
+/// through every mask entry point; 7 views of arbitrary shapes and strides through the plan API;
+/// 8 the `Mask` conversions with indices and masks in every memory layout, up to huge sizes.
 pub fn run_op(op: u8, data: &[u8]) {
     let mut b = Bytes::new(data);
-    let (op, dtype) = (op % 8, b.u8() % 4);
+    let (op, dtype) = (op % 9, b.u8() % 4);
     match dtype {
         0 => run_typed::<f32>(op, &mut b),
         1 => run_typed::<f64>(op, &mut b),
@@ -279,7 +281,9 @@ fn run_typed<T: PoolFloat>(op: u8, b: &mut Bytes) {
         (4 | 5, false) => mask::<T, I32Argmax>(op, b),
         (4 | 5, true) => mask::<T, Bitmask>(op, b),
         (6, _) => raw_mask::<T>(b),
-        _ => views::<T>(b),
+        (7, _) => views::<T>(b),
+        (_, false) => mask_conversions::<I32Argmax>(b),
+        (_, true) => mask_conversions::<Bitmask>(b),
     }
 }
 
@@ -566,4 +570,221 @@ fn views<T: PoolFloat>(b: &mut Bytes) {
     {
         let _ = ok_or_err("run", plan.run());
     }
+}
+
+/// Bytes a `Mask` conversion may allocate for its result here (zeroed memory is not touched until
+/// written). The fuzzer runs with `-malloc_limit_mb=64`, so that a copy of the input or a
+/// reservation well beyond the result, which the conversions must not make, is a finding.
+const RESULT_BUDGET: usize = 48 << 20;
+
+/// Values a conversion may visit here (larger cases only run where an early error is certain).
+const WORK_BUDGET: usize = 1 << 24;
+
+/// The `Mask` constructors and conversions with indices in every memory layout (standard,
+/// Fortran order, reversed, strided, broadcast over huge shapes) and masks in Fortran order.
+/// The property: every layout gives what a standard-layout copy of the same values gives (the
+/// same mask, or the same error at the same position); broadcast indices over huge shapes fail
+/// at the first bad index, found by the reference's windows, without a copy; no call aborts.
+fn mask_conversions<L: MaskLayout>(b: &mut Bytes) {
+    let in_dims = dims(b);
+    let p = params(b);
+    let source = b.u8() % 6;
+    let r = in_dims.len();
+    let (Some(pooled), true) = (pooled_dims(&in_dims, &p), r == 3 || r == 4) else {
+        // No pooling: every constructor refuses, whatever the layout.
+        let idx = ArrayD::<i64>::zeros(IxDyn(&[1, 1, 1]));
+        assert!(Mask::<L, _>::from_indices(&idx, &p, &in_dims).is_err());
+        return;
+    };
+    let plane = plane_of(&in_dims);
+    let mask_bytes = mask_bytes(&in_dims, &p);
+    // A result that could be allocated but is beyond the budget: skip (see RESULT_BUDGET).
+    if mask_bytes.is_some_and(|n| n > RESULT_BUDGET && n <= isize::MAX as usize) {
+        return;
+    }
+    let values = count(&pooled);
+    if source >= 4 {
+        return zeroed_mask::<L>(&p, &in_dims, &pooled, source == 5);
+    }
+    if source == 0 {
+        // One index seen at every position, over any shape.
+        let v = b.index(plane);
+        let zero_strides = IxDyn(&vec![0; pooled.len()]);
+        let one = [v];
+        let Ok(idx) = ArrayViewD::from_shape(IxDyn(&pooled).strides(zero_strides), &one[..]) else { return };
+        // The index errors are certain only once the shapes and parameters pass (`from_raw`
+        // checks those first: past them, only its `data` can be wrong).
+        let empty = ArrayD::<i8>::zeros(IxDyn(&vec![0; r]));
+        let shapes_pass = matches!(
+            Mask::<L, _>::from_raw(empty, &p, &in_dims),
+            Err(poolgrad::Error::ShapeMismatch { arg: "data", .. })
+        );
+        let expected = first_bad_broadcast::<L>(&p, &in_dims, &pooled, v).filter(|_| shapes_pass);
+        if values.is_none_or(|n| n > WORK_BUDGET) && expected.is_none() {
+            return; // valid at every position: the whole mask would be written
+        }
+        let got = Mask::<L, _>::from_indices(&idx, &p, &in_dims);
+        match (expected, &got) {
+            (Some(e), Err(g)) if mask_bytes.is_some_and(|n| n <= RESULT_BUDGET) => {
+                assert_eq!(g, &e, "broadcast {v} over {pooled:?}")
+            }
+            (_, Err(g)) => {
+                ok_or_err::<()>("Mask::from_indices (broadcast)", Err(g.clone()));
+            }
+            (Some(e), Ok(_)) => panic!("broadcast {v} over {pooled:?} accepted, expected {e}"),
+            (None, Ok(m)) => check_mask(m, values.unwrap_or(0)),
+        }
+        return;
+    }
+    // Materialised indices: small shapes only.
+    let Some(n) = values.filter(|&n| n <= BUDGET) else { return };
+    let data: Vec<i64> = (0..n).map(|_| b.index(plane)).collect();
+    let Ok(standard) = ArrayD::from_shape_vec(IxDyn(&pooled), data) else { return };
+    let expected = Mask::<L, _>::from_indices(&standard, &p, &in_dims);
+    let same = |what: &str, got: poolgrad::Result<Mask<L, IxDyn>>| match (&expected, &got) {
+        (Ok(a), Ok(g)) => assert!(a == g, "{what}: a different mask"),
+        (Err(a), Err(g)) => assert_eq!(a, g, "{what}"),
+        _ => panic!("{what}: {got:?}, but the standard layout gives {expected:?}"),
+    };
+    match source {
+        1 => {
+            let mut fortran = ArrayD::<i64>::zeros(IxDyn(&pooled).f());
+            fortran.assign(&standard);
+            same("Fortran-order indices", Mask::<L, _>::from_indices(&fortran, &p, &in_dims));
+        }
+        2 => {
+            // Stored reversed along one axis, read through negative strides: the same values.
+            let axis = ndarray::Axis(b.small(3) % r);
+            let mut stored = standard.clone();
+            stored.invert_axis(axis);
+            let mut view = stored.view();
+            view.invert_axis(axis);
+            same("reversed indices", Mask::<L, _>::from_indices(&view, &p, &in_dims));
+        }
+        _ => {
+            // Every other column of a wider array.
+            let mut wide_dims = pooled.clone();
+            wide_dims[r - 1] *= 2;
+            let mut wide = ArrayD::<i64>::zeros(IxDyn(&wide_dims));
+            wide.slice_each_axis_mut(|a| {
+                ndarray::Slice::new(0, None, if a.axis.index() == r - 1 { 2 } else { 1 })
+            })
+            .assign(&standard);
+            let view = wide.slice_each_axis(|a| {
+                ndarray::Slice::new(0, None, if a.axis.index() == r - 1 { 2 } else { 1 })
+            });
+            same("strided indices", Mask::<L, _>::from_indices(&view, &p, &in_dims));
+        }
+    }
+    if let Ok(mask) = &expected {
+        check_mask(mask, n);
+    }
+}
+
+/// A zeroed mask of a pooling (allocated zeroed, so untouched until read), in standard or
+/// Fortran order, through `selected` and `to_indices`. Zero bytes are value 0 everywhere in
+/// `I32Argmax` (a valid index) and no bit at all in `Bitmask` (nothing selected; no arg-max).
+fn zeroed_mask<L: MaskLayout>(p: &MaxPool2dParams, in_dims: &[usize], pooled: &[usize], fortran: bool) {
+    let r = in_dims.len();
+    let Some(shape) = poolgrad::geometry::mask_shape(1, 1, p.kernel(), [pooled[r - 2], pooled[r - 1]]) else {
+        return;
+    };
+    let mut dims = in_dims[..r - 2].to_vec();
+    dims.extend_from_slice(&shape[2..]);
+    let (Some(bytes), Some(values)) = (count(&dims), count(pooled)) else { return };
+    let offsets = shape[2];
+    if bytes > RESULT_BUDGET || values.saturating_mul(offsets) > WORK_BUDGET {
+        return;
+    }
+    let data =
+        if fortran { ArrayD::<i8>::zeros(IxDyn(&dims).f()) } else { ArrayD::<i8>::zeros(IxDyn(&dims)) };
+    let Some(mask) = ok_or_err("Mask::from_raw (zeroed)", Mask::<L, _>::from_raw(data, p, in_dims)) else {
+        return;
+    };
+    let fits = |size: usize| values.saturating_mul(size) <= RESULT_BUDGET;
+    if L::NAME == "Bitmask" {
+        assert_eq!(mask.selected(), Ok(vec![]), "a zeroed Bitmask selects nothing");
+        if values > 0 && fits(8) {
+            let e = mask.to_indices::<i64>().unwrap_err();
+            let expected = vec![0; r];
+            assert!(
+                matches!(&e, poolgrad::Error::MaskContent { position, .. } if *position == expected),
+                "{e}"
+            );
+        }
+    } else {
+        if fits(8) {
+            let indices = mask.to_indices::<i64>().expect("value 0 is in every plane");
+            assert!(indices.iter().all(|&i| i == 0));
+        }
+        if fits(16) {
+            let pairs = mask.selected().expect("value 0 is in every plane");
+            assert!(pairs.len() == values && pairs.iter().enumerate().all(|(e, &pair)| pair == (e, 0)));
+        }
+    }
+}
+
+/// `[N, C, Ho, Wo]` (the caller's rank) of a pooling, when it has an output.
+fn pooled_dims(in_dims: &[usize], p: &MaxPool2dParams) -> Option<Vec<usize>> {
+    let r = in_dims.len();
+    if r < 3 {
+        return None;
+    }
+    let [ho, wo] = p.output_size([in_dims[r - 2], in_dims[r - 1]]).ok()?;
+    let mut d = in_dims.to_vec();
+    (d[r - 2], d[r - 1]) = (ho, wo);
+    Some(d)
+}
+
+/// The error that index `v` at every position must give, from the reference's windows: outside
+/// the plane at the first position; for `Bitmask`, outside the window of position 0 or 1 (in
+/// row-major order). `None` when `v` is valid at both, so the error, if any, comes later.
+fn first_bad_broadcast<L: MaskLayout>(
+    p: &MaxPool2dParams,
+    in_dims: &[usize],
+    pooled: &[usize],
+    v: i64,
+) -> Option<poolgrad::Error> {
+    let r = in_dims.len();
+    let [h, w] = [in_dims[r - 2], in_dims[r - 1]];
+    let [ho, wo] = [pooled[r - 2], pooled[r - 1]];
+    let at = |e: usize| {
+        let mut position = vec![0; r];
+        (position[r - 2], position[r - 1]) = (e / wo, e % wo);
+        position
+    };
+    let (op, arg) = ("Mask::from_indices", "indices");
+    if count(pooled) == Some(0) {
+        return None;
+    }
+    let plane = h.checked_mul(w)?;
+    if v < 0 || v as u64 >= plane as u64 {
+        return Some(poolgrad::Error::IndexOutOfRange { op, arg, position: at(0), value: v, plane });
+    }
+    if L::NAME != "Bitmask" {
+        return None;
+    }
+    let flat = v as usize;
+    let pooling = reference::Pooling::Max(*p);
+    // Positions 0 and 1 of the first plane (position 1 only when the plane has two).
+    (0..ho.saturating_mul(wo).min(2)).find_map(|e| {
+        let window = pooling.window([h, w], [ho, wo], e / wo, e % wo);
+        let inside = window.iter().any(|&(ih, iw)| ih * w + iw == flat);
+        (!inside).then(|| poolgrad::Error::IndexNotInWindow { op, arg, position: at(e), value: v })
+    })
+}
+
+/// A mask's conversions: its indices and selected pairs read alike from the mask and from a
+/// Fortran-order copy of its bytes (`values` outputs, small enough to visit).
+fn check_mask<L: MaskLayout>(mask: &Mask<L, IxDyn>, values: usize) {
+    if values > WORK_BUDGET || mask.as_array().len() > BUDGET * 16 {
+        return;
+    }
+    let indices = mask.to_indices::<i64>();
+    let pairs = mask.selected();
+    let mut fortran = ArrayD::<i8>::zeros(mask.as_array().raw_dim().f());
+    fortran.assign(mask.as_array());
+    let copy = Mask::<L, _>::from_raw(fortran, mask.params(), &mask.input_shape()).expect("the same shape");
+    assert_eq!(copy.to_indices::<i64>(), indices, "indices from a Fortran-order mask");
+    assert_eq!(copy.selected(), pairs, "pairs from a Fortran-order mask");
 }

@@ -286,7 +286,7 @@ fn pool_dims(g: &MaxPoolGeometry) -> Result<([usize; 4], [usize; 4], [usize; 4])
     let mask = g.shape4().ok_or_else(|| Error::Overflow {
         op: "ascend",
         arg: "mask",
-        what: format!("the mask shape of {g:?}"),
+        what: format!("the mask shape, for {}", g.describe()),
     })?;
     Ok(([g.n, g.c, g.h, g.w], [g.n, g.c, g.ho, g.wo], mask))
 }

@@ -97,7 +97,7 @@ fn index_count(g: &MaxPoolGeometry, fused_tasks: Option<usize>) -> Result<usize>
     count.ok_or_else(|| Error::Overflow {
         op: "max_pool2d_with_mask",
         arg: "workspace",
-        what: format!("the indices of {g:?}"),
+        what: format!("the index slots of the workspace, for {}", g.describe()),
     })
 }
 
