@@ -38,7 +38,13 @@ fn i32_indices_stop_at_2_pow_31_in_phase_1() {
     let plane = ((1usize << 16) + 1) << 15;
     assert_eq!(
         e,
-        Error::IndexTypeTooNarrow { op: "max_pool2d_with_indices", arg: "indices", dtype: DType::I32, max: 1 << 31, plane }
+        Error::IndexTypeTooNarrow {
+            op: "max_pool2d_with_indices",
+            arg: "indices",
+            dtype: DType::I32,
+            max: 1 << 31,
+            plane
+        }
     );
     // The adaptive forward's phase 1 alike.
     for (h, ok) in [(1usize << 16, true), ((1 << 16) + 1, false)] {
@@ -63,7 +69,10 @@ fn i32argmax_masks_stop_at_2_pow_31() {
     let raw = Array4::<i8>::zeros((1, 1, 1, 64));
     assert!(Mask::<I32Argmax, _>::from_raw(raw.clone(), &p, &[1, 1, 1 << 16, 1 << 15]).is_ok());
     let e = Mask::<I32Argmax, _>::from_raw(raw, &p, &[1, 1, (1 << 16) + 1, 1 << 15]).unwrap_err();
-    assert!(matches!(e, Error::IndexTypeTooNarrow { arg: "mask", plane, .. } if plane == ((1 << 16) + 1) << 15), "{e:?}");
+    assert!(
+        matches!(e, Error::IndexTypeTooNarrow { arg: "mask", plane, .. } if plane == ((1 << 16) + 1) << 15),
+        "{e:?}"
+    );
 }
 
 /// A 1x1-kernel `I32Argmax` mask holds `(⌈Ho·Wo/16⌉ + 1)·32` bytes per plane, and its values
@@ -91,8 +100,12 @@ fn i32argmax_masks_may_be_exactly_full() {
 #[test]
 fn plane_size_overflow_is_pinned() {
     let p = MaxPool2dParams::new([1 << 32, 1 << 32]);
-    let e = Mask::<I32Argmax, _>::from_raw(Array4::zeros((1, 1, 1, 64)), &p, &[1, 1, 1 << 32, 1 << 32]).unwrap_err();
-    assert!(matches!(&e, Error::Overflow { arg: "input_shape", what, .. } if what == "H * W = 4294967296 * 4294967296"), "{e:?}");
+    let e = Mask::<I32Argmax, _>::from_raw(Array4::zeros((1, 1, 1, 64)), &p, &[1, 1, 1 << 32, 1 << 32])
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Overflow { arg: "input_shape", what, .. } if what == "H * W = 4294967296 * 4294967296"),
+        "{e:?}"
+    );
 }
 
 #[test]

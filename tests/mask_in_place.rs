@@ -279,7 +279,7 @@ fn full_size() {
                 // Memory order is column-major: element (0, 0, k, x) sits at k + 9·x.
                 let (k, x) = (i % 9, i / 9);
                 let flat = k * (n / 9) + x;
-                *b = i8::from(flat < 4 * out * out && flat % 4 == 0);
+                *b = i8::from(flat < 4 * out * out && flat.is_multiple_of(4));
             }
             let mask = Mask::<I32Argmax, Ix4>::from_raw(fortran, &params, &[1, 1, side, side]).unwrap();
             let decoded = mask.to_indices::<i32>().unwrap();

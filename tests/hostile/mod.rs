@@ -584,7 +584,7 @@ const WORK_BUDGET: usize = 1 << 24;
 /// Fortran order, reversed, strided, broadcast over huge shapes) and masks in Fortran order.
 /// The property: every layout gives what a standard-layout copy of the same values gives (the
 /// same mask, or the same error at the same position); broadcast indices over huge shapes fail
-/// at the first bad index, found by the reference's windows, without a copy; no call aborts.
+/// at the first bad index (by the windows' definition), without a copy; no call aborts.
 fn mask_conversions<L: MaskLayout>(b: &mut Bytes) {
     let in_dims = dims(b);
     let p = params(b);
@@ -664,8 +664,11 @@ fn mask_conversions<L: MaskLayout>(b: &mut Bytes) {
         _ => {
             // Every other column of a wider array.
             let mut wide_dims = pooled.clone();
-            wide_dims[r - 1] *= 2;
-            let mut wide = ArrayD::<i64>::zeros(IxDyn(&wide_dims));
+            wide_dims[r - 1] = wide_dims[r - 1].saturating_mul(2);
+            // (Fallible: the doubled shape may overflow where the pooled one did not.)
+            let Ok(mut wide) = ArrayD::<i64>::from_shape_vec(IxDyn(&wide_dims), vec![0; 2 * n]) else {
+                return;
+            };
             wide.slice_each_axis_mut(|a| {
                 ndarray::Slice::new(0, None, if a.axis.index() == r - 1 { 2 } else { 1 })
             })
@@ -696,8 +699,9 @@ fn zeroed_mask<L: MaskLayout>(p: &MaxPool2dParams, in_dims: &[usize], pooled: &[
     if bytes > RESULT_BUDGET || values.saturating_mul(offsets) > WORK_BUDGET {
         return;
     }
-    let data =
-        if fortran { ArrayD::<i8>::zeros(IxDyn(&dims).f()) } else { ArrayD::<i8>::zeros(IxDyn(&dims)) };
+    // (Fallible: ndarray refuses shapes whose non-empty axes overflow, even with no elements.)
+    let shape = if fortran { IxDyn(&dims).f() } else { IxDyn(&dims).into_shape_with_order() };
+    let Ok(data) = ArrayD::<i8>::from_shape_vec(shape, vec![0; bytes]) else { return };
     let Some(mask) = ok_or_err("Mask::from_raw (zeroed)", Mask::<L, _>::from_raw(data, p, in_dims)) else {
         return;
     };
@@ -736,7 +740,7 @@ fn pooled_dims(in_dims: &[usize], p: &MaxPool2dParams) -> Option<Vec<usize>> {
     Some(d)
 }
 
-/// The error that index `v` at every position must give, from the reference's windows: outside
+/// The error that index `v` at every position must give, by the windows' definition: outside
 /// the plane at the first position; for `Bitmask`, outside the window of position 0 or 1 (in
 /// row-major order). `None` when `v` is valid at both, so the error, if any, comes later.
 fn first_bad_broadcast<L: MaskLayout>(
@@ -765,12 +769,19 @@ fn first_bad_broadcast<L: MaskLayout>(
         return None;
     }
     let flat = v as usize;
-    let pooling = reference::Pooling::Max(*p);
+    let (ih, iw) = (flat / w, flat % w);
+    // Window `o` of an axis reads inputs `o·s − p ..` for `k` steps (dilation 1: the mask
+    // operations refuse any other, and then the shapes do not pass), clipped to the input: by
+    // the definition, without listing the taps (a kernel may have 2^35 of them).
+    let inside = |i: usize, o: usize, axis: usize| {
+        let origin = o as i128 * p.stride()[axis] as i128 - p.padding()[axis] as i128;
+        (origin..origin + p.kernel()[axis] as i128).contains(&(i as i128))
+    };
     // Positions 0 and 1 of the first plane (position 1 only when the plane has two).
     (0..ho.saturating_mul(wo).min(2)).find_map(|e| {
-        let window = pooling.window([h, w], [ho, wo], e / wo, e % wo);
-        let inside = window.iter().any(|&(ih, iw)| ih * w + iw == flat);
-        (!inside).then(|| poolgrad::Error::IndexNotInWindow { op, arg, position: at(e), value: v })
+        let (oh, ow) = (e / wo, e % wo);
+        let in_window = inside(ih, oh, 0) && inside(iw, ow, 1);
+        (!in_window).then(|| poolgrad::Error::IndexNotInWindow { op, arg, position: at(e), value: v })
     })
 }
 
