@@ -551,12 +551,30 @@ fn views<T: PoolFloat>(b: &mut Bytes) {
     let strides: Vec<usize> = (0..shape.len()).map(|_| b.size()).collect();
     let len = b.small(200);
     let data = vec![T::round_from_f64(0.5); len];
-    let _ = ok_or_err(
+    let accepted = ok_or_err(
         "TensorRef::from_slice_with_strides",
         poolgrad::TensorRef::from_slice_with_strides(&data, &shape, &strides),
     );
+    if accepted.is_some() {
+        // The contract, in u128 arithmetic: strides are forward steps, taken on axes of length
+        // 2 or more, and the last element (or, with no elements, the end) lies inside the data.
+        let last: u128 = shape.iter().zip(&strides).map(|(&n, &s)| (n.max(1) as u128 - 1) * s as u128).sum();
+        let empty = shape.contains(&0);
+        assert!(if empty { last <= len as u128 } else { last < len as u128 }, "{shape:?} / {strides:?} over {len}");
+    }
     let mut out = vec![T::round_from_f64(0.0); len];
     let mut idx = vec![0i64; len];
+    if let Ok(t) = poolgrad::TensorMut::from_slice_with_strides(&mut out, &shape, &strides) {
+        // No two elements share memory: every offset is distinct.
+        let mut offsets: Vec<usize> = Vec::new();
+        let v = t.as_ref().view();
+        let base = v.as_ptr() as usize;
+        for x in v.iter() {
+            offsets.push((x as *const T as usize - base) / size_of::<T>().max(1));
+        }
+        offsets.sort_unstable();
+        assert!(offsets.windows(2).all(|w| w[0] != w[1]), "{shape:?} / {strides:?}: an output aliases");
+    }
     let (Some(input), Some(output), Some(indices)) = (
         ok_or_err("input view", poolgrad::TensorRef::from_slice_with_strides(&data, &shape, &strides)),
         ok_or_err("output view", poolgrad::TensorMut::from_slice_with_strides(&mut out, &shape, &strides)),
