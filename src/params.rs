@@ -164,9 +164,10 @@ impl MaxPool2dParams {
                 ),
             };
         }
-        // Blame the dilation when the kernel alone would fit.
+        // Blame the dilation when the kernel alone would fit (then the dilation is above 1, or
+        // the window would be the kernel and fit too).
         let undilated_fits = self.kernel[axis] as u128 <= self.longest_window(axis, n);
-        let arg = if self.dilation[axis] > 1 && undilated_fits { "dilation" } else { "kernel" };
+        let arg = if undilated_fits { "dilation" } else { "kernel" };
         Error::OutputTooSmall { op, arg, axis: ["H", "W"][axis], input, params: Box::new(*self) }
     }
 

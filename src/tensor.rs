@@ -585,6 +585,46 @@ mod tests {
         );
     }
 
+    /// The last element may sit at the data's last index, not past it; an empty view's offsets
+    /// may reach the end of the data (ndarray's rule), not pass it.
+    #[test]
+    fn views_end_exactly_at_the_data() {
+        let data = [0.0f32; 6];
+        // Last element of [1, 2, 3] with strides [6, 3, 1]: 3 + 2 = 5.
+        assert!(TensorRef::from_slice_with_strides(&data[..6], &[1, 2, 3], &[6, 3, 1]).is_ok());
+        let e = TensorRef::from_slice_with_strides(&data[..5], &[1, 2, 3], &[6, 3, 1]).unwrap_err();
+        assert!(e.to_string().contains("at offset 5, past the end of the data (5 elements"), "{e}");
+        // Empty: [0, 2, 3] reaches offset 5 too.
+        for (len, ok) in [(4, false), (5, true), (6, true)] {
+            let result = TensorRef::from_slice_with_strides(&data[..len], &[0, 2, 3], &[0, 3, 1]);
+            assert_eq!(result.is_ok(), ok, "len {len}: {result:?}");
+            let mut out = [0.0f32; 6];
+            let result = TensorMut::from_slice_with_strides(&mut out[..len], &[0, 2, 3], &[0, 3, 1]);
+            assert_eq!(result.is_ok(), ok, "len {len} (output)");
+        }
+    }
+
+    /// ndarray counts elements in `isize`: 2^63 of them are too many, even where `usize` holds
+    /// the count.
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn element_counts_stop_at_isize_max() {
+        let data = [0.0f32; 1];
+        for (shape, what) in [
+            (&[1usize << 32, 1 << 31, 1][..], "[4294967296, 2147483648, 1]"),
+            (&[0, 1 << 32, 1 << 31][..], "[0, 4294967296, 2147483648]"),
+        ] {
+            let e = TensorRef::from_slice_with_strides(&data, shape, &[0, 0, 0]).unwrap_err();
+            assert!(matches!(e, Error::Overflow { arg: "shape", .. }), "{e:?}");
+            assert!(e.to_string().contains(what), "{e}");
+            let e = TensorRef::from_slice(&data, shape).unwrap_err();
+            assert!(matches!(e, Error::Overflow { arg: "shape", .. }), "{e:?}");
+        }
+        // One below: fine for broadcast views.
+        let shape = [1usize << 31, 1 << 31, 1];
+        assert!(TensorRef::from_slice_with_strides(&data, &shape, &[0, 0, 0]).is_ok());
+    }
+
     #[test]
     fn aliasing_errors_name_two_positions_that_share_an_element() {
         let mut data = [0.0f32; 16];
@@ -628,6 +668,34 @@ mod tests {
         );
         // Not aliasing: each stride steps past the others' last element.
         assert!(TensorMut::from_slice_with_strides(&mut data, &[2, 2, 2], &[1, 2, 4]).is_ok());
+    }
+
+    /// The witness search at its edges: a pair from a common multiple of two strides (found
+    /// before any listing, so in axis order), none where the rule is stricter than aliasing, and
+    /// the listing of every offset up to exactly `WITNESS_SEARCH` elements.
+    #[test]
+    fn alias_witnesses_at_their_edges() {
+        let mut data = vec![0.0f32; 5000];
+        let message = |shape: &[usize], strides: &[usize], data: &mut [f32]| {
+            TensorMut::from_slice_with_strides(data, shape, strides).unwrap_err().to_string()
+        };
+        // Strides 4 and 6 (gcd 2): 3 steps of 4 = 2 steps of 6 = 12.
+        let e = message(&[1, 4, 3], &[100, 4, 6], &mut data);
+        assert!(e.ends_with("positions [0, 3, 0] and [0, 0, 2] both address element 12"), "{e}");
+        // With only 3 rows, 3 steps of 4 do not exist: offsets 4i + 6j are all distinct.
+        let e = message(&[1, 3, 3], &[20, 4, 6], &mut data);
+        assert!(
+            e.ends_with("no two elements share memory here, but ndarray's mutable views need the rule"),
+            "{e}"
+        );
+        // 3 = 2 + 1 across three axes (no pair), found by listing all 2·2·2·512 = 4096 offsets.
+        let e = message(&[2, 2, 2, 512], &[3, 2, 1, 8], &mut data);
+        assert!(e.ends_with("positions [0, 1, 1, 0] and [1, 0, 0, 0] both address element 3"), "{e}");
+        // Past the listing's limit: the rule alone.
+        let e = message(&[2, 2, 2, 513], &[3, 2, 1, 8], &mut data);
+        assert!(e.ends_with("and stride 3 of axis 0 does not)"), "{e}");
+        // An empty output shares nothing, whatever its strides.
+        assert!(TensorMut::from_slice_with_strides(&mut data[..1], &[0, 2, 2], &[0, 0, 1]).is_ok());
     }
 
     #[test]

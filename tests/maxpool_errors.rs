@@ -91,6 +91,17 @@ fn output_below_one_from_dilation() {
          inputs along W, expected at most 11 (W = 9 plus padding 1 on each side): the output would be \
          empty"
     );
+    // A dilated kernel that would not fit undilated either: the kernel is at fault.
+    let params = MaxPool2dParams::new([12, 3]).with_dilation([2, 1]);
+    let e = max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap_err();
+    assert_eq!(
+        e,
+        Error::OutputTooSmall { op: IDX, arg: "kernel", axis: "H", input: [9, 9], params: Box::new(params) }
+    );
+    assert!(
+        e.to_string().contains("`kernel` is [12, 3], so a window spans 23 = 2·(12 − 1) + 1 inputs along H"),
+        "{e}"
+    );
     // Ceil mode gives a window stride − 1 more room.
     let params = MaxPool2dParams::new([5, 1]).with_stride([3, 1]).with_ceil_mode(true);
     let e = params.output_size([2, 4]).unwrap_err();

@@ -560,7 +560,10 @@ fn views<T: PoolFloat>(b: &mut Bytes) {
         // 2 or more, and the last element (or, with no elements, the end) lies inside the data.
         let last: u128 = shape.iter().zip(&strides).map(|(&n, &s)| (n.max(1) as u128 - 1) * s as u128).sum();
         let empty = shape.contains(&0);
-        assert!(if empty { last <= len as u128 } else { last < len as u128 }, "{shape:?} / {strides:?} over {len}");
+        assert!(
+            if empty { last <= len as u128 } else { last < len as u128 },
+            "{shape:?} / {strides:?} over {len}"
+        );
     }
     let mut out = vec![T::round_from_f64(0.0); len];
     let mut idx = vec![0i64; len];
