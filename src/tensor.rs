@@ -598,6 +598,9 @@ mod tests {
         for (len, ok) in [(4, false), (5, true), (6, true)] {
             let result = TensorRef::from_slice_with_strides(&data[..len], &[0, 2, 3], &[0, 3, 1]);
             assert_eq!(result.is_ok(), ok, "len {len}: {result:?}");
+            if let Err(e) = result {
+                assert!(e.to_string().contains("at offset 5, past the end of the data (4 elements"), "{e}");
+            }
             let mut out = [0.0f32; 6];
             let result = TensorMut::from_slice_with_strides(&mut out[..len], &[0, 2, 3], &[0, 3, 1]);
             assert_eq!(result.is_ok(), ok, "len {len} (output)");
