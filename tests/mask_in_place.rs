@@ -123,13 +123,14 @@ fn fortran_order_masks_are_read_in_place() {
 }
 
 /// Hand-worked indices of a pooling with several parts (two batches of 20 channels: four
-/// 16-channel blocks, and more than 2^16 values), every one inside its window: the window's
-/// top-left input, or its bottom-right one on odd channels.
+/// 16-channel blocks, and more than 2^16 values), every one inside its window: row `ch % kh`
+/// and column `(ch / kh + oh) % kw` of it, so that the 16 channels of a `Bitmask` word (its low
+/// byte and its high byte) set different bits.
 fn hand_indices(params: &MaxPool2dParams, [n, c, h, w]: [usize; 4]) -> Array4<i64> {
     let [ho, wo] = params.output_size([h, w]).unwrap();
     let ([kh, kw], [sh, sw]) = (params.kernel(), params.stride());
     Array4::from_shape_fn((n, c, ho, wo), |(_, ch, oh, ow)| {
-        let (i, j) = if ch % 2 == 0 { (0, 0) } else { (kh - 1, kw - 1) };
+        let (i, j) = (ch % kh, (ch / kh + oh) % kw);
         ((oh * sh + i) * w + ow * sw + j) as i64
     })
 }
