@@ -485,6 +485,7 @@ pub(crate) fn encode_in_order<I: ArgmaxIndex>(
                 }
                 let (n, c) = (plane_index / g.c, plane_index % g.c);
                 let o = g.word_offset(n, c / 16, i * kw + j, p) - base;
+                // (Each channel sets its bit once, in a zeroed word: `^` would do the same.)
                 write_word(out, o, read_word(out, o) | 1 << (c % 16));
                 p += 1;
                 if p == positions {

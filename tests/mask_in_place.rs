@@ -49,8 +49,42 @@ fn selected_allocates_only_its_pairs() {
         data[[0, 0, 0, 2 * p]] = 1; // bit 0 (channel 0) of word p, low byte first
     }
     let mask = Mask::<Bitmask, _>::from_raw(data, &params, &[1, 1, side, side]).unwrap();
-    let pairs = within(4 * MIB, || mask.selected());
-    assert_eq!(pairs.unwrap(), vec![(5, 5), (last, last)]);
+    let pairs = within(4 * MIB, || mask.selected()).unwrap();
+    assert_eq!(pairs, vec![(5, 5), (last, last)]);
+    // Reserved at its exact size, once (a growing vector would hold 4).
+    assert_eq!(pairs.capacity(), 2);
+}
+
+/// `selected` checks every `I32Argmax` value against the plane, negative ones included, and
+/// reports the first bad one with its position, in any memory layout.
+#[test]
+fn selected_refuses_values_outside_the_plane() {
+    let _serial = serial();
+    let params = MaxPool2dParams::new([2, 2]);
+    // A 4x4 plane pooled to 2x2: values 0..4 at bytes 0..16, little-endian.
+    for (bad, position) in [(-1i32, [0, 0, 1, 0]), (16, [0, 0, 0, 1])] {
+        let mut data = Array4::<i8>::zeros((1, 1, 4, 64));
+        for (e, v) in [5i32, 6, 9, 10].into_iter().enumerate() {
+            let v = if position == [0, 0, e / 2, e % 2] { bad } else { v };
+            for (b, byte) in v.to_le_bytes().into_iter().enumerate() {
+                data[[0, 0, 0, 4 * e + b]] = byte as i8;
+            }
+        }
+        let mut fortran = Array4::<i8>::zeros(data.raw_dim().f());
+        fortran.assign(&data);
+        for bytes in [data, fortran] {
+            let mask = Mask::<I32Argmax, _>::from_raw(bytes, &params, &[1, 1, 4, 4]).unwrap();
+            let e = mask.selected().unwrap_err();
+            let expected = Error::IndexOutOfRange {
+                op: "Mask::selected",
+                arg: "mask",
+                position: position.to_vec(),
+                value: i64::from(bad),
+                plane: 16,
+            };
+            assert_eq!(e, expected);
+        }
+    }
 }
 
 /// Broadcast indices (one element seen at every position) are read in place: the second
