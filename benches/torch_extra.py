@@ -6,29 +6,13 @@ which is what poolgrad's plan API does), and the forwards (`adaptive_max_pool2d`
 
 Usage: python benches/torch_extra.py [threads] [comma-separated case names]
 Prints one JSON line per case and variant: name, variant, median_s."""
-import json, sys, time, statistics
+import json, os, sys
 import torch, torch.nn.functional as F
 
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
-DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-CASES = [  # the anchor's cases, verbatim
-  ("adaptive_div_f32",   "adaptive", "f32",  (32, 256, 28, 28), (7, 7)),
-  ("adaptive_ovl_f32",   "adaptive", "f32",  (32, 256, 30, 30), (7, 7)),
-  ("adaptive_ovl_bf16",  "adaptive", "bf16", (32, 256, 30, 30), (7, 7)),
-  ("adaptive_ovl_f16",   "adaptive", "f16",  (32, 256, 30, 30), (7, 7)),
-  ("adaptive_global_f32","adaptive", "f32",  (64, 2048, 7, 7),  (1, 1)),
-  ("maxpool_stem_f32",   "maxpool",  "f32",  (32, 64, 112, 112), (3, 2, 1, False)),
-  ("maxpool_stem_bf16",  "maxpool",  "bf16", (32, 64, 112, 112), (3, 2, 1, False)),
-  ("maxpool_k2_f32",     "maxpool",  "f32",  (32, 128, 56, 56), (2, 2, 0, False)),
-  ("maxpool_s1_b1_f32",  "maxpool",  "f32",  (1, 64, 264, 264), (3, 1, 1, True)),
-]
-
-def bench(fn, reps=15):
-    fn(); fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+# The anchor's cases, dtypes and timing loop, from the anchor itself.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch-anchor"))
+from bench import CASES, DT, bench  # noqa: E402
 
 only = set(sys.argv[2].split(",")) if len(sys.argv) > 2 else None
 for name, kind, dt, shape, p in CASES:
