@@ -215,14 +215,7 @@ enum Witness {
 /// Two positions that share an element: along one axis of stride 0, `i` steps along one axis
 /// and `j` along another with `i·s = j·t`, or, for up to [`WITNESS_SEARCH`] elements, any two.
 fn alias_witness(shape: &[usize], used: &[usize]) -> Witness {
-    let position = |e: usize| {
-        let mut p = vec![0; shape.len()];
-        let mut rest = e;
-        for a in (0..shape.len()).rev() {
-            (p[a], rest) = (rest % shape[a], rest / shape[a]);
-        }
-        p
-    };
+    let position = |e: usize| crate::validate::position(e, as_4d(shape), shape.len());
     let at = |moves: &[(usize, usize)]| {
         let mut p = vec![0; shape.len()];
         for &(axis, steps) in moves {
