@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::index::ArgmaxIndex;
 use crate::mask::{Mask, MaskLayout, MaskMut, MaskRef};
+use crate::op::name;
 use crate::op::{
     AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
     MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry, max_pool_backward_shapes,
@@ -75,7 +76,7 @@ where
     S: Data<Elem = T>,
     D: Dimension,
 {
-    const OP: &str = "adaptive_max_pool2d";
+    const OP: &str = name::ADAPTIVE_MAX_POOL2D;
     let input = TensorRef::named(input.view(), OP, "input")?;
     crate::validate::pooling_input(OP, "input", &input)?;
     crate::validate::output_size(OP, "output_size", output_size)?;
@@ -151,7 +152,7 @@ where
     S3: Data<Elem = I>,
     D: Dimension,
 {
-    const OP: &str = "adaptive_max_pool2d_backward";
+    const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
     let self_ = TensorRef::named(self_.view(), OP, "self_")?;
     let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
     let indices = TensorRef::named(indices.view(), OP, "indices")?;
@@ -223,7 +224,7 @@ where
     S: Data<Elem = T>,
     D: Dimension,
 {
-    const OP: &str = "max_pool2d_with_indices";
+    const OP: &str = name::MAX_POOL2D_WITH_INDICES;
     let input = TensorRef::named(input.view(), OP, "input")?;
     let g = MaxPoolGeometry::new(OP, "input", params, &input.dims())?;
     let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
@@ -293,7 +294,7 @@ where
     S3: Data<Elem = I>,
     D: Dimension,
 {
-    const OP: &str = "max_pool2d_with_indices_backward";
+    const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
     let self_ = TensorRef::named(self_.view(), OP, "self_")?;
     let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
     let indices = TensorRef::named(indices.view(), OP, "indices")?;
@@ -358,7 +359,7 @@ where
     S: Data<Elem = T>,
     D: Dimension,
 {
-    const OP: &str = "max_pool2d_with_mask";
+    const OP: &str = name::MAX_POOL2D_WITH_MASK;
     let input = TensorRef::named(input.view(), OP, "input")?;
     let g = MaxPoolGeometry::for_mask(OP, "input", params, &input.dims())?;
     g.check_layout::<L>(OP)?;
@@ -428,7 +429,7 @@ where
     S2: Data<Elem = T>,
     D: Dimension,
 {
-    const OP: &str = "max_pool2d_with_mask_backward";
+    const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
     let self_ = TensorRef::named(self_.view(), OP, "self_")?;
     let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
     if mask.params() != params {

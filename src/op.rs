@@ -16,6 +16,18 @@ use crate::params::MaxPool2dParams;
 use crate::tensor::{TensorMut, TensorRef, user_dims, with_spatial};
 use crate::validate;
 
+/// The name of each operation, as errors give it: the free function a user calls, which is
+/// also the operation's [`NAME`](internal::OperationImpl::NAME). Every error an operation
+/// raises, on every device, names it through this table.
+pub(crate) mod name {
+    pub(crate) const ADAPTIVE_MAX_POOL2D: &str = "adaptive_max_pool2d";
+    pub(crate) const ADAPTIVE_MAX_POOL2D_BACKWARD: &str = "adaptive_max_pool2d_backward";
+    pub(crate) const MAX_POOL2D_WITH_INDICES: &str = "max_pool2d_with_indices";
+    pub(crate) const MAX_POOL2D_WITH_INDICES_BACKWARD: &str = "max_pool2d_with_indices_backward";
+    pub(crate) const MAX_POOL2D_WITH_MASK: &str = "max_pool2d_with_mask";
+    pub(crate) const MAX_POOL2D_WITH_MASK_BACKWARD: &str = "max_pool2d_with_mask_backward";
+}
+
 pub(crate) mod internal {
     use super::*;
 
@@ -129,11 +141,11 @@ pub struct AdaptiveMaxPool2d<'a, T: PoolFloat, I: ArgmaxIndex> {
 }
 
 impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d<'_, T, I> {
-    const NAME: &'static str = "adaptive_max_pool2d";
+    const NAME: &'static str = name::ADAPTIVE_MAX_POOL2D;
     type Geometry = AdaptiveGeometry;
 
     fn validate(&self) -> Result<AdaptiveGeometry> {
-        const OP: &str = "adaptive_max_pool2d";
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
         let [n, c, h, w] = validate::pooling_input(OP, "input", &self.input)?;
         validate::output_size(OP, "output_size", self.output_size)?;
         let [ho, wo] = self.output_size;
@@ -186,11 +198,11 @@ pub struct AdaptiveMaxPool2dBackward<'a, T: PoolFloat, I: ArgmaxIndex> {
 }
 
 impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2dBackward<'_, T, I> {
-    const NAME: &'static str = "adaptive_max_pool2d_backward";
+    const NAME: &'static str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
     type Geometry = AdaptiveGeometry;
 
     fn validate(&self) -> Result<AdaptiveGeometry> {
-        const OP: &str = "adaptive_max_pool2d_backward";
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         let g = adaptive_backward_shapes(&self.grad_output, &self.self_, &self.indices)?;
         validate::output_shape(OP, "grad_input", &self.grad_input, self.self_.dims())?;
         Ok(g)
@@ -208,7 +220,7 @@ pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
     self_: &TensorRef<'_, T>,
     indices: &TensorRef<'_, I>,
 ) -> Result<AdaptiveGeometry> {
-    const OP: &str = "adaptive_max_pool2d_backward";
+    const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
     let [n, c, h, w] = validate::pooling_input(OP, "self_", self_)?;
     let [_, _, ho, wo] = grad_output.shape();
     for (len, axis) in [(ho, "Ho"), (wo, "Wo")] {
@@ -361,11 +373,11 @@ pub struct MaxPool2dWithIndices<'a, T: PoolFloat, I: ArgmaxIndex> {
 }
 
 impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndices<'_, T, I> {
-    const NAME: &'static str = "max_pool2d_with_indices";
+    const NAME: &'static str = name::MAX_POOL2D_WITH_INDICES;
     type Geometry = MaxPoolGeometry;
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
-        const OP: &str = "max_pool2d_with_indices";
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
         let g = MaxPoolGeometry::new(OP, "input", &self.params, &self.input.dims())?;
         validate::output_shape(OP, "output", &self.output, g.pooled_dims())?;
         validate::output_shape(OP, "indices", &self.indices, g.pooled_dims())?;
@@ -396,11 +408,11 @@ pub struct MaxPool2dWithIndicesBackward<'a, T: PoolFloat, I: ArgmaxIndex> {
 }
 
 impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndicesBackward<'_, T, I> {
-    const NAME: &'static str = "max_pool2d_with_indices_backward";
+    const NAME: &'static str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
     type Geometry = MaxPoolGeometry;
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
-        const OP: &str = "max_pool2d_with_indices_backward";
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let g = max_pool_backward_shapes(OP, &self.grad_output, &self.self_, &self.params)?;
         validate::input_shape(OP, "indices", &self.indices, g.pooled_dims())?;
         validate::output_shape(OP, "grad_input", &self.grad_input, g.input_dims())?;
@@ -440,11 +452,11 @@ pub struct MaxPool2dWithMask<'a, T: PoolFloat, L: MaskLayout> {
 }
 
 impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMask<'_, T, L> {
-    const NAME: &'static str = "max_pool2d_with_mask";
+    const NAME: &'static str = name::MAX_POOL2D_WITH_MASK;
     type Geometry = MaxPoolGeometry;
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
-        const OP: &str = "max_pool2d_with_mask";
+        const OP: &str = name::MAX_POOL2D_WITH_MASK;
         let g = MaxPoolGeometry::for_mask(OP, "input", &self.params, &self.input.dims())?;
         g.check_layout::<L>(OP)?;
         validate::output_shape(OP, "output", &self.output, g.pooled_dims())?;
@@ -479,11 +491,11 @@ pub struct MaxPool2dWithMaskBackward<'a, T: PoolFloat, L: MaskLayout> {
 }
 
 impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMaskBackward<'_, T, L> {
-    const NAME: &'static str = "max_pool2d_with_mask_backward";
+    const NAME: &'static str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
     type Geometry = MaxPoolGeometry;
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
-        const OP: &str = "max_pool2d_with_mask_backward";
+        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         let g = MaxPoolGeometry::for_mask(OP, "self_", &self.params, &self.self_.dims())?;
         validate::input_shape(OP, "grad_output", &self.grad_output, g.pooled_dims())?;
         g.check_layout::<L>(OP)?;

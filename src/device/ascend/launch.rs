@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::index::{ArgmaxIndex, repr::IndexRepr};
 use crate::mask::layout_repr::LayoutKind;
 use crate::mask::{MaskLayout, i32_prefix, read_i32_prefix};
+use crate::op::name;
 use crate::op::{
     AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
     MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry,
@@ -65,18 +66,21 @@ impl AscendPrepared {
 
 /// Device buffers and their `aclTensor`s, in the order they are added.
 struct Staging<'s> {
+    /// The operation staged, named in errors.
+    op: &'static str,
     session: &'s Arc<Session>,
     tensors: Vec<AclTensor>,
     buffers: Vec<DeviceBuffer>,
 }
 
 impl<'s> Staging<'s> {
-    fn new(session: &'s Arc<Session>) -> Self {
-        Staging { session, tensors: Vec::new(), buffers: Vec::new() }
+    fn new(op: &'static str, session: &'s Arc<Session>) -> Self {
+        Staging { op, session, tensors: Vec::new(), buffers: Vec::new() }
     }
 
     /// Allocates a device buffer for a `dims` tensor of `dtype` and describes it.
-    fn add(&mut self, op: &'static str, arg: &'static str, dims: [usize; 4], dtype: DType) -> Result<()> {
+    fn add(&mut self, arg: &'static str, dims: [usize; 4], dtype: DType) -> Result<()> {
+        let op = self.op;
         let bytes = dims.iter().try_fold(dtype_bytes(dtype), |a, &d| a.checked_mul(d)).ok_or_else(|| {
             Error::Overflow { op, arg, what: format!("the byte count of {dims:?} {dtype}") }
         })?;
@@ -95,7 +99,7 @@ impl<'s> Staging<'s> {
     ) -> Result<(AscendPrepared, usize)> {
         let (executor, workspace) = planned;
         let bytes = usize::try_from(workspace).map_err(|_| Error::Overflow {
-            op: "ascend",
+            op: self.op,
             arg: "workspace",
             what: format!("{workspace} bytes reported by CANN exceed usize::MAX"),
         })?;
@@ -282,9 +286,9 @@ fn adaptive_dims(g: &AdaptiveGeometry) -> ([usize; 4], [usize; 4]) {
     ([g.n, g.c, g.h, g.w], [g.n, g.c, g.ho, g.wo])
 }
 
-fn pool_dims(g: &MaxPoolGeometry) -> Result<([usize; 4], [usize; 4], [usize; 4])> {
+fn pool_dims(op: &'static str, g: &MaxPoolGeometry) -> Result<([usize; 4], [usize; 4], [usize; 4])> {
     let mask = g.shape4().ok_or_else(|| Error::Overflow {
-        op: "ascend",
+        op,
         arg: "mask",
         what: format!("the mask shape, for {}", g.describe()),
     })?;
@@ -352,12 +356,12 @@ impl Ascend {
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
-        let (input, pooled, mask) = pool_dims(g)?;
+        let (input, pooled, mask) = pool_dims(op, g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
-        let mut s = Staging::new(&self.session);
-        s.add(op, "input", input, dtype)?;
-        s.add(op, "output", pooled, dtype)?;
-        s.add(op, arg, argmax_dims, argmax_dtype)?;
+        let mut s = Staging::new(op, &self.session);
+        s.add("input", input, dtype)?;
+        s.add("output", pooled, dtype)?;
+        s.add(arg, argmax_dims, argmax_dtype)?;
         let params = self.pool_params(g)?;
         let t = &s.tensors;
         let planned =
@@ -377,13 +381,13 @@ impl Ascend {
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
-        let (input, pooled, mask) = pool_dims(g)?;
+        let (input, pooled, mask) = pool_dims(op, g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
-        let mut s = Staging::new(&self.session);
-        s.add(op, "grad_output", pooled, dtype)?;
-        s.add(op, "self_", input, dtype)?;
-        s.add(op, arg, argmax_dims, argmax_dtype)?;
-        s.add(op, "grad_input", input, dtype)?;
+        let mut s = Staging::new(op, &self.session);
+        s.add("grad_output", pooled, dtype)?;
+        s.add("self_", input, dtype)?;
+        s.add(arg, argmax_dims, argmax_dtype)?;
+        s.add("grad_input", input, dtype)?;
         let params = self.pool_params(g)?;
         let t = &s.tensors;
         let indices = argmax == PoolArgmax::Indices;
@@ -400,17 +404,17 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         _op: &AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
     ) -> Result<(AscendPrepared, usize)> {
-        const OP: &str = "adaptive_max_pool2d";
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
         self.check_support(OP, DeviceOp::AdaptiveForward, T::DTYPE)?;
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
         let (input, pooled) = adaptive_dims(g);
-        let mut s = Staging::new(&self.session);
-        s.add(OP, "input", input, T::DTYPE)?;
-        s.add(OP, "output", pooled, T::DTYPE)?;
+        let mut s = Staging::new(OP, &self.session);
+        s.add("input", input, T::DTYPE)?;
+        s.add("output", pooled, T::DTYPE)?;
         // aclnnAdaptiveMaxPool2d writes INT64 indices only; i32 callers get them converted.
-        s.add(OP, "indices", pooled, DType::I64)?;
+        s.add("indices", pooled, DType::I64)?;
         let output_size = self.session.int_array(&[g.ho as i64, g.wo as i64])?;
         let [x, out, idx] = [&s.tensors[0], &s.tensors[1], &s.tensors[2]];
         let planned = self.session.adaptive_forward_plan(x, &output_size, out, idx)?;
@@ -424,7 +428,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         mut prepared: AscendPrepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = "adaptive_max_pool2d";
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
         let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
         let b = &prepared.buffers;
         let stream = self.session.stream()?;
@@ -445,7 +449,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         op: &AdaptiveMaxPool2dBackward<'a, T, I>,
         g: &AdaptiveGeometry,
     ) -> Result<(AscendPrepared, usize)> {
-        const OP: &str = "adaptive_max_pool2d_backward";
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         self.check_support(OP, DeviceOp::AdaptiveBackward, T::DTYPE)?;
         if let Some((e, v)) = first_outside(op.indices.view(), g.h * g.w) {
             return Err(g.index_error(OP, "indices", e, v));
@@ -454,11 +458,11 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
             return Ok(AscendPrepared::nothing());
         }
         let (input, pooled) = adaptive_dims(g);
-        let mut s = Staging::new(&self.session);
-        s.add(OP, "grad_output", pooled, T::DTYPE)?;
-        s.add(OP, "self_", input, T::DTYPE)?;
-        s.add(OP, "indices", pooled, I::DTYPE)?;
-        s.add(OP, "grad_input", input, T::DTYPE)?;
+        let mut s = Staging::new(OP, &self.session);
+        s.add("grad_output", pooled, T::DTYPE)?;
+        s.add("self_", input, T::DTYPE)?;
+        s.add("indices", pooled, I::DTYPE)?;
+        s.add("grad_input", input, T::DTYPE)?;
         let t = &s.tensors;
         let planned = self.session.adaptive_backward_plan(&t[0], &t[1], &t[2], &t[3])?;
         s.finish(planned, None, None)
@@ -471,7 +475,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         mut prepared: AscendPrepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = "adaptive_max_pool2d_backward";
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
         let b = &prepared.buffers;
         let stream = self.session.stream()?;
@@ -491,7 +495,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         _op: &MaxPool2dWithMask<'a, T, L>,
         g: &MaxPoolGeometry,
     ) -> Result<(AscendPrepared, usize)> {
-        const OP: &str = "max_pool2d_with_mask";
+        const OP: &str = name::MAX_POOL2D_WITH_MASK;
         self.check_support(OP, DeviceOp::MaskForward, T::DTYPE)?;
         self.check_params(OP, g)?;
         self.check_layout::<L>(OP, g)?;
@@ -505,7 +509,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         mut prepared: AscendPrepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = "max_pool2d_with_mask";
+        const OP: &str = name::MAX_POOL2D_WITH_MASK;
         let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
         let b = &prepared.buffers;
         let stream = self.session.stream()?;
@@ -527,7 +531,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         op: &MaxPool2dWithMaskBackward<'a, T, L>,
         g: &MaxPoolGeometry,
     ) -> Result<(AscendPrepared, usize)> {
-        const OP: &str = "max_pool2d_with_mask_backward";
+        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         self.check_support(OP, DeviceOp::MaskBackward, T::DTYPE)?;
         self.check_params(OP, g)?;
         self.check_layout::<L>(OP, g)?;
@@ -560,7 +564,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         mut prepared: AscendPrepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = "max_pool2d_with_mask_backward";
+        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
         let b = &prepared.buffers;
         let stream = self.session.stream()?;
@@ -596,7 +600,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         _op: &MaxPool2dWithIndices<'a, T, I>,
         g: &MaxPoolGeometry,
     ) -> Result<(AscendPrepared, usize)> {
-        const OP: &str = "max_pool2d_with_indices";
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
         self.check_support(OP, DeviceOp::WithIndicesForward, T::DTYPE)?;
         self.check_params(OP, g)?;
         self.plan_pool_forward(OP, PoolArgmax::Indices, g, T::DTYPE)
@@ -609,7 +613,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         mut prepared: AscendPrepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = "max_pool2d_with_indices";
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
         let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
         let b = &prepared.buffers;
         let stream = self.session.stream()?;
@@ -630,7 +634,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         op: &MaxPool2dWithIndicesBackward<'a, T, I>,
         g: &MaxPoolGeometry,
     ) -> Result<(AscendPrepared, usize)> {
-        const OP: &str = "max_pool2d_with_indices_backward";
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         self.check_support(OP, DeviceOp::WithIndicesBackward, T::DTYPE)?;
         self.check_params(OP, g)?;
         // CANN documents indices in [0, H_in * W_in) but does not check them.
@@ -647,7 +651,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         mut prepared: AscendPrepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = "max_pool2d_with_indices_backward";
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
         let b = &prepared.buffers;
         let stream = self.session.stream()?;

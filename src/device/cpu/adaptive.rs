@@ -11,19 +11,14 @@ use crate::element::PoolFloat;
 use crate::error::Result;
 use crate::geometry::adaptive_window;
 use crate::index::ArgmaxIndex;
-use crate::op::{AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward};
+use crate::op::{AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, name};
 
-/// The windows of one axis (none when there are no planes: the output is empty, whatever its
-/// other sizes).
-fn taps(g: &AdaptiveGeometry, input: usize, output: usize) -> Result<Vec<Taps>> {
+/// The windows of one axis of operation `op` (none when there are no planes: the output is
+/// empty, whatever its other sizes).
+fn taps(op: &'static str, g: &AdaptiveGeometry, input: usize, output: usize) -> Result<Vec<Taps>> {
     let len = if g.planes() == 0 { 0 } else { output };
     let windows = (0..len).map(|i| adaptive_window(i, input, output));
-    collect_exact(
-        "adaptive_max_pool2d",
-        "windows",
-        len,
-        windows.map(|r| Taps { start: r.start, count: r.len(), step: 1 }),
-    )
+    collect_exact(op, "windows", len, windows.map(|r| Taps { start: r.start, count: r.len(), step: 1 }))
 }
 
 fn planes(g: &AdaptiveGeometry) -> Planes {
@@ -38,17 +33,9 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         op: &AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
     ) -> Result<(ForwardPrepared, usize)> {
-        let (rows, cols) = (taps(g, g.h, g.ho)?, taps(g, g.w, g.wo)?);
-        forward::prepare_indexed(
-            self,
-            "adaptive_max_pool2d",
-            &op.input,
-            &op.output,
-            &op.indices,
-            rows,
-            cols,
-            planes(g),
-        )
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
+        let (rows, cols) = (taps(OP, g, g.h, g.ho)?, taps(OP, g, g.w, g.wo)?);
+        forward::prepare_indexed(self, OP, &op.input, &op.output, &op.indices, rows, cols, planes(g))
     }
 
     fn launch(
@@ -59,7 +46,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
-        forward::run_indexed(self, "adaptive_max_pool2d", views, planes(g), &p, memory)
+        forward::run_indexed(self, name::ADAPTIVE_MAX_POOL2D, views, planes(g), &p, memory)
     }
 }
 
@@ -71,9 +58,9 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         op: &AdaptiveMaxPool2dBackward<'a, T, I>,
         g: &AdaptiveGeometry,
     ) -> Result<(ScatterPrepared, usize)> {
-        const OP: &str = "adaptive_max_pool2d_backward";
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         let views = (&op.grad_output, &op.indices, &op.grad_input);
-        scatter::prepare_indexed(self, OP, views, planes(g), &taps(g, g.h, g.ho)?)
+        scatter::prepare_indexed(self, OP, views, planes(g), &taps(OP, g, g.h, g.ho)?)
     }
 
     fn launch(
@@ -83,7 +70,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         p: ScatterPrepared,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
-        const OP: &str = "adaptive_max_pool2d_backward";
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         let views = (op.grad_output, op.indices, op.grad_input);
         scatter::run_indexed(self, OP, views, &p, memory, |e, v| g.index_error(OP, "indices", e, v))
     }

@@ -19,6 +19,7 @@ use crate::error::Result;
 use crate::geometry::pool_window_taps;
 use crate::mask;
 use crate::op::MaxPoolGeometry;
+use crate::op::name;
 
 /// Phase-1 state of a `Bitmask` backward: the windows, how blocks are shared among tasks, and
 /// their scratch.
@@ -102,12 +103,12 @@ impl Windows {
                 let first = (start + pad).saturating_sub(o * s);
                 (Taps { start, count, step: 1 }, first)
             });
-            collect_exact("max_pool2d_with_mask_backward", "windows", len, windows)
+            collect_exact(name::MAX_POOL2D_WITH_MASK_BACKWARD, "windows", len, windows)
         };
         let (rows, cols) = (axis(0, g.h, g.ho)?, axis(1, g.w, g.wo)?);
         let origins = |taps: &[(Taps, usize)], scale: usize| {
             let origins = taps.iter().map(|(t, first)| (t.start.wrapping_sub(*first)).wrapping_mul(scale));
-            collect_exact("max_pool2d_with_mask_backward", "windows", taps.len(), origins)
+            collect_exact(name::MAX_POOL2D_WITH_MASK_BACKWARD, "windows", taps.len(), origins)
         };
         let [kh, kw] = p.kernel();
         let decoding = (kh * kw <= MAX_TAPS).then(|| {
@@ -118,7 +119,8 @@ impl Windows {
             Decoding { tap_offsets, digits: (kh * kw).next_power_of_two().trailing_zeros() as usize }
         });
         let runs = column_runs(&cols).count();
-        let col_runs = collect_exact("max_pool2d_with_mask_backward", "windows", runs, column_runs(&cols))?;
+        let col_runs =
+            collect_exact(name::MAX_POOL2D_WITH_MASK_BACKWARD, "windows", runs, column_runs(&cols))?;
         Ok(Windows {
             row_origins: origins(&rows, g.w)?,
             col_origins: origins(&cols, 1)?,

@@ -68,7 +68,7 @@ impl ForwardPrepared {
         let widened = if T::as_acc(&[]).is_some() { 0 } else { hw };
         let acc_per_task = task_share::<T::Acc>(if blocked { BLOCK * hw + widened } else { widened });
         sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
-        let groups = ColumnGroup::plan(&cols)?;
+        let groups = ColumnGroup::plan(sizer.op(), &cols)?;
         Ok(ForwardPrepared { rows, cols, groups, split, blocked, whole_plane, acc_per_task })
     }
 
@@ -364,9 +364,9 @@ enum ColumnGroup {
 }
 
 impl ColumnGroup {
-    fn plan(cols: &[Taps]) -> Result<Vec<ColumnGroup>> {
-        let mut groups =
-            crate::alloc::collect_exact("pooling", "column groups", cols.len(), core::iter::empty())?;
+    /// The groups of columns `cols` of operation `op`.
+    fn plan(op: &'static str, cols: &[Taps]) -> Result<Vec<ColumnGroup>> {
+        let mut groups = crate::alloc::collect_exact(op, "column groups", cols.len(), core::iter::empty())?;
         let mut ow = 0;
         while ow < cols.len() {
             let group = &cols[ow..(ow + LANES).min(cols.len())];

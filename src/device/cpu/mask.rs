@@ -15,6 +15,7 @@ use crate::element::PoolFloat;
 use crate::error::{Error, Result};
 use crate::mask::layout_repr::LayoutKind;
 use crate::mask::{self, MaskLayout};
+use crate::op::name;
 use crate::op::{MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry};
 
 /// Phase-1 state of a mask forward.
@@ -36,7 +37,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         op: &MaxPool2dWithMask<'a, T, L>,
         g: &MaxPoolGeometry,
     ) -> Result<(MaskForwardPrepared, usize)> {
-        let mut sizer = Sizer::new("max_pool2d_with_mask");
+        let mut sizer = Sizer::new(name::MAX_POOL2D_WITH_MASK);
         sizer.stage(&op.input.view())?;
         sizer.stage(&op.output.as_ref().view())?;
         sizer.stage(&op.mask.bytes.as_ref().view())?;
@@ -55,7 +56,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         p: MaskForwardPrepared,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
-        const OP: &str = "max_pool2d_with_mask";
+        const OP: &str = name::MAX_POOL2D_WITH_MASK;
         let MaxPool2dWithMask { input, output, mask, .. } = op;
         let mut carver = Carver::new(OP, memory);
         let x = carver.stage(input.view())?;
@@ -95,7 +96,7 @@ fn index_count(g: &MaxPoolGeometry, fused_tasks: Option<usize>) -> Result<usize>
         None => g.planes().checked_mul(g.positions()),
     };
     count.ok_or_else(|| Error::Overflow {
-        op: "max_pool2d_with_mask",
+        op: name::MAX_POOL2D_WITH_MASK,
         arg: "workspace",
         what: format!("the index slots of the workspace, for {}", g.describe()),
     })
@@ -195,7 +196,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         op: &MaxPool2dWithMaskBackward<'a, T, L>,
         g: &MaxPoolGeometry,
     ) -> Result<(MaskBackwardPrepared, usize)> {
-        let mut sizer = Sizer::new("max_pool2d_with_mask_backward");
+        let mut sizer = Sizer::new(name::MAX_POOL2D_WITH_MASK_BACKWARD);
         sizer.stage(&op.grad_output.view())?;
         let count = g.planes() * g.positions();
         let prepared = match L::KIND {
@@ -225,7 +226,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         p: MaskBackwardPrepared,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
-        const OP: &str = "max_pool2d_with_mask_backward";
+        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         let MaxPool2dWithMaskBackward { grad_output, mask, grad_input, .. } = op;
         let mut carver = Carver::new(OP, memory);
         let go = carver.stage(grad_output.view())?;

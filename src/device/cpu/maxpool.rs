@@ -11,11 +11,11 @@ use crate::element::PoolFloat;
 use crate::error::Result;
 use crate::geometry::pool_window_taps;
 use crate::index::ArgmaxIndex;
-use crate::op::{MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPoolGeometry};
+use crate::op::{MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPoolGeometry, name};
 
-/// The valid taps of every output row and column of a max pooling.
+/// The valid taps of every output row and column of a max pooling, operation `op`.
 /// (None when there are no planes: the output is empty, whatever its other sizes.)
-fn window_taps(g: &MaxPoolGeometry) -> Result<(Vec<Taps>, Vec<Taps>)> {
+fn window_taps(op: &'static str, g: &MaxPoolGeometry) -> Result<(Vec<Taps>, Vec<Taps>)> {
     let p = &g.params;
     let axis = |a: usize, input: usize, output: usize| -> Result<Vec<Taps>> {
         let [k, s, pad, d] = [p.kernel()[a], p.stride()[a], p.padding()[a], p.dilation()[a]];
@@ -24,7 +24,7 @@ fn window_taps(g: &MaxPoolGeometry) -> Result<(Vec<Taps>, Vec<Taps>)> {
             let (start, count) = pool_window_taps(o, input, k, s, pad, d);
             Taps { start, count, step: d }
         });
-        collect_exact("max_pool2d", "windows", len, taps)
+        collect_exact(op, "windows", len, taps)
     };
     Ok((axis(0, g.h, g.ho)?, axis(1, g.w, g.wo)?))
 }
@@ -35,7 +35,7 @@ pub(super) fn prepare_forward<T: PoolFloat>(
     g: &MaxPoolGeometry,
     sizer: &mut Sizer,
 ) -> Result<ForwardPrepared> {
-    let (rows, cols) = window_taps(g)?;
+    let (rows, cols) = window_taps(sizer.op(), g)?;
     ForwardPrepared::new::<T>(cpu, rows, cols, planes(g), sizer)
 }
 
@@ -49,7 +49,7 @@ pub(super) fn prepare_scatter<T: PoolFloat>(
     g: &MaxPoolGeometry,
     sizer: &mut Sizer,
 ) -> Result<ScatterPrepared> {
-    ScatterPrepared::new::<T>(cpu, planes(g), &window_taps(g)?.0, sizer)
+    ScatterPrepared::new::<T>(cpu, planes(g), &window_taps(sizer.op(), g)?.0, sizer)
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> for Cpu {
@@ -60,17 +60,9 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         op: &MaxPool2dWithIndices<'a, T, I>,
         g: &MaxPoolGeometry,
     ) -> Result<(ForwardPrepared, usize)> {
-        let (rows, cols) = window_taps(g)?;
-        forward::prepare_indexed(
-            self,
-            "max_pool2d_with_indices",
-            &op.input,
-            &op.output,
-            &op.indices,
-            rows,
-            cols,
-            planes(g),
-        )
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
+        let (rows, cols) = window_taps(OP, g)?;
+        forward::prepare_indexed(self, OP, &op.input, &op.output, &op.indices, rows, cols, planes(g))
     }
 
     fn launch(
@@ -81,7 +73,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
-        forward::run_indexed(self, "max_pool2d_with_indices", views, planes(g), &p, memory)
+        forward::run_indexed(self, name::MAX_POOL2D_WITH_INDICES, views, planes(g), &p, memory)
     }
 }
 
@@ -93,9 +85,9 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         op: &MaxPool2dWithIndicesBackward<'a, T, I>,
         g: &MaxPoolGeometry,
     ) -> Result<(ScatterPrepared, usize)> {
-        const OP: &str = "max_pool2d_with_indices_backward";
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let views = (&op.grad_output, &op.indices, &op.grad_input);
-        scatter::prepare_indexed(self, OP, views, planes(g), &window_taps(g)?.0)
+        scatter::prepare_indexed(self, OP, views, planes(g), &window_taps(OP, g)?.0)
     }
 
     fn launch(
@@ -105,7 +97,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         p: ScatterPrepared,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
-        const OP: &str = "max_pool2d_with_indices_backward";
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let views = (op.grad_output, op.indices, op.grad_input);
         scatter::run_indexed(self, OP, views, &p, memory, |e, v| g.index_error(OP, "indices", e, v))
     }
