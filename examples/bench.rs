@@ -7,7 +7,7 @@
 //!
 //! Each line has `name`, `median_s` (the plan API on preallocated outputs, the way a training
 //! loop calls it), `median_fn_s` (the allocating free function, the way PyTorch's op is timed),
-//! `tmin_bytes` (DESIGN.md section 4: `H*W*b + Ho*Wo*(b+i)` per plane, with the index bytes `i` of
+//! `tmin_bytes` (`docs/design.md` section 3: `H*W*b + Ho*Wo*(b+i)` per plane, with the index bytes `i` of
 //! the variant), `gbps_on_tmin` (on `median_s`) and, for backwards, `floor_s`: the memory floor,
 //! the kernel's memory traffic without its arithmetic (see `floor`). The `copy` case measures the
 //! machine's copy bandwidth in this process, so each figure can be read as a fraction of it. (With
@@ -241,7 +241,7 @@ fn params(kind: Kind) -> MaxPool2dParams {
     }
 }
 
-/// Minimum traffic per DESIGN.md section 4: input plane once, gradient and index per output.
+/// Minimum traffic per `docs/design.md` section 3: input plane once, gradient and index per output.
 fn tmin<T>(shape: [usize; 4], out: [usize; 2], index_bytes: f64) -> f64 {
     let [n, c, h, w] = shape;
     let b = size_of::<T>() as f64;

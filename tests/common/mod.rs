@@ -1,5 +1,5 @@
 //! Independent reference implementations (plain loops, written from the definitions in
-//! DESIGN.md and PyTorch's kernels, not from the crate's code) and test helpers.
+//! `docs/design.md` and PyTorch's kernels, not from the crate's code) and test helpers.
 #![allow(dead_code)]
 
 use std::sync::OnceLock;
