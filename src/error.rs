@@ -214,8 +214,8 @@ pub enum Error {
         function: &'static str,
         /// The `aclError` / `aclnnStatus` it returned; `None` when it returned a null handle.
         status: Option<i32>,
-        /// The status's name in the CANN headers (`"ACL_ERROR_RT_MEMORY_ALLOCATION"`), or
-        /// `"unknown"`.
+        /// The status's name in the CANN headers (`"ACL_ERROR_RT_MEMORY_ALLOCATION"`),
+        /// `"unknown"` for a status the headers do not list, or `"null handle"`.
         name: &'static str,
         /// Its documented meaning.
         meaning: &'static str,

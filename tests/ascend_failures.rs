@@ -28,11 +28,10 @@ fn mask_forward(npu: &Ascend) -> poolgrad::Result<()> {
 
 fn expect_cann(e: Error, function: &str, status: Option<i32>, name: &str) {
     match &e {
-        Error::Cann { function: f, status: s, name: n, message, .. } => {
+        Error::Cann { function: f, status: s, name: n, meaning, message } => {
             assert_eq!((*f, *s), (function, status), "{e}");
-            if status.is_some() {
-                assert_eq!(*n, name, "{e}");
-            }
+            assert_eq!(*n, name, "{e}");
+            assert!(!meaning.is_empty(), "every CANN error says what its status means: {e}");
             assert!(message.contains("injected failure"), "aclGetRecentErrMsg is reported: {e}");
         }
         other => panic!("expected a CANN error from {function}, got {other:?}"),
@@ -82,8 +81,8 @@ fn every_call_of_a_run_can_fail_cleanly() {
     for (function, status, skip, name) in cases {
         inject_into(function, status, skip, false, bwd, name);
     }
-    inject_into("aclCreateTensor", 0, 2, true, bwd, "");
-    inject_into("aclCreateIntArray", 0, 1, true, mask_forward, "");
+    inject_into("aclCreateTensor", 0, 2, true, bwd, "null handle");
+    inject_into("aclCreateIntArray", 0, 1, true, mask_forward, "null handle");
     inject_into("aclrtMemset", 500_003, 0, false, mask_forward, "ACL_ERROR_RT_FAILURE");
     inject_into(
         "aclnnMaxPool2dWithMaskGetWorkspaceSize",
@@ -152,7 +151,7 @@ fn opening_a_device_can_fail_cleanly() {
     let session = Double::session();
     session.inject("aclrtGetSocName", 0, 0);
     let e = Ascend::with_library_dir(session.root(), 0).unwrap_err();
-    expect_cann(e, "aclrtGetSocName", None, "");
+    expect_cann(e, "aclrtGetSocName", None, "null handle");
     // Deterministic mode can fail too; the device is then released.
     session.inject("aclrtCtxSetSysParamOpt", 100_000, 0);
     let e = session.open().deterministic(true).unwrap_err();

@@ -383,7 +383,13 @@ impl Runtime {
 
     /// The error for `function` returning a null handle.
     fn null_error(&self, function: &'static str) -> Error {
-        Error::Cann { function, status: None, name: "", meaning: "", message: self.recent_message() }
+        Error::Cann {
+            function,
+            status: None,
+            name: "null handle",
+            meaning: "the function returned a null pointer instead of the object it creates",
+            message: self.recent_message(),
+        }
     }
 
     fn check(&self, function: &'static str, code: i32) -> Result<()> {
