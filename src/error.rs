@@ -3,6 +3,8 @@
 //! Every variant is structured: it names the operation (`op`), the argument (`arg`) and carries the
 //! expected and the actual value, so callers can match on fields and people can read the message.
 
+use core::fmt;
+
 use crate::element::DType;
 use crate::params::MaxPool2dParams;
 
@@ -182,14 +184,14 @@ pub enum Error {
     },
 
     /// The input is valid in general but beyond what the chosen device supports.
-    #[error("{op} on {device}: `{arg}` is {got}, but the device supports {limit}")]
+    #[error("{op} on {device}: {about} is {got}, but the device supports {limit}")]
     DeviceLimit {
         /// The device.
         device: &'static str,
         /// Operation.
         op: &'static str,
-        /// Argument name.
-        arg: &'static str,
+        /// What the limit is about.
+        about: DeviceLimitKind,
         /// The device's limit, in words.
         limit: String,
         /// The value given.
@@ -257,6 +259,35 @@ fn too_small_text(arg: &str, axis: &str, input: [usize; 2], params: &MaxPool2dPa
         params.window_span(a),
         params.longest_window(a, n),
     )
+}
+
+/// What an [`Error::DeviceLimit`] is about: callers that fall back to another device, or to
+/// another mask layout, branch on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeviceLimitKind {
+    /// The device has no kernel for the operation.
+    Operator,
+    /// The device's kernel does not take the element type.
+    DType,
+    /// The device writes and reads the other mask layout for this kernel size.
+    MaskLayout,
+    /// A pooling parameter, named here, is outside what the device's kernel takes.
+    Parameter(&'static str),
+    /// The input plane (`H * W`) is larger than the device's kernel takes.
+    PlaneSize,
+}
+
+impl fmt::Display for DeviceLimitKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceLimitKind::Operator => f.write_str("the operator"),
+            DeviceLimitKind::DType => f.write_str("the element type"),
+            DeviceLimitKind::MaskLayout => f.write_str("the mask layout"),
+            DeviceLimitKind::Parameter(name) => write!(f, "`{name}`"),
+            DeviceLimitKind::PlaneSize => f.write_str("H * W"),
+        }
+    }
 }
 
 fn status_text(status: Option<i32>, name: &str, meaning: &str) -> String {

@@ -84,7 +84,7 @@ mod validate;
 
 pub use device::Device;
 pub use element::{AccFloat, DType, Element, PoolFloat};
-pub use error::{Error, Result};
+pub use error::{DeviceLimitKind, Error, Result};
 pub use functional::{
     Pooled, PooledMask, adaptive_max_pool2d, adaptive_max_pool2d_backward, adaptive_max_pool2d_backward_on,
     adaptive_max_pool2d_on, max_pool2d_with_indices, max_pool2d_with_indices_backward,

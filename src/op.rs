@@ -8,7 +8,7 @@ use core::fmt;
 
 use crate::device::DeviceLimits;
 use crate::element::PoolFloat;
-use crate::error::{Error, Result};
+use crate::error::{DeviceLimitKind, Error, Result};
 use crate::geometry::adaptive_is_divisible;
 use crate::index::ArgmaxIndex;
 use crate::mask::{MaskLayout, MaskMut, MaskRef};
@@ -103,7 +103,7 @@ fn adaptive_limits(
         return Err(Error::DeviceLimit {
             device,
             op,
-            arg: "H * W",
+            about: DeviceLimitKind::PlaneSize,
             limit: format!("at most {max} when H % Ho != 0 or W % Wo != 0"),
             got: format!("{plane} ({}x{} pooled to {}x{})", g.h, g.w, g.ho, g.wo),
         });
@@ -336,7 +336,7 @@ fn plane_limit(
         Some(max) if h * w > max => Err(Error::DeviceLimit {
             device,
             op,
-            arg: "H * W",
+            about: DeviceLimitKind::PlaneSize,
             limit: format!("at most {max}"),
             got: (h * w).to_string(),
         }),
@@ -528,7 +528,10 @@ mod tests {
         assert!(Bwd::check_limits(&geometry(8192, 8192, 4096, 4096), &limits, "npu").is_ok());
         // Non-divisible and larger than 2^24.
         let e = Bwd::check_limits(&geometry(4097, 4097, 7, 7), &limits, "npu").unwrap_err();
-        assert!(matches!(&e, Error::DeviceLimit { device: "npu", arg: "H * W", .. }), "{e:?}");
+        assert!(
+            matches!(&e, Error::DeviceLimit { device: "npu", about: DeviceLimitKind::PlaneSize, .. }),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("16785409"), "{e}");
         // Non-divisible but small.
         assert!(Bwd::check_limits(&geometry(30, 30, 7, 7), &limits, "npu").is_ok());
@@ -540,7 +543,7 @@ mod tests {
         let e = Bwd::check_limits(&geometry(10, 11, 2, 2), &limits, "npu").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "adaptive_max_pool2d_backward on npu: `H * W` is 110, but the device supports at most 100"
+            "adaptive_max_pool2d_backward on npu: H * W is 110, but the device supports at most 100"
         );
         assert!(Bwd::check_limits(&geometry(10, 10, 2, 2), &limits, "npu").is_ok());
     }

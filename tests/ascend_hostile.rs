@@ -11,7 +11,7 @@ mod hostile;
 use ascend::Double;
 use hostile::npu::{Hook, Stats};
 use ndarray::{Array4, ArrayView4, ShapeBuilder};
-use poolgrad::{Error, I32Argmax, MaxPool2dParams, adaptive_max_pool2d_backward_on};
+use poolgrad::{DeviceLimitKind, Error, I32Argmax, MaxPool2dParams, adaptive_max_pool2d_backward_on};
 use proptest::prelude::*;
 
 /// Runs `inputs` through the harness with the double's device installed; returns what it did.
@@ -102,11 +102,14 @@ fn hostile_inputs_are_rejected_before_any_device_call() {
         &Array4::<i64>::zeros((1, 2, 2, 2)),
     )
     .unwrap_err();
-    assert!(matches!(&e, Error::DeviceLimit { arg: "dtype", got, .. } if got == "f64"), "{e}");
+    assert!(
+        matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::DType, got, .. } if got == "f64"),
+        "{e}"
+    );
     let e = poolgrad::max_pool2d_with_mask_on::<_, f32, poolgrad::Bitmask, _, _>(&npu, &x, &p).unwrap_err();
     let text = e.to_string();
     assert!(
-        matches!(e, Error::DeviceLimit { arg: "mask", .. })
+        matches!(e, Error::DeviceLimit { about: DeviceLimitKind::MaskLayout, .. })
             && text.contains("I32Argmax")
             && text.contains("Bitmask"),
         "{text}"
@@ -115,7 +118,7 @@ fn hostile_inputs_are_rejected_before_any_device_call() {
     let huge = ArrayView4::from_shape((1, 1, 1 << 16, 1 << 15).strides((0, 0, 0, 0)), &one[..]).unwrap();
     let e = poolgrad::adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &huge, [1, 1]).unwrap_err();
     assert!(
-        matches!(&e, Error::DeviceLimit { arg: "H * W", limit, .. } if limit.contains("2147483647")),
+        matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::PlaneSize, limit, .. } if limit.contains("2147483647")),
         "{e}"
     );
     let big = ArrayView4::from_shape((1, 1, 4097, 4097).strides((0, 0, 0, 0)), &one[..]).unwrap();
@@ -123,7 +126,7 @@ fn hostile_inputs_are_rejected_before_any_device_call() {
     let e =
         adaptive_max_pool2d_backward_on(&npu, &g7, &big, &Array4::<i64>::zeros((1, 1, 7, 7))).unwrap_err();
     assert!(
-        matches!(&e, Error::DeviceLimit { arg: "H * W", limit, .. } if limit.contains("16777216")),
+        matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::PlaneSize, limit, .. } if limit.contains("16777216")),
         "{e}"
     );
     assert_eq!(calls(), before, "no device call for any of them");

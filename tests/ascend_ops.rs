@@ -13,8 +13,8 @@ use poolgrad::device::cpu::Cpu;
 use poolgrad::op::AdaptiveMaxPool2dBackward;
 use poolgrad::testing::{ParamBounds, Shapes, Values, adaptive_cases, mask_cases};
 use poolgrad::{
-    ArgmaxIndex, Bitmask, Error, I32Argmax, MaskLayout, MaxPool2dParams, Plan, PoolFloat, TensorMut,
-    TensorRef, Workspace, adaptive_max_pool2d_backward_on, adaptive_max_pool2d_on,
+    ArgmaxIndex, Bitmask, DeviceLimitKind, Error, I32Argmax, MaskLayout, MaxPool2dParams, Plan, PoolFloat,
+    TensorMut, TensorRef, Workspace, adaptive_max_pool2d_backward_on, adaptive_max_pool2d_on,
     max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
 };
 use proptest::test_runner::{Config, TestRunner};
@@ -313,8 +313,8 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     let x = Array4::from_shape_fn((1, 3, 6, 6), |(_, c, h, w)| ((c * 5 + h * 3 + w) % 7) as f32);
     let p = MaxPool2dParams::new([2, 2]);
     let cpu = Cpu::sequential();
-    let refused = |_: &ascend::Session, e: Error, arg: &str| {
-        assert!(matches!(&e, Error::DeviceLimit { device: "ascend", arg: a, .. } if *a == arg), "{e}");
+    let refused = |_: &ascend::Session, e: Error, about: DeviceLimitKind| {
+        assert!(matches!(&e, Error::DeviceLimit { device: "ascend", about: a, .. } if *a == about), "{e}");
         assert!(e.to_string().contains("SoC Ascend"), "the message names the SoC: {e}");
     };
 
@@ -328,13 +328,21 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     assert_eq!(dev.mask.to_indices::<i64>().unwrap(), host.mask.to_indices::<i64>().unwrap());
     let before = session.calls("*");
     let g = dev.output.mapv(|_| 1.0f32);
-    refused(&session, max_pool2d_with_mask_backward_on(&npu, &g, &x, &dev.mask, &p).unwrap_err(), "operator");
+    refused(
+        &session,
+        max_pool2d_with_mask_backward_on(&npu, &g, &x, &dev.mask, &p).unwrap_err(),
+        DeviceLimitKind::Operator,
+    );
     refused(
         &session,
         max_pool2d_with_mask_on::<_, f16, Bitmask, _, _>(&npu, &x.mapv(f16::from_f32), &p).unwrap_err(),
-        "dtype",
+        DeviceLimitKind::DType,
     );
-    refused(&session, adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [2, 2]).unwrap_err(), "operator");
+    refused(
+        &session,
+        adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [2, 2]).unwrap_err(),
+        DeviceLimitKind::Operator,
+    );
     assert_eq!(session.calls("*"), before, "refused before any device call");
     drop(npu);
     session.assert_clean();
@@ -348,13 +356,13 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     refused(
         &session,
         max_pool2d_with_mask_on::<_, bf16, Bitmask, _, _>(&npu, &x.mapv(bf16::from_f32), &p).unwrap_err(),
-        "dtype",
+        DeviceLimitKind::DType,
     );
     let idx = Array4::<i64>::zeros((1, 3, 2, 2));
     refused(
         &session,
         adaptive_max_pool2d_backward_on(&npu, &Array4::<f32>::ones((1, 3, 2, 2)), &x, &idx).unwrap_err(),
-        "operator",
+        DeviceLimitKind::Operator,
     );
     assert_eq!(session.calls("*"), before);
     drop(npu);
@@ -373,7 +381,7 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     refused(
         &session,
         max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&npu, &x, &p).unwrap_err(),
-        "operator",
+        DeviceLimitKind::Operator,
     );
     assert_eq!(session.calls("*"), before);
     drop(npu);
@@ -382,7 +390,11 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     session.set_soc("Ascend310B1");
     let npu = session.open();
     assert_eq!(npu.soc_family(), SocFamily::Other);
-    refused(&session, adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [2, 2]).unwrap_err(), "operator");
+    refused(
+        &session,
+        adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [2, 2]).unwrap_err(),
+        DeviceLimitKind::Operator,
+    );
     drop(npu);
     session.assert_clean();
 }

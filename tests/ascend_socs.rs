@@ -13,7 +13,7 @@ use poolgrad::device::ascend::{Ascend, SocFamily};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::{AdaptiveMaxPool2dBackward, MaxPool2dWithIndices};
 use poolgrad::{
-    Bitmask, Error, I32Argmax, MaskLayout, MaxPool2dParams, Plan, TensorMut, TensorRef,
+    Bitmask, DeviceLimitKind, Error, I32Argmax, MaskLayout, MaxPool2dParams, Plan, TensorMut, TensorRef,
     adaptive_max_pool2d_backward_on, adaptive_max_pool2d_on, max_pool2d_with_indices_backward_on,
     max_pool2d_with_indices_on, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
 };
@@ -116,7 +116,10 @@ fn every_operator_runs_on_each_family_that_documents_it_and_is_refused_elsewhere
                 Err(e) => {
                     assert!(!supported[op], "{name} on {soc}: {e}");
                     assert!(
-                        matches!(&e, Error::DeviceLimit { device: "ascend", arg: "operator", .. }),
+                        matches!(
+                            &e,
+                            Error::DeviceLimit { device: "ascend", about: DeviceLimitKind::Operator, .. }
+                        ),
                         "{name} on {soc}: {e:?}"
                     );
                     assert!(e.to_string().contains(soc), "the error names the SoC: {e}");
@@ -228,7 +231,7 @@ fn device_parameters_are_checked_in_phase_1() {
     let session = session_on("Ascend910B2C");
     let npu = session.open();
     let e = max_pool2d_with_indices_on::<_, f32, i64, _, _>(&npu, &x, &dilated).unwrap_err();
-    assert!(matches!(&e, Error::DeviceLimit { arg: "dilation", .. }), "{e}");
+    assert!(matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::Parameter("dilation"), .. }), "{e}");
     drop(npu);
     session.assert_clean();
     drop(session);
@@ -250,7 +253,7 @@ fn device_parameters_are_checked_in_phase_1() {
     let ceil = MaxPool2dParams::new([1, 1]).with_stride([2, 2]).with_ceil_mode(true);
     let before = session.calls("*");
     let e = max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&npu, &x4, &ceil).unwrap_err();
-    assert!(matches!(&e, Error::DeviceLimit { arg: "ceil_mode", .. }), "{e}");
+    assert!(matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::Parameter("ceil_mode"), .. }), "{e}");
     assert!(e.to_string().contains("on H = 4"), "{e}");
     assert_eq!(session.calls("*"), before);
     // Without ceil mode, or where the last window starts inside, it runs.

@@ -17,7 +17,7 @@ use super::{Ascend, AscendMemory};
 use crate::alloc::{collect_exact, zeroed_vec};
 use crate::device::internal::Launch;
 use crate::element::{DType, Element, PoolFloat};
-use crate::error::{Error, Result};
+use crate::error::{DeviceLimitKind, Error, Result};
 use crate::index::{ArgmaxIndex, repr::IndexRepr};
 use crate::mask::layout_repr::LayoutKind;
 use crate::mask::{MaskLayout, i32_prefix, read_i32_prefix};
@@ -183,7 +183,7 @@ impl Ascend {
         let dtypes = self.family.dtypes(kind).map_err(|why| Error::DeviceLimit {
             device: "ascend",
             op,
-            arg: "operator",
+            about: DeviceLimitKind::Operator,
             limit: format!("no {op} ({why})"),
             got: format!("SoC {} ({})", self.soc, self.family),
         })?;
@@ -192,7 +192,7 @@ impl Ascend {
             return Err(Error::DeviceLimit {
                 device: "ascend",
                 op,
-                arg: "dtype",
+                about: DeviceLimitKind::DType,
                 limit: format!("{} on SoC {} ({})", list.join(", "), self.soc, self.family),
                 got: dtype.to_string(),
             });
@@ -214,7 +214,7 @@ impl Ascend {
         Err(Error::DeviceLimit {
             device: "ascend",
             op,
-            arg: "mask",
+            about: DeviceLimitKind::MaskLayout,
             limit: format!(
                 "{name} masks only: SoC {} ({}) uses the {name} layout for a {}x{} kernel",
                 self.soc, self.family, kernel[0], kernel[1]
@@ -231,7 +231,7 @@ impl Ascend {
             return Err(Error::DeviceLimit {
                 device: "ascend",
                 op,
-                arg: "dilation",
+                about: DeviceLimitKind::Parameter("dilation"),
                 limit: format!("[1, 1] only on SoC {} ({})", self.soc, self.family),
                 got: format!("{:?}", p.dilation()),
             });
@@ -241,7 +241,7 @@ impl Ascend {
             return Err(Error::DeviceLimit {
                 device: "ascend",
                 op,
-                arg: "ceil_mode",
+                about: DeviceLimitKind::Parameter("ceil_mode"),
                 limit: format!(
                     "no ceil-mode window that starts in the padding on SoC {} ({}): the documented \
                      310P limit s >= ({axis}_in + padding) / ({axis}_out - 1)",

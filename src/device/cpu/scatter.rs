@@ -101,6 +101,28 @@ impl InputBands {
 /// cost more than they saved.)
 pub(super) const ZERO_BY_ROWS: usize = 8 * 1024;
 
+/// Whether the whole planes of `planes`, of `T`, whose output row `o` has windows on input rows
+/// `windows[o]`, are zeroed a window's rows at a time: planes of at least [`ZERO_BY_ROWS`]
+/// bytes with windows for every output row.
+///
+/// A tuning decision: it chooses how a plane is zeroed, never what is stored. Zeroed at once or
+/// by rows, each element is zeroed before its first addition ([`add_by_rows`]).
+fn zeroes_by_rows<T>(planes: Planes, windows: &[Range<usize>]) -> bool {
+    let Planes { h, w, ho, .. } = planes;
+    (h * w).saturating_mul(size_of::<T>()) >= ZERO_BY_ROWS && windows.len() == ho
+}
+
+/// How far into a plane of `hw` inputs, `w` per row, the zeroing has to reach before the
+/// gradients of an output row whose windows read input rows `window` are added: the end of its
+/// last row.
+///
+/// A tuning decision as well: [`add_by_rows`] zeroes the rest of the plane before any index
+/// past the elements zeroed so far, and never zeroes an element twice, so any reach stores the
+/// same gradient; this one zeroes each row just before its first sums, while it is in cache.
+fn zeroing_reach(window: &Range<usize>, w: usize, hw: usize) -> usize {
+    (window.end * w).min(hw)
+}
+
 /// An index the scatter cannot use: element `element` of the indices (row-major) holds `value`,
 /// outside its plane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,19 +172,17 @@ impl ScatterPrepared {
         Ok(p)
     }
 
-    /// The runs of a whole plane of `T` zeroed by rows ([`Plane`]): on planes of at least
-    /// [`ZERO_BY_ROWS`] bytes, each output row's gradients, with how far into the plane its
-    /// windows reach. Else, or without windows for every output row, none: the plane is zeroed
-    /// at once.
+    /// The runs of a whole plane of `T` zeroed by rows ([`Plane`]): when
+    /// [`zeroes_by_rows`] says so, each output row's gradients, with how far into the plane its
+    /// windows reach. Else none: the plane is zeroed at once.
     fn whole_plane_runs<T>(op: &'static str, planes: Planes, windows: &[Range<usize>]) -> Result<Vec<Run>> {
         let Planes { h, w, ho, wo, .. } = planes;
-        let small = (h * w).saturating_mul(size_of::<T>()) < ZERO_BY_ROWS;
-        if small || windows.len() != ho {
+        if !zeroes_by_rows::<T>(planes, windows) {
             return Ok(Vec::new());
         }
         let per_row = windows.iter().enumerate().map(|(o, window)| Run {
             gradients: o * wo..(o + 1) * wo,
-            allowed: 0..(window.end * w).min(h * w),
+            allowed: 0..zeroing_reach(window, w, h * w),
         });
         collect_exact(op, "runs", ho, per_row)
     }
