@@ -112,15 +112,14 @@ fn zeroes_by_rows<T>(planes: Planes, windows: &[Range<usize>]) -> bool {
     (h * w).saturating_mul(size_of::<T>()) >= ZERO_BY_ROWS && windows.len() == ho
 }
 
-/// How far into a plane of `hw` inputs, `w` per row, the zeroing has to reach before the
-/// gradients of an output row whose windows read input rows `window` are added: the end of its
-/// last row.
+/// How far into a plane of `planes` the zeroing has to reach before the gradients of an output
+/// row whose windows read input rows `window` are added: the end of its last row.
 ///
 /// A tuning decision as well: [`add_by_rows`] zeroes the rest of the plane before any index
 /// past the elements zeroed so far, and never zeroes an element twice, so any reach stores the
 /// same gradient; this one zeroes each row just before its first sums, while it is in cache.
-fn zeroing_reach(window: &Range<usize>, w: usize, hw: usize) -> usize {
-    (window.end * w).min(hw)
+fn zeroing_reach(window: &Range<usize>, planes: Planes) -> usize {
+    (window.end * planes.w).min(planes.h * planes.w)
 }
 
 /// An index the scatter cannot use: element `element` of the indices (row-major) holds `value`,
@@ -176,13 +175,13 @@ impl ScatterPrepared {
     /// [`zeroes_by_rows`] says so, each output row's gradients, with how far into the plane its
     /// windows reach. Else none: the plane is zeroed at once.
     fn whole_plane_runs<T>(op: &'static str, planes: Planes, windows: &[Range<usize>]) -> Result<Vec<Run>> {
-        let Planes { h, w, ho, wo, .. } = planes;
+        let Planes { ho, wo, .. } = planes;
         if !zeroes_by_rows::<T>(planes, windows) {
             return Ok(Vec::new());
         }
         let per_row = windows.iter().enumerate().map(|(o, window)| Run {
             gradients: o * wo..(o + 1) * wo,
-            allowed: 0..zeroing_reach(window, w, h * w),
+            allowed: 0..zeroing_reach(window, planes),
         });
         collect_exact(op, "runs", ho, per_row)
     }
@@ -321,6 +320,15 @@ fn one_gradient_runs<T: PoolFloat, I: ArgmaxIndex>(
 /// the first-level cache.
 const ONE_GRADIENT_BLOCK: usize = 16 * 1024;
 
+/// How many planes of `hw` inputs of `T` [`one_gradient_planes`] zeroes at a time: as many as
+/// fill [`ONE_GRADIENT_BLOCK`] bytes, at least one.
+///
+/// A tuning decision: blocks of any size store the same gradients, since every block is zeroed
+/// before its gradients are stored.
+fn planes_per_zeroing_block<T>(hw: usize) -> usize {
+    (ONE_GRADIENT_BLOCK / (hw * size_of::<T>())).max(1)
+}
+
 /// Planes of `hw` inputs and one gradient each, whole: zeroed a block at a time
 /// ([`ONE_GRADIENT_BLOCK`]), then each gradient stored at its index as the sum `0 + g`, rounded
 /// once ([`PoolFloat::sum_of_one`]), exactly what [`add_into`] would store. Returns the first
@@ -331,7 +339,7 @@ fn one_gradient_planes<T: PoolFloat, I: ArgmaxIndex>(
     gi: &mut [T],
     hw: usize,
 ) -> core::result::Result<(), usize> {
-    let block = (ONE_GRADIENT_BLOCK / (hw * size_of::<T>())).max(1);
+    let block = planes_per_zeroing_block::<T>(hw);
     let blocks = gi.chunks_mut(block * hw).zip(go.chunks(block)).zip(ix.chunks(block));
     for (b, ((gi, go), ix)) in blocks.enumerate() {
         gi.fill(T::zero());
