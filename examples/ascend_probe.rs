@@ -23,9 +23,9 @@ use ndarray::{Array4, ArrayD, IxDyn};
 use poolgrad::device::ascend::Ascend;
 use poolgrad::device::cpu::Cpu;
 use poolgrad::{
-    Bitmask, Error, I32Argmax, Mask, MaskLayout, MaxPool2dParams, PoolFloat, adaptive_max_pool2d_backward_on,
-    adaptive_max_pool2d_on, max_pool2d_with_indices_backward_on, max_pool2d_with_indices_on,
-    max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
+    AscendError, Bitmask, Error, I32Argmax, Mask, MaskLayout, MaxPool2dParams, PoolFloat,
+    adaptive_max_pool2d_backward_on, adaptive_max_pool2d_on, max_pool2d_with_indices_backward_on,
+    max_pool2d_with_indices_on, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
 };
 
 /// One operator run: what happened, in a word, and the detail.
@@ -130,7 +130,7 @@ fn outcome<V: PartialEq + std::fmt::Debug>(
         Ok(v) if v == want => ("match", None, String::new()),
         Ok(v) => ("mismatch", None, format!("device {v:?} != cpu {want:?}")),
         Err(e @ Error::DeviceLimit { .. }) => ("refused", None, e.to_string()),
-        Err(e @ Error::Cann { status, .. }) => ("cann-error", status, e.to_string()),
+        Err(e @ Error::Ascend(AscendError::Cann { status, .. })) => ("cann-error", status, e.to_string()),
         Err(e) => ("error", None, e.to_string()),
     };
     Outcome { op, dtype, kernel, input, result, status, detail }

@@ -209,7 +209,29 @@ pub enum Error {
         got: usize,
     },
 
-    /// A CANN function (Ascend backend) returned a failure status or a null handle.
+    /// The Ascend backend failed: CANN returned an error or could not be loaded (feature
+    /// `ascend`).
+    #[cfg(feature = "ascend")]
+    #[error(transparent)]
+    Ascend(AscendError),
+
+    /// A rayon thread pool could not be built (feature `rayon`).
+    #[cfg(feature = "rayon")]
+    #[error("could not build a thread pool with {threads} threads: {reason}")]
+    ThreadPool {
+        /// Threads requested.
+        threads: usize,
+        /// The reason rayon gave.
+        reason: String,
+    },
+}
+
+/// How the Ascend backend failed ([`Error::Ascend`], feature `ascend`).
+#[cfg(feature = "ascend")]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AscendError {
+    /// A CANN function returned a failure status or a null handle.
     #[error("{function} failed: {}{}", status_text(*.status, .name, .meaning), message_text(.message))]
     Cann {
         /// The C function, e.g. `"aclrtMalloc"`.
@@ -225,23 +247,21 @@ pub enum Error {
         message: String,
     },
 
-    /// The CANN libraries could not be loaded, or lack a symbol (Ascend backend).
+    /// The CANN libraries could not be loaded, or lack a symbol.
     #[error("cannot use CANN: {reason}; tried: {}", .tried.join("; "))]
-    CannUnavailable {
+    Unavailable {
         /// What is missing.
         reason: String,
         /// Every library path tried, with the loader's answer.
         tried: Vec<String>,
     },
+}
 
-    /// A rayon thread pool could not be built.
-    #[error("could not build a thread pool with {threads} threads: {reason}")]
-    ThreadPool {
-        /// Threads requested.
-        threads: usize,
-        /// The reason rayon gave.
-        reason: String,
-    },
+#[cfg(feature = "ascend")]
+impl From<AscendError> for Error {
+    fn from(e: AscendError) -> Self {
+        Error::Ascend(e)
+    }
 }
 
 fn too_small_text(arg: &str, axis: &str, input: [usize; 2], params: &MaxPool2dParams) -> String {
@@ -290,6 +310,7 @@ impl fmt::Display for DeviceLimitKind {
     }
 }
 
+#[cfg(feature = "ascend")]
 fn status_text(status: Option<i32>, name: &str, meaning: &str) -> String {
     match status {
         Some(code) => format!("status {code} ({name}: {meaning})"),
@@ -297,6 +318,7 @@ fn status_text(status: Option<i32>, name: &str, meaning: &str) -> String {
     }
 }
 
+#[cfg(feature = "ascend")]
 fn message_text(message: &str) -> String {
     if message.is_empty() { String::new() } else { format!("; CANN says: {message}") }
 }

@@ -84,6 +84,8 @@ mod validate;
 
 pub use device::Device;
 pub use element::{AccFloat, DType, Element, PoolFloat};
+#[cfg(feature = "ascend")]
+pub use error::AscendError;
 pub use error::{DeviceLimitKind, Error, Result};
 pub use functional::{
     Pooled, PooledMask, adaptive_max_pool2d, adaptive_max_pool2d_backward, adaptive_max_pool2d_backward_on,

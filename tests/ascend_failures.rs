@@ -10,7 +10,9 @@ use ascend::{Double, Session};
 use half::f16;
 use ndarray::Array4;
 use poolgrad::device::ascend::Ascend;
-use poolgrad::{Error, I32Argmax, MaxPool2dParams, adaptive_max_pool2d_backward_on, max_pool2d_with_mask_on};
+use poolgrad::{
+    AscendError, Error, I32Argmax, MaxPool2dParams, adaptive_max_pool2d_backward_on, max_pool2d_with_mask_on,
+};
 
 /// An f16 adaptive backward (workspace, two uploads, one download) on `npu`.
 fn backward(npu: &Ascend) -> poolgrad::Result<Array4<f16>> {
@@ -28,7 +30,7 @@ fn mask_forward(npu: &Ascend) -> poolgrad::Result<()> {
 
 fn expect_cann(e: Error, function: &str, status: Option<i32>, name: &str) {
     match &e {
-        Error::Cann { function: f, status: s, name: n, meaning, message } => {
+        Error::Ascend(AscendError::Cann { function: f, status: s, name: n, meaning, message }) => {
             assert_eq!((*f, *s), (function, status), "{e}");
             assert_eq!(*n, name, "{e}");
             assert!(!meaning.is_empty(), "every CANN error says what its status means: {e}");
@@ -129,7 +131,10 @@ fn every_documented_status_is_named() {
     // An undocumented code still reaches the user, as "unknown".
     session.inject("aclrtMalloc", 123_456, 0);
     let e = backward(&npu).unwrap_err();
-    assert!(matches!(e, Error::Cann { status: Some(123_456), name: "unknown", .. }), "{e}");
+    assert!(
+        matches!(e, Error::Ascend(AscendError::Cann { status: Some(123_456), name: "unknown", .. })),
+        "{e}"
+    );
     drop(npu);
     session.assert_clean();
 }
@@ -164,7 +169,14 @@ fn a_device_that_does_not_exist_is_an_error() {
     let session = Double::session();
     let e = Ascend::with_library_dir(session.root(), 3).unwrap_err();
     assert!(
-        matches!(e, Error::Cann { function: "aclrtSetDevice", name: "ACL_ERROR_INVALID_DEVICE", .. }),
+        matches!(
+            e,
+            Error::Ascend(AscendError::Cann {
+                function: "aclrtSetDevice",
+                name: "ACL_ERROR_INVALID_DEVICE",
+                ..
+            })
+        ),
         "{e}"
     );
     session.set_devices(4, 1 << 30);
@@ -180,7 +192,10 @@ fn exhausted_device_memory_is_an_error() {
     session.set_devices(1, 300);
     let npu = session.open();
     let e = backward(&npu).unwrap_err();
-    assert!(matches!(e, Error::Cann { function: "aclrtMalloc", status: Some(207_001), .. }), "{e}");
+    assert!(
+        matches!(e, Error::Ascend(AscendError::Cann { function: "aclrtMalloc", status: Some(207_001), .. })),
+        "{e}"
+    );
     drop(npu);
     session.assert_clean();
 }
@@ -195,7 +210,7 @@ fn scratch_dir(name: &str) -> std::path::PathBuf {
 #[test]
 fn missing_libraries_are_errors_that_list_what_was_tried() {
     let e = Ascend::with_library_dir("/nonexistent/cann", 0).unwrap_err();
-    let Error::CannUnavailable { reason, tried } = &e else { panic!("{e:?}") };
+    let Error::Ascend(AscendError::Unavailable { reason, tried }) = &e else { panic!("{e:?}") };
     assert!(reason.contains("libascendcl.so"), "{e}");
     assert!(tried.iter().any(|t| t == "/nonexistent/cann/lib64/libascendcl.so (not found)"), "{tried:?}");
     assert!(
@@ -207,7 +222,7 @@ fn missing_libraries_are_errors_that_list_what_was_tried() {
     let dir = scratch_dir("cann-garbage");
     std::fs::write(dir.join("lib64/libascendcl.so"), b"not an ELF file").unwrap();
     let e = Ascend::with_library_dir(&dir, 0).unwrap_err();
-    let Error::CannUnavailable { tried, .. } = &e else { panic!("{e:?}") };
+    let Error::Ascend(AscendError::Unavailable { tried, .. }) = &e else { panic!("{e:?}") };
     assert!(tried.iter().any(|t| t.contains("libascendcl.so (") && !t.contains("not found")), "{tried:?}");
 }
 
@@ -231,7 +246,7 @@ fn a_library_without_the_cann_symbols_is_an_error() {
     let dir = scratch_dir("cann-libm");
     std::os::unix::fs::symlink(&libm, dir.join("lib64/libascendcl.so")).unwrap();
     let e = Ascend::with_library_dir(&dir, 0).unwrap_err();
-    let Error::CannUnavailable { reason, tried } = &e else { panic!("{e:?}") };
+    let Error::Ascend(AscendError::Unavailable { reason, tried }) = &e else { panic!("{e:?}") };
     assert!(reason.contains("`aclInit`"), "{e}");
     assert!(tried.iter().any(|t| t.ends_with("libascendcl.so (loaded)")), "{tried:?}");
 }
@@ -256,6 +271,6 @@ fn an_operator_missing_from_an_older_cann_is_an_error_when_planned() {
     let pooled = poolgrad::adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [2, 2]).unwrap();
     let g = pooled.output.mapv(|_| 1.0f32);
     let e = adaptive_max_pool2d_backward_on(&npu, &g, &x, &pooled.indices).unwrap_err();
-    let Error::CannUnavailable { reason, .. } = &e else { panic!("{e:?}") };
+    let Error::Ascend(AscendError::Unavailable { reason, .. }) = &e else { panic!("{e:?}") };
     assert!(reason.contains("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize"), "{e}");
 }

@@ -13,8 +13,8 @@ use poolgrad::device::ascend::{Ascend, SocFamily};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::{AdaptiveMaxPool2dBackward, MaxPool2dWithIndices};
 use poolgrad::{
-    Bitmask, DeviceLimitKind, Error, I32Argmax, MaskLayout, MaxPool2dParams, Plan, TensorMut, TensorRef,
-    adaptive_max_pool2d_backward_on, adaptive_max_pool2d_on, max_pool2d_with_indices_backward_on,
+    AscendError, Bitmask, DeviceLimitKind, Error, I32Argmax, MaskLayout, MaxPool2dParams, Plan, TensorMut,
+    TensorRef, adaptive_max_pool2d_backward_on, adaptive_max_pool2d_on, max_pool2d_with_indices_backward_on,
     max_pool2d_with_indices_on, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
 };
 
@@ -200,7 +200,7 @@ fn a_failed_launch_leaves_the_executor_to_cann_and_waits_before_freeing() {
         session.inject("aclnnAdaptiveMaxPool2dBackward", status, 0);
         let e = adaptive_plan(&npu, &g, &x, &idx, &mut gi).run().unwrap_err();
         assert!(
-            matches!(e, Error::Cann { function: "aclnnAdaptiveMaxPool2dBackward", status: Some(s), .. } if s == status),
+            matches!(e, Error::Ascend(AscendError::Cann { function: "aclnnAdaptiveMaxPool2dBackward", status: Some(s), .. }) if s == status),
             "{e}"
         );
         assert_eq!(session.calls("aclDestroyAclOpExecutor"), 0, "CANN deleted it");
@@ -218,7 +218,10 @@ fn a_failed_launch_leaves_the_executor_to_cann_and_waits_before_freeing() {
     let x = input();
     let e =
         max_pool2d_with_indices_on::<_, f32, i32, _, _>(&npu, &x, &MaxPool2dParams::new([2, 2])).unwrap_err();
-    assert!(matches!(e, Error::Cann { function: "aclnnMaxPool2dWithIndices", .. }), "{e}");
+    assert!(
+        matches!(e, Error::Ascend(AscendError::Cann { function: "aclnnMaxPool2dWithIndices", .. })),
+        "{e}"
+    );
     drop(npu);
     session.assert_clean();
 }

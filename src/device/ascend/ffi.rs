@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use libloading::Library;
 
 use super::status;
-use crate::error::{Error, Result};
+use crate::error::{AscendError, Error, Result};
 
 /// Opaque `aclTensor` (the Rustonomicon's idiom for foreign types).
 #[repr(C)]
@@ -237,14 +237,17 @@ impl Api {
         let (libs, mut tried) = open_libraries(roots, loader_path);
         let loaded: Vec<String> = libs.iter().map(|(p, _)| p.display().to_string()).collect();
         if !libs.iter().any(|(p, _)| p.file_name().is_some_and(|n| n == "libascendcl.so")) {
-            return Err(Error::CannUnavailable { reason: "libascendcl.so not found".into(), tried });
+            return Err(Error::Ascend(AscendError::Unavailable {
+                reason: "libascendcl.so not found".into(),
+                tried,
+            }));
         }
         let missing = |symbol: &str, tried: &mut Vec<String>| {
             tried.splice(0..0, loaded.iter().map(|l| format!("{l} (loaded)")));
-            Error::CannUnavailable {
+            Error::Ascend(AscendError::Unavailable {
                 reason: format!("no library exports `{symbol}` (CANN too old or incomplete?)"),
                 tried: std::mem::take(tried),
-            }
+            })
         };
         macro_rules! required {
             ($name:literal) => {
@@ -348,12 +351,12 @@ impl Runtime {
         let key = (roots, loader_path);
         if let Some((_, rt)) = cache.iter().find(|(k, _)| *k == key) {
             if rt.finalized.load(std::sync::atomic::Ordering::Acquire) {
-                return Err(Error::CannUnavailable {
+                return Err(Error::Ascend(AscendError::Unavailable {
                     reason:
                         "poolgrad::device::ascend::finalize() was called: CANN is finalised for this process"
                             .into(),
                     tried: vec![rt.origin.clone()],
-                });
+                }));
             }
             return Ok(Arc::clone(rt));
         }
@@ -378,18 +381,24 @@ impl Runtime {
     /// The error for `function` returning `code`, with CANN's recent message.
     fn error(&self, function: &'static str, code: i32) -> Error {
         let (name, meaning) = status::describe(code);
-        Error::Cann { function, status: Some(code), name, meaning, message: self.recent_message() }
+        Error::Ascend(AscendError::Cann {
+            function,
+            status: Some(code),
+            name,
+            meaning,
+            message: self.recent_message(),
+        })
     }
 
     /// The error for `function` returning a null handle.
     fn null_error(&self, function: &'static str) -> Error {
-        Error::Cann {
+        Error::Ascend(AscendError::Cann {
             function,
             status: None,
             name: "null handle",
             meaning: "the function returned a null pointer instead of the object it creates",
             message: self.recent_message(),
-        }
+        })
     }
 
     fn check(&self, function: &'static str, code: i32) -> Result<()> {
@@ -610,9 +619,11 @@ impl Session {
     }
 
     fn op<T>(&self, op: Option<T>, symbol: &'static str) -> Result<T> {
-        op.ok_or_else(|| Error::CannUnavailable {
-            reason: format!("`{symbol}` is not exported by the CANN libraries (it needs a newer CANN)"),
-            tried: vec![self.rt.origin.clone()],
+        op.ok_or_else(|| {
+            Error::Ascend(AscendError::Unavailable {
+                reason: format!("`{symbol}` is not exported by the CANN libraries (it needs a newer CANN)"),
+                tried: vec![self.rt.origin.clone()],
+            })
         })
     }
 

@@ -101,7 +101,7 @@ const MAX_NON_DIVISIBLE_ADAPTIVE_PLANE: usize = 1 << 24;
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] while any `Ascend`, workspace or plan is alive (nothing is
-/// finalised then), and [`Error::Cann`] if `aclFinalize` fails.
+/// finalised then), and [`AscendError::Cann`](crate::AscendError::Cann) if `aclFinalize` fails.
 pub fn finalize() -> Result<()> {
     ffi::finalize()
 }
@@ -132,8 +132,8 @@ impl Ascend {
     /// Opens NPU `device_id`, loading CANN from the default locations (module docs).
     ///
     /// # Errors
-    /// [`Error::CannUnavailable`] if the libraries or a required symbol cannot be found (the error
-    /// lists every path tried), [`Error::Cann`] if `aclInit`, `aclrtSetDevice`, the context or the
+    /// [`AscendError::Unavailable`](crate::AscendError::Unavailable) if the libraries or a required symbol cannot be found (the error
+    /// lists every path tried), [`AscendError::Cann`](crate::AscendError::Cann) if `aclInit`, `aclrtSetDevice`, the context or the
     /// stream fail (for example for a device that does not exist).
     pub fn new(device_id: i32) -> Result<Self> {
         Self::open(Runtime::load(ffi::default_roots(), true)?, device_id)
@@ -171,7 +171,7 @@ impl Ascend {
     /// backend is always deterministic).
     ///
     /// # Errors
-    /// [`Error::Cann`] if `aclrtCtxSetSysParamOpt` or `aclrtSetSysParamOpt` fails.
+    /// [`AscendError::Cann`](crate::AscendError::Cann) if `aclrtCtxSetSysParamOpt` or `aclrtSetSysParamOpt` fails.
     pub fn deterministic(self, on: bool) -> Result<Self> {
         self.session.set_deterministic(on)?;
         Ok(self)
