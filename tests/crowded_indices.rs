@@ -138,3 +138,26 @@ fn three_gradients_on_one_position_round_once() {
     let gi = backward::<half::bf16, i64>(&Cpu::sequential(), &Crowded { values: vec![6, 1, 3, 1], ..case });
     assert_eq!(gi[[0, 0, 0, 5]].to_f32(), 258.0);
 }
+
+/// A band of rows checks each index against its window's rows; an index outside them sends the
+/// plane to be redone whole. The index just past a window that ends at a band boundary is the
+/// one a band cannot see: here (one plane of 10 x 1 pooled to 10 x 1, so output row `o` pools
+/// input row `o`; two threads, so bands of rows 0..5 and 5..10) output row 4 points at row 5.
+/// Band 0 reads row 4's gradient but does not own row 5; band 1 owns row 5 but reads only the
+/// output rows whose windows reach it (5 to 9). Only the redo adds it: row 5 holds 1 + 1 = 2
+/// (values: `VALUES[1]` = 1 everywhere), row 4 nothing.
+#[test]
+fn an_index_just_past_a_window_that_ends_at_a_band_boundary() {
+    let case = Crowded {
+        input: [1, 1, 10, 1],
+        output: [10, 1],
+        indices: vec![0, 1, 2, 3, 5, 5, 6, 7, 8, 9],
+        values: vec![1; 10],
+    };
+    let sequential = Cpu::sequential();
+    for cpu in [&sequential, common::cpu_with_threads(2)] {
+        let gi = backward::<f32, i64>(cpu, &case);
+        let want = [1.0f32, 1.0, 1.0, 1.0, 0.0, 2.0, 1.0, 1.0, 1.0, 1.0];
+        assert_eq!(gi.iter().copied().collect::<Vec<_>>(), want, "{} threads", cpu.threads());
+    }
+}

@@ -375,13 +375,15 @@ fn banded_planes<T: PoolFloat, I: ArgmaxIndex>(
     }
     let windows = &p.windows;
     let flagged = cpu.map_tasks(tasks, |(plane, band, out, go, ix, acc, grad)| {
+        // The band's gradients are output rows `read`; each run's are numbered from the first.
         let read = bands.reads[band].clone();
-        let base = read.start * wo;
         let runs = read.clone().map(|o| Run {
-            gradients: o * wo - base..(o + 1) * wo - base,
+            gradients: (o - read.start) * wo..(o - read.start + 1) * wo,
+            // Inputs narrower than the window's rows would only send more planes to be redone
+            // whole (an equivalent mutant of `end * w` narrows them: `.cargo/mutants.toml`).
             allowed: windows[o].start * w..windows[o].end * w,
         });
-        let gradients = base..read.end * wo;
+        let gradients = read.start * wo..read.end * wo;
         let owned = band * bands.rows * w;
         let (go, ix) = (&go[gradients.clone()], &ix[gradients]);
         add_into(go, ix, Band { runs, owned }, out, acc, grad).err().map(|_| plane)
