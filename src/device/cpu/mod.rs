@@ -56,25 +56,46 @@ impl fmt::Debug for Parallelism {
 /// use poolgrad::device::cpu::Cpu;
 /// let seq = Cpu::sequential();
 /// assert_eq!(seq.threads(), 1);
+/// assert!(matches!(seq.parallelism(), poolgrad::device::cpu::Parallelism::Sequential));
 /// # #[cfg(feature = "rayon")] {
 /// use poolgrad::device::cpu::Parallelism;
 /// let two = Cpu::new(Parallelism::Threads(2.try_into().unwrap()))?;
 /// assert_eq!(two.threads(), 2);
+/// assert!(matches!(two.parallelism(), Parallelism::Threads(n) if n.get() == 2));
+/// assert!(matches!(Cpu::default().parallelism(), Parallelism::AllThreads));
 /// # }
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Cpu {
-    parallelism: Parallelism,
+    runner: Runner,
+}
+
+/// How a [`Cpu`] runs its tasks: its one source of truth.
+#[derive(Clone)]
+enum Runner {
+    /// On the calling thread.
+    Sequential,
+    /// On rayon's global pool.
     #[cfg(feature = "rayon")]
-    pool: Option<Arc<rayon::ThreadPool>>,
+    GlobalPool,
+    /// On a pool of its own: built by [`Cpu::new`] for `Parallelism::Threads(n)` (`built_for`
+    /// is `Some(n)`), or the caller's (`Parallelism::Pool`).
+    #[cfg(feature = "rayon")]
+    OwnPool { pool: Arc<rayon::ThreadPool>, built_for: Option<NonZeroUsize> },
+}
+
+impl fmt::Debug for Cpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cpu").field("parallelism", &self.parallelism()).finish()
+    }
 }
 
 impl Default for Cpu {
     /// rayon's global pool with the `rayon` feature, else sequential.
     fn default() -> Self {
         #[cfg(feature = "rayon")]
-        return Cpu { parallelism: Parallelism::AllThreads, pool: None };
+        return Cpu { runner: Runner::GlobalPool };
         #[cfg(not(feature = "rayon"))]
         return Cpu::sequential();
     }
@@ -84,51 +105,57 @@ impl Cpu {
     /// A CPU device with the given parallelism; [`Parallelism::Threads`] builds its pool here.
     ///
     /// # Errors
-    /// [`Error::ThreadPool`](crate::Error::ThreadPool) if rayon cannot start the threads.
+    /// [`Error::ThreadPool`](crate::Error::ThreadPool) (feature `rayon`) if rayon cannot start the
+    /// threads.
     pub fn new(parallelism: Parallelism) -> Result<Self> {
         #[cfg(feature = "rayon")]
-        {
-            let pool = match &parallelism {
-                Parallelism::Threads(n) => Some(Arc::new(
-                    rayon::ThreadPoolBuilder::new()
-                        .num_threads(n.get())
-                        .build()
-                        .map_err(|e| crate::Error::ThreadPool { threads: n.get(), reason: e.to_string() })?,
-                )),
-                Parallelism::Pool(p) => Some(Arc::clone(p)),
-                Parallelism::Sequential | Parallelism::AllThreads => None,
-            };
-            Ok(Cpu { parallelism, pool })
-        }
+        let runner = match parallelism {
+            Parallelism::Sequential => Runner::Sequential,
+            Parallelism::AllThreads => Runner::GlobalPool,
+            Parallelism::Threads(n) => {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(n.get())
+                    .build()
+                    .map_err(|e| crate::Error::ThreadPool { threads: n.get(), reason: e.to_string() })?;
+                Runner::OwnPool { pool: Arc::new(pool), built_for: Some(n) }
+            }
+            Parallelism::Pool(pool) => Runner::OwnPool { pool, built_for: None },
+        };
         #[cfg(not(feature = "rayon"))]
-        Ok(Cpu { parallelism })
+        let runner = {
+            let _ = parallelism;
+            Runner::Sequential
+        };
+        Ok(Cpu { runner })
     }
 
     /// Runs everything on the calling thread.
     pub fn sequential() -> Self {
-        Cpu {
-            parallelism: Parallelism::Sequential,
-            #[cfg(feature = "rayon")]
-            pool: None,
-        }
+        Cpu { runner: Runner::Sequential }
     }
 
-    /// The parallelism setting.
-    pub fn parallelism(&self) -> &Parallelism {
-        &self.parallelism
+    /// How this device runs: the setting it was made with (without the `rayon` feature, always
+    /// [`Parallelism::Sequential`]).
+    pub fn parallelism(&self) -> Parallelism {
+        match &self.runner {
+            Runner::Sequential => Parallelism::Sequential,
+            #[cfg(feature = "rayon")]
+            Runner::GlobalPool => Parallelism::AllThreads,
+            #[cfg(feature = "rayon")]
+            Runner::OwnPool { built_for: Some(n), .. } => Parallelism::Threads(*n),
+            #[cfg(feature = "rayon")]
+            Runner::OwnPool { pool, built_for: None } => Parallelism::Pool(Arc::clone(pool)),
+        }
     }
 
     /// Threads that kernels will use (1 without the `rayon` feature).
     pub fn threads(&self) -> usize {
-        #[cfg(not(feature = "rayon"))]
-        return 1;
-        #[cfg(feature = "rayon")]
-        match &self.parallelism {
-            Parallelism::Sequential => 1,
-            Parallelism::AllThreads => rayon::current_num_threads(),
-            Parallelism::Threads(_) | Parallelism::Pool(_) => {
-                self.pool.as_ref().map_or(1, |p| p.current_num_threads())
-            }
+        match &self.runner {
+            Runner::Sequential => 1,
+            #[cfg(feature = "rayon")]
+            Runner::GlobalPool => rayon::current_num_threads(),
+            #[cfg(feature = "rayon")]
+            Runner::OwnPool { pool, .. } => pool.current_num_threads(),
         }
     }
 
@@ -144,10 +171,12 @@ impl Cpu {
         {
             use rayon::prelude::*;
             if tasks.len() > 1 {
-                match (&self.parallelism, &self.pool) {
-                    (Parallelism::Sequential, _) => {}
-                    (_, Some(pool)) => return pool.install(|| tasks.into_par_iter().map(f).collect()),
-                    (_, None) => return tasks.into_par_iter().map(f).collect(),
+                match &self.runner {
+                    Runner::Sequential => {}
+                    Runner::GlobalPool => return tasks.into_par_iter().map(f).collect(),
+                    Runner::OwnPool { pool, .. } => {
+                        return pool.install(|| tasks.into_par_iter().map(f).collect());
+                    }
                 }
             }
         }
@@ -174,5 +203,23 @@ impl Device for Cpu {
 
     fn limits(&self) -> DeviceLimits {
         DeviceLimits::none()
+    }
+}
+
+#[cfg(all(test, feature = "rayon"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_callers_pool_is_used_and_reported() {
+        let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap());
+        let cpu = Cpu::new(Parallelism::Pool(Arc::clone(&pool))).unwrap();
+        assert_eq!(cpu.threads(), 3);
+        let Parallelism::Pool(reported) = cpu.parallelism() else { panic!("{cpu:?}") };
+        assert!(Arc::ptr_eq(&reported, &pool));
+        assert_eq!(format!("{cpu:?}"), "Cpu { parallelism: Pool(3 threads) }");
+        // Tasks run on that pool's threads.
+        let on_pool = cpu.map_tasks(vec![0, 1, 2, 3], |_| pool.current_thread_index().is_some());
+        assert_eq!(on_pool, [true; 4]);
     }
 }
