@@ -552,7 +552,7 @@ fn add_into<T: PoolFloat, I: ArgmaxIndex, P: Part>(
     }
     let (grad, acc) = (&mut grad[..go.len()], &mut acc[..len]);
     T::to_acc_slice(go, grad);
-    let sparse = P::WHOLE_PLANE && len > 8 * ix.len();
+    let sparse = P::WHOLE_PLANE && sums_sparsely(len, ix.len());
     let result = part.add(grad, ix, &mut Rounded { acc, out, zero_acc: !sparse });
     if sparse {
         for &i in ix {
@@ -562,6 +562,17 @@ fn add_into<T: PoolFloat, I: ArgmaxIndex, P: Part>(
         }
     }
     result
+}
+
+/// Whether a whole plane of `positions` sums, fed by `indices` gradients, keeps its accumulators
+/// zero by clearing only the sums its indices touched, rather than zeroing them all with the
+/// plane: when it has more than 8 positions per index.
+///
+/// A tuning decision: either way every accumulator is zero before its first addition (a task
+/// zeroes its accumulators on entry), so the sums are the same.
+#[inline(always)]
+fn sums_sparsely(positions: usize, indices: usize) -> bool {
+    positions > 8 * indices
 }
 
 /// Where a scatter's sums go.
