@@ -26,9 +26,9 @@ use crate::element::sealed::Sealed;
 use crate::error::{Error, Result};
 use crate::geometry::{mask_shape, mask_words_per_row, pool_window_origin};
 use crate::index::ArgmaxIndex;
-use crate::op::MaxPoolGeometry;
 use crate::params::MaxPool2dParams;
 use crate::tensor::{TensorMut, TensorRef, user_dims};
+use crate::validate::MaxPoolGeometry;
 
 pub(crate) mod layout_repr {
     /// Which layout a marker stands for. Not part of the public API.

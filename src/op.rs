@@ -6,15 +6,14 @@
 
 use core::fmt;
 
-use crate::device::DeviceLimits;
 use crate::element::PoolFloat;
 use crate::error::{DeviceLimitKind, Error, Result};
 use crate::geometry::adaptive_is_divisible;
 use crate::index::ArgmaxIndex;
 use crate::mask::{MaskLayout, MaskMut, MaskRef};
 use crate::params::MaxPool2dParams;
-use crate::tensor::{TensorMut, TensorRef, user_dims, with_spatial};
-use crate::validate;
+use crate::tensor::{TensorMut, TensorRef, with_spatial};
+use crate::validate::{self, DeviceLimits};
 
 /// The name of each operation, as errors give it: the free function a user calls, which is
 /// also the operation's [`NAME`](internal::OperationImpl::NAME). Every error an operation
@@ -49,44 +48,7 @@ pub(crate) mod internal {
 /// module.
 pub trait Operation: internal::OperationImpl {}
 
-/// Sizes of an adaptive pooling: `N` planes of `C` channels, `H x W` pooled to `Ho x Wo`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AdaptiveGeometry {
-    /// Batch size (1 for 3-D tensors).
-    pub n: usize,
-    /// Channels.
-    pub c: usize,
-    /// Input height.
-    pub h: usize,
-    /// Input width.
-    pub w: usize,
-    /// Output height.
-    pub ho: usize,
-    /// Output width.
-    pub wo: usize,
-    /// Rank of the caller's tensors (3 or 4).
-    pub(crate) ndim: usize,
-}
-
-impl AdaptiveGeometry {
-    /// Number of `(n, c)` planes.
-    pub fn planes(&self) -> usize {
-        self.n * self.c
-    }
-
-    /// The error for index `value` found at element `e` of the indices.
-    pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
-        validate::index_error(
-            op,
-            arg,
-            e,
-            value,
-            [self.n, self.c, self.ho, self.wo],
-            self.ndim,
-            self.h * self.w,
-        )
-    }
-}
+pub use crate::validate::{AdaptiveGeometry, MaxPoolGeometry};
 
 fn adaptive_limits(
     op: &'static str,
@@ -238,91 +200,6 @@ pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
     validate::input_shape(OP, "indices", indices, pooled)?;
     validate::plane_size(OP, "self_", h, w)?;
     Ok(AdaptiveGeometry { n, c, h, w, ho, wo, ndim: self_.ndim() })
-}
-
-/// Sizes of a max pooling: `N` planes of `C` channels, `H x W` pooled to `Ho x Wo` with `params`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MaxPoolGeometry {
-    /// Batch size (1 for 3-D tensors).
-    pub n: usize,
-    /// Channels.
-    pub c: usize,
-    /// Input height.
-    pub h: usize,
-    /// Input width.
-    pub w: usize,
-    /// Output height.
-    pub ho: usize,
-    /// Output width.
-    pub wo: usize,
-    /// The pooling parameters.
-    pub params: MaxPool2dParams,
-    /// Rank of the caller's tensors (3 or 4).
-    pub(crate) ndim: usize,
-}
-
-impl MaxPoolGeometry {
-    /// Checks `params` on an input of shape `input_dims` (3-D or 4-D, C, H, W non-empty).
-    pub(crate) fn new(
-        op: &'static str,
-        arg: &'static str,
-        params: &MaxPool2dParams,
-        input_dims: &[usize],
-    ) -> Result<Self> {
-        let [n, c, h, w] = validate::pooling_dims(op, arg, input_dims)?;
-        let [ho, wo] = params.output_size_for(op, arg, [h, w])?;
-        validate::plane_size(op, arg, h, w)?;
-        Ok(MaxPoolGeometry { n, c, h, w, ho, wo, params: *params, ndim: input_dims.len() })
-    }
-
-    /// Number of `(n, c)` planes.
-    pub fn planes(&self) -> usize {
-        self.n * self.c
-    }
-
-    /// Output positions per plane, `Ho * Wo`.
-    pub fn positions(&self) -> usize {
-        self.ho * self.wo
-    }
-
-    /// The input shape in the caller's rank.
-    pub(crate) fn input_dims(&self) -> Vec<usize> {
-        user_dims(&[self.n, self.c, self.h, self.w], self.ndim)
-    }
-
-    /// The pooled shape `[N, C, Ho, Wo]` in the caller's rank.
-    pub(crate) fn pooled_dims(&self) -> Vec<usize> {
-        with_spatial([self.n, self.c, self.h, self.w], [self.ho, self.wo], self.ndim)
-    }
-
-    /// The position `[n, c, oh, ow]` (caller's rank) of element `e` of the pooled output.
-    pub(crate) fn pooled_position(&self, e: usize) -> Vec<usize> {
-        validate::position(e, [self.n, self.c, self.ho, self.wo], self.ndim)
-    }
-
-    /// The pooling in the caller's terms, for messages: its input shape, kernel and output size.
-    pub(crate) fn describe(&self) -> String {
-        format!(
-            "input {:?}, kernel {:?} and output {}x{}",
-            self.input_dims(),
-            self.params.kernel(),
-            self.ho,
-            self.wo
-        )
-    }
-
-    /// The error for index `value` found at element `e` of the indices (or mask values).
-    pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
-        validate::index_error(
-            op,
-            arg,
-            e,
-            value,
-            [self.n, self.c, self.ho, self.wo],
-            self.ndim,
-            self.h * self.w,
-        )
-    }
 }
 
 fn plane_limit(

@@ -215,7 +215,7 @@ enum Witness {
 /// Two positions that share an element: along one axis of stride 0, `i` steps along one axis
 /// and `j` along another with `i·s = j·t`, or, for up to [`WITNESS_SEARCH`] elements, any two.
 fn alias_witness(shape: &[usize], used: &[usize]) -> Witness {
-    let position = |e: usize| crate::validate::position(e, as_4d(shape), shape.len());
+    let position = |e: usize| position(e, as_4d(shape), shape.len());
     let at = |moves: &[(usize, usize)]| {
         let mut p = vec![0; shape.len()];
         for &(axis, steps) in moves {
@@ -493,6 +493,20 @@ pub(crate) fn with_spatial(shape4: [usize; 4], [h, w]: [usize; 2], ndim: usize) 
     user_dims(&[shape4[0], shape4[1], h, w], ndim)
 }
 
+/// The position, in the caller's rank, of element `e` of a row-major `[n, c, h, w]` tensor.
+pub(crate) fn position(e: usize, dims: [usize; 4], ndim: usize) -> Vec<usize> {
+    let [n, c, h, w] = dims;
+    user_dims(&unflatten(e, (n, c, h, w)), ndim)
+}
+
+fn unflatten(mut flat: usize, (_, c, h, w): (usize, usize, usize, usize)) -> [usize; 4] {
+    let iw = flat % w;
+    flat /= w;
+    let ih = flat % h;
+    flat /= h;
+    [flat / c, flat % c, ih, iw]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -700,5 +714,21 @@ mod tests {
         assert!(TensorRef::from_slice_with_strides(&data, &[1, 1, 3, 3], &[0, 0, 0, 1]).is_ok());
         let e = TensorMut::from_slice_with_strides(&mut data, &[1, 1, 3, 3], &[0, 0, 0, 1]).unwrap_err();
         assert!(e.to_string().contains("both address element 0"), "{e}");
+    }
+
+    #[test]
+    fn unflatten_inverts_row_major_order() {
+        let dims = (2, 3, 4, 5);
+        let mut k = 0;
+        for n in 0..2 {
+            for c in 0..3 {
+                for h in 0..4 {
+                    for w in 0..5 {
+                        assert_eq!(unflatten(k, dims), [n, c, h, w]);
+                        k += 1;
+                    }
+                }
+            }
+        }
     }
 }

@@ -1,9 +1,13 @@
-//! Checks shared by every operation's phase 1. Each returns a structured [`Error`].
+//! Checks shared by every operation's phase 1, each returning a structured [`Error`]; the sizes
+//! they establish ([`AdaptiveGeometry`], [`MaxPoolGeometry`]); and the device limits they check
+//! against ([`DeviceLimits`]).
 
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::geometry::{pool_output_len, pool_window_taps};
 use crate::index::ArgmaxIndex;
-use crate::tensor::{TensorMut, TensorRef, user_dims};
+use crate::params::MaxPool2dParams;
+use crate::tensor::{TensorMut, TensorRef, position, user_dims, with_spatial};
 
 /// The 4-D shape `[N, C, H, W]` of a pooling input given in the caller's rank (3 or 4), whose C,
 /// H and W must be non-empty (N may be 0).
@@ -95,12 +99,6 @@ pub(crate) fn plane_size(op: &'static str, arg: &'static str, h: usize, w: usize
     h.checked_mul(w).ok_or_else(|| Error::Overflow { op, arg, what: format!("H * W = {h} * {w}") })
 }
 
-/// The position, in the caller's rank, of element `e` of a row-major `[n, c, h, w]` tensor.
-pub(crate) fn position(e: usize, dims: [usize; 4], ndim: usize) -> Vec<usize> {
-    let [n, c, h, w] = dims;
-    user_dims(&unflatten(e, (n, c, h, w)), ndim)
-}
-
 /// The error for index `value` found at element `e` of a `[n, c, ho, wo]` index tensor.
 pub(crate) fn index_error(
     op: &'static str,
@@ -114,12 +112,281 @@ pub(crate) fn index_error(
     Error::IndexOutOfRange { op, arg, position: position(e, pooled, ndim), value, plane }
 }
 
-fn unflatten(mut flat: usize, (_, c, h, w): (usize, usize, usize, usize)) -> [usize; 4] {
-    let iw = flat % w;
-    flat /= w;
-    let ih = flat % h;
-    flat /= h;
-    [flat / c, flat % c, ih, iw]
+/// Sizes of an adaptive pooling: `N` planes of `C` channels, `H x W` pooled to `Ho x Wo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveGeometry {
+    /// Batch size (1 for 3-D tensors).
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output height.
+    pub ho: usize,
+    /// Output width.
+    pub wo: usize,
+    /// Rank of the caller's tensors (3 or 4).
+    pub(crate) ndim: usize,
+}
+
+impl AdaptiveGeometry {
+    /// Number of `(n, c)` planes.
+    pub fn planes(&self) -> usize {
+        self.n * self.c
+    }
+
+    /// The error for index `value` found at element `e` of the indices.
+    pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
+        index_error(op, arg, e, value, [self.n, self.c, self.ho, self.wo], self.ndim, self.h * self.w)
+    }
+}
+
+/// Sizes of a max pooling: `N` planes of `C` channels, `H x W` pooled to `Ho x Wo` with `params`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxPoolGeometry {
+    /// Batch size (1 for 3-D tensors).
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output height.
+    pub ho: usize,
+    /// Output width.
+    pub wo: usize,
+    /// The pooling parameters.
+    pub params: MaxPool2dParams,
+    /// Rank of the caller's tensors (3 or 4).
+    pub(crate) ndim: usize,
+}
+
+impl MaxPoolGeometry {
+    /// Checks `params` on an input of shape `input_dims` (3-D or 4-D, C, H, W non-empty).
+    pub(crate) fn new(
+        op: &'static str,
+        arg: &'static str,
+        params: &MaxPool2dParams,
+        input_dims: &[usize],
+    ) -> Result<Self> {
+        let [n, c, h, w] = pooling_dims(op, arg, input_dims)?;
+        let [ho, wo] = params.output_size_for(op, arg, [h, w])?;
+        plane_size(op, arg, h, w)?;
+        Ok(MaxPoolGeometry { n, c, h, w, ho, wo, params: *params, ndim: input_dims.len() })
+    }
+
+    /// Number of `(n, c)` planes.
+    pub fn planes(&self) -> usize {
+        self.n * self.c
+    }
+
+    /// Output positions per plane, `Ho * Wo`.
+    pub fn positions(&self) -> usize {
+        self.ho * self.wo
+    }
+
+    /// The input shape in the caller's rank.
+    pub(crate) fn input_dims(&self) -> Vec<usize> {
+        user_dims(&[self.n, self.c, self.h, self.w], self.ndim)
+    }
+
+    /// The pooled shape `[N, C, Ho, Wo]` in the caller's rank.
+    pub(crate) fn pooled_dims(&self) -> Vec<usize> {
+        with_spatial([self.n, self.c, self.h, self.w], [self.ho, self.wo], self.ndim)
+    }
+
+    /// The position `[n, c, oh, ow]` (caller's rank) of element `e` of the pooled output.
+    pub(crate) fn pooled_position(&self, e: usize) -> Vec<usize> {
+        position(e, [self.n, self.c, self.ho, self.wo], self.ndim)
+    }
+
+    /// The pooling in the caller's terms, for messages: its input shape, kernel and output size.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "input {:?}, kernel {:?} and output {}x{}",
+            self.input_dims(),
+            self.params.kernel(),
+            self.ho,
+            self.wo
+        )
+    }
+
+    /// The error for index `value` found at element `e` of the indices (or mask values).
+    pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
+        index_error(op, arg, e, value, [self.n, self.c, self.ho, self.wo], self.ndim, self.h * self.w)
+    }
+}
+
+/// Per-device limits, checked by [`Plan::new`](crate::Plan::new) before any device call. `None`
+/// means no limit.
+///
+/// ```
+/// use poolgrad::device::{Device, cpu::Cpu};
+/// let limits = Cpu::sequential().limits();
+/// assert_eq!(limits.max_plane, None);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceLimits {
+    /// Largest plane `H * W` of any pooling input.
+    pub max_plane: Option<usize>,
+    /// Largest plane `H * W` of an adaptive pooling backward whose windows are not all equal
+    /// (`H % Ho != 0` or `W % Wo != 0`). CANN's AdaptiveMaxPool2dBackward documents 2^24; the
+    /// forward has no such limit.
+    pub max_non_divisible_adaptive_plane: Option<usize>,
+}
+
+impl DeviceLimits {
+    /// No limits (the CPU).
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// These limits with a largest plane `H * W`.
+    #[must_use]
+    pub fn with_max_plane(mut self, max: usize) -> Self {
+        self.max_plane = Some(max);
+        self
+    }
+
+    /// These limits with a largest non-divisible adaptive plane.
+    #[must_use]
+    pub fn with_max_non_divisible_adaptive_plane(mut self, max: usize) -> Self {
+        self.max_non_divisible_adaptive_plane = Some(max);
+        self
+    }
+}
+
+/// The checks of max-pooling parameters, used by every operation that takes them (phase 1).
+impl MaxPool2dParams {
+    /// The pooled size `[Ho, Wo]` of an `[H, W]` input, after checking the parameters.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for a zero kernel, stride or dilation, or padding above half
+    /// the kernel; [`Error::OutputTooSmall`] when no window fits; [`Error::InvalidParameter`]
+    /// (`dilation`) when a dilated window would read no input element at all.
+    pub fn output_size(&self, input: [usize; 2]) -> Result<[usize; 2]> {
+        self.output_size_for("MaxPool2dParams::output_size", "input", input)
+    }
+
+    /// [`MaxPool2dParams::output_size`] for operation `op`, whose input is argument `arg`.
+    pub(crate) fn output_size_for(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        [h, w]: [usize; 2],
+    ) -> Result<[usize; 2]> {
+        self.check(op)?;
+        let len = |axis: usize, n: usize| {
+            pool_output_len(
+                n,
+                self.kernel()[axis],
+                self.stride()[axis],
+                self.padding()[axis],
+                self.dilation()[axis],
+                self.ceil_mode(),
+            )
+        };
+        let (ho, wo) = match (len(0, h), len(1, w)) {
+            (Some(ho), Some(wo)) => (ho, wo),
+            (ho, _) => {
+                let (axis, n) = if ho.is_none() { (0, h) } else { (1, w) };
+                return Err(self.no_output(op, arg, axis, n, [h, w]));
+            }
+        };
+        for (axis, n, out, name) in [(0, h, ho, "H"), (1, w, wo, "W")] {
+            let [k, s, p, d] =
+                [self.kernel()[axis], self.stride()[axis], self.padding()[axis], self.dilation()[axis]];
+            // With d <= n every window reads an input: its first tap at or past 0 lies below n.
+            // With d > n a window can jump over the input, but then only kernels of 1 or 2 have
+            // any output, so the windows are few. (`d >= n` would search in vain at d = n: an
+            // equivalent mutant.)
+            if d > n
+                && let Some(o) = (0..out).find(|&o| pool_window_taps(o, n, k, s, p, d).1 == 0)
+            {
+                return Err(Error::InvalidParameter {
+                    op,
+                    arg: "dilation",
+                    expected: "every window to read at least one input element".into(),
+                    got: format!(
+                        "{:?}, whose window {o} along {name} = {n} reads only padding",
+                        self.dilation()
+                    ),
+                });
+            }
+        }
+        Ok([ho, wo])
+    }
+
+    /// Why axis `axis` (of length `n`) has no output: its (dilated) window is longer than the
+    /// padded input, or the output length does not fit in `usize`.
+    fn no_output(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        axis: usize,
+        n: usize,
+        input: [usize; 2],
+    ) -> Error {
+        let window = self.window_span(axis);
+        if window <= self.longest_window(axis, n) {
+            return Error::Overflow {
+                op,
+                arg,
+                what: format!(
+                    "the output length along {} = {n} with {self:?} exceeds usize::MAX",
+                    ["H", "W"][axis]
+                ),
+            };
+        }
+        // Blame the dilation when the kernel alone would fit (then the dilation is above 1, or
+        // the window would be the kernel and fit too).
+        let undilated_fits = self.kernel()[axis] as u128 <= self.longest_window(axis, n);
+        let arg = if undilated_fits { "dilation" } else { "kernel" };
+        Error::OutputTooSmall { op, arg, axis: ["H", "W"][axis], input, params: Box::new(*self) }
+    }
+
+    /// Checks the parameters themselves: kernel, stride and dilation of at least 1, padding
+    /// at most half the kernel.
+    fn check(&self, op: &'static str) -> Result<()> {
+        for (arg, v) in [("kernel", self.kernel()), ("stride", self.stride()), ("dilation", self.dilation())]
+        {
+            if v.contains(&0) {
+                return Err(Error::InvalidParameter {
+                    op,
+                    arg,
+                    expected: "two values, each at least 1".into(),
+                    got: format!("{v:?}"),
+                });
+            }
+        }
+        let half = [self.kernel()[0] / 2, self.kernel()[1] / 2];
+        if self.padding()[0] > half[0] || self.padding()[1] > half[1] {
+            return Err(Error::InvalidParameter {
+                op,
+                arg: "padding",
+                expected: format!("at most half the kernel {:?}, i.e. at most {half:?}", self.kernel()),
+                got: format!("{:?}", self.padding()),
+            });
+        }
+        Ok(())
+    }
+
+    /// The Ascend mask operations also need dilation 1.
+    pub(crate) fn check_mask_op(&self, op: &'static str) -> Result<()> {
+        if self.dilation() != [1, 1] {
+            return Err(Error::InvalidParameter {
+                op,
+                arg: "dilation",
+                expected: "[1, 1] (the Ascend mask operations do not support dilation)".into(),
+                got: format!("{:?}", self.dilation()),
+            });
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -127,18 +394,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unflatten_inverts_row_major_order() {
-        let dims = (2, 3, 4, 5);
-        let mut k = 0;
-        for n in 0..2 {
-            for c in 0..3 {
-                for h in 0..4 {
-                    for w in 0..5 {
-                        assert_eq!(unflatten(k, dims), [n, c, h, w]);
-                        k += 1;
-                    }
-                }
-            }
-        }
+    fn ceil_mode_example_of_the_ascend_notes() {
+        // H=4, k=2, s=3, p=1: floor 2; ceil raw 3, but (3-1)*3 = 6 >= 4+1, so 2.
+        let p = MaxPool2dParams::new([2, 2]).with_stride([3, 3]).with_padding([1, 1]);
+        assert_eq!(p.output_size([4, 4]).unwrap(), [2, 2]);
+        assert_eq!(p.with_ceil_mode(true).output_size([4, 4]).unwrap(), [2, 2]);
+        // ceil mode adding a window: H=5, k=2, s=2 → floor 2, ceil 3.
+        let p = MaxPool2dParams::new([2, 2]);
+        assert_eq!(p.output_size([5, 5]).unwrap(), [2, 2]);
+        assert_eq!(p.with_ceil_mode(true).output_size([5, 5]).unwrap(), [3, 3]);
+    }
+
+    #[test]
+    fn dilated_windows_that_read_only_padding_are_rejected() {
+        // k=2, d=4, p=1 on H=3: one window (3 + 2 - 5 + 1), whose taps -1 and 3 are both
+        // outside 0..3. PyTorch accepts this and returns an index outside the plane.
+        let p = MaxPool2dParams::new([2, 1]).with_stride([1, 1]).with_dilation([4, 1]).with_padding([1, 0]);
+        let e = p.output_size([3, 4]).unwrap_err();
+        assert!(matches!(e, Error::InvalidParameter { arg: "dilation", .. }), "{e:?}");
+        assert!(e.to_string().contains("window 0 along H = 3 reads only padding"), "{e}");
+        // H=4: taps -1, 3 and 0, 4: each window reads one element.
+        assert_eq!(p.output_size([4, 4]).unwrap(), [2, 4]);
     }
 }

@@ -11,6 +11,7 @@ use core::fmt;
 
 use crate::error::Result;
 use crate::op::Operation;
+pub use crate::validate::DeviceLimits;
 
 #[cfg(feature = "ascend")]
 pub mod ascend;
@@ -64,44 +65,4 @@ where
     D: Device + internal::Launch<O>,
     O: Operation,
 {
-}
-
-/// Per-device limits, checked by [`Plan::new`](crate::Plan::new) before any device call. `None`
-/// means no limit.
-///
-/// ```
-/// use poolgrad::device::{Device, cpu::Cpu};
-/// let limits = Cpu::sequential().limits();
-/// assert_eq!(limits.max_plane, None);
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DeviceLimits {
-    /// Largest plane `H * W` of any pooling input.
-    pub max_plane: Option<usize>,
-    /// Largest plane `H * W` of an adaptive pooling backward whose windows are not all equal
-    /// (`H % Ho != 0` or `W % Wo != 0`). CANN's AdaptiveMaxPool2dBackward documents 2^24; the
-    /// forward has no such limit.
-    pub max_non_divisible_adaptive_plane: Option<usize>,
-}
-
-impl DeviceLimits {
-    /// No limits (the CPU).
-    pub fn none() -> Self {
-        Self::default()
-    }
-
-    /// These limits with a largest plane `H * W`.
-    #[must_use]
-    pub fn with_max_plane(mut self, max: usize) -> Self {
-        self.max_plane = Some(max);
-        self
-    }
-
-    /// These limits with a largest non-divisible adaptive plane.
-    #[must_use]
-    pub fn with_max_non_divisible_adaptive_plane(mut self, max: usize) -> Self {
-        self.max_non_divisible_adaptive_plane = Some(max);
-        self
-    }
 }

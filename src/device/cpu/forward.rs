@@ -547,3 +547,18 @@ const EXACT_POSITIONS: usize = 1 << 24;
 fn position<A: AccFloat>(p: usize) -> A {
     A::from(p as u32).unwrap_or_else(A::zero)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A span runs from the first tap to one past the last: taps 2, 4, 6 (dilation 2) span
+    /// 2..7; one tap spans itself; no tap spans nothing.
+    #[test]
+    fn a_span_covers_the_first_to_the_last_tap() {
+        assert_eq!(Taps { start: 2, count: 3, step: 2 }.span(), 2..7);
+        assert_eq!(Taps { start: 5, count: 4, step: 3 }.span(), 5..15);
+        assert_eq!(Taps { start: 4, count: 1, step: 3 }.span(), 4..5);
+        assert_eq!(Taps { start: 4, count: 0, step: 1 }.span(), 4..4);
+    }
+}
