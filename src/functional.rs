@@ -16,7 +16,7 @@ use crate::mask::{Mask, MaskLayout, MaskMut, MaskRef};
 use crate::op::name;
 use crate::op::{
     AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
-    MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry, max_pool_backward_shapes,
+    MaxPool2dWithMask, MaxPool2dWithMaskBackward,
 };
 use crate::params::MaxPool2dParams;
 use crate::plan::Plan;
@@ -78,8 +78,7 @@ where
 {
     const OP: &str = name::ADAPTIVE_MAX_POOL2D;
     let input = TensorRef::named(input.view(), OP, "input")?;
-    crate::validate::pooling_input(OP, "input", &input)?;
-    crate::validate::output_size(OP, "output_size", output_size)?;
+    crate::op::adaptive_forward_shapes::<T, I>(&input, output_size)?;
     let dims = with_spatial(input.shape(), output_size, input.ndim());
     let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &dims)?;
     let mut indices = crate::alloc::zeroed_array::<I, D>(OP, "indices", &dims)?;
@@ -226,7 +225,7 @@ where
 {
     const OP: &str = name::MAX_POOL2D_WITH_INDICES;
     let input = TensorRef::named(input.view(), OP, "input")?;
-    let g = MaxPoolGeometry::new(OP, "input", params, &input.dims())?;
+    let g = crate::op::max_pool_forward_shapes::<T, I>(&input, params)?;
     let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
     let mut indices = crate::alloc::zeroed_array::<I, D>(OP, "indices", &g.pooled_dims())?;
     let op = MaxPool2dWithIndices {
@@ -298,8 +297,7 @@ where
     let self_ = TensorRef::named(self_.view(), OP, "self_")?;
     let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
     let indices = TensorRef::named(indices.view(), OP, "indices")?;
-    let g = max_pool_backward_shapes(OP, &grad_output, &self_, params)?;
-    crate::validate::input_shape(OP, "indices", &indices, g.pooled_dims())?;
+    crate::op::max_pool_indices_backward_shapes(&grad_output, &self_, &indices, params)?;
     let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", &self_.dims())?;
     let op = MaxPool2dWithIndicesBackward {
         grad_output,
@@ -361,8 +359,7 @@ where
 {
     const OP: &str = name::MAX_POOL2D_WITH_MASK;
     let input = TensorRef::named(input.view(), OP, "input")?;
-    let g = MaxPoolGeometry::for_mask(OP, "input", params, &input.dims())?;
-    g.check_layout::<L>(OP)?;
+    let g = crate::op::mask_forward_shapes::<T, L>(&input, params)?;
     let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
     let mut mask = crate::alloc::zeroed_array::<i8, D>(OP, "mask", &g.dims())?;
     let op = MaxPool2dWithMask {
@@ -441,12 +438,13 @@ where
         });
     }
     crate::validate::same_shape(OP, "self_", self_.dims(), mask.input_shape())?;
-    max_pool_backward_shapes(OP, &grad_output, &self_, params)?;
+    let mask = MaskRef::<L>::new(TensorRef::named(mask.as_array().view(), OP, "mask")?);
+    crate::op::mask_backward_shapes(&grad_output, &self_, &mask, params)?;
     let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", &self_.dims())?;
     let op = MaxPool2dWithMaskBackward {
         grad_output,
         self_,
-        mask: MaskRef::<L>::new(TensorRef::named(mask.as_array().view(), OP, "mask")?),
+        mask,
         params: *params,
         grad_input: TensorMut::named(grad_input.view_mut(), OP, "grad_input")?,
     };

@@ -108,15 +108,11 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d
 
     fn validate(&self) -> Result<AdaptiveGeometry> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-        let [n, c, h, w] = validate::pooling_input(OP, "input", &self.input)?;
-        validate::output_size(OP, "output_size", self.output_size)?;
-        let [ho, wo] = self.output_size;
-        let expected = with_spatial([n, c, h, w], self.output_size, self.input.ndim());
+        let g = adaptive_forward_shapes::<T, I>(&self.input, self.output_size)?;
+        let expected = with_spatial([g.n, g.c, g.h, g.w], self.output_size, self.input.ndim());
         validate::output_shape(OP, "output", &self.output, expected.clone())?;
         validate::output_shape(OP, "indices", &self.indices, expected)?;
-        let plane = validate::plane_size(OP, "input", h, w)?;
-        validate::index_width::<I>(OP, "indices", plane)?;
-        Ok(AdaptiveGeometry { n, c, h, w, ho, wo, ndim: self.input.ndim() })
+        Ok(g)
     }
 
     fn check_limits(g: &AdaptiveGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
@@ -125,6 +121,21 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d
     }
 }
 impl<T: PoolFloat, I: ArgmaxIndex> Operation for AdaptiveMaxPool2d<'_, T, I> {}
+
+/// The checks of [`AdaptiveMaxPool2d`] on what it reads (its input and the output size, no data):
+/// everything but the outputs' shapes, so a free function checks before allocating them.
+pub(crate) fn adaptive_forward_shapes<T: PoolFloat, I: ArgmaxIndex>(
+    input: &TensorRef<'_, T>,
+    output_size: [usize; 2],
+) -> Result<AdaptiveGeometry> {
+    const OP: &str = name::ADAPTIVE_MAX_POOL2D;
+    let [n, c, h, w] = validate::pooling_input(OP, "input", input)?;
+    validate::output_size(OP, "output_size", output_size)?;
+    let [ho, wo] = output_size;
+    let plane = validate::plane_size(OP, "input", h, w)?;
+    validate::index_width::<I>(OP, "indices", plane)?;
+    Ok(AdaptiveGeometry { n, c, h, w, ho, wo, ndim: input.ndim() })
+}
 
 /// Backward of adaptive 2-D max pooling (`aclnnAdaptiveMaxPool2dBackward`): scatters
 /// `grad_output` to the arg-max positions in `indices`, summing where they coincide.
@@ -176,7 +187,8 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d
 }
 impl<T: PoolFloat, I: ArgmaxIndex> Operation for AdaptiveMaxPool2dBackward<'_, T, I> {}
 
-/// The shape checks of [`AdaptiveMaxPool2dBackward`] on its inputs (cheap: no data is read).
+/// The checks of [`AdaptiveMaxPool2dBackward`] on its inputs (cheap: no data is read): everything
+/// but the shape of `grad_input`.
 pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
     grad_output: &TensorRef<'_, T>,
     self_: &TensorRef<'_, T>,
@@ -255,10 +267,9 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndi
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-        let g = MaxPoolGeometry::new(OP, "input", &self.params, &self.input.dims())?;
+        let g = max_pool_forward_shapes::<T, I>(&self.input, &self.params)?;
         validate::output_shape(OP, "output", &self.output, g.pooled_dims())?;
         validate::output_shape(OP, "indices", &self.indices, g.pooled_dims())?;
-        validate::index_width::<I>(OP, "indices", g.h * g.w)?;
         Ok(g)
     }
 
@@ -267,6 +278,17 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndi
     }
 }
 impl<T: PoolFloat, I: ArgmaxIndex> Operation for MaxPool2dWithIndices<'_, T, I> {}
+
+/// The checks of [`MaxPool2dWithIndices`] on its input and parameters (no data is read).
+pub(crate) fn max_pool_forward_shapes<T: PoolFloat, I: ArgmaxIndex>(
+    input: &TensorRef<'_, T>,
+    params: &MaxPool2dParams,
+) -> Result<MaxPoolGeometry> {
+    const OP: &str = name::MAX_POOL2D_WITH_INDICES;
+    let g = MaxPoolGeometry::new(OP, "input", params, &input.dims())?;
+    validate::index_width::<I>(OP, "indices", g.h * g.w)?;
+    Ok(g)
+}
 
 /// Backward of [`MaxPool2dWithIndices`]: `grad_input[n, c, idx] += grad_output[n, c, oh, ow]` in
 /// row-major output order.
@@ -290,8 +312,8 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndi
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-        let g = max_pool_backward_shapes(OP, &self.grad_output, &self.self_, &self.params)?;
-        validate::input_shape(OP, "indices", &self.indices, g.pooled_dims())?;
+        let g =
+            max_pool_indices_backward_shapes(&self.grad_output, &self.self_, &self.indices, &self.params)?;
         validate::output_shape(OP, "grad_input", &self.grad_input, g.input_dims())?;
         Ok(g)
     }
@@ -302,15 +324,18 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndi
 }
 impl<T: PoolFloat, I: ArgmaxIndex> Operation for MaxPool2dWithIndicesBackward<'_, T, I> {}
 
-/// The shape checks shared by the max-pooling backwards (no data is read).
-pub(crate) fn max_pool_backward_shapes<T: PoolFloat>(
-    op: &'static str,
+/// The checks of [`MaxPool2dWithIndicesBackward`] on its inputs and parameters (no data is read):
+/// everything but the shape of `grad_input`.
+pub(crate) fn max_pool_indices_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
     grad_output: &TensorRef<'_, T>,
     self_: &TensorRef<'_, T>,
+    indices: &TensorRef<'_, I>,
     params: &MaxPool2dParams,
 ) -> Result<MaxPoolGeometry> {
-    let g = MaxPoolGeometry::new(op, "self_", params, &self_.dims())?;
-    validate::input_shape(op, "grad_output", grad_output, g.pooled_dims())?;
+    const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
+    let g = MaxPoolGeometry::new(OP, "self_", params, &self_.dims())?;
+    validate::input_shape(OP, "grad_output", grad_output, g.pooled_dims())?;
+    validate::input_shape(OP, "indices", indices, g.pooled_dims())?;
     Ok(g)
 }
 
@@ -334,8 +359,7 @@ impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMask<
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
-        let g = MaxPoolGeometry::for_mask(OP, "input", &self.params, &self.input.dims())?;
-        g.check_layout::<L>(OP)?;
+        let g = mask_forward_shapes::<T, L>(&self.input, &self.params)?;
         validate::output_shape(OP, "output", &self.output, g.pooled_dims())?;
         validate::output_shape(OP, "mask", &self.mask.bytes, g.dims())?;
         Ok(g)
@@ -346,6 +370,18 @@ impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMask<
     }
 }
 impl<T: PoolFloat, L: MaskLayout> Operation for MaxPool2dWithMask<'_, T, L> {}
+
+/// The checks of [`MaxPool2dWithMask`] on its input and parameters (no data is read), for masks
+/// of layout `L`.
+pub(crate) fn mask_forward_shapes<T: PoolFloat, L: MaskLayout>(
+    input: &TensorRef<'_, T>,
+    params: &MaxPool2dParams,
+) -> Result<MaxPoolGeometry> {
+    const OP: &str = name::MAX_POOL2D_WITH_MASK;
+    let g = MaxPoolGeometry::for_mask(OP, "input", params, &input.dims())?;
+    g.check_layout::<L>(OP)?;
+    Ok(g)
+}
 
 /// Backward of [`MaxPool2dWithMask`] (`aclnnMaxPool2dWithMaskBackward`).
 ///
@@ -373,10 +409,7 @@ impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMaskB
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        let g = MaxPoolGeometry::for_mask(OP, "self_", &self.params, &self.self_.dims())?;
-        validate::input_shape(OP, "grad_output", &self.grad_output, g.pooled_dims())?;
-        g.check_layout::<L>(OP)?;
-        validate::input_shape(OP, "mask", &self.mask.bytes, g.dims())?;
+        let g = mask_backward_shapes::<T, L>(&self.grad_output, &self.self_, &self.mask, &self.params)?;
         validate::output_shape(OP, "grad_input", &self.grad_input, g.input_dims())?;
         Ok(g)
     }
@@ -386,6 +419,22 @@ impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMaskB
     }
 }
 impl<T: PoolFloat, L: MaskLayout> Operation for MaxPool2dWithMaskBackward<'_, T, L> {}
+
+/// The checks of [`MaxPool2dWithMaskBackward`] on its inputs and parameters (no data is read):
+/// everything but the shape of `grad_input`.
+pub(crate) fn mask_backward_shapes<T: PoolFloat, L: MaskLayout>(
+    grad_output: &TensorRef<'_, T>,
+    self_: &TensorRef<'_, T>,
+    mask: &MaskRef<'_, L>,
+    params: &MaxPool2dParams,
+) -> Result<MaxPoolGeometry> {
+    const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
+    let g = MaxPoolGeometry::for_mask(OP, "self_", params, &self_.dims())?;
+    validate::input_shape(OP, "grad_output", grad_output, g.pooled_dims())?;
+    g.check_layout::<L>(OP)?;
+    validate::input_shape(OP, "mask", &mask.bytes, g.dims())?;
+    Ok(g)
+}
 
 #[cfg(test)]
 mod tests {
