@@ -5,27 +5,16 @@
 //! runs with at most [`ENTRY_BUDGET`] bytes of heap more than before it (this binary's heap is
 //! counted and capped by `cap`), so a copy of a large input aborts the run.
 
+mod capped_heap;
 mod hostile;
 
-use std::alloc::System;
-use std::sync::{Mutex, MutexGuard};
+use capped_heap::{serial, within};
 
-use cap::Cap;
 use proptest::prelude::*;
-
-#[global_allocator]
-static HEAP: Cap<System> = Cap::new(System, usize::MAX);
 
 /// The heap one corpus input may add (the largest results the harness allows, 48 MiB, and room
 /// for the reference's work).
 const ENTRY_BUDGET: usize = 64 << 20;
-
-/// Every test takes this first: the budget is process-wide.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 #[test]
 fn corpus_replays_without_a_finding() {
@@ -42,9 +31,7 @@ fn corpus_replays_without_a_finding() {
         files.sort_by_key(|e| e.file_name());
         for file in files {
             let data = std::fs::read(file.path()).expect("a corpus file");
-            HEAP.set_limit(HEAP.allocated() + ENTRY_BUDGET).expect("a limit above the heap in use");
-            hostile::run_target(&name, &data);
-            HEAP.set_limit(usize::MAX).expect("no limit");
+            within(ENTRY_BUDGET, || hostile::run_target(&name, &data));
             replayed += 1;
         }
     }

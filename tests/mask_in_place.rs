@@ -7,32 +7,11 @@
 //! seconds. Expected values are worked by hand from the layouts' definitions, never from the
 //! crate.
 
-use std::alloc::System;
-use std::sync::{Mutex, MutexGuard};
+mod capped_heap;
 
-use cap::Cap;
+use capped_heap::{MIB, serial, within};
 use ndarray::{Array4, ArrayView4, Ix3, Ix4, ShapeBuilder, s};
 use poolgrad::{Bitmask, Error, I32Argmax, Mask, MaskLayout, MaxPool2dParams};
-
-#[global_allocator]
-static HEAP: Cap<System> = Cap::new(System, usize::MAX);
-
-/// Every test takes this first: the budget is process-wide.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-const MIB: usize = 1 << 20;
-
-/// Runs `f` with at most `budget` bytes of heap on top of what is allocated now.
-fn within<R>(budget: usize, f: impl FnOnce() -> R) -> R {
-    HEAP.set_limit(HEAP.allocated() + budget).expect("a limit above the heap in use");
-    let r = f();
-    HEAP.set_limit(usize::MAX).expect("no limit");
-    r
-}
 
 /// `Mask::selected` on a large `Bitmask` whose bits select two inputs: the answer is those two
 /// pairs. It used to reserve a pair for every output position first (here 256 MiB).

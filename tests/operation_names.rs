@@ -7,10 +7,9 @@
 //! adaptive backward's path, or a generic `"max_pool2d"` or `"pooling"`) fails these tests.
 #![cfg(target_pointer_width = "64")]
 
-use std::alloc::System;
-use std::sync::{Mutex, MutexGuard};
+mod capped_heap;
 
-use cap::Cap;
+use capped_heap::{MIB, serial, within};
 use ndarray::{Array4, ArrayView4, ShapeBuilder};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::{
@@ -21,18 +20,6 @@ use poolgrad::{
     Bitmask, Error, I32Argmax, MaskLayout, MaskMut, MaskRef, MaxPool2dParams, Plan, TensorMut, TensorRef,
 };
 
-#[global_allocator]
-static HEAP: Cap<System> = Cap::new(System, usize::MAX);
-
-/// Every test takes this first: the budget is process-wide.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-const MIB: usize = 1 << 20;
-
 /// Output rows or columns: a table of one 24-byte window per output position takes 24 MiB.
 const LONG: usize = 1 << 20;
 
@@ -40,14 +27,6 @@ const LONG: usize = 1 << 20;
 /// windows of a forward) but not the column groups planned from it as well.
 const NO_TABLE: usize = 4 * MIB;
 const ONE_TABLE: usize = 36 * MIB;
-
-/// Runs `f` with at most `budget` bytes of heap on top of what is allocated now.
-fn within<R>(budget: usize, f: impl FnOnce() -> R) -> R {
-    HEAP.set_limit(HEAP.allocated() + budget).expect("a limit above the heap in use");
-    let r = f();
-    HEAP.set_limit(usize::MAX).expect("no limit");
-    r
-}
 
 /// A view of `dims` whose every element is `value`, without memory behind it.
 fn broadcast<E>(value: &'static [E; 1], dims: [usize; 4]) -> ArrayView4<'static, E> {
