@@ -243,7 +243,7 @@ fn pool_task<T: PoolFloat, I: ArgmaxIndex>(planes: Planes, p: &ForwardPrepared, 
     let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
     if p.blocked {
         // Whole planes: BLOCK at a time, then the rest one by one.
-        let full = t.x.len() / hw / BLOCK * BLOCK;
+        let full = t.x.len() / (hw * BLOCK) * BLOCK;
         let (xb, xr) = t.x.split_at(full * hw);
         let (ob, or) = t.out.split_at_mut(full * ohw);
         let (ib, ir) = t.idx.split_at_mut(full * ohw);
