@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use libloading::Library;
 
+use super::soc::DeviceOp;
 use super::status;
 use crate::error::{AscendError, Error, Result};
 
@@ -265,9 +266,9 @@ impl Api {
             };
         }
         macro_rules! op {
-            ($ws:literal, $run:literal) => {
+            ($op:expr) => {
                 // SAFETY: the tuple types are the C signatures of the two phases (module docs).
-                unsafe { find(&libs, $ws).zip(find(&libs, $run)) }
+                unsafe { find(&libs, $op.workspace_symbol()).zip(find(&libs, $op.symbol())) }
             };
         }
         Ok(Api {
@@ -298,21 +299,12 @@ impl Api {
             acl_create_int_array: required!("aclCreateIntArray"),
             acl_destroy_int_array: required!("aclDestroyIntArray"),
             acl_destroy_executor: required!("aclDestroyAclOpExecutor"),
-            adaptive_forward: op!("aclnnAdaptiveMaxPool2dGetWorkspaceSize", "aclnnAdaptiveMaxPool2d"),
-            adaptive_backward: op!(
-                "aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize",
-                "aclnnAdaptiveMaxPool2dBackward"
-            ),
-            mask_forward: op!("aclnnMaxPool2dWithMaskGetWorkspaceSize", "aclnnMaxPool2dWithMask"),
-            mask_backward: op!(
-                "aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize",
-                "aclnnMaxPool2dWithMaskBackward"
-            ),
-            indices_forward: op!("aclnnMaxPool2dWithIndicesGetWorkspaceSize", "aclnnMaxPool2dWithIndices"),
-            indices_backward: op!(
-                "aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize",
-                "aclnnMaxPool2dWithIndicesBackward"
-            ),
+            adaptive_forward: op!(DeviceOp::AdaptiveForward),
+            adaptive_backward: op!(DeviceOp::AdaptiveBackward),
+            mask_forward: op!(DeviceOp::MaskForward),
+            mask_backward: op!(DeviceOp::MaskBackward),
+            indices_forward: op!(DeviceOp::WithIndicesForward),
+            indices_backward: op!(DeviceOp::WithIndicesBackward),
             _libraries: libs.into_iter().map(|(_, l)| l).collect(),
         })
     }
@@ -648,10 +640,10 @@ impl Session {
         out: &AclTensor,
         indices: &AclTensor,
     ) -> Result<(OpExecutor, u64)> {
-        const WS: &str = "aclnnAdaptiveMaxPool2dGetWorkspaceSize";
-        let (ws, _) = self.op(self.rt.api.adaptive_forward, WS)?;
+        let ws_symbol = DeviceOp::AdaptiveForward.workspace_symbol();
+        let (ws, _) = self.op(self.rt.api.adaptive_forward, ws_symbol)?;
         // SAFETY: live handles created by this session; valid out-pointers.
-        self.phase1(WS, |size, exec| unsafe {
+        self.phase1(ws_symbol, |size, exec| unsafe {
             ws(input.ptr, output_size.ptr, out.ptr, indices.ptr, size, exec)
         })
     }
@@ -664,10 +656,10 @@ impl Session {
         indices: &AclTensor,
         grad_input: &AclTensor,
     ) -> Result<(OpExecutor, u64)> {
-        const WS: &str = "aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize";
-        let (ws, _) = self.op(self.rt.api.adaptive_backward, WS)?;
+        let ws_symbol = DeviceOp::AdaptiveBackward.workspace_symbol();
+        let (ws, _) = self.op(self.rt.api.adaptive_backward, ws_symbol)?;
         // SAFETY: live handles created by this session; valid out-pointers.
-        self.phase1(WS, |size, exec| unsafe {
+        self.phase1(ws_symbol, |size, exec| unsafe {
             ws(grad_output.ptr, input.ptr, indices.ptr, grad_input.ptr, size, exec)
         })
     }
@@ -682,9 +674,9 @@ impl Session {
         argmax: &AclTensor,
     ) -> Result<(OpExecutor, u64)> {
         let (op, ws) = if indices {
-            (self.rt.api.indices_forward, "aclnnMaxPool2dWithIndicesGetWorkspaceSize")
+            (self.rt.api.indices_forward, DeviceOp::WithIndicesForward.workspace_symbol())
         } else {
-            (self.rt.api.mask_forward, "aclnnMaxPool2dWithMaskGetWorkspaceSize")
+            (self.rt.api.mask_forward, DeviceOp::MaskForward.workspace_symbol())
         };
         let (call, _) = self.op(op, ws)?;
         let [k, s, p, d] = params.arrays();
@@ -706,9 +698,9 @@ impl Session {
         grad_input: &AclTensor,
     ) -> Result<(OpExecutor, u64)> {
         let (op, ws) = if indices {
-            (self.rt.api.indices_backward, "aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize")
+            (self.rt.api.indices_backward, DeviceOp::WithIndicesBackward.workspace_symbol())
         } else {
-            (self.rt.api.mask_backward, "aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize")
+            (self.rt.api.mask_backward, DeviceOp::MaskBackward.workspace_symbol())
         };
         let (call, _) = self.op(op, ws)?;
         let [k, s, p, d] = params.arrays();
@@ -743,17 +735,6 @@ impl Drop for Session {
             (self.rt.api.aclrt_reset_device)(self.device_id);
         }
     }
-}
-
-/// Which operator a launch runs.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum OpKind {
-    AdaptiveForward,
-    AdaptiveBackward,
-    MaskForward,
-    MaskBackward,
-    IndicesForward,
-    IndicesBackward,
 }
 
 /// Exclusive use of a session's stream, with its context current. Dropped with work possibly
@@ -825,24 +806,21 @@ impl StreamGuard<'_> {
     /// reported), consuming it, then waits for the stream.
     pub(crate) fn run(
         &self,
-        kind: OpKind,
+        kind: DeviceOp,
         executor: OpExecutor,
         workspace: Option<&DeviceBuffer>,
         size: u64,
     ) -> Result<()> {
         let api = &self.rt().api;
-        let (launch, name) = match kind {
-            OpKind::AdaptiveForward => (api.adaptive_forward.map(|o| o.1), "aclnnAdaptiveMaxPool2d"),
-            OpKind::AdaptiveBackward => {
-                (api.adaptive_backward.map(|o| o.1), "aclnnAdaptiveMaxPool2dBackward")
-            }
-            OpKind::MaskForward => (api.mask_forward.map(|o| o.1), "aclnnMaxPool2dWithMask"),
-            OpKind::MaskBackward => (api.mask_backward.map(|o| o.1), "aclnnMaxPool2dWithMaskBackward"),
-            OpKind::IndicesForward => (api.indices_forward.map(|o| o.1), "aclnnMaxPool2dWithIndices"),
-            OpKind::IndicesBackward => {
-                (api.indices_backward.map(|o| o.1), "aclnnMaxPool2dWithIndicesBackward")
-            }
+        let launch = match kind {
+            DeviceOp::AdaptiveForward => api.adaptive_forward.map(|o| o.1),
+            DeviceOp::AdaptiveBackward => api.adaptive_backward.map(|o| o.1),
+            DeviceOp::MaskForward => api.mask_forward.map(|o| o.1),
+            DeviceOp::MaskBackward => api.mask_backward.map(|o| o.1),
+            DeviceOp::WithIndicesForward => api.indices_forward.map(|o| o.1),
+            DeviceOp::WithIndicesBackward => api.indices_backward.map(|o| o.1),
         };
+        let name = kind.symbol();
         // Not launched (unreachable in practice: phase 1 found the same library's symbols), the
         // executor is destroyed by its `Drop`.
         let launch = self.session.op(launch, name)?;

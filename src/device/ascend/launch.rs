@@ -9,9 +9,7 @@ use std::sync::Arc;
 
 use ndarray::ArrayView4;
 
-use super::ffi::{
-    self, AclTensor, DeviceBuffer, IntArray, OpExecutor, OpKind, PoolParams, Session, StreamGuard,
-};
+use super::ffi::{self, AclTensor, DeviceBuffer, IntArray, OpExecutor, PoolParams, Session, StreamGuard};
 use super::soc::DeviceOp;
 use super::{Ascend, AscendMemory};
 use crate::alloc::{collect_exact, zeroed_vec};
@@ -433,7 +431,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         let b = &prepared.buffers;
         let stream = self.session.stream()?;
         upload(&stream, OP, "input", &b[0], op.input.view())?;
-        stream.run(OpKind::AdaptiveForward, executor, workspace, prepared.workspace)?;
+        stream.run(DeviceOp::AdaptiveForward, executor, workspace, prepared.workspace)?;
         download(&stream, OP, "output", &b[1], op.output)?;
         let mut indices = zeroed_vec::<i64>(OP, "indices", g.planes() * g.ho * g.wo)?;
         stream.download(&b[2], bytemuck::cast_slice_mut(&mut indices))?;
@@ -482,7 +480,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         // `self_` is not uploaded: the operator reads only its shape.
         upload(&stream, OP, "grad_output", &b[0], op.grad_output.view())?;
         upload(&stream, OP, "indices", &b[2], op.indices.view())?;
-        stream.run(OpKind::AdaptiveBackward, executor, workspace, prepared.workspace)?;
+        stream.run(DeviceOp::AdaptiveBackward, executor, workspace, prepared.workspace)?;
         download(&stream, OP, "grad_input", &b[3], op.grad_input)
     }
 }
@@ -517,7 +515,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         // The operator writes only part of the mask (the i32 prefix, or the bit-mask words): the
         // rest is zero, as the CPU backend leaves it.
         stream.zero(&b[2])?;
-        stream.run(OpKind::MaskForward, executor, workspace, prepared.workspace)?;
+        stream.run(DeviceOp::MaskForward, executor, workspace, prepared.workspace)?;
         download(&stream, OP, "output", &b[1], op.output)?;
         download(&stream, OP, "mask", &b[2], op.mask.bytes)
     }
@@ -570,7 +568,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         let stream = self.session.stream()?;
         upload(&stream, OP, "grad_output", &b[0], op.grad_output.view())?;
         upload(&stream, OP, "mask", &b[2], op.mask.bytes.view())?;
-        stream.run(OpKind::MaskBackward, executor, workspace, prepared.workspace)?;
+        stream.run(DeviceOp::MaskBackward, executor, workspace, prepared.workspace)?;
         download(&stream, OP, "grad_input", &b[3], op.grad_input)
     }
 }
@@ -618,7 +616,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         let b = &prepared.buffers;
         let stream = self.session.stream()?;
         upload(&stream, OP, "input", &b[0], op.input.view())?;
-        stream.run(OpKind::IndicesForward, executor, workspace, prepared.workspace)?;
+        stream.run(DeviceOp::WithIndicesForward, executor, workspace, prepared.workspace)?;
         download(&stream, OP, "output", &b[1], op.output)?;
         let mut indices = zeroed_vec::<i32>(OP, "indices", g.planes() * g.positions())?;
         stream.download(&b[2], bytemuck::cast_slice_mut(&mut indices))?;
@@ -658,7 +656,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         upload(&stream, OP, "grad_output", &b[0], op.grad_output.view())?;
         let indices = int32_indices(OP, "indices", op.indices.view())?;
         stream.upload(&b[2], bytemuck::cast_slice(&indices))?;
-        stream.run(OpKind::IndicesBackward, executor, workspace, prepared.workspace)?;
+        stream.run(DeviceOp::WithIndicesBackward, executor, workspace, prepared.workspace)?;
         download(&stream, OP, "grad_input", &b[3], op.grad_input)
     }
 }

@@ -178,7 +178,8 @@ impl SocFamily {
     }
 }
 
-/// The six operators the Ascend backend runs.
+/// The six aclnn operators the Ascend backend runs: the one list of them, with their symbols
+/// (here) and what each SoC supports ([`SocFamily::dtypes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DeviceOp {
     AdaptiveForward,
@@ -187,6 +188,32 @@ pub(crate) enum DeviceOp {
     MaskBackward,
     WithIndicesForward,
     WithIndicesBackward,
+}
+
+impl DeviceOp {
+    /// The operator's phase-2 (launch) symbol.
+    pub(crate) fn symbol(self) -> &'static str {
+        match self {
+            DeviceOp::AdaptiveForward => "aclnnAdaptiveMaxPool2d",
+            DeviceOp::AdaptiveBackward => "aclnnAdaptiveMaxPool2dBackward",
+            DeviceOp::MaskForward => "aclnnMaxPool2dWithMask",
+            DeviceOp::MaskBackward => "aclnnMaxPool2dWithMaskBackward",
+            DeviceOp::WithIndicesForward => "aclnnMaxPool2dWithIndices",
+            DeviceOp::WithIndicesBackward => "aclnnMaxPool2dWithIndicesBackward",
+        }
+    }
+
+    /// The operator's phase-1 symbol, `aclnn<Op>GetWorkspaceSize`.
+    pub(crate) fn workspace_symbol(self) -> &'static str {
+        match self {
+            DeviceOp::AdaptiveForward => "aclnnAdaptiveMaxPool2dGetWorkspaceSize",
+            DeviceOp::AdaptiveBackward => "aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize",
+            DeviceOp::MaskForward => "aclnnMaxPool2dWithMaskGetWorkspaceSize",
+            DeviceOp::MaskBackward => "aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize",
+            DeviceOp::WithIndicesForward => "aclnnMaxPool2dWithIndicesGetWorkspaceSize",
+            DeviceOp::WithIndicesBackward => "aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize",
+        }
+    }
 }
 
 impl fmt::Display for SocFamily {
