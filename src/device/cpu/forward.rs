@@ -3,7 +3,7 @@
 
 use super::Cpu;
 use super::workspace::{CacheLine, Carver, Sizer, task_share};
-use num_traits::{Float, ToPrimitive};
+use num_traits::ToPrimitive;
 
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::Result;
@@ -335,7 +335,7 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
                     let at = base + b * c.step;
                     let (v, p) = (&block[at * BLOCK..at * BLOCK + BLOCK], position::<T::Acc>(at));
                     for l in 0..BLOCK {
-                        let take = (v[l] > best[l]) | v[l].is_nan();
+                        let take = replaces_best(v[l], best[l]);
                         best[l] = T::Acc::choose(take, v[l], best[l]);
                         best_at[l] = T::Acc::choose(take, p, best_at[l]);
                     }
@@ -464,7 +464,7 @@ fn window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
         for b in 0..c.count {
             let at = base + b * c.step;
             let v = xa[at];
-            if (v > best) | v.is_nan() {
+            if replaces_best(v, best) {
                 best = v;
                 best_at = at;
             }
@@ -490,7 +490,7 @@ fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps
             let span = &xa[origin + tap..origin + tap + (LANES - 1) * S + 1];
             for l in 0..LANES {
                 let v = span[l * S];
-                let take = (v > best[l]) | v.is_nan();
+                let take = replaces_best(v, best[l]);
                 best[l] = if take { v } else { best[l] };
                 // Below 2^32: checked above.
                 best_tap[l] = if take { tap as u32 } else { best_tap[l] };
@@ -516,14 +516,14 @@ fn span<A: AccFloat>(xa: &[A]) -> usize {
         let base = position::<A>(i * LANES);
         for l in 0..LANES {
             let v = chunk[l];
-            let take = (v > best[l]) | v.is_nan();
+            let take = replaces_best(v, best[l]);
             best[l] = A::choose(take, v, best[l]);
             best_at[l] = A::choose(take, base + lane[l], best_at[l]);
         }
     }
     let base = position::<A>(xa.len() - tail.len());
     for (l, &v) in tail.iter().enumerate() {
-        let take = (v > best[l]) | v.is_nan();
+        let take = replaces_best(v, best[l]);
         best[l] = A::choose(take, v, best[l]);
         best_at[l] = A::choose(take, base + lane[l], best_at[l]);
     }
@@ -541,6 +541,15 @@ fn span<A: AccFloat>(xa: &[A]) -> usize {
 
 /// Positions below this are exact in every accumulator type (`f32` has a 24-bit significand).
 const EXACT_POSITIONS: usize = 1 << 24;
+
+/// The selection rule of every forward: value `v`, met after `best` in row-major window order,
+/// takes its place when it is larger or NaN (so the first maximum wins, a NaN is taken, and a
+/// later NaN replaces it). Without a branch: the two tests are never both true (a NaN compares
+/// false), so `|` is the `||` the loops can vectorise.
+#[inline(always)]
+fn replaces_best<A: AccFloat>(v: A, best: A) -> bool {
+    (v > best) | v.is_nan()
+}
 
 /// Position `p` (below [`EXACT_POSITIONS`]) as an accumulator value, exactly.
 #[inline(always)]
