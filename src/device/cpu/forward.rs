@@ -561,6 +561,46 @@ fn position<A: AccFloat>(p: usize) -> A {
 mod tests {
     use super::*;
 
+    fn taps(start: usize, count: usize, step: usize) -> Taps {
+        Taps { start, count, step }
+    }
+
+    fn groups(cols: &[Taps]) -> Vec<ColumnGroup> {
+        ColumnGroup::plan("test", cols).unwrap()
+    }
+
+    /// Columns go [`LANES`] at a time where their windows have the same taps and start 1 or 2
+    /// apart, one at a time elsewhere (worked by hand from that rule).
+    #[test]
+    fn regular_columns_are_grouped_into_lanes() {
+        use ColumnGroup::{Lanes, Single};
+        // 16 windows of 3 taps, one column apart: two groups.
+        let unit: Vec<_> = (0..16).map(|o| taps(o, 3, 1)).collect();
+        assert_eq!(groups(&unit), [Lanes { first: 0, stride: 1 }, Lanes { first: 8, stride: 1 }]);
+        // 10 windows two columns apart: a group, then the 2 left over one at a time.
+        let two: Vec<_> = (0..10).map(|o| taps(2 * o, 2, 1)).collect();
+        assert_eq!(groups(&two), [Lanes { first: 0, stride: 2 }, Single(8), Single(9)]);
+        // A first window clipped by padding: alone, then a group from the next.
+        let padded: Vec<_> = (0..9).map(|o| if o == 0 { taps(0, 2, 1) } else { taps(o - 1, 3, 1) }).collect();
+        assert_eq!(groups(&padded), [Single(0), Lanes { first: 1, stride: 1 }]);
+    }
+
+    #[test]
+    fn irregular_columns_go_one_at_a_time() {
+        let singles: Vec<_> = (0..8).map(ColumnGroup::Single).collect();
+        // Three apart; a window with a tap fewer; with another step; starting out of line.
+        let three: Vec<_> = (0..8).map(|o| taps(3 * o, 3, 1)).collect();
+        assert_eq!(groups(&three), singles);
+        let unit: Vec<_> = (0..8).map(|o| taps(o, 3, 1)).collect();
+        for odd in [taps(5, 2, 1), taps(5, 3, 2), taps(6, 3, 1)] {
+            let mut cols = unit.clone();
+            cols[5] = odd;
+            assert_eq!(groups(&cols), singles, "column 5: {odd:?}");
+        }
+        // Fewer than LANES columns.
+        assert_eq!(groups(&unit[..7]), singles[..7]);
+    }
+
     /// A span runs from the first tap to one past the last: taps 2, 4, 6 (dilation 2) span
     /// 2..7; one tap spans itself; no tap spans nothing.
     #[test]
