@@ -209,3 +209,15 @@ fn f32_sums_in_row_major_output_order() {
     let gi = adaptive_max_pool2d_backward(&g.mapv(f64::from), &x.mapv(f64::from), &indices).unwrap();
     assert_eq!(gi[[0, 0, 0]], 2.0);
 }
+
+/// A window of more than 2^24 inputs (where f32 no longer holds every position exactly) keeps
+/// its index exact: global pooling of a 4097 x 4097 plane (16785409 inputs) whose maximum is
+/// at position 2^24 + 1 = 4095 * 4097 + 2, which f32 would round to 2^24.
+#[test]
+fn windows_beyond_exact_f32_positions_keep_exact_indices() {
+    let mut x = Array3::<f32>::zeros((1, 4097, 4097));
+    x[[0, 4095, 2]] = 1.0;
+    let p = adaptive_max_pool2d::<f32, i64, _, _>(&x, [1, 1]).unwrap();
+    assert_eq!(p.indices[[0, 0, 0]], (1 << 24) + 1);
+    assert_eq!(p.output[[0, 0, 0]], 1.0);
+}

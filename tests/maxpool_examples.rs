@@ -377,3 +377,15 @@ fn special_gradients_f16() {
         0x4000,
     ]);
 }
+
+/// Windows of -inf only point at their first input (PyTorch's rule), here on the scalar scan of
+/// one window at a time: a 5x5 plane pooled by 2x2 windows, stride 2, padding 1, to 3x3. The
+/// windows' first inputs, clipped by the padding, are rows 0, 1, 3 and columns 0, 1, 3.
+#[test]
+fn windows_of_negative_infinity_point_at_their_first_input() {
+    let x = Array3::<f32>::from_elem((1, 5, 5), f32::NEG_INFINITY);
+    let params = MaxPool2dParams::new([2, 2]).with_padding([1, 1]);
+    let p = max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap();
+    assert_eq!(p.indices, array![[[0, 1, 3], [5, 6, 8], [15, 16, 18]]]);
+    assert!(p.output.iter().all(|&v| v == f32::NEG_INFINITY));
+}

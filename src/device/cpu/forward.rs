@@ -439,8 +439,7 @@ fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
                 }
                 ColumnGroup::Single(ow) => {
                     let c = &cols[ow];
-                    let whole_rows = c.start == 0 && c.count == w && (r.step == 1 || r.count == 1);
-                    let a = if whole_rows && r.count * w <= EXACT_POSITIONS {
+                    let a = if reads_whole_rows(r, c, w) && r.count * w <= EXACT_POSITIONS {
                         // Whole rows: one contiguous span.
                         r.start * w + span(&xa[r.start * w..(r.start + r.count) * w])
                     } else {
@@ -452,6 +451,13 @@ fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
             }
         }
     }
+}
+
+/// Whether a window of rows `r` and columns `c`, in a plane `w` wide, reads whole consecutive
+/// rows: one contiguous span of the plane, which [`span`] scans faster than [`window`].
+#[inline]
+fn reads_whole_rows(r: &Taps, c: &Taps, w: usize) -> bool {
+    c.start == 0 && c.count == w && (r.step == 1 || r.count == 1)
 }
 
 /// The arg-max of one window, scanning its taps in row-major order.
@@ -599,6 +605,19 @@ mod tests {
         }
         // Fewer than LANES columns.
         assert_eq!(groups(&unit[..7]), singles[..7]);
+    }
+
+    /// A window reads one contiguous span when it takes every column and consecutive rows (or
+    /// one row, whatever its step).
+    #[test]
+    fn whole_rows_are_every_column_of_consecutive_rows() {
+        let every_column = taps(0, 5, 1);
+        assert!(reads_whole_rows(&taps(2, 3, 1), &every_column, 5));
+        assert!(reads_whole_rows(&taps(2, 1, 4), &every_column, 5));
+        // Dilated rows, a column short, not from column 0.
+        assert!(!reads_whole_rows(&taps(2, 3, 2), &every_column, 5));
+        assert!(!reads_whole_rows(&taps(2, 3, 1), &taps(0, 4, 1), 5));
+        assert!(!reads_whole_rows(&taps(2, 3, 1), &taps(1, 5, 1), 6));
     }
 
     /// A span runs from the first tap to one past the last: taps 2, 4, 6 (dilation 2) span
