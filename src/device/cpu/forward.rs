@@ -460,6 +460,13 @@ fn reads_whole_rows(r: &Taps, c: &Taps, w: usize) -> bool {
     c.start == 0 && c.count == w && (r.step == 1 || r.count == 1)
 }
 
+/// How far the last tap of a window of rows `r` and columns `c` (both with at least one tap)
+/// lies from its first, in positions of a plane `w` wide.
+#[inline(always)]
+fn last_tap_offset(r: &Taps, c: &Taps, w: usize) -> usize {
+    (r.count - 1) * r.step * w + (c.count - 1) * c.step
+}
+
 /// The arg-max of one window, scanning its taps in row-major order.
 #[inline]
 fn window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
@@ -487,7 +494,7 @@ fn window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
 #[inline(never)]
 fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps) -> Option<[u32; LANES]> {
     let origin = r.start * w + first.start;
-    u32::try_from((r.count - 1) * r.step * w + (first.count - 1) * first.step).ok()?;
+    u32::try_from(last_tap_offset(r, first, w)).ok()?;
     let mut best = [A::neg_infinity(); LANES];
     let mut best_tap = [0u32; LANES];
     for a in 0..r.count {
@@ -618,6 +625,14 @@ mod tests {
         assert!(!reads_whole_rows(&taps(2, 3, 2), &every_column, 5));
         assert!(!reads_whole_rows(&taps(2, 3, 1), &taps(0, 4, 1), 5));
         assert!(!reads_whole_rows(&taps(2, 3, 1), &taps(1, 5, 1), 6));
+    }
+
+    /// The last tap of 3 rows 2 apart and 4 columns 3 apart, in a plane 10 wide: 2 * 2 rows and
+    /// 3 * 3 columns on, 49 positions from the first.
+    #[test]
+    fn the_last_tap_lies_rows_and_columns_on() {
+        assert_eq!(last_tap_offset(&taps(5, 3, 2), &taps(1, 4, 3), 10), 49);
+        assert_eq!(last_tap_offset(&taps(5, 1, 2), &taps(1, 1, 3), 10), 0);
     }
 
     /// A span runs from the first tap to one past the last: taps 2, 4, 6 (dilation 2) span
