@@ -561,7 +561,7 @@ fn scatter_decoded<T: PoolFloat>(
 ) {
     let (hw, positions) = (g.h * g.w, g.positions());
     let Some(Decoding { tap_offsets, .. }) = &windows.decoding else { return };
-    let by_rows = hw.saturating_mul(size_of::<T>()) >= scatter::ZERO_BY_ROWS;
+    let by_rows = scatter::plane_zeroed_by_rows::<T>(hw);
     let (acc, grad) = acc.split_at_mut(hw.min(acc.len()));
     for ch in 0..channels {
         let go = &go[ch * positions..(ch + 1) * positions];
@@ -586,8 +586,8 @@ struct Decoded<'a> {
     /// The block's channels: the bytes of a slot of `taps`.
     channels: usize,
     taps: &'a [u8],
-    /// Whether the plane is zeroed a window's rows at a time (as the flat-index kernel does on
-    /// planes of [`scatter::ZERO_BY_ROWS`] bytes and more), or at once.
+    /// Whether the plane is zeroed a window's rows at a time
+    /// ([`scatter::plane_zeroed_by_rows`], as in the flat-index kernel), or at once.
     by_rows: bool,
 }
 

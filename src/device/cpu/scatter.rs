@@ -99,7 +99,7 @@ impl InputBands {
 /// the sums land. (On this crate's benchmark machine, a Zen 3, it took 15% to 20% off the
 /// max-pooling backwards on planes of 12 KiB and more; on planes of 3 KiB and less the calls
 /// cost more than they saved.)
-pub(super) const ZERO_BY_ROWS: usize = 8 * 1024;
+const ZERO_BY_ROWS: usize = 8 * 1024;
 
 /// Whether the whole planes of `planes`, of `T`, whose output row `o` has windows on input rows
 /// `windows[o]`, are zeroed a window's rows at a time: planes of at least [`ZERO_BY_ROWS`]
@@ -109,7 +109,15 @@ pub(super) const ZERO_BY_ROWS: usize = 8 * 1024;
 /// by rows, each element is zeroed before its first addition ([`add_by_rows`]).
 fn zeroes_by_rows<T>(planes: Planes, windows: &[Range<usize>]) -> bool {
     let Planes { h, w, ho, .. } = planes;
-    (h * w).saturating_mul(size_of::<T>()) >= ZERO_BY_ROWS && windows.len() == ho
+    plane_zeroed_by_rows::<T>(h * w) && windows.len() == ho
+}
+
+/// Whether a plane of `hw` elements of `T` is large enough to be zeroed a window's rows at a
+/// time: at least [`ZERO_BY_ROWS`] bytes. The one size rule of both backward kernels (this one
+/// and the `Bitmask` one), and a tuning decision in both: either way each element is zeroed
+/// before its first addition.
+pub(super) fn plane_zeroed_by_rows<T>(hw: usize) -> bool {
+    hw.saturating_mul(size_of::<T>()) >= ZERO_BY_ROWS
 }
 
 /// How far into a plane of `planes` the zeroing has to reach before the gradients of an output
