@@ -257,13 +257,6 @@ pub enum AscendError {
     },
 }
 
-#[cfg(feature = "ascend")]
-impl From<AscendError> for Error {
-    fn from(e: AscendError) -> Self {
-        Error::Ascend(e)
-    }
-}
-
 fn too_small_text(arg: &str, axis: &str, input: [usize; 2], params: &MaxPool2dParams) -> String {
     let a = usize::from(axis == "W");
     let (k, d, p, n) = (params.kernel()[a], params.dilation()[a], params.padding()[a], input[a]);
