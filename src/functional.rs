@@ -20,7 +20,7 @@ use crate::op::{
 };
 use crate::params::MaxPool2dParams;
 use crate::plan::Plan;
-use crate::tensor::{TensorMut, TensorRef, with_spatial};
+use crate::tensor::{TensorMut, TensorRef};
 
 /// The result of a max-pooling forward: pooled values and flat arg-max indices.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,8 +78,7 @@ where
 {
     const OP: &str = name::ADAPTIVE_MAX_POOL2D;
     let input = TensorRef::named(input.view(), OP, "input")?;
-    crate::op::adaptive_forward_shapes::<T, I>(&input, output_size)?;
-    let dims = with_spatial(input.shape(), output_size, input.ndim());
+    let dims = crate::op::adaptive_forward_shapes::<T, I>(&input, output_size)?.pooled_dims();
     let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &dims)?;
     let mut indices = crate::alloc::zeroed_array::<I, D>(OP, "indices", &dims)?;
     let op = AdaptiveMaxPool2d {

@@ -12,7 +12,7 @@ use crate::geometry::adaptive_is_divisible;
 use crate::index::ArgmaxIndex;
 use crate::mask::{MaskLayout, MaskMut, MaskRef};
 use crate::params::MaxPool2dParams;
-use crate::tensor::{TensorMut, TensorRef, with_spatial};
+use crate::tensor::{TensorMut, TensorRef};
 use crate::validate::{self, DeviceLimits};
 
 /// The name of each operation, as errors give it: the free function a user calls, which is
@@ -109,9 +109,8 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d
     fn validate(&self) -> Result<AdaptiveGeometry> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
         let g = adaptive_forward_shapes::<T, I>(&self.input, self.output_size)?;
-        let expected = with_spatial([g.n, g.c, g.h, g.w], self.output_size, self.input.ndim());
-        validate::output_shape(OP, "output", &self.output, expected.clone())?;
-        validate::output_shape(OP, "indices", &self.indices, expected)?;
+        validate::output_shape(OP, "output", &self.output, g.pooled_dims())?;
+        validate::output_shape(OP, "indices", &self.indices, g.pooled_dims())?;
         Ok(g)
     }
 
@@ -207,11 +206,11 @@ pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
             });
         }
     }
-    let pooled = with_spatial([n, c, h, w], [ho, wo], self_.ndim());
-    validate::input_shape(OP, "grad_output", grad_output, pooled.clone())?;
-    validate::input_shape(OP, "indices", indices, pooled)?;
+    let g = AdaptiveGeometry { n, c, h, w, ho, wo, ndim: self_.ndim() };
+    validate::input_shape(OP, "grad_output", grad_output, g.pooled_dims())?;
+    validate::input_shape(OP, "indices", indices, g.pooled_dims())?;
     validate::plane_size(OP, "self_", h, w)?;
-    Ok(AdaptiveGeometry { n, c, h, w, ho, wo, ndim: self_.ndim() })
+    Ok(g)
 }
 
 fn plane_limit(

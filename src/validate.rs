@@ -137,6 +137,11 @@ impl AdaptiveGeometry {
         self.n * self.c
     }
 
+    /// The pooled shape `[N, C, Ho, Wo]` in the caller's rank.
+    pub(crate) fn pooled_dims(&self) -> Vec<usize> {
+        with_spatial([self.n, self.c, self.h, self.w], [self.ho, self.wo], self.ndim)
+    }
+
     /// The error for index `value` found at element `e` of the indices.
     pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
         index_error(op, arg, e, value, [self.n, self.c, self.ho, self.wo], self.ndim, self.h * self.w)
