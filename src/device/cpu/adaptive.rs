@@ -2,28 +2,15 @@
 //! forward and scatter kernels.
 
 use super::Cpu;
-use super::forward::{self, ForwardPrepared, Planes, Taps};
+use super::forward::{self, ForwardPrepared};
 use super::scatter::{self, ScatterPrepared};
+use super::windows::{Planes, adaptive_taps};
 use super::workspace::CacheLine;
-use crate::alloc::collect_exact;
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
 use crate::error::Result;
-use crate::geometry::adaptive_window;
 use crate::index::ArgmaxIndex;
 use crate::op::{AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, name};
-
-/// The windows of one axis of operation `op` (none when there are no planes: the output is
-/// empty, whatever its other sizes).
-fn taps(op: &'static str, g: &AdaptiveGeometry, input: usize, output: usize) -> Result<Vec<Taps>> {
-    let len = if g.planes() == 0 { 0 } else { output };
-    let windows = (0..len).map(|i| adaptive_window(i, input, output));
-    collect_exact(op, "windows", len, windows.map(|r| Taps { start: r.start, count: r.len(), step: 1 }))
-}
-
-fn planes(g: &AdaptiveGeometry) -> Planes {
-    Planes { count: g.planes(), h: g.h, w: g.w, ho: g.ho, wo: g.wo }
-}
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for Cpu {
     type Prepared = ForwardPrepared;
@@ -34,8 +21,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         g: &AdaptiveGeometry,
     ) -> Result<(ForwardPrepared, usize)> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-        let (rows, cols) = (taps(OP, g, g.h, g.ho)?, taps(OP, g, g.w, g.wo)?);
-        forward::prepare_indexed(self, OP, &op.input, &op.output, &op.indices, rows, cols, planes(g))
+        let (rows, cols) = adaptive_taps(OP, g)?;
+        forward::prepare_indexed(self, OP, &op.input, &op.output, &op.indices, rows, cols, Planes::from(g))
     }
 
     fn launch(
@@ -46,7 +33,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
-        forward::run_indexed(self, name::ADAPTIVE_MAX_POOL2D, views, planes(g), &p, memory)
+        forward::run_indexed(self, name::ADAPTIVE_MAX_POOL2D, views, Planes::from(g), &p, memory)
     }
 }
 
@@ -60,7 +47,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
     ) -> Result<(ScatterPrepared, usize)> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         let views = (&op.grad_output, &op.indices, &op.grad_input);
-        scatter::prepare_indexed(self, OP, views, planes(g), &taps(OP, g, g.h, g.ho)?)
+        scatter::prepare_indexed(self, OP, views, Planes::from(g), &adaptive_taps(OP, g)?.0)
     }
 
     fn launch(

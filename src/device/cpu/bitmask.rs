@@ -9,14 +9,14 @@ use core::ops::Range;
 use num_traits::Zero;
 
 use super::Cpu;
-use super::forward::{Taps, planes_per_task, rows_per_band, task_count};
 use super::maxpool::prepare_scatter;
 use super::scatter::{self, BadIndex, Direct, Rounded, ScatterPrepared, Sums};
+use super::schedule::{block_runs, rows_per_band, task_count};
+use super::windows::{Taps, max_pool_taps};
 use super::workspace::{Carver, Sizer, task_share};
 use crate::alloc::collect_exact;
 use crate::element::PoolFloat;
 use crate::error::Result;
-use crate::geometry::pool_window_taps;
 use crate::mask;
 use crate::op::MaxPoolGeometry;
 use crate::op::name;
@@ -94,18 +94,15 @@ impl Windows {
     /// (None when there are no planes: the output is empty, whatever its other sizes.)
     fn new(g: &MaxPoolGeometry) -> Result<Self> {
         let p = &g.params;
-        let axis = |a: usize, input: usize, output: usize| {
-            let len = if g.planes() == 0 { 0 } else { output };
-            let windows = (0..len).map(|o| {
-                let (k, s, pad) = (p.kernel()[a], p.stride()[a], p.padding()[a]);
-                let (start, count) = pool_window_taps(o, input, k, s, pad, 1);
-                // The first valid tap's offset in the window: start - (o*s - pad) >= 0.
-                let first = (start + pad).saturating_sub(o * s);
-                (Taps { start, count, step: 1 }, first)
-            });
-            collect_exact(name::MAX_POOL2D_WITH_MASK_BACKWARD, "windows", len, windows)
+        // (Dilation 1: checked for the mask operations in phase 1.)
+        let (row_taps, col_taps) = max_pool_taps(name::MAX_POOL2D_WITH_MASK_BACKWARD, g)?;
+        let with_first = |taps: Vec<Taps>, a: usize| {
+            let (s, pad) = (p.stride()[a], p.padding()[a]);
+            // The first valid tap's offset in the window: start - (o*s - pad) >= 0.
+            let first = taps.iter().enumerate().map(|(o, t)| (*t, (t.start + pad).saturating_sub(o * s)));
+            collect_exact(name::MAX_POOL2D_WITH_MASK_BACKWARD, "windows", taps.len(), first)
         };
-        let (rows, cols) = (axis(0, g.h, g.ho)?, axis(1, g.w, g.wo)?);
+        let (rows, cols) = (with_first(row_taps, 0)?, with_first(col_taps, 1)?);
         let origins = |taps: &[(Taps, usize)], scale: usize| {
             let origins = taps.iter().map(|(t, first)| (t.start.wrapping_sub(*first)).wrapping_mul(scale));
             collect_exact(name::MAX_POOL2D_WITH_MASK_BACKWARD, "windows", taps.len(), origins)
@@ -212,21 +209,6 @@ struct BlockTask<'s, T: PoolFloat> {
     gi: &'s mut [T],
     acc: &'s mut [T::Acc],
     taps: &'s mut [u8],
-}
-
-/// The `(n, 16-channel)` blocks in runs of consecutive blocks, one per task of `tasks`, each
-/// with its planes (consecutive too).
-pub(super) fn block_runs(
-    g: &MaxPoolGeometry,
-    tasks: usize,
-) -> impl Iterator<Item = (Range<usize>, Range<usize>)> {
-    let blocks = g.n * g.channel_blocks();
-    let per = planes_per_task(blocks, tasks);
-    (0..blocks).step_by(per).map(move |first| {
-        let run = first..(first + per).min(blocks);
-        let planes = g.block_planes(first).start..g.block_planes(run.end - 1).end;
-        (run, planes)
-    })
 }
 
 /// Scatters through a `Bitmask`, one `(n, 16-channel block)` at a time; each of `tasks` tasks

@@ -2,6 +2,8 @@
 //! a window given by its row and column taps.
 
 use super::Cpu;
+use super::schedule::PlaneSplit;
+use super::windows::{Planes, Taps};
 use super::workspace::{CacheLine, Carver, Sizer, task_share};
 use num_traits::ToPrimitive;
 
@@ -10,25 +12,6 @@ use crate::error::Result;
 use crate::index::ArgmaxIndex;
 use crate::tensor::{TensorMut, TensorRef};
 
-/// The input positions one output reads along one axis: `start + i * step` for `i < count`
-/// (`count >= 1`, checked in phase 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Taps {
-    pub start: usize,
-    pub count: usize,
-    pub step: usize,
-}
-
-impl Taps {
-    /// The input positions from the first tap to the last (empty without taps).
-    pub(super) fn span(&self) -> core::ops::Range<usize> {
-        match self.count {
-            0 => self.start..self.start,
-            n => self.start..self.start + (n - 1) * self.step + 1,
-        }
-    }
-}
-
 /// Phase-1 state of a forward: the taps of every output row and column, and how the work is
 /// split.
 #[derive(Debug)]
@@ -36,7 +19,7 @@ pub struct ForwardPrepared {
     pub(super) rows: Vec<Taps>,
     pub(super) cols: Vec<Taps>,
     groups: Vec<ColumnGroup>,
-    pub(super) split: Split,
+    pub(super) split: PlaneSplit,
     /// Whether planes are pooled [`BLOCK`] at a time (small planes, whole planes per task).
     blocked: bool,
     /// Whether each plane has one window covering all of it (global pooling): one span per plane.
@@ -56,7 +39,7 @@ impl ForwardPrepared {
         planes: Planes,
         sizer: &mut Sizer,
     ) -> Result<Self> {
-        let split = Split::new(cpu, planes.count, planes.ho);
+        let split = PlaneSplit::new(cpu, planes.count, planes.ho);
         let hw = planes.h * planes.w;
         let full_width = cols.len() == 1 && cols[0] == Taps { start: 0, count: planes.w, step: 1 };
         let whole_plane = full_width
@@ -81,64 +64,6 @@ impl ForwardPrepared {
     pub(super) fn scratch<'w, T: PoolFloat>(&self, carver: &mut Carver<'w>) -> Result<&'w mut [T::Acc]> {
         carver.region::<T::Acc>(self.split.tasks() * self.acc_per_task)
     }
-}
-
-/// How planes are split into tasks: runs of whole planes, or, when there are fewer planes than
-/// threads, bands of output rows of one plane (so batch 1 still uses every thread).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Split {
-    /// Planes per task (bands == 1) ...
-    pub planes_per_task: usize,
-    /// ... or bands of output rows per plane (planes_per_task == 1).
-    pub bands: usize,
-    /// Output rows per band.
-    pub rows_per_band: usize,
-    tasks: usize,
-}
-
-impl Split {
-    pub(super) fn new(cpu: &Cpu, planes: usize, rows: usize) -> Self {
-        let threads = cpu.threads().max(1);
-        if planes >= threads || rows <= 1 {
-            let tasks = task_count(cpu, planes);
-            Split { planes_per_task: planes_per_task(planes, tasks), bands: 1, rows_per_band: rows, tasks }
-        } else {
-            let rows_per_band = rows_per_band(threads, planes, rows);
-            let bands = rows.div_ceil(rows_per_band);
-            Split { planes_per_task: 1, bands, rows_per_band, tasks: planes * bands }
-        }
-    }
-
-    pub(super) fn tasks(&self) -> usize {
-        self.tasks
-    }
-}
-
-/// Sizes of a forward call.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Planes {
-    pub count: usize,
-    pub h: usize,
-    pub w: usize,
-    pub ho: usize,
-    pub wo: usize,
-}
-
-/// Planes handled by each of `tasks` tasks (at least 1, so chunk sizes are never zero).
-pub(super) fn planes_per_task(planes: usize, tasks: usize) -> usize {
-    planes.div_ceil(tasks.max(1)).max(1)
-}
-
-/// Rows per band when `units` (planes or blocks, fewer than `threads`) of `rows` rows each are
-/// cut into bands so that every thread gets one (at least 1).
-pub(super) fn rows_per_band(threads: usize, units: usize, rows: usize) -> usize {
-    rows.div_ceil(threads.div_ceil(units.max(1)).min(rows).max(1)).max(1)
-}
-
-/// Tasks for `planes` planes: one per thread, at most one per plane, and none (so no scratch)
-/// when there are no planes, however large they are.
-pub(super) fn task_count(cpu: &Cpu, planes: usize) -> usize {
-    cpu.threads().min(planes)
 }
 
 /// Plans a forward that writes values and flat indices from the views of one call.
@@ -202,7 +127,7 @@ pub(super) fn pool<T: PoolFloat, I: ArgmaxIndex>(
     scratch: &mut [T::Acc],
 ) {
     let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
-    let Split { planes_per_task: per, rows_per_band, .. } = p.split;
+    let PlaneSplit { planes_per_task: per, rows_per_band, .. } = p.split;
     let mut accs = scratch.chunks_mut(p.acc_per_task.max(1));
     let mut tasks = Vec::with_capacity(p.split.tasks());
     if p.split.bands == 1 {

@@ -6,9 +6,11 @@
 
 use super::Cpu;
 use super::bitmask::{self, BitmaskPrepared};
-use super::forward::{self, ForwardPrepared, planes_per_task, task_count};
-use super::maxpool::{planes, prepare_forward, prepare_scatter};
+use super::forward::{self, ForwardPrepared};
+use super::maxpool::{prepare_forward, prepare_scatter};
 use super::scatter::{self, ScatterPrepared};
+use super::schedule::{block_runs, runs, task_count};
+use super::windows::Planes;
 use super::workspace::{CacheLine, Carver, Sizer, task_share};
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
@@ -78,7 +80,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
                 bytes.slice(),
             )?,
             None => {
-                forward::pool(self, planes(g), &p.forward, x, out.slice(), idx, scratch);
+                forward::pool(self, Planes::from(g), &p.forward, x, out.slice(), idx, scratch);
                 encode(self, OP, L::KIND, g, idx, bytes.slice())?;
             }
         }
@@ -128,7 +130,7 @@ fn pool_and_encode_blocks<T: PoolFloat>(
     let mut idxs = idx.chunks_mut((idx.len() / tasks.max(1)).max(1));
     let mut accs = scratch.chunks_mut(p.acc_per_task().max(1));
     let mut list = Vec::with_capacity(tasks);
-    for (run, planes) in bitmask::block_runs(g, tasks) {
+    for (run, planes) in block_runs(g, tasks) {
         let (x_head, x_tail) = x_rest.split_at(planes.len() * hw);
         let (out_head, out_tail) = core::mem::take(&mut out_rest).split_at_mut(planes.len() * positions);
         let mask_len = parts.bytes(run.end - 1).end - parts.bytes(run.start).start;
@@ -145,7 +147,7 @@ fn pool_and_encode_blocks<T: PoolFloat>(
             let (mb, mask_tail) = core::mem::take(&mut mask).split_at_mut(parts.bytes(b).len());
             (x, out, mask) = (x_tail, out_tail, mask_tail);
             let idx = &mut idx[..channels * positions];
-            forward::pool_planes(planes(g), p, xb, ob, idx, acc);
+            forward::pool_planes(Planes::from(g), p, xb, ob, idx, acc);
             parts.encode_part(op, "mask", g, b, idx, mb)?;
         }
         Ok(())
@@ -166,14 +168,12 @@ fn encode(
     let parts = mask::EncodeParts::new(kind, g, indices.len(), out.len());
     let (mut rest, tail) = out.split_at_mut(parts.tail().start.min(out.len()));
     tail.fill(0);
-    let per = planes_per_task(parts.count(), task_count(cpu, parts.count()));
     let mut tasks = Vec::new();
-    for first in (0..parts.count()).step_by(per) {
-        let runs = first..(first + per).min(parts.count());
-        let len = parts.bytes(runs.end - 1).end - parts.bytes(first).start;
+    for run in runs(parts.count(), task_count(cpu, parts.count())) {
+        let len = parts.bytes(run.end - 1).end - parts.bytes(run.start).start;
         let (head, after) = core::mem::take(&mut rest).split_at_mut(len);
         rest = after;
-        tasks.push((runs, head));
+        tasks.push((run, head));
     }
     let results = cpu.map_tasks(tasks, |(runs, out)| parts.encode_runs(op, "mask", g, runs, indices, out));
     results.into_iter().collect()

@@ -1,8 +1,9 @@
 //! The CPU device: safe Rust kernels, sequential or on rayon thread pools.
 //!
 //! Work is split over `(n, c)` planes or, with fewer planes than threads, over bands of rows of
-//! each plane; every output element is computed by one task, in a fixed order, so results are
-//! bit-identical for every thread count.
+//! each plane (every split is in module `schedule`, with which kernel uses it); every output
+//! element is computed by one task, in a fixed order, so results are bit-identical for every
+//! thread count.
 
 use core::fmt;
 use core::num::NonZeroUsize;
@@ -19,6 +20,8 @@ mod forward;
 mod mask;
 mod maxpool;
 mod scatter;
+mod schedule;
+mod windows;
 mod workspace;
 
 /// How the CPU device spreads work over threads.

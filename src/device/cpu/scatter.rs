@@ -16,7 +16,8 @@
 use core::ops::Range;
 
 use super::Cpu;
-use super::forward::{Planes, Taps, planes_per_task, rows_per_band, task_count};
+use super::schedule::{InputBands, ScatterSplit};
+use super::windows::{Planes, Taps};
 use super::workspace::{CacheLine, Carver, Sizer, task_share};
 
 use num_traits::Zero;
@@ -31,7 +32,7 @@ use crate::tensor::{TensorMut, TensorRef};
 #[derive(Debug)]
 pub struct ScatterPrepared {
     planes: Planes,
-    split: Split,
+    split: ScatterSplit,
     /// The input rows of each output row's windows (none when the planes are empty).
     windows: Vec<Range<usize>>,
     /// The runs of a whole plane ([`ScatterPrepared::whole_plane_runs`]).
@@ -42,56 +43,6 @@ pub struct ScatterPrepared {
     acc_per_task: usize,
     /// f32 gradients per task: one converted plane of `grad_output` for the half types, else 0.
     grad_per_task: usize,
-}
-
-/// How the planes are shared among tasks.
-#[derive(Debug)]
-enum Split {
-    /// `tasks` runs of `per_task` whole planes.
-    Planes { tasks: usize, per_task: usize },
-    /// As `Planes`, for planes of one gradient each (output 1x1, global pooling), which need no
-    /// scratch ([`one_gradient_planes`]).
-    OneGradient { tasks: usize, per_task: usize },
-    /// Every plane cut into the same bands of input rows, one task per band and plane.
-    Bands(InputBands),
-}
-
-/// Bands of `rows` input rows (the last may be shorter) and what each must read.
-#[derive(Debug)]
-struct InputBands {
-    rows: usize,
-    /// The output rows band `b` reads: every row whose window reaches band `b`.
-    reads: Vec<Range<usize>>,
-}
-
-impl InputBands {
-    /// Bands for `planes` on `threads` threads, whose output row `o` has windows on input rows
-    /// `windows[o]`, or `None` when whole planes keep every thread busy (or a window is empty,
-    /// which no band could check).
-    fn new(
-        op: &'static str,
-        threads: usize,
-        planes: Planes,
-        windows: &[Range<usize>],
-    ) -> Result<Option<Self>> {
-        let Planes { count, h, ho, wo, .. } = planes;
-        if count == 0 || count >= threads || h < 2 || wo == 0 || windows.len() != ho {
-            return Ok(None);
-        }
-        if windows.iter().any(|w| w.is_empty()) {
-            return Ok(None);
-        }
-        let rows = rows_per_band(threads, count, h);
-        let mut reads = collect_exact(op, "bands", h.div_ceil(rows), core::iter::repeat(0..0))?;
-        for (o, window) in windows.iter().enumerate() {
-            for read in &mut reads[window.start / rows..=(window.end - 1) / rows] {
-                // Reads end past a row once they have one, so an end of 0 means none yet.
-                let start = if read.end == 0 { o } else { read.start };
-                *read = start..o + 1;
-            }
-        }
-        Ok(Some(InputBands { rows, reads }))
-    }
 }
 
 /// Whole planes of at least this many bytes are zeroed a window's rows at a time, just before
@@ -155,20 +106,10 @@ impl ScatterPrepared {
     ) -> Result<Self> {
         let op = sizer.op();
         let windows = collect_exact(op, "windows", window_rows.len(), window_rows.iter().map(Taps::span))?;
-        let split = match InputBands::new(op, cpu.threads(), planes, &windows)? {
-            Some(bands) => Split::Bands(bands),
-            None => {
-                let tasks = task_count(cpu, planes.count);
-                let per_task = planes_per_task(planes.count, tasks);
-                if planes.ho * planes.wo == 1 && planes.h * planes.w > 0 {
-                    Split::OneGradient { tasks, per_task }
-                } else {
-                    Split::Planes { tasks, per_task }
-                }
-            }
-        };
+        let split = ScatterSplit::new(op, cpu, planes, &windows)?;
         // The half types sum in scratch, but for planes of one gradient.
-        let summed_in_scratch = T::as_acc(&[]).is_none() && !matches!(split, Split::OneGradient { .. });
+        let summed_in_scratch =
+            T::as_acc(&[]).is_none() && !matches!(split, ScatterSplit::OneGradient { .. });
         let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
         let (acc_per_task, grad_per_task) =
             if summed_in_scratch { (task_share::<T::Acc>(hw), task_share::<T::Acc>(ohw)) } else { (0, 0) };
@@ -195,10 +136,7 @@ impl ScatterPrepared {
     }
 
     fn tasks(&self) -> usize {
-        match &self.split {
-            Split::Planes { tasks, .. } | Split::OneGradient { tasks, .. } => *tasks,
-            Split::Bands(bands) => self.planes.count * bands.reads.len(),
-        }
+        self.split.tasks(self.planes.count)
     }
 
     /// Carves the scratch counted by [`ScatterPrepared::new`].
@@ -258,9 +196,9 @@ pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
 ) -> core::result::Result<(), BadIndex> {
     let ohw = p.planes.ho * p.planes.wo;
     let bad = match &p.split {
-        Split::Planes { per_task, .. } => whole_planes(cpu, p, *per_task, go, ix, gi, scratch),
-        Split::OneGradient { per_task, .. } => one_gradient_runs(cpu, p, *per_task, go, ix, gi),
-        Split::Bands(bands) => banded_planes(cpu, p, bands, go, ix, gi, scratch),
+        ScatterSplit::Planes { per_task, .. } => whole_planes(cpu, p, *per_task, go, ix, gi, scratch),
+        ScatterSplit::OneGradient { per_task, .. } => one_gradient_runs(cpu, p, *per_task, go, ix, gi),
+        ScatterSplit::Bands(bands) => banded_planes(cpu, p, bands, go, ix, gi, scratch),
     };
     match bad {
         None => Ok(()),
@@ -306,7 +244,7 @@ fn whole_planes<T: PoolFloat, I: ArgmaxIndex>(
     bad.into_iter().find_map(|r| r.err())
 }
 
-/// Runs of whole planes of one gradient each ([`Split::OneGradient`]), one run per task. Returns
+/// Runs of whole planes of one gradient each ([`ScatterSplit::OneGradient`]), one run per task. Returns
 /// the first bad index as (plane, position).
 fn one_gradient_runs<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
@@ -689,46 +627,4 @@ fn add_within<G: Copy, I: ArgmaxIndex>(sums: &mut impl Sums<G>, go: &[G], ix: &[
         }
     }
     go.len()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Kernel 3, stride 2, padding 1 on 10 rows: output row `o` pools input rows
-    /// `2o - 1 ..= 2o + 1`, clipped to `0..10`.
-    fn stem_rows() -> Vec<Range<usize>> {
-        let spans = [(0, 2), (1, 3), (3, 3), (5, 3), (7, 3)];
-        let rows: Vec<_> =
-            spans.iter().map(|&(start, count)| Taps { start, count, step: 1 }.span()).collect();
-        assert_eq!(rows, vec![0..2, 1..4, 3..6, 5..8, 7..10]);
-        rows
-    }
-
-    const ONE_PLANE: Planes = Planes { count: 1, h: 10, w: 4, ho: 5, wo: 2 };
-
-    #[test]
-    fn bands_read_every_row_whose_window_reaches_them() {
-        // 2 threads: rows 0..5 and 5..10. Window 2 (rows 3..6) reaches both.
-        let two = InputBands::new("test", 2, ONE_PLANE, &stem_rows()).unwrap().unwrap();
-        assert_eq!((two.rows, two.reads), (5, vec![0..3, 2..5]));
-        // 3 threads: rows 0..4, 4..8, 8..10.
-        let three = InputBands::new("test", 3, ONE_PLANE, &stem_rows()).unwrap().unwrap();
-        assert_eq!((three.rows, three.reads), (4, vec![0..3, 2..5, 4..5]));
-    }
-
-    #[test]
-    fn whole_planes_when_they_keep_every_thread_busy() {
-        let rows = stem_rows();
-        assert!(InputBands::new("test", 1, ONE_PLANE, &rows).unwrap().is_none());
-        assert!(InputBands::new("test", 2, Planes { count: 2, ..ONE_PLANE }, &rows).unwrap().is_none());
-        assert!(InputBands::new("test", 2, Planes { count: 0, ..ONE_PLANE }, &rows).unwrap().is_none());
-        // A window without rows cannot be checked by any band.
-        let mut empty = rows.clone();
-        empty[4] = 7..7;
-        assert!(InputBands::new("test", 2, ONE_PLANE, &empty).unwrap().is_none());
-        // A single input row has nothing to cut.
-        let flat = Planes { h: 1, ho: 1, ..ONE_PLANE };
-        assert!(InputBands::new("test", 2, flat, core::slice::from_ref(&(0..1))).unwrap().is_none());
-    }
 }

@@ -1,0 +1,224 @@
+//! How the CPU kernels share their work among tasks: every split in one place.
+//!
+//! | Kernel | Split | Chosen in |
+//! |---|---|---|
+//! | forward (all three forwards) | [`PlaneSplit`]: runs of whole planes, or, with fewer planes than threads, bands of output rows of each plane | `forward::ForwardPrepared::new` |
+//! | flat-index backward (adaptive, with indices, `I32Argmax`) | [`ScatterSplit`]: runs of whole planes (of one gradient each, or not), or, with fewer planes than threads, [`InputBands`] of input rows of each plane | `scatter::ScatterPrepared::new` |
+//! | `Bitmask` backward | [`block_runs`] of `(n, 16-channel)` blocks; with fewer blocks than threads, bands of [`rows_per_band`] output rows of each block, decoded into flat indices that the flat-index backward then adds | `bitmask::BitmaskPrepared::new` |
+//! | `Bitmask` forward, at least as many blocks as threads | [`block_runs`]: each block pooled and encoded at once | `mask::MaskForwardPrepared` |
+//! | mask forwards otherwise | the forward's [`PlaneSplit`], then [`runs`] of the encoding's parts (`crate::mask::EncodeParts`: 65536 `I32Argmax` values, or one `Bitmask` block) | `mask::encode` |
+//!
+//! The counts all come from [`task_count`] (one task per thread, at most one per unit of
+//! work), [`planes_per_task`] and [`rows_per_band`].
+//!
+//! **Why no result depends on the thread count.** Every output element (a pooled value and its
+//! index, a gradient, a mask byte) is written by exactly one task, by the same operations in the
+//! same order whichever task it is:
+//! - a forward scans each window in the same order, whether its plane is whole or in bands;
+//! - a backward element receives its additions in row-major output order: a band of input rows
+//!   reads the gradient rows whose windows reach it, in order, so with every index inside its
+//!   window's rows it adds what a whole-plane task adds, in the same order; an index outside its
+//!   window's rows (which the backward allows) sends its plane to be redone whole on one thread;
+//! - the parts of a mask encoding own disjoint bytes, each encoded the same way alone;
+//! - errors: each task stops at its first bad index, and the tasks' results are read in task
+//!   (row-major) order, so the error is the first bad index of the whole call.
+
+use core::ops::Range;
+
+use super::Cpu;
+use super::windows::Planes;
+use crate::alloc::collect_exact;
+use crate::error::Result;
+use crate::validate::MaxPoolGeometry;
+
+/// Planes handled by each of `tasks` tasks (at least 1, so chunk sizes are never zero).
+pub(super) fn planes_per_task(planes: usize, tasks: usize) -> usize {
+    planes.div_ceil(tasks.max(1)).max(1)
+}
+
+/// Rows per band when `units` (planes or blocks, fewer than `threads`) of `rows` rows each are
+/// cut into bands so that every thread gets one (at least 1).
+pub(super) fn rows_per_band(threads: usize, units: usize, rows: usize) -> usize {
+    rows.div_ceil(threads.div_ceil(units.max(1)).min(rows).max(1)).max(1)
+}
+
+/// Tasks for `planes` planes: one per thread, at most one per plane, and none (so no scratch)
+/// when there are no planes, however large they are.
+pub(super) fn task_count(cpu: &Cpu, planes: usize) -> usize {
+    cpu.threads().min(planes)
+}
+
+/// Consecutive runs of `units` units, one per task of `tasks`: [`planes_per_task`] units each
+/// (the last run may be shorter).
+pub(super) fn runs(units: usize, tasks: usize) -> impl Iterator<Item = Range<usize>> {
+    let per = planes_per_task(units, tasks);
+    (0..units).step_by(per).map(move |first| first..(first + per).min(units))
+}
+
+/// The `(n, 16-channel)` blocks of a `Bitmask` in [`runs`] of consecutive blocks, one per task
+/// of `tasks`, each with its planes (consecutive too).
+pub(super) fn block_runs(
+    g: &MaxPoolGeometry,
+    tasks: usize,
+) -> impl Iterator<Item = (Range<usize>, Range<usize>)> {
+    runs(g.n * g.channel_blocks(), tasks).map(move |run| {
+        let planes = g.block_planes(run.start).start..g.block_planes(run.end - 1).end;
+        (run, planes)
+    })
+}
+
+/// How the forward splits planes into tasks: runs of whole planes, or, when there are fewer planes than
+/// threads, bands of output rows of one plane (so batch 1 still uses every thread).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PlaneSplit {
+    /// Planes per task (bands == 1) ...
+    pub planes_per_task: usize,
+    /// ... or bands of output rows per plane (planes_per_task == 1).
+    pub bands: usize,
+    /// Output rows per band.
+    pub rows_per_band: usize,
+    tasks: usize,
+}
+
+impl PlaneSplit {
+    pub(super) fn new(cpu: &Cpu, planes: usize, rows: usize) -> Self {
+        let threads = cpu.threads().max(1);
+        if planes >= threads || rows <= 1 {
+            let tasks = task_count(cpu, planes);
+            PlaneSplit {
+                planes_per_task: planes_per_task(planes, tasks),
+                bands: 1,
+                rows_per_band: rows,
+                tasks,
+            }
+        } else {
+            let rows_per_band = rows_per_band(threads, planes, rows);
+            let bands = rows.div_ceil(rows_per_band);
+            PlaneSplit { planes_per_task: 1, bands, rows_per_band, tasks: planes * bands }
+        }
+    }
+
+    pub(super) fn tasks(&self) -> usize {
+        self.tasks
+    }
+}
+
+/// How the flat-index backward ([`super::scatter`]) shares its planes among tasks.
+#[derive(Debug)]
+pub(super) enum ScatterSplit {
+    /// `tasks` runs of `per_task` whole planes.
+    Planes { tasks: usize, per_task: usize },
+    /// As `Planes`, for planes of one gradient each (output 1x1, global pooling), which need no
+    /// scratch.
+    OneGradient { tasks: usize, per_task: usize },
+    /// Every plane cut into the same bands of input rows, one task per band and plane.
+    Bands(InputBands),
+}
+
+impl ScatterSplit {
+    /// The split of `planes` on `cpu`, whose output row `o` has windows on input rows
+    /// `windows[o]`.
+    pub(super) fn new(op: &'static str, cpu: &Cpu, planes: Planes, windows: &[Range<usize>]) -> Result<Self> {
+        Ok(match InputBands::new(op, cpu.threads(), planes, windows)? {
+            Some(bands) => ScatterSplit::Bands(bands),
+            None => {
+                let tasks = task_count(cpu, planes.count);
+                let per_task = planes_per_task(planes.count, tasks);
+                if planes.ho * planes.wo == 1 && planes.h * planes.w > 0 {
+                    ScatterSplit::OneGradient { tasks, per_task }
+                } else {
+                    ScatterSplit::Planes { tasks, per_task }
+                }
+            }
+        })
+    }
+
+    /// Tasks of the split of `planes` planes.
+    pub(super) fn tasks(&self, planes: usize) -> usize {
+        match self {
+            ScatterSplit::Planes { tasks, .. } | ScatterSplit::OneGradient { tasks, .. } => *tasks,
+            ScatterSplit::Bands(bands) => planes * bands.reads.len(),
+        }
+    }
+}
+
+/// Bands of `rows` input rows (the last may be shorter) and what each must read.
+#[derive(Debug)]
+pub(super) struct InputBands {
+    pub rows: usize,
+    /// The output rows band `b` reads: every row whose window reaches band `b`.
+    pub reads: Vec<Range<usize>>,
+}
+
+impl InputBands {
+    /// Bands for `planes` on `threads` threads, whose output row `o` has windows on input rows
+    /// `windows[o]`, or `None` when whole planes keep every thread busy (or a window is empty,
+    /// which no band could check).
+    pub(super) fn new(
+        op: &'static str,
+        threads: usize,
+        planes: Planes,
+        windows: &[Range<usize>],
+    ) -> Result<Option<Self>> {
+        let Planes { count, h, ho, wo, .. } = planes;
+        if count == 0 || count >= threads || h < 2 || wo == 0 || windows.len() != ho {
+            return Ok(None);
+        }
+        if windows.iter().any(|w| w.is_empty()) {
+            return Ok(None);
+        }
+        let rows = rows_per_band(threads, count, h);
+        let mut reads = collect_exact(op, "bands", h.div_ceil(rows), core::iter::repeat(0..0))?;
+        for (o, window) in windows.iter().enumerate() {
+            for read in &mut reads[window.start / rows..=(window.end - 1) / rows] {
+                // Reads end past a row once they have one, so an end of 0 means none yet.
+                let start = if read.end == 0 { o } else { read.start };
+                *read = start..o + 1;
+            }
+        }
+        Ok(Some(InputBands { rows, reads }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::cpu::windows::Taps;
+
+    /// Kernel 3, stride 2, padding 1 on 10 rows: output row `o` pools input rows
+    /// `2o - 1 ..= 2o + 1`, clipped to `0..10`.
+    fn stem_rows() -> Vec<Range<usize>> {
+        let spans = [(0, 2), (1, 3), (3, 3), (5, 3), (7, 3)];
+        let rows: Vec<_> =
+            spans.iter().map(|&(start, count)| Taps { start, count, step: 1 }.span()).collect();
+        assert_eq!(rows, vec![0..2, 1..4, 3..6, 5..8, 7..10]);
+        rows
+    }
+
+    const ONE_PLANE: Planes = Planes { count: 1, h: 10, w: 4, ho: 5, wo: 2 };
+
+    #[test]
+    fn bands_read_every_row_whose_window_reaches_them() {
+        // 2 threads: rows 0..5 and 5..10. Window 2 (rows 3..6) reaches both.
+        let two = InputBands::new("test", 2, ONE_PLANE, &stem_rows()).unwrap().unwrap();
+        assert_eq!((two.rows, two.reads), (5, vec![0..3, 2..5]));
+        // 3 threads: rows 0..4, 4..8, 8..10.
+        let three = InputBands::new("test", 3, ONE_PLANE, &stem_rows()).unwrap().unwrap();
+        assert_eq!((three.rows, three.reads), (4, vec![0..3, 2..5, 4..5]));
+    }
+
+    #[test]
+    fn whole_planes_when_they_keep_every_thread_busy() {
+        let rows = stem_rows();
+        assert!(InputBands::new("test", 1, ONE_PLANE, &rows).unwrap().is_none());
+        assert!(InputBands::new("test", 2, Planes { count: 2, ..ONE_PLANE }, &rows).unwrap().is_none());
+        assert!(InputBands::new("test", 2, Planes { count: 0, ..ONE_PLANE }, &rows).unwrap().is_none());
+        // A window without rows cannot be checked by any band.
+        let mut empty = rows.clone();
+        empty[4] = 7..7;
+        assert!(InputBands::new("test", 2, ONE_PLANE, &empty).unwrap().is_none());
+        // A single input row has nothing to cut.
+        let flat = Planes { h: 1, ho: 1, ..ONE_PLANE };
+        assert!(InputBands::new("test", 2, flat, core::slice::from_ref(&(0..1))).unwrap().is_none());
+    }
+}

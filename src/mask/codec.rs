@@ -1,0 +1,445 @@
+//! Encoding flat arg-max indices as mask bytes and decoding them back, in either layout (the byte
+//! positions come from [`super::layout`]).
+
+use crate::error::{Error, Result};
+use crate::index::ArgmaxIndex;
+use crate::validate::MaxPoolGeometry;
+
+use super::layout::layout_repr::LayoutKind;
+use super::layout::{MaskBytes, block_planes, read_word, write_word};
+
+/// Writes `indices` (`N·C·Ho·Wo` flat arg-max values, row-major) into the contiguous mask `out`
+/// in layout `kind`; every other byte becomes zero.
+///
+/// Errors: an index outside the plane; for `Bitmask`, an index outside its window.
+pub(crate) fn encode<I: ArgmaxIndex>(
+    op: &'static str,
+    arg: &'static str,
+    kind: LayoutKind,
+    g: &MaxPoolGeometry,
+    indices: &[I],
+    out: &mut [i8],
+) -> Result<()> {
+    let parts = EncodeParts::new(kind, g, indices.len(), out.len());
+    let (body, tail) = out.split_at_mut(parts.tail().start.min(out.len()));
+    tail.fill(0);
+    parts.encode_runs(op, arg, g, 0..parts.count(), indices, body)
+}
+
+/// How an encoding splits into independent parts (for threads): `I32Argmax` into runs of
+/// values, `Bitmask` into `(n, 16-channel block)`s; each part owns a run of the indices and a
+/// run of the mask bytes. The bytes past the last part ([`EncodeParts::tail`]) are only zeroed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EncodeParts {
+    kind: LayoutKind,
+    /// Parts; all the values (`I32Argmax`); channels, positions and bytes of a block
+    /// (`Bitmask`); the mask's bytes.
+    count: usize,
+    total: usize,
+    c: usize,
+    positions: usize,
+    block_bytes: usize,
+    bytes: usize,
+}
+
+impl EncodeParts {
+    /// `I32Argmax` values per part.
+    const RUN: usize = 1 << 16;
+
+    pub(crate) fn new(kind: LayoutKind, g: &MaxPoolGeometry, values: usize, bytes: usize) -> Self {
+        let (count, block_bytes) = match kind {
+            LayoutKind::I32Argmax => (values.div_ceil(Self::RUN), 0),
+            LayoutKind::Bitmask => {
+                (if values == 0 { 0 } else { g.n * g.channel_blocks() }, g.word_offset(0, 1, 0, 0))
+            }
+        };
+        EncodeParts { kind, count, total: values, c: g.c, positions: g.positions(), block_bytes, bytes }
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The element (row-major, in the indices) of the part's first index.
+    pub(crate) fn first_element(&self, part: usize) -> usize {
+        self.indices(part).start
+    }
+
+    pub(crate) fn indices(&self, part: usize) -> core::ops::Range<usize> {
+        match self.kind {
+            LayoutKind::I32Argmax => part * Self::RUN..((part + 1) * Self::RUN).min(self.total),
+            LayoutKind::Bitmask => {
+                let planes = block_planes(self.c, part);
+                planes.start * self.positions..planes.end * self.positions
+            }
+        }
+    }
+
+    pub(crate) fn bytes(&self, part: usize) -> core::ops::Range<usize> {
+        match self.kind {
+            LayoutKind::I32Argmax => {
+                let values = self.indices(part);
+                4 * values.start..4 * values.end
+            }
+            LayoutKind::Bitmask => part * self.block_bytes..(part + 1) * self.block_bytes,
+        }
+    }
+
+    /// Encodes parts `runs` (consecutive) of `indices` into `out`, their bytes (from the first
+    /// part's first byte on).
+    pub(crate) fn encode_runs<I: ArgmaxIndex>(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        g: &MaxPoolGeometry,
+        runs: core::ops::Range<usize>,
+        indices: &[I],
+        out: &mut [i8],
+    ) -> Result<()> {
+        let base = self.bytes(runs.start).start;
+        for part in runs {
+            let bytes = self.bytes(part);
+            let out = &mut out[bytes.start - base..bytes.end - base];
+            self.encode_part(op, arg, g, part, &indices[self.indices(part)], out)?;
+        }
+        Ok(())
+    }
+
+    /// Encodes part `part` from its own indices (elements [`EncodeParts::indices`] of the whole)
+    /// into its own bytes ([`EncodeParts::bytes`] of the mask).
+    pub(crate) fn encode_part<I: ArgmaxIndex>(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        g: &MaxPoolGeometry,
+        part: usize,
+        indices: &[I],
+        out: &mut [i8],
+    ) -> Result<()> {
+        encode_part(op, arg, self.kind, g, self.first_element(part), indices, out)
+    }
+
+    /// The bytes after the last part.
+    pub(crate) fn tail(&self) -> core::ops::RangeFrom<usize> {
+        match self.count {
+            0 => 0..,
+            n => self.bytes(n - 1).end.min(self.bytes)..,
+        }
+    }
+}
+
+/// Encodes one part (see [`EncodeParts`]): `indices` from element `first` on, into `out`, which
+/// it fills entirely (zeros where no bit or value goes).
+fn encode_part<I: ArgmaxIndex>(
+    op: &'static str,
+    arg: &'static str,
+    kind: LayoutKind,
+    g: &MaxPoolGeometry,
+    first: usize,
+    indices: &[I],
+    out: &mut [i8],
+) -> Result<()> {
+    out.fill(0);
+    // One (n, 16-channel block) of a `Bitmask`: position by position when every index is in its
+    // window; otherwise in row-major order, so that the first index that is not is the error.
+    if kind == LayoutKind::Bitmask {
+        if encode_by_position(g, indices, out) {
+            return Ok(());
+        }
+        out.fill(0);
+    }
+    // A `Bitmask` part starts at a block's first plane: at its word `(k = 0, p = 0)`.
+    let plane = first / g.positions().max(1);
+    let base = g.word_offset(plane / g.c.max(1), plane % g.c.max(1) / 16, 0, 0);
+    encode_in_order(op, arg, kind, g, first, base, indices.iter().copied(), out)
+}
+
+/// Encodes `values`, the indices of the pooled output from element `first` on in row-major
+/// order, into `out`, which must start zeroed: the `I32Argmax` bytes of those values, or the
+/// `Bitmask` bytes from byte `base` of the mask on (`base` is not used for `I32Argmax`). Reads each
+/// index once, in order (so any strided or broadcast source works without a copy), and stops at
+/// the first one that is outside its plane or, for `Bitmask`, outside its window.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode_in_order<I: ArgmaxIndex>(
+    op: &'static str,
+    arg: &'static str,
+    kind: LayoutKind,
+    g: &MaxPoolGeometry,
+    first: usize,
+    base: usize,
+    values: impl Iterator<Item = I>,
+    out: &mut [i8],
+) -> Result<()> {
+    let plane = g.h * g.w;
+    let (positions, wo) = (g.positions().max(1), g.wo.max(1));
+    let bad = |e: usize, v: I| Error::IndexOutOfRange {
+        op,
+        arg,
+        position: g.pooled_position(e),
+        value: v.to_i64(),
+        plane,
+    };
+    match kind {
+        LayoutKind::I32Argmax => {
+            for ((e, v), dst) in (first..).zip(values).zip(out.chunks_exact_mut(4)) {
+                let flat = v.flat_in(plane).ok_or_else(|| bad(e, v))?;
+                for (d, b) in dst.iter_mut().zip((flat as i32).to_le_bytes()) {
+                    *d = b as i8;
+                }
+            }
+        }
+        LayoutKind::Bitmask => {
+            let [kh, kw] = g.params.kernel();
+            let ([sh, sw], [ph, pw]) = (g.params.stride(), g.params.padding());
+            // The element's plane and position, advanced one element at a time.
+            let (mut plane_index, mut p) = (first / positions, first % positions);
+            for (e, v) in (first..).zip(values) {
+                let (oh, ow) = (p / wo, p % wo);
+                let flat = v.flat_in(plane).ok_or_else(|| bad(e, v))?;
+                let (ih, iw) = (flat / g.w, flat % g.w);
+                // The window offset, if the index lies in its window (rows and columns counted
+                // from the window's origin `o·s - pad`).
+                let i = (ih + ph).wrapping_sub(oh * sh);
+                let j = (iw + pw).wrapping_sub(ow * sw);
+                if i >= kh || j >= kw {
+                    return Err(Error::IndexNotInWindow {
+                        op,
+                        arg,
+                        position: g.pooled_position(e),
+                        value: v.to_i64(),
+                    });
+                }
+                let (n, c) = (plane_index / g.c, plane_index % g.c);
+                let o = g.word_offset(n, c / 16, i * kw + j, p) - base;
+                // (Each channel sets its bit once, in a zeroed word: `^` would do the same.)
+                write_word(out, o, read_word(out, o) | 1 << (c % 16));
+                p += 1;
+                if p == positions {
+                    (plane_index, p) = (plane_index + 1, 0);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Encodes one block's indices (channel-major, at most 16 channels) position by position: the
+/// channels set their bits in the position's window words, which are then stored. `out` must
+/// start zeroed. False, with `out` partly written, when some index is not in its window, or
+/// when the windows are larger than [`WindowTaps`] covers.
+fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &mut [i8]) -> bool {
+    let ([sh, sw], [ph, pw]) = (g.params.stride(), g.params.padding());
+    let (w, plane, positions, offsets) = (g.w, g.h * g.w, g.positions(), g.offsets());
+    let Some(taps) = WindowTaps::new(g) else { return false };
+    if positions == 0 {
+        return false;
+    }
+    let (channels, row_bytes) = (indices.len() / positions, g.word_offset(0, 0, 1, 0));
+    for oh in 0..g.ho {
+        // The flat position of the window's origin `(oh·sh - ph, ow·sw - pw)`, modulo 2^64.
+        let row_origin = (oh * sh).wrapping_sub(ph).wrapping_mul(w);
+        for ow in 0..g.wo {
+            let (p, col_origin) = (oh * g.wo + ow, (ow * sw).wrapping_sub(pw));
+            let origin = row_origin.wrapping_add(col_origin);
+            let mut words = [0u16; WindowTaps::MAX_OFFSETS];
+            for bit in 0..channels.min(16) {
+                let Some(flat) = indices[bit * positions + p].flat_in(plane) else { return false };
+                let Some((k, j)) = taps.at(flat.wrapping_sub(origin)) else { return false };
+                // A tap whose column is outside the plane: the index is in another row.
+                if col_origin.wrapping_add(j) >= w {
+                    return false;
+                }
+                words[k] |= 1 << bit;
+            }
+            for (k, &word) in words[..offsets].iter().enumerate() {
+                write_word(out, k * row_bytes + 2 * p, word);
+            }
+        }
+    }
+    true
+}
+
+/// The taps of a pooling window by their distance `d` (flat, row-major) from the window's
+/// origin: `d = i·W + j` for the tap in row `i < kH` and column `j < min(kW, W)` of the window,
+/// which is window offset `i·kW + j`. A distance that is not a tap, or a tap whose column lies
+/// outside the plane, is not in the window; a tap in a column `j >= W` (kernels wider than the
+/// plane) is not found here, and is left to the exact encoder.
+struct WindowTaps {
+    /// `k | j << 8` per distance, or [`WindowTaps::NONE`].
+    taps: [u16; WindowTaps::MAX_SPAN],
+    span: usize,
+}
+
+impl WindowTaps {
+    /// Windows of up to this many offsets (one word each per position, on the stack).
+    const MAX_OFFSETS: usize = 64;
+    /// Distances up to this (`kH · W`).
+    const MAX_SPAN: usize = 4096;
+    const NONE: u16 = u16::MAX;
+
+    fn new(g: &MaxPoolGeometry) -> Option<Self> {
+        let ([kh, kw], w) = (g.params.kernel(), g.w);
+        let span = kh.checked_mul(w).filter(|&s| s <= Self::MAX_SPAN)?;
+        if g.offsets() > Self::MAX_OFFSETS {
+            return None;
+        }
+        let mut taps = [Self::NONE; Self::MAX_SPAN];
+        for i in 0..kh {
+            for j in 0..kw.min(w) {
+                // Both below 64 (checked above): a byte each.
+                taps[i * w + j] = (i * kw + j) as u16 | (j as u16) << 8;
+            }
+        }
+        Some(WindowTaps { taps, span })
+    }
+
+    /// The window offset `k` and column `j` of the tap at distance `d`, if it is one.
+    #[inline(always)]
+    fn at(&self, d: usize) -> Option<(usize, usize)> {
+        match *self.taps[..self.span].get(d)? {
+            Self::NONE => None,
+            t => Some((usize::from(t & 0xff), usize::from(t >> 8))),
+        }
+    }
+}
+
+/// Reads the flat arg-max index of every output position from the mask `bytes`.
+///
+/// Errors: an `I32Argmax` value outside the plane; a `Bitmask` position whose channel has no bit,
+/// several bits, or a bit that points into padding.
+pub(crate) fn decode<I: ArgmaxIndex>(
+    op: &'static str,
+    arg: &'static str,
+    kind: LayoutKind,
+    g: &MaxPoolGeometry,
+    bytes: &MaskBytes<'_>,
+    out: &mut [I],
+) -> Result<()> {
+    let plane = g.h * g.w;
+    let to_index = |flat: usize| I::try_from_flat(flat);
+    match kind {
+        LayoutKind::I32Argmax => {
+            for (e, dst) in out.iter_mut().enumerate() {
+                let v = bytes.value(e);
+                let flat = (v >= 0 && (v as usize) < plane).then_some(v as usize);
+                *dst = flat.and_then(to_index).ok_or_else(|| Error::IndexOutOfRange {
+                    op,
+                    arg,
+                    position: g.pooled_position(e),
+                    value: v.into(),
+                    plane,
+                })?;
+            }
+        }
+        LayoutKind::Bitmask => {
+            let p_count = g.positions();
+            for (e, dst) in out.iter_mut().enumerate() {
+                let (plane_index, p) = (e / p_count, e % p_count);
+                let (n, c) = (plane_index / g.c, plane_index % g.c);
+                let bit = 1u16 << (c % 16);
+                let mut set =
+                    (0..g.offsets()).filter(|&k| bytes.word(g.word_offset(n, c / 16, k, p)) & bit != 0);
+                let content =
+                    |reason: String| Error::MaskContent { op, arg, position: g.pooled_position(e), reason };
+                let k = match (set.next(), set.next()) {
+                    (Some(k), None) => k,
+                    (None, _) => return Err(content("no window offset has its bit set".into())),
+                    (Some(a), Some(b)) => {
+                        return Err(content(format!("window offsets {a} and {b} both have their bit set")));
+                    }
+                };
+                let flat = g
+                    .flat_of(p, k)
+                    .ok_or_else(|| content(format!("the bit of window offset {k} points into padding")))?;
+                *dst = to_index(flat)
+                    .ok_or_else(|| content(format!("index {flat} does not fit the index type")))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::MaxPool2dParams;
+
+    /// Every index of every plane at every position of small poolings (kernels wider than the
+    /// plane included): the position-by-position encoder accepts exactly the indices inside
+    /// their window (it may leave those in columns past the plane's width, for kernels wider
+    /// than it, to the exact encoder), and writes the bit of their window offset.
+    #[test]
+    fn encode_by_position_accepts_exactly_the_window() {
+        let mut checked = 0;
+        for (kh, kw, sh, sw, ceil) in itertools_like() {
+            for (ph, pw) in [(0, 0), (kh / 2, kw / 2)] {
+                for (h, w) in (1..=4).flat_map(|h| (1..=4).map(move |w| (h, w))) {
+                    let params = MaxPool2dParams::new([kh, kw])
+                        .with_stride([sh, sw])
+                        .with_padding([ph, pw])
+                        .with_ceil_mode(ceil);
+                    let Ok(g) = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 1, h, w]) else {
+                        continue;
+                    };
+                    // A valid index per position (its window's first tap inside the plane).
+                    let first_tap = |p: usize| (0..g.offsets()).find_map(|k| g.flat_of(p, k));
+                    let Some(valid): Option<Vec<i64>> =
+                        (0..g.positions()).map(|p| first_tap(p).map(|f| f as i64)).collect()
+                    else {
+                        continue;
+                    };
+                    let bytes = g.bytes().unwrap();
+                    for p in 0..g.positions() {
+                        for flat in 0..h * w {
+                            let mut indices = valid.clone();
+                            indices[p] = flat as i64;
+                            // Reference: the window offset of each index, from rows and columns.
+                            let offset = |p: usize, f: usize| {
+                                let (oh, ow, ih, iw) = (p / g.wo, p % g.wo, f / w, f % w);
+                                let i = (ih + ph).checked_sub(oh * sh).filter(|&i| i < kh)?;
+                                let j = (iw + pw).checked_sub(ow * sw).filter(|&j| j < kw)?;
+                                Some((i * kw + j, j))
+                            };
+                            let mut out = vec![0i8; bytes];
+                            let fast = encode_by_position(&g, &indices, &mut out);
+                            // Taps in columns past the plane's width may be left to the exact encoder.
+                            let wide = || {
+                                indices
+                                    .iter()
+                                    .enumerate()
+                                    .any(|(q, &f)| offset(q, f as usize).unwrap().1 >= w)
+                            };
+                            match offset(p, flat) {
+                                None => assert!(!fast, "{params:?} {h}x{w}: p {p} accepted {flat}"),
+                                Some(_) if !fast => {
+                                    assert!(wide(), "{params:?} {h}x{w}: p {p} refused {flat}")
+                                }
+                                Some(_) => {
+                                    let mut expected = vec![0i8; bytes];
+                                    for (q, &f) in indices.iter().enumerate() {
+                                        let (k, _) = offset(q, f as usize).unwrap();
+                                        expected[g.word_offset(0, 0, k, q)] |= 1;
+                                    }
+                                    assert_eq!(out, expected, "{params:?} {h}x{w}: p {p}, index {flat}");
+                                }
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
+    }
+
+    /// Kernels 1 to 3, strides 1 and 2, floor and ceil mode.
+    fn itertools_like() -> impl Iterator<Item = (usize, usize, usize, usize, bool)> {
+        (1..=3).flat_map(|kh| {
+            (1..=3).flat_map(move |kw| {
+                (1..=2).flat_map(move |sh| {
+                    (1..=2).flat_map(move |sw| [false, true].into_iter().map(move |c| (kh, kw, sh, sw, c)))
+                })
+            })
+        })
+    }
+}

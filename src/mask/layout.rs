@@ -1,0 +1,302 @@
+//! The byte layouts of the Ascend int8 mask of `aclnnMaxPool2dWithMask`: the layout markers, the
+//! mask's sizes, and where each value or bit is stored (this module is the only place that knows).
+//!
+//! The mask has shape `[N, C, kH·kW, (⌈Ho·Wo/16⌉ + 1)·32]` (3-D input: without `N`) whatever the
+//! layout; its bytes mean different things:
+//!
+//! - [`I32Argmax`] (Atlas A2/A3, kernels other than 1x1): little-endian `i32` flat arg-max values
+//!   `ih·W + iw`, packed in `N, C, Ho, Wo` order from byte 0; the rest of the buffer is not read
+//!   (the forward writes zeros there).
+//! - [`Bitmask`] (Atlas training and 310P, and 1x1 kernels on A2): `u16` words
+//!   `[N][⌈C/16⌉][kH·kW][⌈Ho·Wo/16⌉ + 1][16]`; bit `b` (least significant first) of word
+//!   `(n, c1, k, p)` says that channel `16·c1 + b` had its first maximum at window offset
+//!   `k = i·kW + j` for output position `p = oh·Wo + ow`. Bits of channels `>= C` and words past
+//!   `Ho·Wo` are ignored, and the forward leaves them zero.
+//!
+//! The byte offsets are those of the flat, row-major buffer: the `[N, C, kH·kW, ...]` shape is only
+//! a container.
+
+use core::fmt;
+
+use ndarray::{Array, ArrayView4, Dimension};
+
+use crate::element::sealed::Sealed;
+use crate::error::{Error, Result};
+use crate::geometry::{mask_shape, mask_words_per_row, pool_window_origin};
+use crate::index::ArgmaxIndex;
+use crate::params::MaxPool2dParams;
+use crate::tensor::{TensorRef, user_dims};
+use crate::validate::MaxPoolGeometry;
+
+pub(crate) mod layout_repr {
+    /// Which layout a marker stands for. Not part of the public API.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum LayoutKind {
+        I32Argmax,
+        Bitmask,
+    }
+
+    /// Maps a layout marker to its kind. Not part of the public API.
+    pub trait LayoutRepr {
+        const KIND: LayoutKind;
+    }
+}
+
+use layout_repr::{LayoutKind, LayoutRepr};
+
+/// A layout of the Ascend int8 mask: [`I32Argmax`] or [`Bitmask`]. Sealed.
+pub trait MaskLayout: Sealed + LayoutRepr + fmt::Debug + Send + Sync + 'static {
+    /// The layout's name, for messages.
+    const NAME: &'static str;
+}
+
+/// The layout Atlas A2/A3 write for kernels other than 1x1: `i32` flat arg-max values packed from
+/// byte 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum I32Argmax {}
+
+/// The legacy layout (Atlas training, 310P, and 1x1 kernels on A2): one bit per channel in
+/// 16-channel `u16` words, one word per window offset and output position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bitmask {}
+
+impl Sealed for I32Argmax {}
+impl Sealed for Bitmask {}
+impl LayoutRepr for I32Argmax {
+    const KIND: LayoutKind = LayoutKind::I32Argmax;
+}
+impl LayoutRepr for Bitmask {
+    const KIND: LayoutKind = LayoutKind::Bitmask;
+}
+impl MaskLayout for I32Argmax {
+    const NAME: &'static str = "I32Argmax";
+}
+impl MaskLayout for Bitmask {
+    const NAME: &'static str = "Bitmask";
+}
+
+/// Mask-specific sizes and checks of a max pooling.
+impl MaxPoolGeometry {
+    /// Checks `params` for a mask operation (dilation 1) on an input of shape `input_dims`.
+    pub(crate) fn for_mask(
+        op: &'static str,
+        arg: &'static str,
+        params: &MaxPool2dParams,
+        input_dims: &[usize],
+    ) -> Result<Self> {
+        params.check_mask_op(op)?;
+        let g = MaxPoolGeometry::new(op, arg, params, input_dims)?;
+        if g.bytes().is_none() {
+            // The kernel is at fault when its offsets alone overflow the smallest mask (one
+            // plane, one output: rows of 64 bytes); otherwise the input's size.
+            let [kh, kw] = params.kernel();
+            let kernel_alone = kh.checked_mul(kw).and_then(|k| k.checked_mul(64)).is_none();
+            let what = format!(
+                "the mask of N·C·kH·kW·(⌈Ho·Wo/16⌉ + 1)·32 bytes, for {}, exceeds usize::MAX",
+                g.describe()
+            );
+            return Err(Error::Overflow { op, arg: if kernel_alone { "kernel" } else { arg }, what });
+        }
+        Ok(g)
+    }
+
+    pub(crate) fn offsets(&self) -> usize {
+        self.params.kernel()[0] * self.params.kernel()[1]
+    }
+
+    pub(crate) fn channel_blocks(&self) -> usize {
+        self.c.div_ceil(16)
+    }
+
+    /// The planes (`n * C + c`) of `Bitmask` block `b = n * channel_blocks + c1`: its channels
+    /// `16 * c1 ..` (16, or fewer in the last block of a batch), consecutive planes.
+    pub(crate) fn block_planes(&self, b: usize) -> core::ops::Range<usize> {
+        block_planes(self.c, b)
+    }
+
+    /// `u16` words per `(n, c1, k)` row.
+    pub(crate) fn row_words(&self) -> usize {
+        // Checked in `new` (through `shape4`).
+        mask_words_per_row(self.positions()).unwrap_or(0)
+    }
+
+    pub(crate) fn shape4(&self) -> Option<[usize; 4]> {
+        mask_shape(self.n, self.c, self.params.kernel(), [self.ho, self.wo])
+    }
+
+    /// The mask shape in the caller's rank.
+    pub(crate) fn dims(&self) -> Vec<usize> {
+        user_dims(&self.shape4().unwrap_or_default(), self.ndim)
+    }
+
+    pub(crate) fn bytes(&self) -> Option<usize> {
+        self.shape4()?.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+    }
+
+    /// Byte offset of the `Bitmask` word `(n, c1, k, p)`.
+    #[inline]
+    pub(crate) fn word_offset(&self, n: usize, c1: usize, k: usize, p: usize) -> usize {
+        2 * (((n * self.channel_blocks() + c1) * self.offsets() + k) * self.row_words() + p)
+    }
+
+    /// The flat input index read by window offset `k` of output position `p`, or `None` in padding.
+    #[inline]
+    pub(crate) fn flat_of(&self, p: usize, k: usize) -> Option<usize> {
+        let kw = self.params.kernel()[1];
+        let (oh, ow) = (p / self.wo, p % self.wo);
+        let ih = pool_window_origin(oh, self.params.stride()[0], self.params.padding()[0]) + (k / kw) as i128;
+        let iw = pool_window_origin(ow, self.params.stride()[1], self.params.padding()[1]) + (k % kw) as i128;
+        let inside = (0..self.h as i128).contains(&ih) && (0..self.w as i128).contains(&iw);
+        inside.then(|| ih as usize * self.w + iw as usize)
+    }
+
+    /// Phase-1 checks of `L` on these sizes: an `I32Argmax` mask must hold `4·N·C·Ho·Wo` bytes and
+    /// planes addressable by `i32`.
+    pub(crate) fn check_layout<L: MaskLayout>(&self, op: &'static str) -> Result<()> {
+        if L::KIND == LayoutKind::I32Argmax {
+            let plane = self.h * self.w;
+            if plane as u64 > <i32 as ArgmaxIndex>::MAX_PLANE {
+                return Err(Error::IndexTypeTooNarrow {
+                    op,
+                    arg: "mask",
+                    dtype: crate::DType::I32,
+                    max: <i32 as ArgmaxIndex>::MAX_PLANE,
+                    plane,
+                });
+            }
+            let need = self.planes().saturating_mul(self.positions()).saturating_mul(4);
+            let have = self.bytes().unwrap_or(0);
+            if need > have {
+                return Err(Error::InvalidParameter {
+                    op,
+                    arg: "mask",
+                    expected: format!(
+                        "an I32Argmax mask of {have} bytes to hold 4 * N*C*Ho*Wo = {need} bytes \
+                         (on Ascend, 1x1 kernels use the Bitmask layout)"
+                    ),
+                    got: format!("kernel {:?}", self.params.kernel()),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `Bitmask` word at byte `offset`.
+#[inline]
+pub(crate) fn read_word(bytes: &[i8], offset: usize) -> u16 {
+    u16::from_le_bytes([bytes[offset] as u8, bytes[offset + 1] as u8])
+}
+
+/// Stores the `Bitmask` word at byte `offset` (little-endian, as [`read_word`] reads it).
+#[inline]
+pub(crate) fn write_word(bytes: &mut [i8], offset: usize, word: u16) {
+    let [lo, hi] = word.to_le_bytes();
+    bytes[offset..offset + 2].copy_from_slice(&[lo as i8, hi as i8]);
+}
+
+/// `N` consecutive `Bitmask` words from byte `offset` (positions `p..p + N` of one `(n, c1, k)`
+/// row), or `None` past the end of `bytes`. A row holds 16 words more than there are positions,
+/// so 16 words from any position of a row stay inside that row.
+#[inline(always)]
+pub(crate) fn read_words<const N: usize>(bytes: &[i8], offset: usize) -> Option<[u16; N]> {
+    let run = bytes.get(offset..offset.checked_add(2 * N)?)?;
+    Some(core::array::from_fn(|l| u16::from_le_bytes([run[2 * l] as u8, run[2 * l + 1] as u8])))
+}
+
+/// [`read_words`] four to a `u64`: word `4 * q + l` of the run in bits `16 * l..16 * l + 16` of
+/// element `q`, so that the lanes of one word can be worked on four at a time.
+#[inline(always)]
+pub(crate) fn read_word_quads<const Q: usize>(bytes: &[i8], offset: usize) -> Option<[u64; Q]> {
+    // (An offset near `usize::MAX` wraps to an empty range, which `get` turns down too.)
+    let run: &[u8] = bytemuck::cast_slice(bytes.get(offset..offset.wrapping_add(8 * Q))?);
+    let mut quads = [0; Q];
+    for (quad, eight) in quads.iter_mut().zip(run.chunks_exact(8)) {
+        *quad = u64::from_le_bytes(eight.try_into().unwrap_or_default());
+    }
+    Some(quads)
+}
+
+/// A mask's bytes in whatever memory layout its array has, read by their offset in the flat,
+/// row-major buffer (the only order the layouts are defined in): directly when the array is in
+/// standard layout, through its strides otherwise. Never a copy.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum MaskBytes<'a> {
+    Contiguous(&'a [i8]),
+    Strided(ArrayView4<'a, i8>),
+}
+
+impl<'a> MaskBytes<'a> {
+    /// The bytes of a 3-D or 4-D mask array (as [`Mask`](super::Mask) holds; any other rank reads as empty).
+    pub(crate) fn of<D: Dimension>(data: &'a Array<i8, D>) -> Self {
+        match data.as_slice() {
+            Some(bytes) => MaskBytes::Contiguous(bytes),
+            None => match TensorRef::named(data.view(), "Mask", "mask") {
+                Ok(t) => MaskBytes::Strided(t.view()),
+                Err(_) => MaskBytes::Contiguous(&[]),
+            },
+        }
+    }
+
+    /// The byte at flat offset `offset`.
+    #[inline]
+    fn byte(&self, offset: usize) -> u8 {
+        match self {
+            MaskBytes::Contiguous(bytes) => bytes[offset] as u8,
+            MaskBytes::Strided(view) => {
+                let [_, c, k, row] = dims4_of(view);
+                let (rest, x) = (offset / row, offset % row);
+                let (rest, kk) = (rest / k, rest % k);
+                view[[rest / c, rest % c, kk, x]] as u8
+            }
+        }
+    }
+
+    /// The `Bitmask` word at byte `offset`.
+    #[inline]
+    pub(crate) fn word(&self, offset: usize) -> u16 {
+        match self {
+            MaskBytes::Contiguous(bytes) => read_word(bytes, offset),
+            MaskBytes::Strided(_) => u16::from_le_bytes([self.byte(offset), self.byte(offset + 1)]),
+        }
+    }
+
+    /// `I32Argmax` value `e` (little-endian, from byte `4·e`).
+    #[inline]
+    pub(crate) fn value(&self, e: usize) -> i32 {
+        i32::from_le_bytes(core::array::from_fn(|b| self.byte(4 * e + b)))
+    }
+}
+
+fn dims4_of(view: &ArrayView4<'_, i8>) -> [usize; 4] {
+    let (n, c, k, row) = view.dim();
+    [n, c.max(1), k.max(1), row.max(1)]
+}
+
+/// See [`MaxPoolGeometry::block_planes`] (`c` channels; no planes without channels).
+pub(super) fn block_planes(c: usize, b: usize) -> core::ops::Range<usize> {
+    let c1s = c.div_ceil(16);
+    let first = |b: usize| (b / c1s) * c + ((b % c1s) * 16).min(c);
+    if c1s == 0 { 0..0 } else { first(b)..first(b + 1) }
+}
+
+/// The `I32Argmax` values as `i32` without copying, when the bytes allow it (a little-endian host
+/// and a 4-byte aligned buffer).
+pub(crate) fn i32_prefix(bytes: &[i8], count: usize) -> Option<&[i32]> {
+    if cfg!(target_endian = "big") {
+        return None;
+    }
+    bytemuck::try_cast_slice(bytes.get(..count.checked_mul(4)?)?).ok()
+}
+
+/// Copies the `I32Argmax` values of any mask view (logical row-major byte order) into `out`.
+pub(crate) fn read_i32_prefix(view: ArrayView4<'_, i8>, out: &mut [i32]) {
+    let mut bytes = view.iter().map(|&b| b as u8);
+    for v in out {
+        let mut b = [0u8; 4];
+        for x in &mut b {
+            *x = bytes.next().unwrap_or(0);
+        }
+        *v = i32::from_le_bytes(b);
+    }
+}

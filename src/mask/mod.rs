@@ -1,0 +1,270 @@
+//! The Ascend int8 mask of `aclnnMaxPool2dWithMask`: the [`Mask`] type and its views. What the
+//! bytes mean lives in [`layout`] (the only module that knows where a value or bit is stored), how
+//! indices become bytes and back in [`codec`].
+
+mod codec;
+mod layout;
+
+use core::marker::PhantomData;
+
+use ndarray::{Array, ArrayBase, Data, Dimension};
+
+use crate::alloc::into_array;
+use crate::error::{Error, Result};
+use crate::index::ArgmaxIndex;
+use crate::params::MaxPool2dParams;
+use crate::tensor::{TensorMut, TensorRef};
+use crate::validate::MaxPoolGeometry;
+
+pub(crate) use codec::{EncodeParts, decode, encode, encode_in_order};
+#[cfg(test)]
+pub(crate) use layout::write_word;
+pub use layout::{Bitmask, I32Argmax, MaskLayout};
+pub(crate) use layout::{
+    MaskBytes, i32_prefix, layout_repr, read_i32_prefix, read_word, read_word_quads, read_words,
+};
+use layout_repr::LayoutKind;
+
+/// A read-only view of a mask in layout `L`, for the two-phase API.
+#[derive(Debug, Clone, Copy)]
+pub struct MaskRef<'a, L: MaskLayout> {
+    pub(crate) bytes: TensorRef<'a, i8>,
+    layout: PhantomData<fn() -> L>,
+}
+
+impl<'a, L: MaskLayout> MaskRef<'a, L> {
+    /// Treats `bytes` as a mask in layout `L`; its shape is checked by the plan.
+    pub fn new(bytes: TensorRef<'a, i8>) -> Self {
+        MaskRef { bytes, layout: PhantomData }
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> TensorRef<'a, i8> {
+        self.bytes
+    }
+}
+
+/// A writable view of a mask in layout `L`, for the two-phase API.
+#[derive(Debug)]
+pub struct MaskMut<'a, L: MaskLayout> {
+    pub(crate) bytes: TensorMut<'a, i8>,
+    layout: PhantomData<fn() -> L>,
+}
+
+impl<'a, L: MaskLayout> MaskMut<'a, L> {
+    /// Treats `bytes` as a mask in layout `L`; its shape is checked by the plan.
+    pub fn new(bytes: TensorMut<'a, i8>) -> Self {
+        MaskMut { bytes, layout: PhantomData }
+    }
+}
+
+/// An Ascend int8 mask in layout `L`, with the pooling it belongs to.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::{Bitmask, I32Argmax, Mask, MaxPool2dParams};
+/// let params = MaxPool2dParams::new([2, 2]);
+/// let indices = array![[[1i64, 6], [8, 10]]]; // from a 4x4 input
+/// let a2 = Mask::<I32Argmax, _>::from_indices(&indices, &params, &[1, 4, 4])?;
+/// assert_eq!(a2.as_array().shape(), &[1, 4, 64]);
+/// assert_eq!(&a2.as_array().as_slice().unwrap()[..8], &[1, 0, 0, 0, 6, 0, 0, 0]);
+/// let legacy = Mask::<Bitmask, _>::from_indices(&indices, &params, &[1, 4, 4])?;
+/// assert_eq!(legacy.to_indices::<i64>()?, indices);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Mask<L: MaskLayout, D: Dimension> {
+    data: Array<i8, D>,
+    geometry: MaxPoolGeometry,
+    layout: PhantomData<fn() -> L>,
+}
+
+impl<L: MaskLayout, D: Dimension> Clone for Mask<L, D> {
+    fn clone(&self) -> Self {
+        Mask { data: self.data.clone(), geometry: self.geometry, layout: PhantomData }
+    }
+}
+
+/// Equal when the bytes and the pooling they belong to are equal.
+impl<L: MaskLayout, D: Dimension> PartialEq for Mask<L, D> {
+    fn eq(&self, other: &Self) -> bool {
+        self.geometry == other.geometry && self.data == other.data
+    }
+}
+
+impl<L: MaskLayout, D: Dimension> Mask<L, D> {
+    /// Wraps raw mask bytes (for example copied off a device) for a pooling with `params` of an
+    /// input of shape `input_shape`.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] unless `data` has the mask shape of that pooling; the errors of
+    /// the parameters.
+    pub fn from_raw(data: Array<i8, D>, params: &MaxPool2dParams, input_shape: &[usize]) -> Result<Self> {
+        const OP: &str = "Mask::from_raw";
+        let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
+        geometry.check_layout::<L>(OP)?;
+        crate::validate::same_shape(OP, "data", data.shape().to_vec(), geometry.dims())?;
+        Ok(Mask { data, geometry, layout: PhantomData })
+    }
+
+    /// Encodes flat arg-max indices (shape `[N, C, Ho, Wo]`) as a mask.
+    ///
+    /// Indices in any memory layout (strided, broadcast, reversed) are read in place, in row-major
+    /// order; only the mask is allocated.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] for indices of another shape, [`Error::IndexOutOfRange`] for an
+    /// index outside the plane, [`Error::IndexNotInWindow`] (`Bitmask`) for an index outside its
+    /// window (the first such index in row-major order); [`Error::Allocation`] when the mask does
+    /// not fit in memory.
+    pub fn from_indices<I, S>(
+        indices: &ArrayBase<S, D>,
+        params: &MaxPool2dParams,
+        input_shape: &[usize],
+    ) -> Result<Self>
+    where
+        I: ArgmaxIndex,
+        S: Data<Elem = I>,
+    {
+        const OP: &str = "Mask::from_indices";
+        let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
+        geometry.check_layout::<L>(OP)?;
+        crate::validate::same_shape(OP, "indices", indices.shape().to_vec(), geometry.pooled_dims())?;
+        let bytes = geometry.bytes().unwrap_or(0);
+        let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", bytes)?;
+        match indices.as_slice() {
+            Some(flat) => encode(OP, "indices", L::KIND, &geometry, flat, &mut data)?,
+            // Strided or broadcast indices: read in place, in row-major order (the mask is
+            // zeroed, as the in-order encoder needs).
+            None => {
+                encode_in_order(OP, "indices", L::KIND, &geometry, 0, 0, indices.iter().copied(), &mut data)?
+            }
+        }
+        let data = into_array(OP, "mask", data, &geometry.dims())?;
+        Ok(Mask { data, geometry, layout: PhantomData })
+    }
+
+    /// Decodes the flat arg-max index of every output position (shape `[N, C, Ho, Wo]`).
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] for an `I32Argmax` value outside the plane;
+    /// [`Error::MaskContent`] for a `Bitmask` position whose channel has no bit, several bits or
+    /// a bit in padding; [`Error::Allocation`] when the indices do not fit in memory.
+    pub fn to_indices<I: ArgmaxIndex>(&self) -> Result<Array<I, D>> {
+        const OP: &str = "Mask::to_indices";
+        let g = &self.geometry;
+        let count = g.planes() * g.positions();
+        let mut out = crate::alloc::zeroed_vec::<I>(OP, "indices", count)?;
+        decode(OP, "mask", L::KIND, g, &MaskBytes::of(&self.data), &mut out)?;
+        into_array(OP, "indices", out, &g.pooled_dims())
+    }
+
+    /// Every (output element, input position) pair the mask selects, in row-major output order:
+    /// `element` indexes the pooled output `[N, C, Ho, Wo]` flattened, `flat = ih * W + iw` the
+    /// input plane. An `I32Argmax` mask selects one position per output; a `Bitmask` selects one
+    /// per set bit (so possibly none or several), skipping bits that point into padding and bits
+    /// of channels past `C`. This is what the backward sums over.
+    ///
+    /// ```
+    /// use ndarray::array;
+    /// use poolgrad::{Bitmask, Mask, MaxPool2dParams};
+    /// let mask = Mask::<Bitmask, _>::from_indices(&array![[[1i64, 6]]], &MaxPool2dParams::new([2, 2]), &[1, 2, 4])?;
+    /// assert_eq!(mask.selected()?, vec![(0, 1), (1, 6)]);
+    /// # Ok::<(), poolgrad::Error>(())
+    /// ```
+    ///
+    /// Reads the mask in place whatever its memory layout, and allocates only the result, at its
+    /// exact size.
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] for an `I32Argmax` value outside the plane (found before
+    /// anything is allocated); [`Error::Allocation`] when the pairs do not fit in memory.
+    pub fn selected(&self) -> Result<Vec<(usize, usize)>> {
+        const OP: &str = "Mask::selected";
+        // Two passes: the first finds the first bad value (before anything is allocated) and
+        // counts the pairs, so that the result is allocated once, at its exact size.
+        let mut count = 0usize;
+        self.visit_selected(OP, |_, _| count += 1)?;
+        let mut pairs = Vec::new();
+        pairs.try_reserve_exact(count).map_err(|_| Error::Allocation {
+            op: OP,
+            arg: "pairs",
+            bytes: count.saturating_mul(size_of::<(usize, usize)>()),
+        })?;
+        self.visit_selected(OP, |e, flat| pairs.push((e, flat)))?;
+        Ok(pairs)
+    }
+
+    /// Calls `f(element, flat)` for every pair [`Mask::selected`] returns, in its order.
+    fn visit_selected(&self, op: &'static str, mut f: impl FnMut(usize, usize)) -> Result<()> {
+        let g = &self.geometry;
+        let bytes = MaskBytes::of(&self.data);
+        let count = g.planes() * g.positions();
+        match L::KIND {
+            LayoutKind::I32Argmax => {
+                let plane = g.h * g.w;
+                for e in 0..count {
+                    let v = bytes.value(e);
+                    if v < 0 || v as usize >= plane {
+                        return Err(g.index_error(op, "mask", e, v.into()));
+                    }
+                    f(e, v as usize);
+                }
+            }
+            LayoutKind::Bitmask => {
+                let (positions, row_bytes) = (g.positions(), g.word_offset(0, 0, 1, 0));
+                for plane_index in 0..g.planes() {
+                    let (n, c) = (plane_index / g.c, plane_index % g.c);
+                    let (bit, first_word) = (1 << (c % 16), g.word_offset(n, c / 16, 0, 0));
+                    for p in 0..positions {
+                        for k in 0..g.offsets() {
+                            if bytes.word(first_word + k * row_bytes + 2 * p) & bit != 0
+                                && let Some(flat) = g.flat_of(p, k)
+                            {
+                                f(plane_index * positions + p, flat);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The mask bytes.
+    pub fn as_array(&self) -> &Array<i8, D> {
+        &self.data
+    }
+
+    /// The mask bytes, by value.
+    pub fn into_array(self) -> Array<i8, D> {
+        self.data
+    }
+
+    /// The pooling parameters the mask belongs to.
+    pub fn params(&self) -> &MaxPool2dParams {
+        &self.geometry.params
+    }
+
+    /// The shape of the pooled input.
+    pub fn input_shape(&self) -> Vec<usize> {
+        self.geometry.input_dims()
+    }
+
+    /// The shape of the pooled output, `[N, C, Ho, Wo]`.
+    pub fn pooled_shape(&self) -> Vec<usize> {
+        self.geometry.pooled_dims()
+    }
+
+    /// A view for the two-phase API.
+    ///
+    /// # Errors
+    /// None in practice (the mask has rank 3 or 4).
+    pub fn view(&self) -> Result<MaskRef<'_, L>> {
+        Ok(MaskRef::new(TensorRef::named(self.data.view(), "Mask::view", "mask")?))
+    }
+
+    pub(crate) fn from_parts(data: Array<i8, D>, geometry: MaxPoolGeometry) -> Self {
+        Mask { data, geometry, layout: PhantomData }
+    }
+}
