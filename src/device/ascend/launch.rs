@@ -26,90 +26,123 @@ use crate::op::{
 };
 use crate::tensor::TensorMut;
 
-/// What phase 1 leaves for phase 2. Fields drop in declaration order, which is CANN's teardown
-/// order: descriptors, executor (if it was never launched), then device memory.
-pub struct AscendPrepared {
-    // The int arrays are only kept alive until the executor is gone.
-    tensors: Vec<AclTensor>,
+/// What phase 1 leaves for phase 2: nothing for an empty batch, else the device work, its device
+/// buffers named by `B` ([`ForwardBuffers`] or [`BackwardBuffers`]).
+pub struct AscendPrepared<B>(Option<DeviceWork<B>>);
+
+/// A planned operator. Fields drop in declaration order, which is CANN's teardown order:
+/// descriptors, executor (if it was never launched), then device memory.
+struct DeviceWork<B> {
+    /// The descriptors of `buffers`, kept alive until the executor is gone (as are the int
+    /// arrays).
+    _tensors: Vec<AclTensor>,
     _params: Option<PoolParams>,
     _output_size: Option<IntArray>,
+    /// Taken by the launch (a plan runs once).
     executor: Option<OpExecutor>,
-    buffers: Vec<DeviceBuffer>,
+    buffers: B,
+    /// Workspace bytes phase 1 asked for.
     workspace: u64,
 }
 
-impl core::fmt::Debug for AscendPrepared {
+/// The device buffers of a forward.
+#[derive(Debug)]
+pub struct ForwardBuffers {
+    input: DeviceBuffer,
+    output: DeviceBuffer,
+    /// int64 or int32 indices, or the int8 mask ([`PoolArgmax`]).
+    argmax: DeviceBuffer,
+}
+
+/// The device buffers of a backward.
+#[derive(Debug)]
+pub struct BackwardBuffers {
+    grad_output: DeviceBuffer,
+    /// Described for its shape; never uploaded, as no operator reads its values.
+    _self: DeviceBuffer,
+    /// The indices or the int8 mask ([`PoolArgmax`]).
+    argmax: DeviceBuffer,
+    grad_input: DeviceBuffer,
+}
+
+impl<B> core::fmt::Debug for AscendPrepared<B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("AscendPrepared")
-            .field("tensors", &self.tensors.len())
-            .field("workspace", &self.workspace)
-            .finish_non_exhaustive()
+        let mut d = f.debug_struct("AscendPrepared");
+        match &self.0 {
+            None => d.field("device_work", &false),
+            Some(work) => d.field("tensors", &work._tensors.len()).field("workspace", &work.workspace),
+        }
+        .finish_non_exhaustive()
     }
 }
 
-impl AscendPrepared {
+impl<B> AscendPrepared<B> {
     /// Nothing for the device to do (an empty batch): phase 2 only leaves the empty outputs.
     fn nothing() -> (Self, usize) {
-        let p = AscendPrepared {
-            tensors: Vec::new(),
-            _params: None,
-            _output_size: None,
-            executor: None,
-            buffers: Vec::new(),
-            workspace: 0,
+        (AscendPrepared(None), 0)
+    }
+
+    /// The prepared state of a planned operator, with the workspace size phase 1 reported.
+    fn planned(
+        op: &'static str,
+        (executor, workspace): (OpExecutor, u64),
+        tensors: Vec<AclTensor>,
+        buffers: B,
+        params: Option<PoolParams>,
+        output_size: Option<IntArray>,
+    ) -> Result<(Self, usize)> {
+        let bytes = usize::try_from(workspace).map_err(|_| Error::Overflow {
+            op,
+            arg: "workspace",
+            what: format!("{workspace} bytes reported by CANN exceed usize::MAX"),
+        })?;
+        let work = DeviceWork {
+            _tensors: tensors,
+            _params: params,
+            _output_size: output_size,
+            executor: Some(executor),
+            buffers,
+            workspace,
         };
-        (p, 0)
+        Ok((AscendPrepared(Some(work)), bytes))
     }
 }
 
-/// Device buffers and their `aclTensor`s, in the order they are added.
+/// What a launch needs from its prepared state.
+struct Launching<'p, B> {
+    executor: OpExecutor,
+    workspace: Option<&'p DeviceBuffer>,
+    workspace_size: u64,
+    buffers: &'p B,
+}
+
+/// A device buffer with its `aclTensor` descriptor.
+struct Staged {
+    tensor: AclTensor,
+    buffer: DeviceBuffer,
+}
+
+/// Stages the device tensors of operation `op` on `session`.
 struct Staging<'s> {
     /// The operation staged, named in errors.
     op: &'static str,
     session: &'s Arc<Session>,
-    tensors: Vec<AclTensor>,
-    buffers: Vec<DeviceBuffer>,
 }
 
 impl<'s> Staging<'s> {
     fn new(op: &'static str, session: &'s Arc<Session>) -> Self {
-        Staging { op, session, tensors: Vec::new(), buffers: Vec::new() }
+        Staging { op, session }
     }
 
     /// Allocates a device buffer for a `dims` tensor of `dtype` and describes it.
-    fn add(&mut self, arg: &'static str, dims: [usize; 4], dtype: DType) -> Result<()> {
+    fn add(&self, arg: &'static str, dims: [usize; 4], dtype: DType) -> Result<Staged> {
         let op = self.op;
         let bytes = dims.iter().try_fold(dtype_bytes(dtype), |a, &d| a.checked_mul(d)).ok_or_else(|| {
             Error::Overflow { op, arg, what: format!("the byte count of {dims:?} {dtype}") }
         })?;
         let buffer = self.session.alloc(bytes)?;
         let tensor = self.session.tensor(&dims, acl_dtype(dtype), Some(&buffer))?;
-        self.buffers.push(buffer);
-        self.tensors.push(tensor);
-        Ok(())
-    }
-
-    fn finish(
-        self,
-        planned: (OpExecutor, u64),
-        params: Option<PoolParams>,
-        output_size: Option<IntArray>,
-    ) -> Result<(AscendPrepared, usize)> {
-        let (executor, workspace) = planned;
-        let bytes = usize::try_from(workspace).map_err(|_| Error::Overflow {
-            op: self.op,
-            arg: "workspace",
-            what: format!("{workspace} bytes reported by CANN exceed usize::MAX"),
-        })?;
-        let prepared = AscendPrepared {
-            tensors: self.tensors,
-            _params: params,
-            _output_size: output_size,
-            executor: Some(executor),
-            buffers: self.buffers,
-            workspace,
-        };
-        Ok((prepared, bytes))
+        Ok(Staged { tensor, buffer })
     }
 }
 
@@ -268,15 +301,19 @@ impl Ascend {
         })
     }
 
-    /// The executor (taken: it is launched once) and workspace of a plan that has device work.
-    fn executor<'p>(
+    /// The executor (taken: it is launched once), workspace and buffers of a plan that has
+    /// device work; `None` for an empty batch.
+    fn launching<'p, B>(
         &self,
         op: &'static str,
-        prepared: &mut AscendPrepared,
+        prepared: &'p mut AscendPrepared<B>,
         memory: &'p AscendMemory,
-    ) -> Result<Option<(OpExecutor, Option<&'p DeviceBuffer>)>> {
+    ) -> Result<Option<Launching<'p, B>>> {
         let workspace = self.workspace(op, memory)?;
-        Ok(prepared.executor.take().map(|executor| (executor, workspace)))
+        let Some(work) = prepared.0.as_mut() else { return Ok(None) };
+        let Some(executor) = work.executor.take() else { return Ok(None) };
+        let work = &*work;
+        Ok(Some(Launching { executor, workspace, workspace_size: work.workspace, buffers: &work.buffers }))
     }
 }
 
@@ -350,21 +387,28 @@ impl Ascend {
         argmax: PoolArgmax,
         g: &MaxPoolGeometry,
         dtype: DType,
-    ) -> Result<(AscendPrepared, usize)> {
+    ) -> Result<(AscendPrepared<ForwardBuffers>, usize)> {
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
         let (input, pooled, mask) = pool_dims(op, g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
-        let mut s = Staging::new(op, &self.session);
-        s.add("input", input, dtype)?;
-        s.add("output", pooled, dtype)?;
-        s.add(arg, argmax_dims, argmax_dtype)?;
+        let s = Staging::new(op, &self.session);
+        let (x, out) = (s.add("input", input, dtype)?, s.add("output", pooled, dtype)?);
+        let arg = s.add(arg, argmax_dims, argmax_dtype)?;
         let params = self.pool_params(g)?;
-        let t = &s.tensors;
+        let indices = argmax == PoolArgmax::Indices;
         let planned =
-            self.session.pool_forward_plan(argmax == PoolArgmax::Indices, &t[0], &params, &t[1], &t[2])?;
-        s.finish(planned, Some(params), None)
+            self.session.pool_forward_plan(indices, &x.tensor, &params, &out.tensor, &arg.tensor)?;
+        let buffers = ForwardBuffers { input: x.buffer, output: out.buffer, argmax: arg.buffer };
+        AscendPrepared::planned(
+            op,
+            planned,
+            vec![x.tensor, out.tensor, arg.tensor],
+            buffers,
+            Some(params),
+            None,
+        )
     }
 
     /// Phase 1 of a max-pooling backward whose checks have passed: stages `grad_output`, `self_`,
@@ -375,78 +419,96 @@ impl Ascend {
         argmax: PoolArgmax,
         g: &MaxPoolGeometry,
         dtype: DType,
-    ) -> Result<(AscendPrepared, usize)> {
+    ) -> Result<(AscendPrepared<BackwardBuffers>, usize)> {
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
         let (input, pooled, mask) = pool_dims(op, g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
-        let mut s = Staging::new(op, &self.session);
-        s.add("grad_output", pooled, dtype)?;
-        s.add("self_", input, dtype)?;
-        s.add(arg, argmax_dims, argmax_dtype)?;
-        s.add("grad_input", input, dtype)?;
+        let s = Staging::new(op, &self.session);
+        let (go, x) = (s.add("grad_output", pooled, dtype)?, s.add("self_", input, dtype)?);
+        let (arg, gi) = (s.add(arg, argmax_dims, argmax_dtype)?, s.add("grad_input", input, dtype)?);
         let params = self.pool_params(g)?;
-        let t = &s.tensors;
         let indices = argmax == PoolArgmax::Indices;
-        let planned = self.session.pool_backward_plan(indices, &t[0], &t[1], &t[2], &params, &t[3])?;
-        s.finish(planned, Some(params), None)
+        let planned = self.session.pool_backward_plan(
+            indices,
+            &go.tensor,
+            &x.tensor,
+            &arg.tensor,
+            &params,
+            &gi.tensor,
+        )?;
+        let tensors = vec![go.tensor, x.tensor, arg.tensor, gi.tensor];
+        let buffers = BackwardBuffers {
+            grad_output: go.buffer,
+            _self: x.buffer,
+            argmax: arg.buffer,
+            grad_input: gi.buffer,
+        };
+        AscendPrepared::planned(op, planned, tensors, buffers, Some(params), None)
     }
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for Ascend {
-    type Prepared = AscendPrepared;
+    type Prepared = AscendPrepared<ForwardBuffers>;
 
     fn prepare(
         &self,
         _op: &AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
-    ) -> Result<(AscendPrepared, usize)> {
+    ) -> Result<(AscendPrepared<ForwardBuffers>, usize)> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
         self.check_support(OP, DeviceOp::AdaptiveForward, T::DTYPE)?;
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
         let (input, pooled) = adaptive_dims(g);
-        let mut s = Staging::new(OP, &self.session);
-        s.add("input", input, T::DTYPE)?;
-        s.add("output", pooled, T::DTYPE)?;
+        let s = Staging::new(OP, &self.session);
+        let (x, out) = (s.add("input", input, T::DTYPE)?, s.add("output", pooled, T::DTYPE)?);
         // aclnnAdaptiveMaxPool2d writes INT64 indices only; i32 callers get them converted.
-        s.add("indices", pooled, DType::I64)?;
+        let idx = s.add("indices", pooled, DType::I64)?;
         let output_size = self.session.int_array(&[g.ho as i64, g.wo as i64])?;
-        let [x, out, idx] = [&s.tensors[0], &s.tensors[1], &s.tensors[2]];
-        let planned = self.session.adaptive_forward_plan(x, &output_size, out, idx)?;
-        s.finish(planned, None, Some(output_size))
+        let planned =
+            self.session.adaptive_forward_plan(&x.tensor, &output_size, &out.tensor, &idx.tensor)?;
+        let buffers = ForwardBuffers { input: x.buffer, output: out.buffer, argmax: idx.buffer };
+        AscendPrepared::planned(
+            OP,
+            planned,
+            vec![x.tensor, out.tensor, idx.tensor],
+            buffers,
+            None,
+            Some(output_size),
+        )
     }
 
     fn launch(
         &self,
         op: AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
-        mut prepared: AscendPrepared,
+        mut prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = &prepared.buffers;
+        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
+        let b = w.buffers;
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b[0], op.input.view())?;
-        stream.run(DeviceOp::AdaptiveForward, executor, workspace, prepared.workspace)?;
-        download(&stream, OP, "output", &b[1], op.output)?;
+        upload(&stream, OP, "input", &b.input, op.input.view())?;
+        stream.run(DeviceOp::AdaptiveForward, w.executor, w.workspace, w.workspace_size)?;
+        download(&stream, OP, "output", &b.output, op.output)?;
         let mut indices = zeroed_vec::<i64>(OP, "indices", g.planes() * g.ho * g.wo)?;
-        stream.download(&b[2], bytemuck::cast_slice_mut(&mut indices))?;
+        stream.download(&b.argmax, bytemuck::cast_slice_mut(&mut indices))?;
         indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))
     }
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I>> for Ascend {
-    type Prepared = AscendPrepared;
+    type Prepared = AscendPrepared<BackwardBuffers>;
 
     fn prepare(
         &self,
         op: &AdaptiveMaxPool2dBackward<'a, T, I>,
         g: &AdaptiveGeometry,
-    ) -> Result<(AscendPrepared, usize)> {
+    ) -> Result<(AscendPrepared<BackwardBuffers>, usize)> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         self.check_support(OP, DeviceOp::AdaptiveBackward, T::DTYPE)?;
         if let Some((e, v)) = first_outside(op.indices.view(), g.h * g.w) {
@@ -456,43 +518,47 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
             return Ok(AscendPrepared::nothing());
         }
         let (input, pooled) = adaptive_dims(g);
-        let mut s = Staging::new(OP, &self.session);
-        s.add("grad_output", pooled, T::DTYPE)?;
-        s.add("self_", input, T::DTYPE)?;
-        s.add("indices", pooled, I::DTYPE)?;
-        s.add("grad_input", input, T::DTYPE)?;
-        let t = &s.tensors;
-        let planned = self.session.adaptive_backward_plan(&t[0], &t[1], &t[2], &t[3])?;
-        s.finish(planned, None, None)
+        let s = Staging::new(OP, &self.session);
+        let (go, x) = (s.add("grad_output", pooled, T::DTYPE)?, s.add("self_", input, T::DTYPE)?);
+        let (idx, gi) = (s.add("indices", pooled, I::DTYPE)?, s.add("grad_input", input, T::DTYPE)?);
+        let planned = self.session.adaptive_backward_plan(&go.tensor, &x.tensor, &idx.tensor, &gi.tensor)?;
+        let tensors = vec![go.tensor, x.tensor, idx.tensor, gi.tensor];
+        let buffers = BackwardBuffers {
+            grad_output: go.buffer,
+            _self: x.buffer,
+            argmax: idx.buffer,
+            grad_input: gi.buffer,
+        };
+        AscendPrepared::planned(OP, planned, tensors, buffers, None, None)
     }
 
     fn launch(
         &self,
         op: AdaptiveMaxPool2dBackward<'a, T, I>,
         _g: &AdaptiveGeometry,
-        mut prepared: AscendPrepared,
+        mut prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
-        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = &prepared.buffers;
+        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
+        let b = w.buffers;
         let stream = self.session.stream()?;
         // `self_` is not uploaded: the operator reads only its shape.
-        upload(&stream, OP, "grad_output", &b[0], op.grad_output.view())?;
-        upload(&stream, OP, "indices", &b[2], op.indices.view())?;
-        stream.run(DeviceOp::AdaptiveBackward, executor, workspace, prepared.workspace)?;
-        download(&stream, OP, "grad_input", &b[3], op.grad_input)
+        upload(&stream, OP, "grad_output", &b.grad_output, op.grad_output.view())?;
+        upload(&stream, OP, "indices", &b.argmax, op.indices.view())?;
+        stream.run(DeviceOp::AdaptiveBackward, w.executor, w.workspace, w.workspace_size)?;
+        download(&stream, OP, "grad_input", &b.grad_input, op.grad_input)
     }
 }
 
 impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Ascend {
-    type Prepared = AscendPrepared;
+    type Prepared = AscendPrepared<ForwardBuffers>;
 
     fn prepare(
         &self,
         _op: &MaxPool2dWithMask<'a, T, L>,
         g: &MaxPoolGeometry,
-    ) -> Result<(AscendPrepared, usize)> {
+    ) -> Result<(AscendPrepared<ForwardBuffers>, usize)> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
         self.check_support(OP, DeviceOp::MaskForward, T::DTYPE)?;
         self.check_params(OP, g)?;
@@ -504,31 +570,31 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         &self,
         op: MaxPool2dWithMask<'a, T, L>,
         _g: &MaxPoolGeometry,
-        mut prepared: AscendPrepared,
+        mut prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
-        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = &prepared.buffers;
+        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
+        let b = w.buffers;
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b[0], op.input.view())?;
+        upload(&stream, OP, "input", &b.input, op.input.view())?;
         // The operator writes only part of the mask (the i32 prefix, or the bit-mask words): the
         // rest is zero, as the CPU backend leaves it.
-        stream.zero(&b[2])?;
-        stream.run(DeviceOp::MaskForward, executor, workspace, prepared.workspace)?;
-        download(&stream, OP, "output", &b[1], op.output)?;
-        download(&stream, OP, "mask", &b[2], op.mask.bytes)
+        stream.zero(&b.argmax)?;
+        stream.run(DeviceOp::MaskForward, w.executor, w.workspace, w.workspace_size)?;
+        download(&stream, OP, "output", &b.output, op.output)?;
+        download(&stream, OP, "mask", &b.argmax, op.mask.bytes)
     }
 }
 
 impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>> for Ascend {
-    type Prepared = AscendPrepared;
+    type Prepared = AscendPrepared<BackwardBuffers>;
 
     fn prepare(
         &self,
         op: &MaxPool2dWithMaskBackward<'a, T, L>,
         g: &MaxPoolGeometry,
-    ) -> Result<(AscendPrepared, usize)> {
+    ) -> Result<(AscendPrepared<BackwardBuffers>, usize)> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         self.check_support(OP, DeviceOp::MaskBackward, T::DTYPE)?;
         self.check_params(OP, g)?;
@@ -559,17 +625,17 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         &self,
         op: MaxPool2dWithMaskBackward<'a, T, L>,
         _g: &MaxPoolGeometry,
-        mut prepared: AscendPrepared,
+        mut prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = &prepared.buffers;
+        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
+        let b = w.buffers;
         let stream = self.session.stream()?;
-        upload(&stream, OP, "grad_output", &b[0], op.grad_output.view())?;
-        upload(&stream, OP, "mask", &b[2], op.mask.bytes.view())?;
-        stream.run(DeviceOp::MaskBackward, executor, workspace, prepared.workspace)?;
-        download(&stream, OP, "grad_input", &b[3], op.grad_input)
+        upload(&stream, OP, "grad_output", &b.grad_output, op.grad_output.view())?;
+        upload(&stream, OP, "mask", &b.argmax, op.mask.bytes.view())?;
+        stream.run(DeviceOp::MaskBackward, w.executor, w.workspace, w.workspace_size)?;
+        download(&stream, OP, "grad_input", &b.grad_input, op.grad_input)
     }
 }
 
@@ -591,13 +657,13 @@ fn int32_indices<'a, I: ArgmaxIndex>(
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> for Ascend {
-    type Prepared = AscendPrepared;
+    type Prepared = AscendPrepared<ForwardBuffers>;
 
     fn prepare(
         &self,
         _op: &MaxPool2dWithIndices<'a, T, I>,
         g: &MaxPoolGeometry,
-    ) -> Result<(AscendPrepared, usize)> {
+    ) -> Result<(AscendPrepared<ForwardBuffers>, usize)> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES;
         self.check_support(OP, DeviceOp::WithIndicesForward, T::DTYPE)?;
         self.check_params(OP, g)?;
@@ -608,30 +674,30 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         &self,
         op: MaxPool2dWithIndices<'a, T, I>,
         g: &MaxPoolGeometry,
-        mut prepared: AscendPrepared,
+        mut prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = &prepared.buffers;
+        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
+        let b = w.buffers;
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b[0], op.input.view())?;
-        stream.run(DeviceOp::WithIndicesForward, executor, workspace, prepared.workspace)?;
-        download(&stream, OP, "output", &b[1], op.output)?;
+        upload(&stream, OP, "input", &b.input, op.input.view())?;
+        stream.run(DeviceOp::WithIndicesForward, w.executor, w.workspace, w.workspace_size)?;
+        download(&stream, OP, "output", &b.output, op.output)?;
         let mut indices = zeroed_vec::<i32>(OP, "indices", g.planes() * g.positions())?;
-        stream.download(&b[2], bytemuck::cast_slice_mut(&mut indices))?;
+        stream.download(&b.argmax, bytemuck::cast_slice_mut(&mut indices))?;
         indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))
     }
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T, I>> for Ascend {
-    type Prepared = AscendPrepared;
+    type Prepared = AscendPrepared<BackwardBuffers>;
 
     fn prepare(
         &self,
         op: &MaxPool2dWithIndicesBackward<'a, T, I>,
         g: &MaxPoolGeometry,
-    ) -> Result<(AscendPrepared, usize)> {
+    ) -> Result<(AscendPrepared<BackwardBuffers>, usize)> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         self.check_support(OP, DeviceOp::WithIndicesBackward, T::DTYPE)?;
         self.check_params(OP, g)?;
@@ -646,17 +712,17 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         &self,
         op: MaxPool2dWithIndicesBackward<'a, T, I>,
         _g: &MaxPoolGeometry,
-        mut prepared: AscendPrepared,
+        mut prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-        let Some((executor, workspace)) = self.executor(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = &prepared.buffers;
+        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
+        let b = w.buffers;
         let stream = self.session.stream()?;
-        upload(&stream, OP, "grad_output", &b[0], op.grad_output.view())?;
+        upload(&stream, OP, "grad_output", &b.grad_output, op.grad_output.view())?;
         let indices = int32_indices(OP, "indices", op.indices.view())?;
-        stream.upload(&b[2], bytemuck::cast_slice(&indices))?;
-        stream.run(DeviceOp::WithIndicesBackward, executor, workspace, prepared.workspace)?;
-        download(&stream, OP, "grad_input", &b[3], op.grad_input)
+        stream.upload(&b.argmax, bytemuck::cast_slice(&indices))?;
+        stream.run(DeviceOp::WithIndicesBackward, w.executor, w.workspace, w.workspace_size)?;
+        download(&stream, OP, "grad_input", &b.grad_input, op.grad_input)
     }
 }

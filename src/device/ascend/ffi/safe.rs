@@ -1,0 +1,539 @@
+//! The owning layer: RAII handles over CANN objects ([`Session`] = device + context + stream,
+//! [`StreamGuard`], [`DeviceBuffer`], [`AclTensor`], [`IntArray`], [`OpExecutor`]), each
+//! releasing what it owns in `Drop` without panicking, in CANN's teardown order (tensors and
+//! arrays, executor, buffers, then stream, context, device), and the operators' two phases.
+
+#![allow(unsafe_code)]
+
+use core::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::result::Runtime;
+use super::sys::{
+    ACL_SUCCESS, AclIntArrayC, AclTensorC, Api, Exec, FORMAT_NCHW, FORMAT_ND, IntArr, MALLOC_HUGE_FIRST,
+    MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE, OPT_DETERMINISTIC,
+};
+use crate::device::ascend::soc::DeviceOp;
+use crate::error::{AscendError, Error, Result};
+
+/// One device in use: `aclrtSetDevice`, a context and a stream. Every method makes the context
+/// current on the calling thread first, so a session can be used from any thread.
+pub(crate) struct Session {
+    rt: Arc<Runtime>,
+    device_id: i32,
+    context: *mut c_void,
+    stream: *mut c_void,
+    /// Serialises launch-synchronise-copy sequences on the stream.
+    stream_lock: Mutex<()>,
+}
+
+// SAFETY: the context and stream handles are plain identifiers that CANN lets any thread use once
+// the context is current on it (`aclrtSetCurrentContext`), which every method does first; stream
+// work is serialised by `stream_lock`.
+unsafe impl Send for Session {}
+// SAFETY: as for `Send`: no method touches the handles without binding the context, and the only
+// mutable state (the stream's queue) is guarded by `stream_lock`.
+unsafe impl Sync for Session {}
+
+impl core::fmt::Debug for Session {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Session").field("device_id", &self.device_id).field("runtime", &self.rt).finish()
+    }
+}
+
+impl Session {
+    /// Sets device `device_id` and creates a context and a stream on it.
+    pub(crate) fn open(rt: Arc<Runtime>, device_id: i32) -> Result<Arc<Session>> {
+        // SAFETY: plain integer argument.
+        rt.check("aclrtSetDevice", unsafe { (rt.api.aclrt_set_device)(device_id) })?;
+        let mut context = core::ptr::null_mut();
+        // SAFETY: `context` is a valid out-pointer.
+        let code = unsafe { (rt.api.aclrt_create_context)(&mut context, device_id) };
+        if code != ACL_SUCCESS {
+            let e = rt.error("aclrtCreateContext", code);
+            // SAFETY: undoes the successful `aclrtSetDevice` above.
+            unsafe { (rt.api.aclrt_reset_device)(device_id) };
+            return Err(e);
+        }
+        let mut stream = core::ptr::null_mut();
+        // SAFETY: the new context is current on this thread; `stream` is a valid out-pointer.
+        let code = unsafe { (rt.api.aclrt_create_stream)(&mut stream) };
+        if code != ACL_SUCCESS {
+            let e = rt.error("aclrtCreateStream", code);
+            // SAFETY: undoes the context and device set above, in CANN's order.
+            unsafe {
+                (rt.api.aclrt_destroy_context)(context);
+                (rt.api.aclrt_reset_device)(device_id);
+            }
+            return Err(e);
+        }
+        Ok(Arc::new(Session { rt, device_id, context, stream, stream_lock: Mutex::new(()) }))
+    }
+
+    pub(crate) fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
+    /// Makes this session's context current on the calling thread.
+    fn bind(&self) -> Result<()> {
+        // SAFETY: `context` is live until `Drop`.
+        self.rt
+            .check("aclrtSetCurrentContext", unsafe { (self.rt.api.aclrt_set_current_context)(self.context) })
+    }
+
+    /// Sets `ACL_OPT_DETERMINISTIC` on this session's context and, where the runtime exports
+    /// `aclrtSetSysParamOpt`, for the process (which current nnopbase reads: hicann/opbase
+    /// `GetDeterministicLevelFromRt`; torch_npu sets both, `OpParamMaker.cpp`).
+    pub(crate) fn set_deterministic(&self, on: bool) -> Result<()> {
+        self.bind()?;
+        // SAFETY: integer arguments; the context is current.
+        let code = unsafe { (self.rt.api.aclrt_ctx_set_sys_param_opt)(OPT_DETERMINISTIC, on as i64) };
+        self.rt.check("aclrtCtxSetSysParamOpt", code)?;
+        if let Some(set) = self.rt.api.aclrt_set_sys_param_opt {
+            // SAFETY: integer arguments.
+            let code = unsafe { set(OPT_DETERMINISTIC, on as i64) };
+            self.rt.check("aclrtSetSysParamOpt", code)?;
+        }
+        Ok(())
+    }
+
+    /// `ACL_OPT_DETERMINISTIC` as CANN reports it now: `(context, process)`, each `None` where the
+    /// runtime does not export the getter or reports the option unset.
+    pub(crate) fn deterministic_levels(&self) -> Result<(Option<i64>, Option<i64>)> {
+        self.bind()?;
+        let read = |get: Option<unsafe extern "C" fn(i32, *mut i64) -> i32>| {
+            get.and_then(|get| {
+                let mut value = 0i64;
+                // SAFETY: `value` is a valid `int64_t*` for the call; the context is current.
+                (unsafe { get(OPT_DETERMINISTIC, &mut value) } == ACL_SUCCESS).then_some(value)
+            })
+        };
+        Ok((read(self.rt.api.aclrt_ctx_get_sys_param_opt), read(self.rt.api.aclrt_get_sys_param_opt)))
+    }
+
+    /// Allocates `bytes` (> 0) of device memory.
+    pub(crate) fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DeviceBuffer> {
+        debug_assert!(bytes > 0);
+        self.bind()?;
+        let mut ptr = core::ptr::null_mut();
+        // SAFETY: `ptr` is a valid out-pointer; size and policy are plain values.
+        let code = unsafe { (self.rt.api.aclrt_malloc)(&mut ptr, bytes, MALLOC_HUGE_FIRST) };
+        self.rt.check("aclrtMalloc", code)?;
+        Ok(DeviceBuffer { session: Arc::clone(self), ptr, len: bytes })
+    }
+
+    /// Locks the stream for one launch-synchronise-copy sequence.
+    pub(crate) fn stream(&self) -> Result<StreamGuard<'_>> {
+        let guard = self.stream_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.bind()?;
+        Ok(StreamGuard { session: self, pending: false.into(), _guard: guard })
+    }
+
+    /// Creates a contiguous tensor of `dims` over `buffer` (or over no memory when `None`, for an
+    /// empty tensor): NCHW when 4-D, ND otherwise.
+    pub(crate) fn tensor(
+        self: &Arc<Self>,
+        dims: &[usize],
+        dtype: i32,
+        buffer: Option<&DeviceBuffer>,
+    ) -> Result<AclTensor> {
+        let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let mut strides = vec![1i64; dims.len()];
+        for i in (0..dims.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * dims[i + 1].max(1);
+        }
+        let storage = [dims.iter().product::<i64>()];
+        let data = buffer.map_or(core::ptr::null_mut(), |b| b.ptr);
+        // SAFETY: the three arrays live across the call and have the lengths passed; CANN copies
+        // them. `data` is device memory of at least `storage` elements, or null for no elements.
+        let ptr = unsafe {
+            (self.rt.api.acl_create_tensor)(
+                dims.as_ptr(),
+                dims.len() as u64,
+                dtype,
+                strides.as_ptr(),
+                0,
+                if dims.len() == 4 { FORMAT_NCHW } else { FORMAT_ND },
+                storage.as_ptr(),
+                1,
+                data,
+            )
+        };
+        if ptr.is_null() {
+            return Err(self.rt.null_error("aclCreateTensor"));
+        }
+        Ok(AclTensor { rt: Arc::clone(&self.rt), ptr })
+    }
+
+    /// Creates an `aclIntArray` of `values`.
+    pub(crate) fn int_array(&self, values: &[i64]) -> Result<IntArray> {
+        // SAFETY: `values` is valid for `values.len()` elements during the call; CANN copies it.
+        let ptr = unsafe { (self.rt.api.acl_create_int_array)(values.as_ptr(), values.len() as u64) };
+        if ptr.is_null() {
+            return Err(self.rt.null_error("aclCreateIntArray"));
+        }
+        Ok(IntArray { rt: Arc::clone(&self.rt), ptr })
+    }
+
+    /// Takes ownership of the executor phase 1 returned (one-shot: see the module docs).
+    fn executor(&self, function: &'static str, code: i32, ptr: Exec) -> Result<OpExecutor> {
+        // A failed phase 1 leaves no executor to release (ops-nn builds it in a
+        // `UniqueExecutor`, which frees it on every early return).
+        self.rt.check(function, code)?;
+        if ptr.is_null() {
+            return Err(self.rt.null_error(function));
+        }
+        Ok(OpExecutor { rt: Arc::clone(&self.rt), ptr })
+    }
+
+    fn op<T>(&self, op: Option<T>, symbol: &'static str) -> Result<T> {
+        op.ok_or_else(|| {
+            Error::Ascend(AscendError::Unavailable {
+                reason: format!("`{symbol}` is not exported by the CANN libraries (it needs a newer CANN)"),
+                tried: vec![self.rt.origin().to_string()],
+            })
+        })
+    }
+
+    /// Phase 1 of an operator: `call` is its `aclnnXxxGetWorkspaceSize` with the workspace-size
+    /// and executor out-pointers.
+    fn phase1(
+        &self,
+        function: &'static str,
+        call: impl FnOnce(*mut u64, *mut Exec) -> i32,
+    ) -> Result<(OpExecutor, u64)> {
+        self.bind()?;
+        let (mut size, mut exec) = (0u64, core::ptr::null_mut());
+        let code = call(&mut size, &mut exec);
+        Ok((self.executor(function, code, exec)?, size))
+    }
+
+    /// Phase 1 of `aclnnAdaptiveMaxPool2d`.
+    pub(crate) fn adaptive_forward_plan(
+        &self,
+        input: &AclTensor,
+        output_size: &IntArray,
+        out: &AclTensor,
+        indices: &AclTensor,
+    ) -> Result<(OpExecutor, u64)> {
+        let ws_symbol = DeviceOp::AdaptiveForward.workspace_symbol();
+        let (ws, _) = self.op(self.rt.api.adaptive_forward, ws_symbol)?;
+        // SAFETY: live handles created by this session; valid out-pointers.
+        self.phase1(ws_symbol, |size, exec| unsafe {
+            ws(input.ptr, output_size.ptr, out.ptr, indices.ptr, size, exec)
+        })
+    }
+
+    /// Phase 1 of `aclnnAdaptiveMaxPool2dBackward`.
+    pub(crate) fn adaptive_backward_plan(
+        &self,
+        grad_output: &AclTensor,
+        input: &AclTensor,
+        indices: &AclTensor,
+        grad_input: &AclTensor,
+    ) -> Result<(OpExecutor, u64)> {
+        let ws_symbol = DeviceOp::AdaptiveBackward.workspace_symbol();
+        let (ws, _) = self.op(self.rt.api.adaptive_backward, ws_symbol)?;
+        // SAFETY: live handles created by this session; valid out-pointers.
+        self.phase1(ws_symbol, |size, exec| unsafe {
+            ws(grad_output.ptr, input.ptr, indices.ptr, grad_input.ptr, size, exec)
+        })
+    }
+
+    /// Phase 1 of `aclnnMaxPool2dWithMask` (`indices` false) or `aclnnMaxPool2dWithIndices`.
+    pub(crate) fn pool_forward_plan(
+        &self,
+        indices: bool,
+        input: &AclTensor,
+        params: &PoolParams,
+        out: &AclTensor,
+        argmax: &AclTensor,
+    ) -> Result<(OpExecutor, u64)> {
+        let (op, ws) = if indices {
+            (self.rt.api.indices_forward, DeviceOp::WithIndicesForward.workspace_symbol())
+        } else {
+            (self.rt.api.mask_forward, DeviceOp::MaskForward.workspace_symbol())
+        };
+        let (call, _) = self.op(op, ws)?;
+        let [k, s, p, d] = params.arrays();
+        // SAFETY: live handles created by this session; valid out-pointers.
+        self.phase1(ws, |size, exec| unsafe {
+            call(input.ptr, k, s, p, d, params.ceil_mode, out.ptr, argmax.ptr, size, exec)
+        })
+    }
+
+    /// Phase 1 of `aclnnMaxPool2dWithMaskBackward` (`indices` false) or
+    /// `aclnnMaxPool2dWithIndicesBackward`.
+    pub(crate) fn pool_backward_plan(
+        &self,
+        indices: bool,
+        grad_output: &AclTensor,
+        input: &AclTensor,
+        argmax: &AclTensor,
+        params: &PoolParams,
+        grad_input: &AclTensor,
+    ) -> Result<(OpExecutor, u64)> {
+        let (op, ws) = if indices {
+            (self.rt.api.indices_backward, DeviceOp::WithIndicesBackward.workspace_symbol())
+        } else {
+            (self.rt.api.mask_backward, DeviceOp::MaskBackward.workspace_symbol())
+        };
+        let (call, _) = self.op(op, ws)?;
+        let [k, s, p, d] = params.arrays();
+        // SAFETY: live handles created by this session; valid out-pointers.
+        self.phase1(ws, |size, exec| unsafe {
+            call(
+                grad_output.ptr,
+                input.ptr,
+                argmax.ptr,
+                k,
+                s,
+                p,
+                d,
+                params.ceil_mode,
+                grad_input.ptr,
+                size,
+                exec,
+            )
+        })
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Teardown in CANN's order: stream, context, device. Failures cannot be reported from
+        // `drop`; the handles are gone either way.
+        // SAFETY: the handles are live and owned by this session; nothing uses them after drop.
+        unsafe {
+            (self.rt.api.aclrt_set_current_context)(self.context);
+            (self.rt.api.aclrt_destroy_stream)(self.stream);
+            (self.rt.api.aclrt_destroy_context)(self.context);
+            (self.rt.api.aclrt_reset_device)(self.device_id);
+        }
+    }
+}
+
+/// Exclusive use of a session's stream, with its context current. Dropped with work possibly
+/// queued (a launch that failed part-way, a failed copy after a launch), it synchronises the
+/// stream first, so that no buffer the work uses is freed under it.
+pub(crate) struct StreamGuard<'s> {
+    session: &'s Session,
+    /// Whether work may be queued that no synchronisation has waited for.
+    pending: core::cell::Cell<bool>,
+    _guard: MutexGuard<'s, ()>,
+}
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        if self.pending.get() {
+            // The error that brought us here is already on its way to the caller; this
+            // synchronisation only keeps the buffers alive until the device is done with them.
+            // SAFETY: the stream is live.
+            let _ = unsafe { (self.rt().api.aclrt_synchronize_stream)(self.session.stream) };
+        }
+    }
+}
+
+impl StreamGuard<'_> {
+    fn rt(&self) -> &Runtime {
+        &self.session.rt
+    }
+
+    /// Copies `host` to the start of `buffer`.
+    pub(crate) fn upload(&self, buffer: &DeviceBuffer, host: &[u8]) -> Result<()> {
+        assert!(host.len() <= buffer.len, "upload larger than its buffer");
+        // SAFETY: `buffer` holds `buffer.len >= host.len()` device bytes; `host` is readable.
+        let code = unsafe {
+            (self.rt().api.aclrt_memcpy)(
+                buffer.ptr,
+                buffer.len,
+                host.as_ptr().cast(),
+                host.len(),
+                MEMCPY_HOST_TO_DEVICE,
+            )
+        };
+        self.rt().check("aclrtMemcpy", code)
+    }
+
+    /// Copies the start of `buffer` into `host`.
+    pub(crate) fn download(&self, buffer: &DeviceBuffer, host: &mut [u8]) -> Result<()> {
+        assert!(host.len() <= buffer.len, "download larger than its buffer");
+        // SAFETY: `host` is writable for `host.len()` bytes; `buffer` holds at least that many.
+        let code = unsafe {
+            (self.rt().api.aclrt_memcpy)(
+                host.as_mut_ptr().cast(),
+                host.len(),
+                buffer.ptr,
+                host.len(),
+                MEMCPY_DEVICE_TO_HOST,
+            )
+        };
+        self.rt().check("aclrtMemcpy", code)
+    }
+
+    /// Sets every byte of `buffer` to zero.
+    pub(crate) fn zero(&self, buffer: &DeviceBuffer) -> Result<()> {
+        // SAFETY: `buffer` holds `buffer.len` device bytes.
+        let code = unsafe { (self.rt().api.aclrt_memset)(buffer.ptr, buffer.len, 0, buffer.len) };
+        self.rt().check("aclrtMemset", code)
+    }
+
+    /// Phase 2: launches `executor` on the stream with `workspace` (`size` bytes, as phase 1
+    /// reported), consuming it, then waits for the stream.
+    pub(crate) fn run(
+        &self,
+        kind: DeviceOp,
+        executor: OpExecutor,
+        workspace: Option<&DeviceBuffer>,
+        size: u64,
+    ) -> Result<()> {
+        let api = &self.rt().api;
+        let launch = api.launch(kind);
+        let name = kind.symbol();
+        // Not launched (unreachable in practice: phase 1 found the same library's symbols), the
+        // executor is destroyed by its `Drop`.
+        let launch = self.session.op(launch, name)?;
+        let ws = workspace.map_or(core::ptr::null_mut(), |w| w.ptr);
+        let exec = executor.hand_over();
+        self.pending.set(true);
+        // SAFETY: `exec` is a live executor made for this operator and handed over to CANN, which
+        // deletes it when the call returns; `ws` is device memory of at least `size` bytes
+        // (checked by the caller) or null when `size` is 0; the stream is live.
+        let code = unsafe { launch(ws, size, exec, self.session.stream) };
+        self.rt().check(name, code)?;
+        // SAFETY: the stream is live.
+        let code = unsafe { (api.aclrt_synchronize_stream)(self.session.stream) };
+        // Whatever the outcome, the stream has stopped: a failed synchronisation aborts its tasks.
+        self.pending.set(false);
+        self.rt().check("aclrtSynchronizeStream", code)
+    }
+}
+
+/// Kernel, stride, padding and dilation as `aclIntArray`s, and the ceil mode.
+pub(crate) struct PoolParams {
+    pub(crate) kernel: IntArray,
+    pub(crate) stride: IntArray,
+    pub(crate) padding: IntArray,
+    pub(crate) dilation: IntArray,
+    pub(crate) ceil_mode: bool,
+}
+
+impl PoolParams {
+    /// Kernel, stride, padding and dilation, in the order of the operators' signatures.
+    fn arrays(&self) -> [IntArr; 4] {
+        [&self.kernel, &self.stride, &self.padding, &self.dilation].map(|a| a.ptr.cast_const())
+    }
+}
+
+/// Device memory from `aclrtMalloc`, freed on drop.
+pub(crate) struct DeviceBuffer {
+    session: Arc<Session>,
+    ptr: *mut c_void,
+    len: usize,
+}
+
+// SAFETY: the pointer is a device address, never dereferenced on the host; freeing it binds the
+// session's context on whatever thread drops it.
+unsafe impl Send for DeviceBuffer {}
+
+impl core::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DeviceBuffer").field("bytes", &self.len).finish()
+    }
+}
+
+impl DeviceBuffer {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether this memory was allocated by `session`.
+    pub(crate) fn belongs_to(&self, session: &Arc<Session>) -> bool {
+        Arc::ptr_eq(&self.session, session)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let api = &self.session.rt.api;
+        // SAFETY: `ptr` came from `aclrtMalloc` in this session's context and is freed once.
+        unsafe {
+            (api.aclrt_set_current_context)(self.session.context);
+            (api.aclrt_free)(self.ptr);
+        }
+    }
+}
+
+/// A C object this crate owns, destroyed on drop: [`AclTensor`] or [`IntArray`].
+pub(crate) struct Owned<C: Destroy> {
+    rt: Arc<Runtime>,
+    ptr: *mut C,
+}
+
+/// How a C object type is destroyed.
+pub(crate) trait Destroy: Sized {
+    /// Destroys `ptr`, which is live and owned by the caller.
+    ///
+    /// # Safety
+    /// `ptr` must be live, of this type, created through `api`, and not used afterwards.
+    unsafe fn destroy(api: &Api, ptr: *mut Self);
+}
+
+impl Destroy for AclTensorC {
+    unsafe fn destroy(api: &Api, ptr: *mut Self) {
+        // SAFETY: the caller's contract; `aclDestroyTensor` frees the descriptor only.
+        unsafe { (api.acl_destroy_tensor)(ptr) };
+    }
+}
+
+impl Destroy for AclIntArrayC {
+    unsafe fn destroy(api: &Api, ptr: *mut Self) {
+        // SAFETY: the caller's contract.
+        unsafe { (api.acl_destroy_int_array)(ptr) };
+    }
+}
+
+/// An `aclTensor` descriptor (the memory it describes is owned elsewhere).
+pub(crate) type AclTensor = Owned<AclTensorC>;
+/// An `aclIntArray`.
+pub(crate) type IntArray = Owned<AclIntArrayC>;
+// SAFETY: host-side objects that CANN does not tie to a thread; each is used by one plan at a time
+// (it is moved into the launch).
+unsafe impl<C: Destroy> Send for Owned<C> {}
+
+impl<C: Destroy> Drop for Owned<C> {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` was created through this runtime's API, is owned by `self` and is destroyed
+        // once, here.
+        unsafe { C::destroy(&self.rt.api, self.ptr) };
+    }
+}
+
+/// An `aclOpExecutor` from phase 1, owned by this crate until [`StreamGuard::run`] hands it over to
+/// CANN (which then deletes it); destroyed with `aclDestroyAclOpExecutor` if dropped before that.
+pub(crate) struct OpExecutor {
+    rt: Arc<Runtime>,
+    /// Null once handed over.
+    ptr: Exec,
+}
+
+impl OpExecutor {
+    /// Gives up ownership: from here on CANN owns (and deletes) the executor.
+    fn hand_over(mut self) -> Exec {
+        core::mem::replace(&mut self.ptr, core::ptr::null_mut())
+    }
+}
+
+// SAFETY: a host-side object that CANN does not tie to a thread; it is used by one plan at a time
+// (moved into the launch).
+unsafe impl Send for OpExecutor {}
+
+impl Drop for OpExecutor {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: a live executor from phase 1 that was never launched, so it is still ours;
+            // destroyed once, here.
+            unsafe { (self.rt.api.acl_destroy_executor)(self.ptr) };
+        }
+    }
+}
