@@ -1,5 +1,5 @@
-//! Test support for the Ascend backend: builds the CANN test double (`tests/cann-double`), lays it
-//! out like a CANN install (`lib64/libascendcl.so`, `libnnopbase.so`, `libopapi_nn.so`), and
+//! Test support for the Ascend backend: lays the CANN test double (`tests/cann-double`, built as a
+//! workspace member) out like a CANN install (`lib64/libascendcl.so`, `libnnopbase.so`, `libopapi_nn.so`), and
 //! drives its control functions. Also finds a real NPU when one is present.
 //!
 //! The double keeps process-wide state, so tests that use it take [`Double::session`], which
@@ -8,7 +8,6 @@
 #![allow(dead_code, unsafe_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use poolgrad::device::ascend::Ascend;
@@ -30,23 +29,21 @@ thread_local! {
 /// The libraries a CANN install provides, all served by the one double.
 const NAMES: [&str; 3] = ["libascendcl.so", "libnnopbase.so", "libopapi_nn.so"];
 
-/// Builds the double (with `features`) into `target/tmp/<name>` and lays it out as a CANN
-/// install; returns the install root.
-fn install(name: &str, features: &[&str]) -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cann-double/Cargo.toml");
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let status = Command::new(cargo)
-        .args(["build", "--quiet", "--locked", "--manifest-path"])
-        .arg(&manifest)
-        .arg("--target-dir")
-        .arg(&target)
-        .args(features.iter().flat_map(|f| ["--features", f]))
-        .status()
-        .expect("run cargo to build the CANN test double");
-    assert!(status.success(), "building tests/cann-double failed");
-    let so = target.join("debug/libcann_double.so");
-    let root = target.join("install");
+/// Lays the double's library `file` (built by `cargo build -p cann-double -p cann-double-81`, a
+/// workspace member: no test runs cargo) out as a CANN install under `target/tmp/<name>`;
+/// returns the install root.
+fn install(name: &str, file: &str) -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    // `target/tmp` is inside the target directory, whose `debug` holds the workspace's libraries.
+    let so =
+        tmp.parent().expect("CARGO_TARGET_TMPDIR is inside the target directory").join("debug").join(file);
+    assert!(
+        so.exists(),
+        "the CANN test double is not built ({} is missing): run `cargo build -p cann-double -p cann-double-81` \
+         before the Ascend tests (.ci/run does)",
+        so.display()
+    );
+    let root = tmp.join(name).join("install");
     let lib64 = root.join("lib64");
     std::fs::create_dir_all(&lib64).unwrap();
     for name in NAMES {
@@ -58,7 +55,7 @@ fn install(name: &str, features: &[&str]) -> PathBuf {
 }
 
 fn build() -> Double {
-    let root = install("cann-double", &[]);
+    let root = install("cann-double", "libcann_double.so");
     // SAFETY: loads the double (the same file the backend will open through the symlinks); its
     // initialisers only set up Rust statics.
     let lib =
@@ -70,7 +67,7 @@ fn build() -> Double {
 /// `aclnnAdaptiveMaxPool2dBackward`). It keeps its own state; tests use it without controls.
 pub fn cann81_root() -> PathBuf {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();
-    ROOT.get_or_init(|| install("cann-double-81", &["cann81"])).clone()
+    ROOT.get_or_init(|| install("cann-double-81", "libcann_double_81.so")).clone()
 }
 
 impl Double {
