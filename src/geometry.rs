@@ -119,6 +119,15 @@ pub(crate) fn mask_words_per_row(positions: usize) -> Option<usize> {
     positions.div_ceil(16).checked_add(1)?.checked_mul(16)
 }
 
+/// The planes (`n * C + c`) of `Bitmask` block `b = n * ⌈C/16⌉ + c1` of a mask of `c` channels:
+/// its channels `16 * c1 ..` (16, or fewer in the last block of a batch), consecutive planes;
+/// none without channels.
+pub(crate) fn mask_block_planes(c: usize, b: usize) -> Range<usize> {
+    let c1s = c.div_ceil(16);
+    let first = |b: usize| (b / c1s) * c + ((b % c1s) * 16).min(c);
+    if c1s == 0 { 0..0 } else { first(b)..first(b + 1) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ use crate::element::PoolFloat;
 use crate::error::{DeviceLimitKind, Error, Result};
 use crate::geometry::adaptive_is_divisible;
 use crate::index::ArgmaxIndex;
-use crate::mask::{MaskLayout, MaskMut, MaskRef};
+use crate::mask::{MaskLayout, MaskMut, MaskRef, check_layout};
 use crate::params::MaxPool2dParams;
 use crate::tensor::{TensorMut, TensorRef};
 use crate::validate::{self, DeviceLimits};
@@ -378,7 +378,7 @@ pub(crate) fn mask_forward_shapes<T: PoolFloat, L: MaskLayout>(
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_MASK;
     let g = MaxPoolGeometry::for_mask(OP, "input", params, &input.dims())?;
-    g.check_layout::<L>(OP)?;
+    check_layout::<L>(&g, OP)?;
     Ok(g)
 }
 
@@ -430,7 +430,7 @@ pub(crate) fn mask_backward_shapes<T: PoolFloat, L: MaskLayout>(
     const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
     let g = MaxPoolGeometry::for_mask(OP, "self_", params, &self_.dims())?;
     validate::input_shape(OP, "grad_output", grad_output, g.pooled_dims())?;
-    g.check_layout::<L>(OP)?;
+    check_layout::<L>(&g, OP)?;
     validate::input_shape(OP, "mask", &mask.bytes, g.dims())?;
     Ok(g)
 }

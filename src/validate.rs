@@ -4,7 +4,9 @@
 
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::geometry::{pool_output_len, pool_window_taps};
+use crate::geometry::{
+    mask_block_planes, mask_shape, mask_words_per_row, pool_output_len, pool_window_origin, pool_window_taps,
+};
 use crate::index::ArgmaxIndex;
 use crate::params::MaxPool2dParams;
 use crate::tensor::{TensorMut, TensorRef, position, user_dims, with_spatial};
@@ -222,6 +224,77 @@ impl MaxPoolGeometry {
     /// The error for index `value` found at element `e` of the indices (or mask values).
     pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
         index_error(op, arg, e, value, [self.n, self.c, self.ho, self.wo], self.ndim, self.h * self.w)
+    }
+}
+
+/// The sizes of the Ascend int8 mask of a max pooling (the mask operations' geometry; where each
+/// value or bit is stored is the `mask` module's).
+impl MaxPoolGeometry {
+    /// Checks `params` for a mask operation (dilation 1) on an input of shape `input_dims`.
+    pub(crate) fn for_mask(
+        op: &'static str,
+        arg: &'static str,
+        params: &MaxPool2dParams,
+        input_dims: &[usize],
+    ) -> Result<Self> {
+        params.check_mask_op(op)?;
+        let g = MaxPoolGeometry::new(op, arg, params, input_dims)?;
+        if g.bytes().is_none() {
+            // The kernel is at fault when its offsets alone overflow the smallest mask (one
+            // plane, one output: rows of 64 bytes); otherwise the input's size.
+            let [kh, kw] = params.kernel();
+            let kernel_alone = kh.checked_mul(kw).and_then(|k| k.checked_mul(64)).is_none();
+            let what = format!(
+                "the mask of N·C·kH·kW·(⌈Ho·Wo/16⌉ + 1)·32 bytes, for {}, exceeds usize::MAX",
+                g.describe()
+            );
+            return Err(Error::Overflow { op, arg: if kernel_alone { "kernel" } else { arg }, what });
+        }
+        Ok(g)
+    }
+
+    pub(crate) fn offsets(&self) -> usize {
+        self.params.kernel()[0] * self.params.kernel()[1]
+    }
+
+    pub(crate) fn channel_blocks(&self) -> usize {
+        self.c.div_ceil(16)
+    }
+
+    /// The planes (`n * C + c`) of `Bitmask` block `b = n * channel_blocks + c1`: its channels
+    /// `16 * c1 ..` (16, or fewer in the last block of a batch), consecutive planes.
+    pub(crate) fn block_planes(&self, b: usize) -> core::ops::Range<usize> {
+        mask_block_planes(self.c, b)
+    }
+
+    /// `u16` words per `(n, c1, k)` row.
+    pub(crate) fn row_words(&self) -> usize {
+        // Checked in `new` (through `shape4`).
+        mask_words_per_row(self.positions()).unwrap_or(0)
+    }
+
+    pub(crate) fn shape4(&self) -> Option<[usize; 4]> {
+        mask_shape(self.n, self.c, self.params.kernel(), [self.ho, self.wo])
+    }
+
+    /// The mask shape in the caller's rank.
+    pub(crate) fn dims(&self) -> Vec<usize> {
+        user_dims(&self.shape4().unwrap_or_default(), self.ndim)
+    }
+
+    pub(crate) fn bytes(&self) -> Option<usize> {
+        self.shape4()?.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+    }
+
+    /// The flat input index read by window offset `k` of output position `p`, or `None` in padding.
+    #[inline]
+    pub(crate) fn flat_of(&self, p: usize, k: usize) -> Option<usize> {
+        let kw = self.params.kernel()[1];
+        let (oh, ow) = (p / self.wo, p % self.wo);
+        let ih = pool_window_origin(oh, self.params.stride()[0], self.params.padding()[0]) + (k / kw) as i128;
+        let iw = pool_window_origin(ow, self.params.stride()[1], self.params.padding()[1]) + (k % kw) as i128;
+        let inside = (0..self.h as i128).contains(&ih) && (0..self.w as i128).contains(&iw);
+        inside.then(|| ih as usize * self.w + iw as usize)
     }
 }
 

@@ -6,7 +6,8 @@ use crate::index::ArgmaxIndex;
 use crate::validate::MaxPoolGeometry;
 
 use super::layout::layout_repr::LayoutKind;
-use super::layout::{MaskBytes, block_planes, read_word, write_word};
+use super::layout::{MaskBytes, read_word, word_offset, write_word};
+use crate::geometry::mask_block_planes;
 
 /// Writes `indices` (`N·C·Ho·Wo` flat arg-max values, row-major) into the contiguous mask `out`
 /// in layout `kind`; every other byte becomes zero.
@@ -50,7 +51,7 @@ impl EncodeParts {
         let (count, block_bytes) = match kind {
             LayoutKind::I32Argmax => (values.div_ceil(Self::RUN), 0),
             LayoutKind::Bitmask => {
-                (if values == 0 { 0 } else { g.n * g.channel_blocks() }, g.word_offset(0, 1, 0, 0))
+                (if values == 0 { 0 } else { g.n * g.channel_blocks() }, word_offset(g, 0, 1, 0, 0))
             }
         };
         EncodeParts { kind, count, total: values, c: g.c, positions: g.positions(), block_bytes, bytes }
@@ -69,7 +70,7 @@ impl EncodeParts {
         match self.kind {
             LayoutKind::I32Argmax => part * Self::RUN..((part + 1) * Self::RUN).min(self.total),
             LayoutKind::Bitmask => {
-                let planes = block_planes(self.c, part);
+                let planes = mask_block_planes(self.c, part);
                 planes.start * self.positions..planes.end * self.positions
             }
         }
@@ -150,7 +151,7 @@ fn encode_part<I: ArgmaxIndex>(
     }
     // A `Bitmask` part starts at a block's first plane: at its word `(k = 0, p = 0)`.
     let plane = first / g.positions().max(1);
-    let base = g.word_offset(plane / g.c.max(1), plane % g.c.max(1) / 16, 0, 0);
+    let base = word_offset(g, plane / g.c.max(1), plane % g.c.max(1) / 16, 0, 0);
     encode_in_order(op, arg, kind, g, first, base, indices.iter().copied(), out)
 }
 
@@ -210,7 +211,7 @@ pub(crate) fn encode_in_order<I: ArgmaxIndex>(
                     });
                 }
                 let (n, c) = (plane_index / g.c, plane_index % g.c);
-                let o = g.word_offset(n, c / 16, i * kw + j, p) - base;
+                let o = word_offset(g, n, c / 16, i * kw + j, p) - base;
                 // (Each channel sets its bit once, in a zeroed word: `^` would do the same.)
                 write_word(out, o, read_word(out, o) | 1 << (c % 16));
                 p += 1;
@@ -234,7 +235,7 @@ fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &
     if positions == 0 {
         return false;
     }
-    let (channels, row_bytes) = (indices.len() / positions, g.word_offset(0, 0, 1, 0));
+    let (channels, row_bytes) = (indices.len() / positions, word_offset(g, 0, 0, 1, 0));
     for oh in 0..g.ho {
         // The flat position of the window's origin `(oh·sh - ph, ow·sw - pw)`, modulo 2^64.
         let row_origin = (oh * sh).wrapping_sub(ph).wrapping_mul(w);
@@ -338,7 +339,7 @@ pub(crate) fn decode<I: ArgmaxIndex>(
                 let (n, c) = (plane_index / g.c, plane_index % g.c);
                 let bit = 1u16 << (c % 16);
                 let mut set =
-                    (0..g.offsets()).filter(|&k| bytes.word(g.word_offset(n, c / 16, k, p)) & bit != 0);
+                    (0..g.offsets()).filter(|&k| bytes.word(word_offset(g, n, c / 16, k, p)) & bit != 0);
                 let content =
                     |reason: String| Error::MaskContent { op, arg, position: g.pooled_position(e), reason };
                 let k = match (set.next(), set.next()) {
@@ -418,7 +419,7 @@ mod tests {
                                     let mut expected = vec![0i8; bytes];
                                     for (q, &f) in indices.iter().enumerate() {
                                         let (k, _) = offset(q, f as usize).unwrap();
-                                        expected[g.word_offset(0, 0, k, q)] |= 1;
+                                        expected[word_offset(&g, 0, 0, k, q)] |= 1;
                                     }
                                     assert_eq!(out, expected, "{params:?} {h}x{w}: p {p}, index {flat}");
                                 }

@@ -22,10 +22,8 @@ use ndarray::{Array, ArrayView4, Dimension};
 
 use crate::element::sealed::Sealed;
 use crate::error::{Error, Result};
-use crate::geometry::{mask_shape, mask_words_per_row, pool_window_origin};
 use crate::index::ArgmaxIndex;
-use crate::params::MaxPool2dParams;
-use crate::tensor::{TensorRef, user_dims};
+use crate::tensor::TensorRef;
 use crate::validate::MaxPoolGeometry;
 
 pub(crate) mod layout_repr {
@@ -75,111 +73,41 @@ impl MaskLayout for Bitmask {
     const NAME: &'static str = "Bitmask";
 }
 
-/// Mask-specific sizes and checks of a max pooling.
-impl MaxPoolGeometry {
-    /// Checks `params` for a mask operation (dilation 1) on an input of shape `input_dims`.
-    pub(crate) fn for_mask(
-        op: &'static str,
-        arg: &'static str,
-        params: &MaxPool2dParams,
-        input_dims: &[usize],
-    ) -> Result<Self> {
-        params.check_mask_op(op)?;
-        let g = MaxPoolGeometry::new(op, arg, params, input_dims)?;
-        if g.bytes().is_none() {
-            // The kernel is at fault when its offsets alone overflow the smallest mask (one
-            // plane, one output: rows of 64 bytes); otherwise the input's size.
-            let [kh, kw] = params.kernel();
-            let kernel_alone = kh.checked_mul(kw).and_then(|k| k.checked_mul(64)).is_none();
-            let what = format!(
-                "the mask of N·C·kH·kW·(⌈Ho·Wo/16⌉ + 1)·32 bytes, for {}, exceeds usize::MAX",
-                g.describe()
-            );
-            return Err(Error::Overflow { op, arg: if kernel_alone { "kernel" } else { arg }, what });
+/// Phase-1 checks of layout `L` on the sizes of `g`: an `I32Argmax` mask must hold `4·N·C·Ho·Wo` bytes and
+/// planes addressable by `i32`.
+pub(crate) fn check_layout<L: MaskLayout>(g: &MaxPoolGeometry, op: &'static str) -> Result<()> {
+    if L::KIND == LayoutKind::I32Argmax {
+        let plane = g.h * g.w;
+        if plane as u64 > <i32 as ArgmaxIndex>::MAX_PLANE {
+            return Err(Error::IndexTypeTooNarrow {
+                op,
+                arg: "mask",
+                dtype: crate::DType::I32,
+                max: <i32 as ArgmaxIndex>::MAX_PLANE,
+                plane,
+            });
         }
-        Ok(g)
-    }
-
-    pub(crate) fn offsets(&self) -> usize {
-        self.params.kernel()[0] * self.params.kernel()[1]
-    }
-
-    pub(crate) fn channel_blocks(&self) -> usize {
-        self.c.div_ceil(16)
-    }
-
-    /// The planes (`n * C + c`) of `Bitmask` block `b = n * channel_blocks + c1`: its channels
-    /// `16 * c1 ..` (16, or fewer in the last block of a batch), consecutive planes.
-    pub(crate) fn block_planes(&self, b: usize) -> core::ops::Range<usize> {
-        block_planes(self.c, b)
-    }
-
-    /// `u16` words per `(n, c1, k)` row.
-    pub(crate) fn row_words(&self) -> usize {
-        // Checked in `new` (through `shape4`).
-        mask_words_per_row(self.positions()).unwrap_or(0)
-    }
-
-    pub(crate) fn shape4(&self) -> Option<[usize; 4]> {
-        mask_shape(self.n, self.c, self.params.kernel(), [self.ho, self.wo])
-    }
-
-    /// The mask shape in the caller's rank.
-    pub(crate) fn dims(&self) -> Vec<usize> {
-        user_dims(&self.shape4().unwrap_or_default(), self.ndim)
-    }
-
-    pub(crate) fn bytes(&self) -> Option<usize> {
-        self.shape4()?.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
-    }
-
-    /// Byte offset of the `Bitmask` word `(n, c1, k, p)`.
-    #[inline]
-    pub(crate) fn word_offset(&self, n: usize, c1: usize, k: usize, p: usize) -> usize {
-        2 * (((n * self.channel_blocks() + c1) * self.offsets() + k) * self.row_words() + p)
-    }
-
-    /// The flat input index read by window offset `k` of output position `p`, or `None` in padding.
-    #[inline]
-    pub(crate) fn flat_of(&self, p: usize, k: usize) -> Option<usize> {
-        let kw = self.params.kernel()[1];
-        let (oh, ow) = (p / self.wo, p % self.wo);
-        let ih = pool_window_origin(oh, self.params.stride()[0], self.params.padding()[0]) + (k / kw) as i128;
-        let iw = pool_window_origin(ow, self.params.stride()[1], self.params.padding()[1]) + (k % kw) as i128;
-        let inside = (0..self.h as i128).contains(&ih) && (0..self.w as i128).contains(&iw);
-        inside.then(|| ih as usize * self.w + iw as usize)
-    }
-
-    /// Phase-1 checks of `L` on these sizes: an `I32Argmax` mask must hold `4·N·C·Ho·Wo` bytes and
-    /// planes addressable by `i32`.
-    pub(crate) fn check_layout<L: MaskLayout>(&self, op: &'static str) -> Result<()> {
-        if L::KIND == LayoutKind::I32Argmax {
-            let plane = self.h * self.w;
-            if plane as u64 > <i32 as ArgmaxIndex>::MAX_PLANE {
-                return Err(Error::IndexTypeTooNarrow {
-                    op,
-                    arg: "mask",
-                    dtype: crate::DType::I32,
-                    max: <i32 as ArgmaxIndex>::MAX_PLANE,
-                    plane,
-                });
-            }
-            let need = self.planes().saturating_mul(self.positions()).saturating_mul(4);
-            let have = self.bytes().unwrap_or(0);
-            if need > have {
-                return Err(Error::InvalidParameter {
-                    op,
-                    arg: "mask",
-                    expected: format!(
-                        "an I32Argmax mask of {have} bytes to hold 4 * N*C*Ho*Wo = {need} bytes \
-                         (on Ascend, 1x1 kernels use the Bitmask layout)"
-                    ),
-                    got: format!("kernel {:?}", self.params.kernel()),
-                });
-            }
+        let need = g.planes().saturating_mul(g.positions()).saturating_mul(4);
+        let have = g.bytes().unwrap_or(0);
+        if need > have {
+            return Err(Error::InvalidParameter {
+                op,
+                arg: "mask",
+                expected: format!(
+                    "an I32Argmax mask of {have} bytes to hold 4 * N*C*Ho*Wo = {need} bytes \
+                     (on Ascend, 1x1 kernels use the Bitmask layout)"
+                ),
+                got: format!("kernel {:?}", g.params.kernel()),
+            });
         }
-        Ok(())
     }
+    Ok(())
+}
+
+/// Byte offset of the `Bitmask` word `(n, c1, k, p)` of a mask of the sizes of `g`.
+#[inline]
+pub(crate) fn word_offset(g: &MaxPoolGeometry, n: usize, c1: usize, k: usize, p: usize) -> usize {
+    2 * (((n * g.channel_blocks() + c1) * g.offsets() + k) * g.row_words() + p)
 }
 
 /// The `Bitmask` word at byte `offset`.
@@ -271,13 +199,6 @@ impl<'a> MaskBytes<'a> {
 fn dims4_of(view: &ArrayView4<'_, i8>) -> [usize; 4] {
     let (n, c, k, row) = view.dim();
     [n, c.max(1), k.max(1), row.max(1)]
-}
-
-/// See [`MaxPoolGeometry::block_planes`] (`c` channels; no planes without channels).
-pub(super) fn block_planes(c: usize, b: usize) -> core::ops::Range<usize> {
-    let c1s = c.div_ceil(16);
-    let first = |b: usize| (b / c1s) * c + ((b % c1s) * 16).min(c);
-    if c1s == 0 { 0..0 } else { first(b)..first(b + 1) }
 }
 
 /// The `I32Argmax` values as `i32` without copying, when the bytes allow it (a little-endian host

@@ -21,7 +21,8 @@ pub(crate) use codec::{EncodeParts, decode, encode, encode_in_order};
 pub(crate) use layout::write_word;
 pub use layout::{Bitmask, I32Argmax, MaskLayout};
 pub(crate) use layout::{
-    MaskBytes, i32_prefix, layout_repr, read_i32_prefix, read_word, read_word_quads, read_words,
+    MaskBytes, check_layout, i32_prefix, layout_repr, read_i32_prefix, read_word, read_word_quads,
+    read_words, word_offset,
 };
 use layout_repr::LayoutKind;
 
@@ -102,7 +103,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     pub fn from_raw(data: Array<i8, D>, params: &MaxPool2dParams, input_shape: &[usize]) -> Result<Self> {
         const OP: &str = "Mask::from_raw";
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
-        geometry.check_layout::<L>(OP)?;
+        check_layout::<L>(&geometry, OP)?;
         crate::validate::same_shape(OP, "data", data.shape().to_vec(), geometry.dims())?;
         Ok(Mask { data, geometry, layout: PhantomData })
     }
@@ -128,7 +129,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     {
         const OP: &str = "Mask::from_indices";
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
-        geometry.check_layout::<L>(OP)?;
+        check_layout::<L>(&geometry, OP)?;
         crate::validate::same_shape(OP, "indices", indices.shape().to_vec(), geometry.pooled_dims())?;
         let bytes = geometry.bytes().unwrap_or(0);
         let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", bytes)?;
@@ -212,10 +213,10 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
                 }
             }
             LayoutKind::Bitmask => {
-                let (positions, row_bytes) = (g.positions(), g.word_offset(0, 0, 1, 0));
+                let (positions, row_bytes) = (g.positions(), word_offset(g, 0, 0, 1, 0));
                 for plane_index in 0..g.planes() {
                     let (n, c) = (plane_index / g.c, plane_index % g.c);
-                    let (bit, first_word) = (1 << (c % 16), g.word_offset(n, c / 16, 0, 0));
+                    let (bit, first_word) = (1 << (c % 16), word_offset(g, n, c / 16, 0, 0));
                     for p in 0..positions {
                         for k in 0..g.offsets() {
                             if bytes.word(first_word + k * row_bytes + 2 * p) & bit != 0

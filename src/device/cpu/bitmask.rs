@@ -277,8 +277,8 @@ impl Block {
         Block {
             channels,
             valid: if channels >= 16 { u16::MAX } else { (1u16 << channels) - 1 },
-            first_word: g.word_offset(n, c1, 0, 0),
-            row_bytes: g.word_offset(0, 0, 1, 0),
+            first_word: mask::word_offset(g, n, c1, 0, 0),
+            row_bytes: mask::word_offset(g, 0, 0, 1, 0),
         }
     }
 
@@ -717,7 +717,7 @@ mod tests {
             assert_eq!((undecoded, &flat), (vec![], &want), "bands of {rows} rows");
         }
         // Clear the word of (n = 1, block 1, offset 4, position 0): channels 16..20 lose their bit.
-        let at = g.word_offset(1, 1, 4, 0);
+        let at = mask::word_offset(&g, 1, 1, 4, 0);
         bits[at..at + 2].fill(0);
         let mut flat = vec![-7; want.len()];
         let (tasks, taps_per_task) = BlockSplit::bands(&g, 2);
@@ -756,15 +756,16 @@ mod tests {
                     indices[[0, ch, oh, ow]],
                     "{c} channels: channel {ch}, position {p}"
                 );
-                let set = (0..9).find(|&k| mask::read_word(&bits, g.word_offset(0, 0, k, p)) >> ch & 1 == 1);
+                let set = (0..9)
+                    .find(|&k| mask::read_word(&bits, mask::word_offset(&g, 0, 0, k, p)) >> ch & 1 == 1);
                 let set = set.expect("one bit per window");
                 let mut cleared = bits.clone();
-                let at = g.word_offset(0, 0, set, p);
+                let at = mask::word_offset(&g, 0, 0, set, p);
                 mask::write_word(&mut cleared, at, mask::read_word(&bits, at) & !(1 << ch));
                 assert!(decodes(&cleared).is_none(), "{c} channels: bit {ch} cleared at position {p}");
                 for k in (0..9).filter(|&k| k != set && g.flat_of(p, k).is_some()) {
                     let mut doubled = bits.clone();
-                    let at = g.word_offset(0, 0, k, p);
+                    let at = mask::word_offset(&g, 0, 0, k, p);
                     mask::write_word(&mut doubled, at, mask::read_word(&bits, at) | 1 << ch);
                     assert!(
                         decodes(&doubled).is_none(),
