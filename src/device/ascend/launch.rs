@@ -65,6 +65,33 @@ pub struct BackwardBuffers {
     grad_input: DeviceBuffer,
 }
 
+impl ForwardBuffers {
+    /// The descriptors of staged tensors (kept alive for the executor) and their named buffers.
+    fn from_staged(input: Staged, output: Staged, argmax: Staged) -> (Vec<AclTensor>, Self) {
+        let buffers = ForwardBuffers { input: input.buffer, output: output.buffer, argmax: argmax.buffer };
+        (vec![input.tensor, output.tensor, argmax.tensor], buffers)
+    }
+}
+
+impl BackwardBuffers {
+    /// The descriptors of staged tensors (kept alive for the executor) and their named buffers.
+    fn from_staged(
+        grad_output: Staged,
+        self_: Staged,
+        argmax: Staged,
+        grad_input: Staged,
+    ) -> (Vec<AclTensor>, Self) {
+        let tensors = vec![grad_output.tensor, self_.tensor, argmax.tensor, grad_input.tensor];
+        let buffers = BackwardBuffers {
+            grad_output: grad_output.buffer,
+            _self: self_.buffer,
+            argmax: argmax.buffer,
+            grad_input: grad_input.buffer,
+        };
+        (tensors, buffers)
+    }
+}
+
 impl<B> core::fmt::Debug for AscendPrepared<B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let mut d = f.debug_struct("AscendPrepared");
@@ -400,15 +427,8 @@ impl Ascend {
         let indices = argmax == PoolArgmax::Indices;
         let planned =
             self.session.pool_forward_plan(indices, &x.tensor, &params, &out.tensor, &arg.tensor)?;
-        let buffers = ForwardBuffers { input: x.buffer, output: out.buffer, argmax: arg.buffer };
-        AscendPrepared::planned(
-            op,
-            planned,
-            vec![x.tensor, out.tensor, arg.tensor],
-            buffers,
-            Some(params),
-            None,
-        )
+        let (tensors, buffers) = ForwardBuffers::from_staged(x, out, arg);
+        AscendPrepared::planned(op, planned, tensors, buffers, Some(params), None)
     }
 
     /// Phase 1 of a max-pooling backward whose checks have passed: stages `grad_output`, `self_`,
@@ -438,13 +458,7 @@ impl Ascend {
             &params,
             &gi.tensor,
         )?;
-        let tensors = vec![go.tensor, x.tensor, arg.tensor, gi.tensor];
-        let buffers = BackwardBuffers {
-            grad_output: go.buffer,
-            _self: x.buffer,
-            argmax: arg.buffer,
-            grad_input: gi.buffer,
-        };
+        let (tensors, buffers) = BackwardBuffers::from_staged(go, x, arg, gi);
         AscendPrepared::planned(op, planned, tensors, buffers, Some(params), None)
     }
 }
@@ -470,15 +484,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         let output_size = self.session.int_array(&[g.ho as i64, g.wo as i64])?;
         let planned =
             self.session.adaptive_forward_plan(&x.tensor, &output_size, &out.tensor, &idx.tensor)?;
-        let buffers = ForwardBuffers { input: x.buffer, output: out.buffer, argmax: idx.buffer };
-        AscendPrepared::planned(
-            OP,
-            planned,
-            vec![x.tensor, out.tensor, idx.tensor],
-            buffers,
-            None,
-            Some(output_size),
-        )
+        let (tensors, buffers) = ForwardBuffers::from_staged(x, out, idx);
+        AscendPrepared::planned(OP, planned, tensors, buffers, None, Some(output_size))
     }
 
     fn launch(
@@ -522,13 +529,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         let (go, x) = (s.add("grad_output", pooled, T::DTYPE)?, s.add("self_", input, T::DTYPE)?);
         let (idx, gi) = (s.add("indices", pooled, I::DTYPE)?, s.add("grad_input", input, T::DTYPE)?);
         let planned = self.session.adaptive_backward_plan(&go.tensor, &x.tensor, &idx.tensor, &gi.tensor)?;
-        let tensors = vec![go.tensor, x.tensor, idx.tensor, gi.tensor];
-        let buffers = BackwardBuffers {
-            grad_output: go.buffer,
-            _self: x.buffer,
-            argmax: idx.buffer,
-            grad_input: gi.buffer,
-        };
+        let (tensors, buffers) = BackwardBuffers::from_staged(go, x, idx, gi);
         AscendPrepared::planned(OP, planned, tensors, buffers, None, None)
     }
 
