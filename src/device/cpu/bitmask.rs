@@ -334,6 +334,15 @@ fn decode_rows(
     taps: &mut [u8],
 ) -> bool {
     let Some(Decoding { digits, .. }) = windows.decoding else { return false };
+    // Phase 1 gave every task slots for its rows. (Fewer would not change a result, only send
+    // blocks to the bit-by-bit kernel: this is the one place a sizing mistake would show.)
+    debug_assert!(
+        taps.len() >= block.channels * rows.len() * g.wo,
+        "{} decoding slots for {} rows of {} channels",
+        taps.len(),
+        rows.len(),
+        block.channels
+    );
     let kw = g.params.kernel()[1];
     let first = rows.start * g.wo;
     for (oh, (r, i0)) in windows.rows.iter().enumerate().take(rows.end).skip(rows.start) {
