@@ -5,9 +5,11 @@ mod common;
 
 use common::{cast, to_f64};
 use ndarray::{Array3, Array4, array};
+use poolgrad::device::cpu::Cpu;
 use poolgrad::{
     ArgmaxIndex, Bitmask, Error, I32Argmax, Mask, MaxPool2dParams, PoolFloat, max_pool2d_with_indices,
     max_pool2d_with_indices_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward,
+    max_pool2d_with_mask_backward_on,
 };
 
 fn a5<T: PoolFloat>() -> Array3<T> {
@@ -255,6 +257,38 @@ fn bitmask_bits_in_padding_add_nothing() {
     let e = both.to_indices::<i32>().unwrap_err();
     assert!(matches!(e, Error::MaskContent { .. }), "{e:?}");
     assert!(e.to_string().contains("window offsets 0 and 4"), "{e}");
+}
+
+/// A right-edge window whose only bit points past the plane's right edge adds nothing, whichever
+/// kernel reads the mask: the decoder reads interior columns in runs, and the edge column must
+/// not join them (its window would then read that bit as the first input of the next row).
+#[test]
+fn bitmask_bit_past_the_right_edge_adds_nothing() {
+    // 3x5 input of values 0..15 (row-major), k=3, s=2, p=1: 2x3 outputs; column 2's windows
+    // read input columns 3 and 4 (offset column 2 is padding), like column 0's read -1 (padding)
+    // to 1; column 1 is interior. Each window's maximum is its last valid input: 6, 8, 9 in row
+    // 0, then 11, 13, 14.
+    let x = Array3::from_shape_fn((1, 3, 5), |(_, i, j)| (i * 5 + j) as f32);
+    let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+    let m = max_pool2d_with_mask::<f32, Bitmask, _, _>(&x, &params).unwrap();
+    assert_eq!(m.mask.to_indices::<i64>().unwrap(), array![[[6, 8, 9], [11, 13, 14]]]);
+    // Position 2 (row 0, column 2) gets its only bit at offset 5 (window row 1, column 2): input
+    // (0, 5), past the right edge. Words: 32 per offset (6 positions: (⌈6/16⌉ + 1) * 16).
+    let mut raw = m.mask.as_array().clone();
+    let bytes = raw.as_slice_mut().unwrap();
+    for k in 0..9 {
+        bytes[(k * 32 + 2) * 2] = 0;
+    }
+    bytes[(5 * 32 + 2) * 2] = 1;
+    let edited = Mask::<Bitmask, _>::from_raw(raw, &params, &[1, 3, 5]).unwrap();
+    let g = array![[[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]]];
+    let mut want = Array3::<f32>::zeros((1, 3, 5));
+    for (flat, grad) in [(6, 1.0), (8, 2.0), (11, 4.0), (13, 5.0), (14, 6.0)] {
+        want[[0, flat / 5, flat % 5]] = grad;
+    }
+    assert_eq!(max_pool2d_with_mask_backward(&g, &x, &edited, &params).unwrap(), want);
+    let one_thread = max_pool2d_with_mask_backward_on(&Cpu::sequential(), &g, &x, &edited, &params).unwrap();
+    assert_eq!(one_thread, want);
 }
 
 /// 1x1 kernels: every position selects its only input. P = 4 (3x3, stride 2): an I32Argmax
