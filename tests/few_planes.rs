@@ -395,6 +395,84 @@ fn bitmask_workspace_holds_one_block() {
     }
 }
 
+/// The sizes of a 3x3, stride 2, padding 1 max pooling of `[n, c, h, w]` and its `Bitmask` bits,
+/// read by the documented layout (u16 words `[N][⌈C/16⌉][9][(⌈Ho·Wo/16⌉ + 1)·16]`, bit `c % 16`).
+struct BitsOf {
+    shape: [usize; 4],
+    pooled: [usize; 2],
+}
+
+impl BitsOf {
+    fn new(shape: [usize; 4]) -> Self {
+        let [_, _, h, w] = shape;
+        BitsOf { shape, pooled: [(h - 1) / 2 + 1, (w - 1) / 2 + 1] }
+    }
+
+    fn params() -> MaxPool2dParams {
+        MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1])
+    }
+
+    /// Byte offset and bit of `(n, c, k, p)`.
+    fn at(&self, n: usize, c: usize, k: usize, p: usize) -> (usize, u8) {
+        let [_, channels, _, _] = self.shape;
+        let row_words = ((self.pooled[0] * self.pooled[1]).div_ceil(16) + 1) * 16;
+        let word = ((n * channels.div_ceil(16) + c / 16) * 9 + k) * row_words + p;
+        (2 * word + c % 16 / 8, 1 << (c % 8))
+    }
+
+    fn bit(&self, bytes: &[i8], n: usize, c: usize, k: usize, p: usize) -> bool {
+        let (at, bit) = self.at(n, c, k, p);
+        bytes[at] as u8 & bit != 0
+    }
+
+    fn flip(&self, bytes: &mut [i8], n: usize, c: usize, k: usize, p: usize) {
+        let (at, bit) = self.at(n, c, k, p);
+        bytes[at] = (bytes[at] as u8 ^ bit) as i8;
+    }
+
+    /// The backward as a plain f64 sum over every set bit inside the plane.
+    fn backward(&self, bytes: &[i8], go: &Array4<f32>) -> Array4<f64> {
+        let [n, c, h, w] = self.shape;
+        let [ho, wo] = self.pooled;
+        let mut gi = Array4::<f64>::zeros((n, c, h, w));
+        for (a, b, oh, ow, k) in itertools_product(n, c, ho, wo) {
+            let (ih, iw) = ((oh * 2 + k / 3) as isize - 1, (ow * 2 + k % 3) as isize - 1);
+            let inside = (0..h as isize).contains(&ih) && (0..w as isize).contains(&iw);
+            if inside && self.bit(bytes, a, b, k, oh * wo + ow) {
+                gi[[a, b, ih as usize, iw as usize]] += f64::from(go[[a, b, oh, ow]]);
+            }
+        }
+        gi
+    }
+
+    /// The forward's mask of `x` with `edit` applied to its bytes, the edited bytes, and the
+    /// gradient on 1, 2, 3 and 7 threads checked against [`BitsOf::backward`].
+    fn check(&self, edit: impl Fn(&Self, &mut [i8])) {
+        let [n, c, h, w] = self.shape;
+        let [ho, wo] = self.pooled;
+        let x = Array4::from_shape_fn((n, c, h, w), |(a, b, i, j)| {
+            ((a * 7 + b * 13 + i * 5 + j * 3) % 17) as f32
+        });
+        let go = Array4::from_shape_fn((n, c, ho, wo), |(a, b, i, j)| {
+            ((a * 3 + b * 5 + i * 7 + j) % 11) as f32 + 0.5
+        });
+        let forward = poolgrad::max_pool2d_with_mask::<f32, Bitmask, _, _>(&x, &Self::params()).unwrap();
+        let mut bytes = forward.mask.as_array().as_slice().unwrap().to_vec();
+        edit(self, &mut bytes);
+        let raw = ndarray::Array::from_shape_vec(forward.mask.as_array().raw_dim(), bytes.clone()).unwrap();
+        let mask = Mask::<Bitmask, _>::from_raw(raw, &Self::params(), &self.shape).unwrap();
+        let want = self.backward(&bytes, &go);
+        for (threads, cpu) in [(1, &Cpu::sequential()), (2, common::cpu_with_threads(2))]
+            .into_iter()
+            .chain([3, 7].map(|t| (t, common::cpu_with_threads(t))))
+        {
+            let gi =
+                poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &mask, &Self::params()).unwrap();
+            assert_eq!(gi.mapv(f64::from), want, "{:?}, {threads} threads", self.shape);
+        }
+    }
+}
+
 /// With fewer `Bitmask` blocks than threads, blocks are decoded in bands of output rows; a block
 /// that does not decode is then scattered bit by bit, into its own planes. Here the second and
 /// third of three blocks (N = 3, C = 2) do not decode: a position whose channel has a second
@@ -402,47 +480,30 @@ fn bitmask_workspace_holds_one_block() {
 /// sum over every set bit inside the plane, the mask read by its documented layout.
 #[test]
 fn undecodable_blocks_after_the_first_are_scattered_into_their_own_planes() {
-    let (n, c, h, w, ho, wo) = (3, 2, 9, 11, 5, 6);
-    let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
-    let x =
-        Array4::from_shape_fn((n, c, h, w), |(a, b, i, j)| ((a * 7 + b * 13 + i * 5 + j * 3) % 17) as f32);
-    let go =
-        Array4::from_shape_fn((n, c, ho, wo), |(a, b, i, j)| ((a * 3 + b * 5 + i * 7 + j) % 11) as f32 + 0.5);
-    let forward = poolgrad::max_pool2d_with_mask::<f32, Bitmask, _, _>(&x, &params).unwrap();
-    let mut bytes = forward.mask.as_array().as_slice().unwrap().to_vec();
-    // The documented layout: u16 words [N][⌈C/16⌉ = 1][kH·kW = 9][(⌈Ho·Wo/16⌉ + 1)·16], bit c.
-    let row_words = ((ho * wo).div_ceil(16) + 1) * 16;
-    let word = |n: usize, k: usize, p: usize| 2 * ((n * 9 + k) * row_words + p);
-    let bit = |bytes: &[i8], n: usize, c: usize, k: usize, p: usize| {
-        let at = word(n, k, p);
-        u16::from_le_bytes([bytes[at] as u8, bytes[at + 1] as u8]) >> c & 1 == 1
-    };
-    let flip = |bytes: &mut [i8], n: usize, c: usize, k: usize, p: usize| {
-        let at = word(n, k, p) + c / 8;
-        bytes[at] ^= 1 << (c % 8);
-    };
-    // Block 1 (n = 1): channel 1 at position 7 (oh 1, ow 1: every tap inside) gets a second bit.
-    let set = (0..9).find(|&k| bit(&bytes, 1, 1, k, 7)).unwrap();
-    flip(&mut bytes, 1, 1, (set + 4) % 9, 7);
-    // Block 2 (n = 2): channel 0 at position 0 loses its bit.
-    let set = (0..9).find(|&k| bit(&bytes, 2, 0, k, 0)).unwrap();
-    flip(&mut bytes, 2, 0, set, 0);
-    let raw = ndarray::Array::from_shape_vec(forward.mask.as_array().raw_dim(), bytes.clone()).unwrap();
-    let mask = Mask::<Bitmask, _>::from_raw(raw, &params, &[n, c, h, w]).unwrap();
-    let mut want = Array4::<f64>::zeros((n, c, h, w));
-    for (a, b, oh, ow, k) in itertools_product(n, c, ho, wo) {
-        let (ih, iw) = ((oh * 2 + k / 3) as isize - 1, (ow * 2 + k % 3) as isize - 1);
-        let inside = (0..h as isize).contains(&ih) && (0..w as isize).contains(&iw);
-        if inside && bit(&bytes, a, b, k, oh * wo + ow) {
-            want[[a, b, ih as usize, iw as usize]] += f64::from(go[[a, b, oh, ow]]);
-        }
-    }
-    for (threads, cpu) in [(1, &Cpu::sequential()), (2, common::cpu_with_threads(2))]
-        .into_iter()
-        .chain([3, 7].map(|t| (t, common::cpu_with_threads(t))))
-    {
-        let gi = poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &mask, &params).unwrap();
-        assert_eq!(gi.mapv(f64::from), want, "{threads} threads");
+    BitsOf::new([3, 2, 9, 11]).check(|m, bytes| {
+        // Block 1 (n = 1): channel 1 at position 7 (oh 1, ow 1: every tap inside) gets a
+        // second bit.
+        let set = (0..9).find(|&k| m.bit(bytes, 1, 1, k, 7)).unwrap();
+        m.flip(bytes, 1, 1, (set + 4) % 9, 7);
+        // Block 2 (n = 2): channel 0 at position 0 loses its bit.
+        let set = (0..9).find(|&k| m.bit(bytes, 2, 0, k, 0)).unwrap();
+        m.flip(bytes, 2, 0, set, 0);
+    });
+}
+
+/// Blocks of 1 to 4 channels are decoded four positions to a `u64`: a run of interior positions
+/// in which two positions four apart (the same lane of two words) both lack their bit does not
+/// decode, and those positions add nothing.
+#[test]
+fn two_missing_bits_four_positions_apart_add_nothing() {
+    for c in 1..=4 {
+        // 20 columns: output columns 1 to 9 are interior, one run; positions 2 and 6 of row 1.
+        BitsOf::new([1, c, 5, 20]).check(|m, bytes| {
+            for p in [10 + 2, 10 + 6] {
+                let set = (0..9).find(|&k| m.bit(bytes, 0, c - 1, k, p)).unwrap();
+                m.flip(bytes, 0, c - 1, set, p);
+            }
+        });
     }
 }
 
