@@ -22,8 +22,7 @@ pub(crate) fn encode<I: ArgmaxIndex>(
     out: &mut [i8],
 ) -> Result<()> {
     let parts = EncodeParts::new(kind, g, indices.len(), out.len());
-    let (body, tail) = out.split_at_mut(parts.tail().start.min(out.len()));
-    tail.fill(0);
+    let body = parts.zero_tail(out);
     parts.encode_runs(op, arg, g, 0..parts.count(), indices, body)
 }
 
@@ -118,6 +117,14 @@ impl EncodeParts {
         out: &mut [i8],
     ) -> Result<()> {
         encode_part(op, arg, self.kind, g, self.first_element(part), indices, out)
+    }
+
+    /// Zeroes the bytes of `out` after the last part and returns those before them, which the
+    /// parts own.
+    pub(crate) fn zero_tail<'m>(&self, out: &'m mut [i8]) -> &'m mut [i8] {
+        let (body, tail) = out.split_at_mut(self.tail().start.min(out.len()));
+        tail.fill(0);
+        body
     }
 
     /// The bytes after the last part.

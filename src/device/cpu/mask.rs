@@ -123,8 +123,7 @@ fn pool_and_encode_blocks<T: PoolFloat>(
 ) -> Result<()> {
     let (hw, positions) = (g.h * g.w, g.positions());
     let parts = mask::EncodeParts::new(LayoutKind::Bitmask, g, g.planes() * positions, mask.len());
-    let (mut mask_rest, tail) = mask.split_at_mut(parts.tail().start.min(mask.len()));
-    tail.fill(0);
+    let mut mask_rest = parts.zero_tail(mask);
     let (mut x_rest, mut out_rest) = (x, out);
     // One block's indices per task, as `index_count` sized them.
     let mut idxs = idx.chunks_mut((idx.len() / tasks.max(1)).max(1));
@@ -166,8 +165,7 @@ fn encode(
     out: &mut [i8],
 ) -> Result<()> {
     let parts = mask::EncodeParts::new(kind, g, indices.len(), out.len());
-    let (mut rest, tail) = out.split_at_mut(parts.tail().start.min(out.len()));
-    tail.fill(0);
+    let mut rest = parts.zero_tail(out);
     let mut tasks = Vec::new();
     for run in runs(parts.count(), task_count(cpu, parts.count())) {
         let len = parts.bytes(run.end - 1).end - parts.bytes(run.start).start;
