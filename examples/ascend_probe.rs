@@ -280,11 +280,16 @@ impl Report<'_> {
         self.npu.cann_version().unwrap_or_else(|| "unknown (aclrtGetVersion not exported)".into())
     }
 
+    fn memory(&self) -> String {
+        self.npu.memory_total().map_or_else(|| "unknown".into(), |b| format!("{b} bytes"))
+    }
+
     fn text(&self) -> String {
         let mut t = String::new();
         let _ = writeln!(t, "poolgrad {} Ascend probe", env!("CARGO_PKG_VERSION"));
         let _ = writeln!(t, "SoC: {} ({})", self.npu.soc_name(), self.npu.soc_family());
         let _ = writeln!(t, "CANN runtime: {}; libraries from {}", self.version(), self.npu.library_origin());
+        let _ = writeln!(t, "device memory (aclrtGetMemInfo, total): {}", self.memory());
         let _ = writeln!(t, "deterministic mode: {}", self.determinism);
         for (kernel, layout, first, found) in self.masks {
             let _ = writeln!(t, "mask {kernel}x{kernel} (expected {layout}): layout found: {found}");
@@ -340,12 +345,13 @@ impl Report<'_> {
             })
             .collect();
         format!(
-            "{{\n  \"poolgrad\": {},\n  \"soc\": {},\n  \"family\": {},\n  \"cann_version\": {},\n  \"libraries\": {},\n  \"determinism\": {},\n  \"masks\": [\n{}\n  ],\n  \"runs\": [\n{}\n  ]\n}}\n",
+            "{{\n  \"poolgrad\": {},\n  \"soc\": {},\n  \"family\": {},\n  \"cann_version\": {},\n  \"libraries\": {},\n  \"memory_total\": {},\n  \"determinism\": {},\n  \"masks\": [\n{}\n  ],\n  \"runs\": [\n{}\n  ]\n}}\n",
             json_str(env!("CARGO_PKG_VERSION")),
             json_str(self.npu.soc_name()),
             json_str(&self.npu.soc_family().to_string()),
             json_str(&self.version()),
             json_str(self.npu.library_origin()),
+            self.npu.memory_total().map_or("null".into(), |b| b.to_string()),
             json_str(self.determinism),
             masks.join(",\n"),
             runs.join(",\n")

@@ -289,6 +289,8 @@ pub enum DeviceLimitKind {
     Parameter(&'static str),
     /// The input plane (`H * W`) is larger than the device's kernel takes.
     PlaneSize,
+    /// The operation's tensors together need more memory than the device has.
+    Memory,
 }
 
 impl fmt::Display for DeviceLimitKind {
@@ -299,6 +301,7 @@ impl fmt::Display for DeviceLimitKind {
             DeviceLimitKind::MaskLayout => f.write_str("the mask layout"),
             DeviceLimitKind::Parameter(name) => write!(f, "`{name}`"),
             DeviceLimitKind::PlaneSize => f.write_str("H * W"),
+            DeviceLimitKind::Memory => f.write_str("the device memory its tensors need"),
         }
     }
 }

@@ -11,7 +11,8 @@ use half::f16;
 use ndarray::Array4;
 use poolgrad::device::ascend::Ascend;
 use poolgrad::{
-    AscendError, Error, I32Argmax, MaxPool2dParams, adaptive_max_pool2d_backward_on, max_pool2d_with_mask_on,
+    AscendError, DeviceLimitKind, Error, I32Argmax, MaxPool2dParams, Workspace,
+    adaptive_max_pool2d_backward_on, max_pool2d_with_mask_on,
 };
 
 /// An f16 adaptive backward (workspace, two uploads, one download) on `npu`.
@@ -188,9 +189,64 @@ fn a_device_that_does_not_exist_is_an_error() {
 
 #[test]
 fn exhausted_device_memory_is_an_error() {
+    // 1 MiB in all; a workspace holds all but 300 bytes, the backward's tensors need 380 (below).
+    let session = Double::session();
+    session.set_devices(1, 1 << 20);
+    let npu = session.open();
+    let held = Workspace::new(&npu, (1 << 20) - 300).unwrap();
+    let e = backward(&npu).unwrap_err();
+    assert!(
+        matches!(e, Error::Ascend(AscendError::Cann { function: "aclrtMalloc", status: Some(207_001), .. })),
+        "{e}"
+    );
+    drop(held);
+    backward(&npu).expect("the memory is free again");
+    drop(npu);
+    session.assert_clean();
+}
+
+#[test]
+fn tensors_larger_than_the_device_are_refused_before_any_device_call() {
+    // The f16 backward of `backward`: grad_output 1*2*3*3 f16 (36 bytes), self_ 1*2*5*5 f16 (100),
+    // i64 indices 1*2*3*3 (144), grad_input 1*2*5*5 f16 (100): 380 bytes on a 300-byte device.
     let session = Double::session();
     session.set_devices(1, 300);
     let npu = session.open();
+    assert_eq!(npu.memory_total(), Some(300));
+    let before = session.calls("*");
+    let e = backward(&npu).unwrap_err();
+    assert_eq!(session.calls("*"), before, "no device call");
+    assert_eq!(
+        e,
+        Error::DeviceLimit {
+            device: "ascend",
+            op: "adaptive_max_pool2d_backward",
+            about: DeviceLimitKind::Memory,
+            limit: "300 bytes in all (aclrtGetMemInfo)".to_string(),
+            got: "380 bytes for grad_output, self_, indices, grad_input".to_string(),
+        }
+    );
+    drop(npu);
+    session.assert_clean();
+    // Exactly 380 bytes: the tensors fit and are allocated, so the refusal is not at the boundary.
+    session.set_devices(1, 380);
+    let npu = session.open();
+    let before = session.calls("aclrtMalloc");
+    let result = backward(&npu);
+    assert!(session.calls("aclrtMalloc") >= before + 4, "the four tensors are allocated: {result:?}");
+    assert!(!matches!(result, Err(Error::DeviceLimit { .. })), "{result:?}");
+    drop(npu);
+    session.assert_clean();
+}
+
+#[test]
+fn without_an_answer_on_memory_the_allocation_decides() {
+    // aclrtGetMemInfo fails at open: no pre-check, and aclrtMalloc reports the shortage.
+    let session = Double::session();
+    session.set_devices(1, 300);
+    session.inject("aclrtGetMemInfo", 100_000, 0);
+    let npu = session.open();
+    assert_eq!(npu.memory_total(), None);
     let e = backward(&npu).unwrap_err();
     assert!(
         matches!(e, Error::Ascend(AscendError::Cann { function: "aclrtMalloc", status: Some(207_001), .. })),

@@ -149,6 +149,29 @@ struct Staged {
     buffer: DeviceBuffer,
 }
 
+/// A device tensor to stage: its argument name, dims and device dtype.
+#[derive(Clone, Copy)]
+struct Spec {
+    arg: &'static str,
+    dims: [usize; 4],
+    dtype: DType,
+}
+
+impl Spec {
+    fn new(arg: &'static str, dims: [usize; 4], dtype: DType) -> Self {
+        Spec { arg, dims, dtype }
+    }
+
+    fn bytes(&self, op: &'static str) -> Result<usize> {
+        let Spec { arg, dims, dtype } = *self;
+        dims.iter().try_fold(dtype_bytes(dtype), |a, &d| a.checked_mul(d)).ok_or_else(|| Error::Overflow {
+            op,
+            arg,
+            what: format!("the byte count of {dims:?} {dtype}"),
+        })
+    }
+}
+
 /// Stages the device tensors of operation `op` on `session`.
 struct Staging<'s> {
     /// The operation staged, named in errors.
@@ -157,18 +180,35 @@ struct Staging<'s> {
 }
 
 impl<'s> Staging<'s> {
-    fn new(op: &'static str, session: &'s Arc<Session>) -> Self {
-        Staging { op, session }
+    /// Checks, before any device call, that the tensors of `specs` fit in the device's memory
+    /// together (when CANN reported its size at open): a plan that can never be allocated is
+    /// refused with [`DeviceLimitKind::Memory`] instead of failing in `aclrtMalloc`.
+    fn new(op: &'static str, session: &'s Arc<Session>, specs: &[Spec]) -> Result<Self> {
+        let mut total = 0usize;
+        for spec in specs {
+            total = total.checked_add(spec.bytes(op)?).ok_or_else(|| Error::Overflow {
+                op,
+                arg: spec.arg,
+                what: "the byte count of the device tensors together".to_string(),
+            })?;
+        }
+        if let Some(memory) = session.memory_total().filter(|&m| total > m) {
+            let args: Vec<&str> = specs.iter().map(|s| s.arg).collect();
+            return Err(Error::DeviceLimit {
+                device: "ascend",
+                op,
+                about: DeviceLimitKind::Memory,
+                limit: format!("{memory} bytes in all (aclrtGetMemInfo)"),
+                got: format!("{total} bytes for {}", args.join(", ")),
+            });
+        }
+        Ok(Staging { op, session })
     }
 
-    /// Allocates a device buffer for a `dims` tensor of `dtype` and describes it.
-    fn add(&self, arg: &'static str, dims: [usize; 4], dtype: DType) -> Result<Staged> {
-        let op = self.op;
-        let bytes = dims.iter().try_fold(dtype_bytes(dtype), |a, &d| a.checked_mul(d)).ok_or_else(|| {
-            Error::Overflow { op, arg, what: format!("the byte count of {dims:?} {dtype}") }
-        })?;
-        let buffer = self.session.alloc(bytes)?;
-        let tensor = self.session.tensor(&dims, acl_dtype(dtype), Some(&buffer))?;
+    /// Allocates a device buffer for `spec` and describes it.
+    fn add(&self, spec: Spec) -> Result<Staged> {
+        let buffer = self.session.alloc(spec.bytes(self.op)?)?;
+        let tensor = self.session.tensor(&spec.dims, acl_dtype(spec.dtype), Some(&buffer))?;
         Ok(Staged { tensor, buffer })
     }
 }
@@ -420,9 +460,10 @@ impl Ascend {
         }
         let (input, pooled, mask) = pool_dims(op, g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
-        let s = Staging::new(op, &self.session);
-        let (x, out) = (s.add("input", input, dtype)?, s.add("output", pooled, dtype)?);
-        let arg = s.add(arg, argmax_dims, argmax_dtype)?;
+        let (x, out) = (Spec::new("input", input, dtype), Spec::new("output", pooled, dtype));
+        let arg = Spec::new(arg, argmax_dims, argmax_dtype);
+        let s = Staging::new(op, &self.session, &[x, out, arg])?;
+        let (x, out, arg) = (s.add(x)?, s.add(out)?, s.add(arg)?);
         let params = self.pool_params(g)?;
         let indices = argmax == PoolArgmax::Indices;
         let planned =
@@ -445,9 +486,10 @@ impl Ascend {
         }
         let (input, pooled, mask) = pool_dims(op, g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
-        let s = Staging::new(op, &self.session);
-        let (go, x) = (s.add("grad_output", pooled, dtype)?, s.add("self_", input, dtype)?);
-        let (arg, gi) = (s.add(arg, argmax_dims, argmax_dtype)?, s.add("grad_input", input, dtype)?);
+        let (go, x) = (Spec::new("grad_output", pooled, dtype), Spec::new("self_", input, dtype));
+        let (arg, gi) = (Spec::new(arg, argmax_dims, argmax_dtype), Spec::new("grad_input", input, dtype));
+        let s = Staging::new(op, &self.session, &[go, x, arg, gi])?;
+        let (go, x, arg, gi) = (s.add(go)?, s.add(x)?, s.add(arg)?, s.add(gi)?);
         let params = self.pool_params(g)?;
         let indices = argmax == PoolArgmax::Indices;
         let planned = self.session.pool_backward_plan(
@@ -477,10 +519,11 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
             return Ok(AscendPrepared::nothing());
         }
         let (input, pooled) = adaptive_dims(g);
-        let s = Staging::new(OP, &self.session);
-        let (x, out) = (s.add("input", input, T::DTYPE)?, s.add("output", pooled, T::DTYPE)?);
+        let (x, out) = (Spec::new("input", input, T::DTYPE), Spec::new("output", pooled, T::DTYPE));
         // aclnnAdaptiveMaxPool2d writes INT64 indices only; i32 callers get them converted.
-        let idx = s.add("indices", pooled, DType::I64)?;
+        let idx = Spec::new("indices", pooled, DType::I64);
+        let s = Staging::new(OP, &self.session, &[x, out, idx])?;
+        let (x, out, idx) = (s.add(x)?, s.add(out)?, s.add(idx)?);
         let output_size = self.session.int_array(&[g.ho as i64, g.wo as i64])?;
         let planned =
             self.session.adaptive_forward_plan(&x.tensor, &output_size, &out.tensor, &idx.tensor)?;
@@ -525,9 +568,10 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
             return Ok(AscendPrepared::nothing());
         }
         let (input, pooled) = adaptive_dims(g);
-        let s = Staging::new(OP, &self.session);
-        let (go, x) = (s.add("grad_output", pooled, T::DTYPE)?, s.add("self_", input, T::DTYPE)?);
-        let (idx, gi) = (s.add("indices", pooled, I::DTYPE)?, s.add("grad_input", input, T::DTYPE)?);
+        let (go, x) = (Spec::new("grad_output", pooled, T::DTYPE), Spec::new("self_", input, T::DTYPE));
+        let (idx, gi) = (Spec::new("indices", pooled, I::DTYPE), Spec::new("grad_input", input, T::DTYPE));
+        let s = Staging::new(OP, &self.session, &[go, x, idx, gi])?;
+        let (go, x, idx, gi) = (s.add(go)?, s.add(x)?, s.add(idx)?, s.add(gi)?);
         let planned = self.session.adaptive_backward_plan(&go.tensor, &x.tensor, &idx.tensor, &gi.tensor)?;
         let (tensors, buffers) = BackwardBuffers::from_staged(go, x, idx, gi);
         AscendPrepared::planned(OP, planned, tensors, buffers, None, None)

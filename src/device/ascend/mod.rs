@@ -218,6 +218,16 @@ impl Ascend {
         self.session.runtime().version()
     }
 
+    /// The device memory applications can use, in bytes, as CANN reported it when the device was
+    /// opened (`aclrtGetMemInfo`), or `None` where the runtime did not answer. Plans whose
+    /// tensors need more than this together are refused in phase 1 with
+    /// [`DeviceLimitKind::Memory`](crate::DeviceLimitKind::Memory); memory that other work holds
+    /// is only found out by the allocation itself (an [`AscendError::Cann`](crate::AscendError::Cann)
+    /// from `aclrtMalloc`).
+    pub fn memory_total(&self) -> Option<usize> {
+        self.session.memory_total()
+    }
+
     /// Where the CANN libraries were loaded from.
     pub fn library_origin(&self) -> &str {
         self.session.runtime().origin()

@@ -366,6 +366,37 @@ pub extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> AclError {
     ACL_SUCCESS
 }
 
+/// Models `aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total)` (CANN 9.0 runtime
+/// API reference, `aclrtGetMemInfo`): the memory applications can use on the current device,
+/// free and in total. A device must be set first (here: a current context, as `aclrtMalloc`
+/// requires). The double's device has one memory (`memory_limit`), reported for `ACL_DDR_MEM`
+/// (0) and `ACL_HBM_MEM` (1): CANN answers an HBM query from DDR where a SoC has no HBM. Other
+/// kinds report 0 and 0, as CANN does for a kind the hardware lacks.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetMemInfo(attr: i32, free: *mut usize, total: *mut usize) -> AclError {
+    if let Some(e) = enter("aclrtGetMemInfo") {
+        return e;
+    }
+    if free.is_null() || total.is_null() || !(0..=9).contains(&attr) {
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: null pointer or unknown memory attribute");
+    }
+    let mut s = state::lock();
+    if !s.contexts.contains_key(&current_context()) {
+        s.violation("aclrtGetMemInfo without a current context on this thread".into());
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: no device set");
+    }
+    let (f, t) = match attr {
+        0 | 1 => (s.memory_limit.saturating_sub(s.allocated_bytes()), s.memory_limit),
+        _ => (0, 0),
+    };
+    // SAFETY: checked non-null; the caller passes valid `size_t*`.
+    unsafe {
+        *free = f;
+        *total = t;
+    }
+    ACL_SUCCESS
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtMalloc(dev_ptr: *mut *mut c_void, size: usize, policy: i32) -> AclError {
     if let Some(e) = enter("aclrtMalloc") {

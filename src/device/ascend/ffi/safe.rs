@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::result::Runtime;
 use super::sys::{
     ACL_SUCCESS, AclIntArrayC, AclTensorC, Api, Exec, FORMAT_NCHW, FORMAT_ND, IntArr, MALLOC_HUGE_FIRST,
-    MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE, OPT_DETERMINISTIC,
+    MEM_HBM, MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE, OPT_DETERMINISTIC,
 };
 use crate::device::ascend::soc::DeviceOp;
 use crate::error::{AscendError, Error, Result};
@@ -23,6 +23,9 @@ pub(crate) struct Session {
     device_id: i32,
     context: *mut c_void,
     stream: *mut c_void,
+    /// The device memory available to applications, in bytes, as `aclrtGetMemInfo` reported it
+    /// when the session opened; `None` where the runtime does not export it or does not answer.
+    memory_total: Option<usize>,
     /// Serialises launch-synchronise-copy sequences on the stream.
     stream_lock: Mutex<()>,
 }
@@ -39,6 +42,19 @@ impl core::fmt::Debug for Session {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Session").field("device_id", &self.device_id).field("runtime", &self.rt).finish()
     }
+}
+
+/// The total of the current device's memory that applications can use (`aclrtGetMemInfo` for
+/// `ACL_HBM_MEM`, which CANN answers for DDR on SoCs without HBM), or `None`: the symbol is
+/// missing, the call fails, or it reports 0 (CANN's answer for a memory kind the hardware lacks).
+/// Only a pre-check rests on it (`launch.rs`, `Staging`), so a missing answer costs nothing but
+/// that: allocations are still checked by `aclrtMalloc`.
+fn memory_total(rt: &Runtime) -> Option<usize> {
+    let get = rt.api.aclrt_get_mem_info?;
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: `free` and `total` are valid `size_t*` for the call; the device was set by the caller.
+    let code = unsafe { get(MEM_HBM, &mut free, &mut total) };
+    (code == ACL_SUCCESS && total > 0).then_some(total)
 }
 
 impl Session {
@@ -67,7 +83,13 @@ impl Session {
             }
             return Err(e);
         }
-        Ok(Arc::new(Session { rt, device_id, context, stream, stream_lock: Mutex::new(()) }))
+        let memory_total = memory_total(&rt);
+        Ok(Arc::new(Session { rt, device_id, context, stream, memory_total, stream_lock: Mutex::new(()) }))
+    }
+
+    /// The device memory available to applications (bytes), if CANN reported it at open.
+    pub(crate) fn memory_total(&self) -> Option<usize> {
+        self.memory_total
     }
 
     pub(crate) fn runtime(&self) -> &Runtime {

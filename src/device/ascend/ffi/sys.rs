@@ -59,6 +59,10 @@ pub(super) const FORMAT_NCHW: i32 = 0;
 pub(super) const FORMAT_ND: i32 = 2;
 /// `aclrtMemMallocPolicy::ACL_MEM_MALLOC_HUGE_FIRST`.
 pub(super) const MALLOC_HUGE_FIRST: i32 = 0;
+/// `aclrtMemAttr::ACL_HBM_MEM` (`acl/acl_rt.h`): all of the device's on-chip memory, huge and
+/// normal pages. On SoCs without HBM (Atlas inference products, Atlas 200I/500 A2) CANN answers
+/// for `ACL_DDR_MEM` instead (`aclrtGetMemInfo`'s documented constraints, CANN 9.0 runtime API).
+pub(super) const MEM_HBM: i32 = 1;
 /// `aclrtMemcpyKind` values.
 pub(super) const MEMCPY_HOST_TO_DEVICE: i32 = 1;
 pub(super) const MEMCPY_DEVICE_TO_HOST: i32 = 2;
@@ -128,6 +132,8 @@ pub(crate) struct Api {
     pub(super) aclrt_destroy_stream: unsafe extern "C" fn(*mut c_void) -> i32,
     pub(super) aclrt_synchronize_stream: unsafe extern "C" fn(*mut c_void) -> i32,
     pub(super) aclrt_malloc: unsafe extern "C" fn(*mut *mut c_void, usize, i32) -> i32,
+    /// `aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total)`.
+    pub(super) aclrt_get_mem_info: Option<unsafe extern "C" fn(i32, *mut usize, *mut usize) -> i32>,
     pub(super) aclrt_free: unsafe extern "C" fn(*mut c_void) -> i32,
     pub(super) aclrt_memcpy: unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, i32) -> i32,
     pub(super) aclrt_memset: unsafe extern "C" fn(*mut c_void, usize, i32, usize) -> i32,
@@ -264,6 +270,7 @@ impl Api {
             aclrt_destroy_stream: required!("aclrtDestroyStream"),
             aclrt_synchronize_stream: required!("aclrtSynchronizeStream"),
             aclrt_malloc: required!("aclrtMalloc"),
+            aclrt_get_mem_info: optional!("aclrtGetMemInfo"),
             aclrt_free: required!("aclrtFree"),
             aclrt_memcpy: required!("aclrtMemcpy"),
             aclrt_memset: required!("aclrtMemset"),
