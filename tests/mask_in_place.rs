@@ -245,6 +245,36 @@ fn three_d_fortran_masks_decode() {
     assert_eq!(pairs, vec![(0, 1), (1, 6), (2, 8), (3, 10), (4, 4), (5, 3), (6, 13), (7, 15)]);
 }
 
+/// The backward reads the values of a Fortran-order `I32Argmax` mask (copied, as they are not
+/// contiguous) as it reads a standard one. Hand-worked: 2x2 windows of a 4x4 plane, two channels;
+/// the gradient of window `(oh, ow)` is `1 + 4·c + 2·oh + ow` and lands on the window's
+/// bottom-right input in channel 0, its top-left input in channel 1.
+#[test]
+fn backward_reads_fortran_order_i32_masks() {
+    let _serial = serial();
+    let params = MaxPool2dParams::new([2, 2]);
+    let idx = Array4::<i64>::from_shape_fn((1, 2, 2, 2), |(_, c, oh, ow)| {
+        let (i, j) = if c == 0 { (1, 1) } else { (0, 0) };
+        ((2 * oh + i) * 4 + 2 * ow + j) as i64
+    });
+    let g = Array4::<f32>::from_shape_fn((1, 2, 2, 2), |(_, c, oh, ow)| (1 + 4 * c + 2 * oh + ow) as f32);
+    let x = Array4::<f32>::zeros((1, 2, 4, 4));
+    let mut expected = Array4::<f32>::zeros((1, 2, 4, 4));
+    for c in 0..2 {
+        for (oh, ow) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+            let (i, j) = if c == 0 { (1, 1) } else { (0, 0) };
+            expected[[0, c, 2 * oh + i, 2 * ow + j]] = (1 + 4 * c + 2 * oh + ow) as f32;
+        }
+    }
+    let standard = Mask::<I32Argmax, Ix4>::from_indices(&idx, &params, &[1, 2, 4, 4]).unwrap();
+    let mut fortran = Array4::<i8>::zeros(standard.as_array().raw_dim().f());
+    fortran.assign(standard.as_array());
+    assert!(fortran.as_slice().is_none());
+    let mask = Mask::<I32Argmax, Ix4>::from_raw(fortran, &params, &[1, 2, 4, 4]).unwrap();
+    assert_eq!(poolgrad::max_pool2d_with_mask_backward(&g, &x, &standard, &params).unwrap(), expected);
+    assert_eq!(poolgrad::max_pool2d_with_mask_backward(&g, &x, &mask, &params).unwrap(), expected);
+}
+
 /// The cases of the hostile-input report at their full size, one per process, to be run by hand
 /// in release under an address-space limit that the result fits in and a copy would not:
 ///
