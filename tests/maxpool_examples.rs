@@ -423,3 +423,22 @@ fn windows_of_negative_infinity_point_at_their_first_input() {
     assert_eq!(p.indices, array![[[0, 1, 3], [5, 6, 8], [15, 16, 18]]]);
     assert!(p.output.iter().all(|&v| v == f32::NEG_INFINITY));
 }
+
+/// Masks are equal when their bytes and the pooling they belong to are: a value moved inside its
+/// window makes them differ, and so does the same bytes under another pooling (ceil mode, which
+/// gives this input the same output and mask shape).
+#[test]
+fn masks_are_equal_when_bytes_and_pooling_are() {
+    let params = MaxPool2dParams::new([2, 2]);
+    let idx = array![[[[0i64, 2], [8, 10]]]]; // the top-left input of each 2x2 window of a 4x4 plane
+    let a = Mask::<I32Argmax, ndarray::Ix4>::from_indices(&idx, &params, &[1, 1, 4, 4]).unwrap();
+    assert!(a == a.clone());
+    let mut moved = idx.clone();
+    moved[[0, 0, 1, 1]] = 15; // the bottom-right input of the last window
+    let b = Mask::<I32Argmax, ndarray::Ix4>::from_indices(&moved, &params, &[1, 1, 4, 4]).unwrap();
+    assert!(a != b);
+    let ceil = params.clone().with_ceil_mode(true);
+    let c = Mask::<I32Argmax, ndarray::Ix4>::from_raw(a.as_array().clone(), &ceil, &[1, 1, 4, 4]).unwrap();
+    assert_eq!(c.as_array(), a.as_array());
+    assert!(a != c);
+}
