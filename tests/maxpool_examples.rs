@@ -441,4 +441,9 @@ fn masks_are_equal_when_bytes_and_pooling_are() {
     let c = Mask::<I32Argmax, ndarray::Ix4>::from_raw(a.as_array().clone(), &ceil, &[1, 1, 4, 4]).unwrap();
     assert_eq!(c.as_array(), a.as_array());
     assert!(a != c);
+    // By value, the same bytes: the four flat indices as little-endian i32 from byte 0.
+    let bytes = a.into_array();
+    let values: Vec<i8> = bytes.iter().take(16).copied().collect();
+    assert_eq!(values, [0, 0, 0, 0, 2, 0, 0, 0, 8, 0, 0, 0, 10, 0, 0, 0]);
+    assert_eq!(bytes, *c.as_array());
 }
