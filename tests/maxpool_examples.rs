@@ -437,7 +437,7 @@ fn masks_are_equal_when_bytes_and_pooling_are() {
     moved[[0, 0, 1, 1]] = 15; // the bottom-right input of the last window
     let b = Mask::<I32Argmax, ndarray::Ix4>::from_indices(&moved, &params, &[1, 1, 4, 4]).unwrap();
     assert!(a != b);
-    let ceil = params.clone().with_ceil_mode(true);
+    let ceil = params.with_ceil_mode(true);
     let c = Mask::<I32Argmax, ndarray::Ix4>::from_raw(a.as_array().clone(), &ceil, &[1, 1, 4, 4]).unwrap();
     assert_eq!(c.as_array(), a.as_array());
     assert!(a != c);
