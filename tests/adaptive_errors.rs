@@ -232,17 +232,26 @@ fn impossible_allocation_is_an_error_not_an_abort() {
     assert_eq!(e, Error::Allocation { op: BWD, arg: "grad_input", bytes: 1 << 62 });
 }
 
+/// Checked in phase 1 first: with the check missing, `Plan::new` fails this test at once, where
+/// the free function would go on to pool 2^31 elements.
 #[test]
 fn i32_indices_cannot_address_planes_over_2_pow_31() {
     let one = [0.0f32];
     let x = ArrayView::from_shape((1, 1, 1usize << 16, (1usize << 15) + 1).strides((0, 0, 0, 0)), &one[..])
         .unwrap();
-    let e = adaptive_max_pool2d::<f32, i32, _, _>(&x, [1, 1]).unwrap_err();
     let plane = (1usize << 31) + (1 << 16);
-    assert_eq!(
-        e,
-        Error::IndexTypeTooNarrow { op: FWD, arg: "indices", dtype: DType::I32, max: 1 << 31, plane }
-    );
+    let expected =
+        Error::IndexTypeTooNarrow { op: FWD, arg: "indices", dtype: DType::I32, max: 1 << 31, plane };
+    let (mut out, mut idx) = (Array4::<f32>::zeros((1, 1, 1, 1)), Array4::<i32>::zeros((1, 1, 1, 1)));
+    let op = AdaptiveMaxPool2d {
+        input: TensorRef::from_view(x).unwrap(),
+        output_size: [1, 1],
+        output: TensorMut::from_array(&mut out).unwrap(),
+        indices: TensorMut::from_array(&mut idx).unwrap(),
+    };
+    assert_eq!(Plan::new(&Cpu::sequential(), op).map(|_| ()), Err(expected.clone()));
+    let e = adaptive_max_pool2d::<f32, i32, _, _>(&x, [1, 1]).unwrap_err();
+    assert_eq!(e, expected);
     assert_message(&e, &["`indices`", "i32", &plane.to_string()]);
 }
 
