@@ -447,3 +447,29 @@ fn masks_are_equal_when_bytes_and_pooling_are() {
     assert_eq!(values, [0, 0, 0, 0, 2, 0, 0, 0, 8, 0, 0, 0, 10, 0, 0, 0]);
     assert_eq!(bytes, *c.as_array());
 }
+
+/// The forward writes the whole mask, whatever the buffer held: the `I32Argmax` values from byte
+/// 0, and zeros after them (hand-worked: 2x2 windows of a 4x4 plane whose maxima are at flat
+/// positions 5, 2, 13 and 11; the mask is `[1, 1, 4, 64]`, 256 bytes).
+#[test]
+fn the_forward_zeroes_the_mask_bytes_after_the_values() {
+    use poolgrad::op::MaxPool2dWithMask;
+    use poolgrad::{MaskMut, Plan, TensorMut, TensorRef};
+    let mut x = Array4::<f32>::zeros((1, 1, 4, 4));
+    for flat in [5, 2, 13, 11] {
+        x[[0, 0, flat / 4, flat % 4]] = 1.0;
+    }
+    let mut output = Array4::<f32>::zeros((1, 1, 2, 2));
+    let mut bytes = Array4::<i8>::from_elem((1, 1, 4, 64), 77);
+    let op = MaxPool2dWithMask {
+        input: TensorRef::from_array(&x).unwrap(),
+        params: MaxPool2dParams::new([2, 2]),
+        output: TensorMut::from_array(&mut output).unwrap(),
+        mask: MaskMut::<I32Argmax>::new(TensorMut::from_array(&mut bytes).unwrap()),
+    };
+    Plan::new(&Cpu::sequential(), op).unwrap().run().unwrap();
+    let mut expected = vec![0i8; 256];
+    expected[..16].copy_from_slice(&[5, 0, 0, 0, 2, 0, 0, 0, 13, 0, 0, 0, 11, 0, 0, 0]);
+    assert_eq!(bytes.iter().copied().collect::<Vec<_>>(), expected);
+    assert_eq!(output, Array4::from_elem((1, 1, 2, 2), 1.0));
+}
