@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::assert_message;
+use common::{assert_message, plan_adaptive_i32_indices};
 
 use ndarray::{Array, Array1, Array2, Array3, Array4, ArrayView, IxDyn, ShapeBuilder};
 use poolgrad::device::cpu::Cpu;
@@ -242,14 +242,7 @@ fn i32_indices_cannot_address_planes_over_2_pow_31() {
     let plane = (1usize << 31) + (1 << 16);
     let expected =
         Error::IndexTypeTooNarrow { op: FWD, arg: "indices", dtype: DType::I32, max: 1 << 31, plane };
-    let (mut out, mut idx) = (Array4::<f32>::zeros((1, 1, 1, 1)), Array4::<i32>::zeros((1, 1, 1, 1)));
-    let op = AdaptiveMaxPool2d {
-        input: TensorRef::from_view(x).unwrap(),
-        output_size: [1, 1],
-        output: TensorMut::from_array(&mut out).unwrap(),
-        indices: TensorMut::from_array(&mut idx).unwrap(),
-    };
-    assert_eq!(Plan::new(&Cpu::sequential(), op).map(|_| ()), Err(expected.clone()));
+    assert_eq!(plan_adaptive_i32_indices(x), Err(expected.clone()));
     let e = adaptive_max_pool2d::<f32, i32, _, _>(&x, [1, 1]).unwrap_err();
     assert_eq!(e, expected);
     assert_message(&e, &["`indices`", "i32", &plane.to_string()]);

@@ -4,6 +4,9 @@
 //! out.
 #![cfg(target_pointer_width = "64")]
 
+mod common;
+
+use common::plan_adaptive_i32_indices;
 use ndarray::{Array4, ArrayViewD, IxDyn, ShapeBuilder};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::AdaptiveMaxPool2d;
@@ -48,15 +51,7 @@ fn i32_indices_stop_at_2_pow_31_in_phase_1() {
     );
     // The adaptive forward's phase 1 alike.
     for (h, ok) in [(1usize << 16, true), ((1 << 16) + 1, false)] {
-        let x = broadcast(&[1, 1, h, 1 << 15]);
-        let (mut out, mut idx) = (Array4::<f32>::zeros((1, 1, 1, 1)), Array4::<i32>::zeros((1, 1, 1, 1)));
-        let op = AdaptiveMaxPool2d {
-            input: TensorRef::from_view(x).unwrap(),
-            output_size: [1, 1],
-            output: TensorMut::from_array(&mut out).unwrap(),
-            indices: TensorMut::from_array(&mut idx).unwrap(),
-        };
-        let result = Plan::new(&Cpu::sequential(), op).map(|_| ());
+        let result = plan_adaptive_i32_indices(broadcast(&[1, 1, h, 1 << 15]));
         assert_eq!(result.is_ok(), ok, "H = {h}: {result:?}");
     }
 }

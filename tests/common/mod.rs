@@ -114,3 +114,19 @@ pub fn assert_message(e: &poolgrad::Error, parts: &[&str]) {
         assert!(m.contains(p), "message {m:?} lacks {p:?}");
     }
 }
+
+/// Phase 1 only of an adaptive max pooling of `input` (one plane: N = C = 1) to 1x1 with `i32`
+/// indices: the index-width check stops here, so a test whose check is missing fails at once
+/// instead of pooling a plane of 2^31 elements.
+pub fn plan_adaptive_i32_indices<D: ndarray::Dimension>(
+    x: ndarray::ArrayView<'_, f32, D>,
+) -> poolgrad::Result<()> {
+    let (mut out, mut idx) = (Array4::<f32>::zeros((1, 1, 1, 1)), Array4::<i32>::zeros((1, 1, 1, 1)));
+    let op = poolgrad::op::AdaptiveMaxPool2d {
+        input: poolgrad::TensorRef::from_view(x.view())?,
+        output_size: [1, 1],
+        output: poolgrad::TensorMut::from_array(&mut out)?,
+        indices: poolgrad::TensorMut::from_array(&mut idx)?,
+    };
+    poolgrad::Plan::new(&Cpu::sequential(), op).map(|_| ())
+}
