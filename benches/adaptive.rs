@@ -29,7 +29,7 @@ const SHAPES: [Case; 3] = [
 fn backward<T: PoolFloat, const THREADS: usize>(bencher: Bencher, case: usize) {
     let (shape, out) = SHAPES[case];
     let x = input::<T>(shape);
-    let p = poolgrad::adaptive_max_pool2d::<T, i64, _, _>(&x, out).unwrap();
+    let p = poolgrad::adaptive_max_pool2d(&x, out).unwrap();
     let mut gi = Array4::<T>::zeros(shape);
     let device = cpu(THREADS);
     let mut ws = Workspace::new(&device, 1 << 24).unwrap();

@@ -41,7 +41,7 @@ fn case(index: usize) -> ((usize, usize, usize, usize), MaxPool2dParams) {
 fn indices_backward<T: PoolFloat, const THREADS: usize>(bencher: Bencher, index: usize) {
     let (shape, params) = case(index);
     let x = input::<T>(shape);
-    let p = poolgrad::max_pool2d_with_indices::<T, i64, _, _>(&x, &params).unwrap();
+    let p = poolgrad::max_pool2d_with_indices(&x, &params).unwrap();
     let mut gi = Array4::<T>::zeros(shape);
     let device = cpu(THREADS);
     let mut ws = Workspace::new(&device, 1 << 24).unwrap();
@@ -62,7 +62,7 @@ fn indices_backward<T: PoolFloat, const THREADS: usize>(bencher: Bencher, index:
 fn indices_forward<T: PoolFloat, const THREADS: usize>(bencher: Bencher, index: usize) {
     let (shape, params) = case(index);
     let x = input::<T>(shape);
-    let p = poolgrad::max_pool2d_with_indices::<T, i64, _, _>(&x, &params).unwrap();
+    let p = poolgrad::max_pool2d_with_indices(&x, &params).unwrap();
     let (mut o, mut i) = (p.output, p.indices);
     let device = cpu(THREADS);
     let mut ws = Workspace::new(&device, 1 << 24).unwrap();
@@ -81,7 +81,7 @@ fn indices_forward<T: PoolFloat, const THREADS: usize>(bencher: Bencher, index: 
 fn mask_backward<T: PoolFloat, L: MaskLayout>(bencher: Bencher, index: usize, threads: usize) {
     let (shape, params) = case(index);
     let x = input::<T>(shape);
-    let p = poolgrad::max_pool2d_with_mask::<T, L, _, _>(&x, &params).unwrap();
+    let p = poolgrad::max_pool2d_with_mask(&x, &params, L::default()).unwrap();
     let mut gi = Array4::<T>::zeros(shape);
     let device = cpu(threads);
     let mut ws = Workspace::new(&device, 1 << 24).unwrap();
@@ -89,7 +89,7 @@ fn mask_backward<T: PoolFloat, L: MaskLayout>(bencher: Bencher, index: usize, th
         let op = MaxPool2dWithMaskBackward {
             grad_output: TensorRef::from_array(&p.output).unwrap(),
             self_: TensorRef::from_array(&x).unwrap(),
-            mask: MaskRef::<L>::new(TensorRef::from_array(p.mask.as_array()).unwrap()),
+            mask: MaskRef::new(TensorRef::from_array(p.mask.as_array()).unwrap(), L::default()),
             params,
             grad_input: TensorMut::from_array(&mut gi).unwrap(),
         };
@@ -101,7 +101,7 @@ fn mask_backward<T: PoolFloat, L: MaskLayout>(bencher: Bencher, index: usize, th
 fn mask_forward<T: PoolFloat, L: MaskLayout>(bencher: Bencher, index: usize, threads: usize) {
     let (shape, params) = case(index);
     let x = input::<T>(shape);
-    let p = poolgrad::max_pool2d_with_mask::<T, L, _, _>(&x, &params).unwrap();
+    let p = poolgrad::max_pool2d_with_mask(&x, &params, L::default()).unwrap();
     let (mut o, mut m) = (p.output, p.mask.into_array());
     let device = cpu(threads);
     let mut ws = Workspace::new(&device, 1 << 24).unwrap();
@@ -110,7 +110,7 @@ fn mask_forward<T: PoolFloat, L: MaskLayout>(bencher: Bencher, index: usize, thr
             input: TensorRef::from_array(&x).unwrap(),
             params,
             output: TensorMut::from_array(&mut o).unwrap(),
-            mask: MaskMut::<L>::new(TensorMut::from_array(&mut m).unwrap()),
+            mask: MaskMut::new(TensorMut::from_array(&mut m).unwrap(), L::default()),
         };
         Plan::new(&device, op).unwrap().bind(&mut ws).unwrap().run().unwrap();
         black_box(&m);

@@ -60,7 +60,7 @@ fn run(npu: &Ascend) -> poolgrad::Result<()> {
     let go = Array4::from_shape_fn((4, 32, 7, 7), |(n, c, h, w)| ((n + c + h * 7 + w) % 9) as f32 - 4.0);
 
     // Adaptive max pooling, [4, 32, 30, 30] -> 7x7 (overlapping windows), f32 and f16.
-    let pooled = adaptive_max_pool2d_on::<_, f32, i64, _, _>(&cpu, &x, [7, 7])?;
+    let pooled = adaptive_max_pool2d_on(&cpu, &x, [7, 7])?;
     let on_npu = adaptive_max_pool2d_backward_on(npu, &go, &x, &pooled.indices)?;
     let on_cpu = adaptive_max_pool2d_backward_on(&cpu, &go, &x, &pooled.indices)?;
     report("adaptive_max_pool2d_backward f32", &on_npu, &on_cpu);
@@ -85,14 +85,14 @@ fn mask_round_trip<T: PoolFloat, L: MaskLayout>(
     params: &MaxPool2dParams,
 ) -> poolgrad::Result<()> {
     let x = x.mapv(|v| T::round_from_f64(v.into()));
-    let dev = max_pool2d_with_mask_on::<_, T, L, _, _>(npu, &x, params)?;
-    let host = max_pool2d_with_mask_on::<_, T, L, _, _>(cpu, &x, params)?;
+    let dev = max_pool2d_with_mask_on(npu, &x, params, L::default())?;
+    let host = max_pool2d_with_mask_on(cpu, &x, params, L::default())?;
     report(&format!("max_pool2d_with_mask ({}) values", L::NAME), &dev.output, &host.output);
     let same = dev.mask.to_indices::<i64>()? == host.mask.to_indices::<i64>()?;
     println!("{:<44} arg-max identical: {same}", format!("max_pool2d_with_mask ({}) mask", L::NAME));
     let g = dev.output.mapv(|v| T::round_from_f64(v.to_f64_exact().rem_euclid(5.0) - 2.0));
-    let on_npu = max_pool2d_with_mask_backward_on(npu, &g, &x, &dev.mask, params)?;
-    let on_cpu = max_pool2d_with_mask_backward_on(cpu, &g, &x, &host.mask, params)?;
+    let on_npu = max_pool2d_with_mask_backward_on(npu, &g, &x, &dev.mask)?;
+    let on_cpu = max_pool2d_with_mask_backward_on(cpu, &g, &x, &host.mask)?;
     report(&format!("max_pool2d_with_mask_backward ({})", L::NAME), &on_npu, &on_cpu);
     Ok(())
 }

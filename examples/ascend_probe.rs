@@ -105,11 +105,11 @@ fn input<T: PoolFloat>(kind: &str) -> Array4<T> {
 }
 
 fn cast<T: PoolFloat>(v: f32) -> T {
-    <T as num_traits::NumCast>::from(v).expect("every f32 converts to the pooling float types")
+    T::round_from_f64(f64::from(v))
 }
 
 fn wide<T: PoolFloat>(v: T) -> f64 {
-    num_traits::ToPrimitive::to_f64(&v).expect("every pooling float widens to f64")
+    v.to_f64_exact()
 }
 
 fn params(kernel: usize) -> MaxPool2dParams {
@@ -154,8 +154,8 @@ fn probe<T: PoolFloat>(
     let p = params(kernel);
     let tag = |op| (op, dtype, kernel, input_kind);
     if kernel == 3 {
-        let want = adaptive_max_pool2d_on::<_, T, i64, _, _>(&cpu, &x, [2, 3]).unwrap();
-        let got = adaptive_max_pool2d_on::<_, T, i64, _, _>(npu, &x, [2, 3]);
+        let want = adaptive_max_pool2d_on(&cpu, &x, [2, 3]).unwrap();
+        let got = adaptive_max_pool2d_on(npu, &x, [2, 3]);
         let got = got.map(|r| (bits(&r.output), r.indices));
         outcomes.push(outcome(tag("adaptive_max_pool2d"), got, (bits(&want.output), want.indices.clone())));
         let g = want.output.mapv(|v| cast::<T>(wide(v) as f32 * 0.5 + 1.0));
@@ -163,9 +163,8 @@ fn probe<T: PoolFloat>(
         let got = adaptive_max_pool2d_backward_on(npu, &g, &x, &want.indices).map(|r| bits(&r));
         outcomes.push(outcome(tag("adaptive_max_pool2d_backward"), got, bits(&want_g)));
     }
-    let want = max_pool2d_with_indices_on::<_, T, i64, _, _>(&cpu, &x, &p).unwrap();
-    let got =
-        max_pool2d_with_indices_on::<_, T, i64, _, _>(npu, &x, &p).map(|r| (bits(&r.output), r.indices));
+    let want = max_pool2d_with_indices_on(&cpu, &x, &p).unwrap();
+    let got = max_pool2d_with_indices_on(npu, &x, &p).map(|r| (bits(&r.output), r.indices));
     outcomes.push(outcome(tag("max_pool2d_with_indices"), got, (bits(&want.output), want.indices.clone())));
     let g = want.output.mapv(|v| cast::<T>(wide(v) as f32 - 2.0));
     let want_g = max_pool2d_with_indices_backward_on(&cpu, &g, &x, &want.indices, &p).unwrap();
@@ -187,9 +186,9 @@ fn mask_probe<T: PoolFloat, L: MaskLayout>(
     masks: &mut Vec<(usize, &'static str, String, String)>,
 ) {
     let cpu = Cpu::sequential();
-    let want = max_pool2d_with_mask_on::<_, T, L, _, _>(&cpu, x, p).unwrap();
+    let want = max_pool2d_with_mask_on(&cpu, x, p, L::default()).unwrap();
     let want_idx = want.mask.to_indices::<i64>().unwrap();
-    let got = max_pool2d_with_mask_on::<_, T, L, _, _>(npu, x, p);
+    let got = max_pool2d_with_mask_on(npu, x, p, L::default());
     let (_, dtype, kernel, input) = tag("");
     if let Ok(dev) = &got
         && input == "plain"
@@ -202,8 +201,8 @@ fn mask_probe<T: PoolFloat, L: MaskLayout>(
     let got = got.map(|r| (bits(&r.output), r.mask.to_indices::<i64>().ok()));
     outcomes.push(outcome(tag("max_pool2d_with_mask"), got, (bits(&want.output), Some(want_idx))));
     let g = want.output.mapv(|v| cast::<T>(wide(v) as f32 + 3.0));
-    let want_g = max_pool2d_with_mask_backward_on(&cpu, &g, x, &want.mask, p).unwrap();
-    let got = max_pool2d_with_mask_backward_on(npu, &g, x, &want.mask, p).map(|r| bits(&r));
+    let want_g = max_pool2d_with_mask_backward_on(&cpu, &g, x, &want.mask).unwrap();
+    let got = max_pool2d_with_mask_backward_on(npu, &g, x, &want.mask).map(|r| bits(&r));
     outcomes.push(outcome(tag("max_pool2d_with_mask_backward"), got, bits(&want_g)));
 }
 

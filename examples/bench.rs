@@ -269,9 +269,9 @@ fn run_case<T: PoolFloat>(
     let x = to4(random::<T>(&shape, 1));
     let mut ws = Workspace::new(cpu, 0).unwrap();
     let (pooled, out) = match kind {
-        Kind::Adaptive(out) => (poolgrad::adaptive_max_pool2d::<T, i64, _, _>(&x, out).unwrap(), out),
+        Kind::Adaptive(out) => (poolgrad::adaptive_max_pool2d(&x, out).unwrap(), out),
         Kind::MaxPool { .. } => {
-            let p = poolgrad::max_pool2d_with_indices::<T, i64, _, _>(&x, &params(kind)).unwrap();
+            let p = poolgrad::max_pool2d_with_indices(&x, &params(kind)).unwrap();
             let out = [p.output.shape()[2], p.output.shape()[3]];
             (p, out)
         }
@@ -374,7 +374,7 @@ fn mask_case<T: PoolFloat, L: MaskLayout>(
         return;
     }
     let p = params(kind);
-    let pooled = poolgrad::max_pool2d_with_mask::<T, L, _, _>(x, &p).unwrap();
+    let pooled = poolgrad::max_pool2d_with_mask(x, &p, L::default()).unwrap();
     let out = [g.shape()[2], g.shape()[3]];
     let mut ws = Workspace::new(cpu, 0).unwrap();
     if selected(name) {
@@ -389,7 +389,7 @@ fn mask_case<T: PoolFloat, L: MaskLayout>(
                 input: TensorRef::from_array(x).unwrap(),
                 params: p,
                 output: TensorMut::from_array(&mut o).unwrap(),
-                mask: MaskMut::<L>::new(TensorMut::from_array(&mut m).unwrap()),
+                mask: MaskMut::new(TensorMut::from_array(&mut m).unwrap(), L::default()),
             };
             run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
         });
@@ -417,7 +417,7 @@ fn mask_backward_case<T: PoolFloat, L: MaskLayout>(
         let op = MaxPool2dWithMaskBackward {
             grad_output: TensorRef::from_array(g).unwrap(),
             self_: TensorRef::from_array(x).unwrap(),
-            mask: MaskRef::<L>::new(TensorRef::from_array(mask.as_array()).unwrap()),
+            mask: MaskRef::new(TensorRef::from_array(mask.as_array()).unwrap(), L::default()),
             params: *p,
             grad_input: TensorMut::from_array(&mut gi).unwrap(),
         };
@@ -425,7 +425,7 @@ fn mask_backward_case<T: PoolFloat, L: MaskLayout>(
     });
     let t_fn = (!plan_only()).then(|| {
         time(reps, || {
-            std::hint::black_box(poolgrad::max_pool2d_with_mask_backward(g, x, mask, p).unwrap());
+            std::hint::black_box(poolgrad::max_pool2d_with_mask_backward(g, x, mask).unwrap());
         })
     });
     let plane = x.shape()[2] * x.shape()[3];

@@ -30,12 +30,12 @@ fn main() -> Result<(), poolgrad::Error> {
     let params = MaxPool2dParams::new([2, 2]);
     println!("input (C=2, H=4, W=4), kernel 2x2, stride 2:\n{x}");
 
-    let torch = poolgrad::max_pool2d_with_indices::<f32, i64, _, _>(&x, &params)?;
+    let torch = poolgrad::max_pool2d_with_indices(&x, &params)?;
     println!("\nPyTorch-style flat indices ih*W + iw:\n{}", torch.indices);
 
-    let a2 = poolgrad::max_pool2d_with_mask::<f32, I32Argmax, _, _>(&x, &params)?;
+    let a2 = poolgrad::max_pool2d_with_mask(&x, &params, I32Argmax)?;
     print_nonzero("I32Argmax (Atlas A2/A3): little-endian i32 indices from byte 0", &a2);
-    let legacy = poolgrad::max_pool2d_with_mask::<f32, Bitmask, _, _>(&x, &params)?;
+    let legacy = poolgrad::max_pool2d_with_mask(&x, &params, Bitmask)?;
     print_nonzero(
         "Bitmask (Atlas training, 310P, 1x1 kernels): u16 word (k, p) at byte 2*(k*32 + p), bit = channel",
         &legacy,
@@ -46,8 +46,8 @@ fn main() -> Result<(), poolgrad::Error> {
     );
 
     let g = array![[[1.0f32, 2.0], [3.0, 4.0]], [[10.0, 20.0], [30.0, 40.0]]];
-    let via_a2 = poolgrad::max_pool2d_with_mask_backward(&g, &x, &a2.mask, &params)?;
-    let via_bits = poolgrad::max_pool2d_with_mask_backward(&g, &x, &legacy.mask, &params)?;
+    let via_a2 = poolgrad::max_pool2d_with_mask_backward(&g, &x, &a2.mask)?;
+    let via_bits = poolgrad::max_pool2d_with_mask_backward(&g, &x, &legacy.mask)?;
     let via_idx = poolgrad::max_pool2d_with_indices_backward(&g, &x, &torch.indices, &params)?;
     println!("\ngrad_output:\n{g}\n\ngrad_input (same through all three):\n{via_bits}");
     assert!(via_a2 == via_idx && via_bits == via_idx);

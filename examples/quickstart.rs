@@ -20,7 +20,7 @@ fn main() -> Result<(), poolgrad::Error> {
         println!("window {i} on each axis: {:?}", poolgrad::geometry::adaptive_window(i, 5, 3));
     }
 
-    let pooled = adaptive_max_pool2d::<f32, i64, _, _>(&x, [3, 3])?;
+    let pooled = adaptive_max_pool2d(&x, [3, 3])?;
     println!("\noutput = adaptive_max_pool2d(x, [3, 3]):\n{}", pooled.output);
     println!("\nindices (flat ih * 5 + iw; ties keep the first maximum):\n{}", pooled.indices);
 

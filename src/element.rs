@@ -1,7 +1,7 @@
 //! Element types: the sealed [`PoolFloat`] trait for values and gradients, and [`DType`] tags.
 
 use core::fmt;
-use core::ops::AddAssign;
+use core::ops::Neg;
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -51,89 +51,110 @@ pub trait Element: sealed::Sealed + bytemuck::Pod + Send + Sync + fmt::Debug + P
     const DTYPE: DType;
 }
 
-/// The accumulator types, `f32` and `f64`. Sealed.
-pub trait AccFloat: Element + num_traits::Float + AddAssign {
-    /// `if take { yes } else { no }` without a branch (a conditional move on the bits), for
-    /// data-dependent choices in hot loops.
-    fn choose(take: bool, yes: Self, no: Self) -> Self;
+pub(crate) mod internal {
+    //! The kernels' side of the element traits: public traits in a private module, so users can
+    //! neither name nor implement them, and their methods (named so that they cannot clash with
+    //! a user's own traits) are not semver-bound API.
+
+    use core::ops::AddAssign;
+
+    use super::Element;
+
+    /// The accumulator types, `f32` and `f64`.
+    pub trait AccFloat: Element + num_traits::Float + AddAssign {
+        /// `if take { yes } else { no }` without a branch (a conditional move on the bits), for
+        /// data-dependent choices in hot loops.
+        fn choose(take: bool, yes: Self, no: Self) -> Self;
+    }
+
+    /// What the kernels need of a [`PoolFloat`](super::PoolFloat): gradients are accumulated in
+    /// [`Accumulate::Acc`] (`f32` for `f32`, `f16` and `bf16`; `f64` for `f64`), so the half
+    /// types round exactly once, when the finished sum is stored.
+    pub trait Accumulate: Element + Default + PartialOrd {
+        /// The type gradients are summed in.
+        type Acc: AccFloat;
+
+        /// Widens to the accumulator type (exact).
+        fn to_acc(self) -> Self::Acc;
+
+        /// Rounds an accumulated value to this type (round to nearest, ties to even).
+        fn from_acc(acc: Self::Acc) -> Self;
+
+        /// Rounds `acc` like [`Accumulate::from_acc`] when it is a sum of values widened by
+        /// [`Accumulate::to_acc`] (or zero), as gradients are summed; may be cheaper. `bf16` skips
+        /// its NaN test, which such sums do not need: a NaN among them is quiet (arithmetic quiets
+        /// NaNs, and widening does) and carries the low 16 bits of a widened `bf16` or of the
+        /// preferred NaN (Rust's floating-point rules), all zero, so rounding keeps it as it is.
+        /// For other NaNs the result is unspecified.
+        #[inline(always)]
+        fn from_acc_sum(acc: Self::Acc) -> Self {
+            Self::from_acc(acc)
+        }
+
+        /// The sum `0 + self`, accumulated in [`Accumulate::Acc`] and rounded once: what a
+        /// position that receives one gradient holds. That is `self` itself, but `-0` gives `+0`
+        /// and a NaN gets its quiet bit (on the bits alone for the half types, with no widening or
+        /// rounding).
+        #[inline(always)]
+        fn sum_of_one(self) -> Self {
+            Self::from_acc_sum(<Self::Acc as num_traits::Zero>::zero() + self.to_acc())
+        }
+
+        /// Widens `src` into `dst` (bulk, vectorised for the half types). Both slices must have
+        /// the same length; extra elements of the longer one are left alone.
+        fn to_acc_slice(src: &[Self], dst: &mut [Self::Acc]);
+
+        /// Stores `src` into `dst`, rounding each value once (bulk, vectorised for the half
+        /// types). Both slices must have the same length; extra elements of the longer one are
+        /// left alone.
+        fn from_acc_slice(src: &[Self::Acc], dst: &mut [Self]);
+
+        /// The slice itself as accumulators when `Acc` is `Self` (`f32`, `f64`), else `None`.
+        fn as_acc_mut(values: &mut [Self]) -> Option<&mut [Self::Acc]>;
+
+        /// The slice itself as accumulator values when `Acc` is `Self` (`f32`, `f64`), else `None`.
+        fn as_acc(values: &[Self]) -> Option<&[Self::Acc]>;
+
+        /// Whether the value is a NaN.
+        #[inline(always)]
+        fn is_nan_value(self) -> bool {
+            num_traits::Float::is_nan(self.to_acc())
+        }
+    }
 }
+
+pub(crate) use internal::{AccFloat, Accumulate};
 
 /// Float element types the pooling operations accept: `f32`, `f64`, [`half::f16`] and
 /// [`half::bf16`]. Sealed.
 ///
-/// Gradients are accumulated in [`PoolFloat::Acc`]: `f32` for `f32`, `f16` and `bf16`, `f64` for
-/// `f64`. The half types therefore round exactly once, when the finished sum is stored.
+/// Gradients are accumulated in `f32` for `f32`, `f16` and `bf16`, and in `f64` for `f64`: the
+/// half types round exactly once, when the finished sum is stored. The trait carries only what
+/// generic code around the operations needs: exact conversions through `f64`.
 ///
 /// ```
 /// use poolgrad::PoolFloat;
-/// let x = half::bf16::from_f32(1.5);
-/// assert_eq!(x.to_acc(), 1.5f32);
-/// assert_eq!(half::bf16::from_acc(256.0 + 1.0), half::bf16::from_f32(256.0)); // rounds once
+/// fn mean<T: PoolFloat>(values: &[T]) -> f64 {
+///     values.iter().map(|v| v.to_f64_exact()).sum::<f64>() / values.len() as f64
+/// }
+/// assert_eq!(mean(&[half::bf16::from_f32(1.5), half::bf16::from_f32(2.5)]), 2.0);
+/// assert_eq!(half::bf16::round_from_f64(256.0 + 1.0), half::bf16::from_f32(256.0)); // ties to even
 /// ```
-pub trait PoolFloat: Element + num_traits::Float + Default {
-    /// The type gradients are summed in.
-    type Acc: AccFloat;
-
-    /// Widens to the accumulator type (exact).
-    fn to_acc(self) -> Self::Acc;
-
-    /// Rounds an accumulated value to this type (round to nearest, ties to even).
-    fn from_acc(acc: Self::Acc) -> Self;
-
-    /// Rounds `acc` like [`PoolFloat::from_acc`] when it is a sum of values widened by
-    /// [`PoolFloat::to_acc`] (or zero), as gradients are summed; may be cheaper. `bf16` skips its
-    /// NaN test, which such sums do not need: a NaN among them is quiet (arithmetic quiets NaNs,
-    /// and widening does) and carries the low 16 bits of a widened `bf16` or of the preferred
-    /// NaN (Rust's floating-point rules), all zero, so rounding keeps it as it is. For other NaNs
-    /// the result is unspecified.
-    ///
-    /// ```
-    /// use half::bf16;
-    /// use poolgrad::PoolFloat;
-    /// let sum = bf16::from_f32(256.0).to_acc() + bf16::ONE.to_acc();
-    /// assert_eq!(bf16::from_acc_sum(sum), bf16::from_acc(sum)); // 256: ties to even
-    /// let nan = bf16::INFINITY.to_acc() + bf16::NEG_INFINITY.to_acc();
-    /// assert!(bf16::from_acc_sum(nan).is_nan());
-    /// ```
-    #[inline(always)]
-    fn from_acc_sum(acc: Self::Acc) -> Self {
-        Self::from_acc(acc)
-    }
-
-    /// The sum `0 + self`, accumulated in [`PoolFloat::Acc`] and rounded once: what a position
-    /// that receives one gradient holds. That is `self` itself, but `-0` gives `+0` and a NaN gets
-    /// its quiet bit (on the bits alone for the half types, with no widening or rounding).
-    ///
-    /// ```
-    /// use half::f16;
-    /// use poolgrad::PoolFloat;
-    /// assert_eq!(f16::from_f32(-2.5).sum_of_one(), f16::from_f32(-2.5));
-    /// assert_eq!(f16::NEG_ZERO.sum_of_one().to_bits(), 0);
-    /// ```
-    #[inline(always)]
-    fn sum_of_one(self) -> Self {
-        Self::from_acc_sum(<Self::Acc as num_traits::Zero>::zero() + self.to_acc())
-    }
-
-    /// Widens `src` into `dst` (bulk, vectorised for the half types). Both slices must have the
-    /// same length; extra elements of the longer one are left alone.
-    fn to_acc_slice(src: &[Self], dst: &mut [Self::Acc]);
-
-    /// Stores `src` into `dst`, rounding each value once (bulk, vectorised for the half types).
-    /// Both slices must have the same length; extra elements of the longer one are left alone.
-    fn from_acc_slice(src: &[Self::Acc], dst: &mut [Self]);
-
-    /// The slice itself as accumulators when `Acc` is `Self` (`f32`, `f64`), else `None`.
-    fn as_acc_mut(values: &mut [Self]) -> Option<&mut [Self::Acc]>;
-
+pub trait PoolFloat:
+    Element
+    + Default
+    + PartialOrd
+    + fmt::Display
+    + Neg<Output = Self>
+    + num_traits::Zero
+    + num_traits::One
+    + Accumulate
+{
     /// Rounds an `f64` to this type once (round to nearest, ties to even).
     fn round_from_f64(value: f64) -> Self;
 
     /// The value as `f64` (exact).
     fn to_f64_exact(self) -> f64;
-
-    /// The slice itself as accumulator values when `Acc` is `Self` (`f32`, `f64`), else `None`.
-    fn as_acc(values: &[Self]) -> Option<&[Self::Acc]>;
 }
 
 macro_rules! element {
@@ -160,7 +181,7 @@ impl AccFloat for f64 {
 
 macro_rules! native_float {
     ($($t:ty),*) => {$(
-        impl PoolFloat for $t {
+        impl Accumulate for $t {
             type Acc = $t;
             #[inline(always)]
             fn to_acc(self) -> $t { self }
@@ -175,15 +196,17 @@ macro_rules! native_float {
                 dst[..n].copy_from_slice(&src[..n]);
             }
             fn as_acc_mut(values: &mut [$t]) -> Option<&mut [$t]> { Some(values) }
+            fn as_acc(values: &[$t]) -> Option<&[$t]> { Some(values) }
+        }
+        impl PoolFloat for $t {
             fn round_from_f64(value: f64) -> $t { value as $t }
             fn to_f64_exact(self) -> f64 { self as f64 }
-            fn as_acc(values: &[$t]) -> Option<&[$t]> { Some(values) }
         }
     )*};
 }
 native_float!(f32, f64);
 
-impl PoolFloat for f16 {
+impl Accumulate for f16 {
     type Acc = f32;
     #[inline(always)]
     fn to_acc(self) -> f32 {
@@ -226,18 +249,21 @@ impl PoolFloat for f16 {
     fn as_acc_mut(_: &mut [f16]) -> Option<&mut [f32]> {
         None
     }
+    fn as_acc(_: &[f16]) -> Option<&[f32]> {
+        None
+    }
+}
+
+impl PoolFloat for f16 {
     fn round_from_f64(value: f64) -> f16 {
         f16::from_f64(value)
     }
     fn to_f64_exact(self) -> f64 {
         self.to_f64()
     }
-    fn as_acc(_: &[f16]) -> Option<&[f32]> {
-        None
-    }
 }
 
-impl PoolFloat for bf16 {
+impl Accumulate for bf16 {
     type Acc = f32;
     #[inline(always)]
     fn to_acc(self) -> f32 {
@@ -270,18 +296,21 @@ impl PoolFloat for bf16 {
     fn as_acc_mut(_: &mut [bf16]) -> Option<&mut [f32]> {
         None
     }
+    fn as_acc(_: &[bf16]) -> Option<&[f32]> {
+        None
+    }
+}
+
+impl PoolFloat for bf16 {
     fn round_from_f64(value: f64) -> bf16 {
         bf16::from_f64(value)
     }
     fn to_f64_exact(self) -> f64 {
         self.to_f64()
     }
-    fn as_acc(_: &[bf16]) -> Option<&[f32]> {
-        None
-    }
 }
 
-/// [`PoolFloat::sum_of_one`] on the bits of a half type whose exponent bits are `exponent` and
+/// [`Accumulate::sum_of_one`] on the bits of a half type whose exponent bits are `exponent` and
 /// whose quiet bit is `quiet`: `-0` becomes `+0`, a NaN gets its quiet bit (as widening it and
 /// adding zero does), anything else stays as it is. Without branches.
 #[inline(always)]

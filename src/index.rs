@@ -1,5 +1,7 @@
 //! Index kinds: flat arg-max indices (`i32`, `i64`) through the sealed [`ArgmaxIndex`] trait.
 
+use core::fmt;
+
 use crate::element::Element;
 
 pub(crate) mod repr {
@@ -38,7 +40,17 @@ pub(crate) mod repr {
 /// assert_eq!(i32::try_from_flat(7), Some(7));
 /// assert_eq!(i32::try_from_flat(1 << 31), None);
 /// ```
-pub trait ArgmaxIndex: Element + num_traits::PrimInt + Into<i64> + repr::IndexRepr {
+pub trait ArgmaxIndex:
+    Element
+    + Default
+    + num_traits::Zero
+    + Ord
+    + core::hash::Hash
+    + fmt::Display
+    + Into<i64>
+    + TryFrom<i64>
+    + repr::IndexRepr
+{
     /// The largest plane size `H * W` whose every position this type can hold.
     const MAX_PLANE: u64;
 

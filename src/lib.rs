@@ -17,7 +17,7 @@
 //! ```
 //! use ndarray::Array;
 //! let x = Array::from_shape_fn((2, 3, 5, 5), |(n, c, h, w)| ((n * 7 + c * 5 + h * 3 + w) % 11) as f32);
-//! let pooled = poolgrad::adaptive_max_pool2d::<f32, i64, _, _>(&x, [3, 3])?;
+//! let pooled = poolgrad::adaptive_max_pool2d(&x, [3, 3])?;
 //! let grad = Array::ones(pooled.output.raw_dim());
 //! let gx = poolgrad::adaptive_max_pool2d_backward(&grad, &x, &pooled.indices)?;
 //! assert_eq!(gx.shape(), x.shape());
@@ -83,24 +83,68 @@ pub mod testing;
 mod validate;
 
 pub use device::Device;
-pub use element::{AccFloat, DType, Element, PoolFloat};
+pub use element::{DType, Element, PoolFloat};
 #[cfg(feature = "ascend")]
 pub use error::AscendError;
 pub use error::{DeviceLimitKind, Error, Result};
 pub use functional::{
     Pooled, PooledMask, adaptive_max_pool2d, adaptive_max_pool2d_backward, adaptive_max_pool2d_backward_on,
-    adaptive_max_pool2d_on, max_pool2d_with_indices, max_pool2d_with_indices_backward,
-    max_pool2d_with_indices_backward_on, max_pool2d_with_indices_on, max_pool2d_with_mask,
+    adaptive_max_pool2d_i32, adaptive_max_pool2d_i32_on, adaptive_max_pool2d_on, max_pool2d_with_indices,
+    max_pool2d_with_indices_backward, max_pool2d_with_indices_backward_on, max_pool2d_with_indices_i32,
+    max_pool2d_with_indices_i32_on, max_pool2d_with_indices_on, max_pool2d_with_mask,
     max_pool2d_with_mask_backward, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
 };
 pub use index::ArgmaxIndex;
 pub use mask::{Bitmask, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef};
 pub use params::MaxPool2dParams;
 pub use plan::{Executor, Plan, Workspace};
-pub use tensor::{TensorMut, TensorRef};
+pub use tensor::{PoolDim, TensorMut, TensorRef};
 
 pub use half;
 pub use ndarray;
+
+/// Everything a first use needs, in one import: the free functions, their result and parameter
+/// types, the mask layouts, the CPU device, the error type, and the Plan API's types.
+///
+/// ```
+/// use poolgrad::prelude::*;
+/// # fn main() -> Result<(), Error> {
+/// # let x = ndarray::Array4::<f32>::from_shape_fn((1, 2, 16, 16), |(_, c, h, w)| ((c * 31 + h * 7 + w * 3) % 17) as f32);
+/// # let g_of = |p: &ndarray::Array4<f32>| ndarray::Array4::<f32>::ones(p.raw_dim());
+/// // x: Array4<f32>
+/// let p = adaptive_max_pool2d(&x, [7, 7])?; // p.indices: Array4<i64>, PyTorch's default
+/// let g = g_of(&p.output);
+/// let gx = adaptive_max_pool2d_backward(&g, &x, &p.indices)?;
+/// let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+/// let q = max_pool2d_with_indices(&x, &params)?; // q.indices: Array4<i64>
+/// let m = max_pool2d_with_mask(&x, &params, I32Argmax)?;
+/// let g = g_of(&m.output);
+/// let gx_mask = max_pool2d_with_mask_backward(&g, &x, &m.mask)?; // the mask carries its params
+/// let legacy: Mask<Bitmask, _> = m.mask.convert()?;
+/// let cpu = Cpu::with_threads(2)?;
+/// # let _: (ndarray::Array4<i64>, ndarray::Array4<f32>) = (p.indices.clone(), gx.clone());
+/// # assert_eq!(gx.sum(), (7 * 7 * 2) as f32);
+/// # assert_eq!(q.indices, max_pool2d_with_indices_on(&cpu, &x, &params)?.indices);
+/// # assert_eq!(gx_mask, max_pool2d_with_indices_backward(&g, &x, &q.indices, &params)?);
+/// # assert_eq!(legacy.to_indices::<i64>()?, q.indices);
+/// // i32 indices, one named step away:
+/// let p32 = adaptive_max_pool2d_i32(&x, [7, 7])?;
+/// assert_eq!(p32.indices.mapv(i64::from), p.indices);
+/// # Ok(())
+/// # }
+/// ```
+pub mod prelude {
+    pub use crate::device::cpu::{Cpu, Parallelism};
+    pub use crate::{
+        ArgmaxIndex, Bitmask, Error, Executor, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef,
+        MaxPool2dParams, Plan, PoolFloat, Pooled, PooledMask, TensorMut, TensorRef, Workspace,
+        adaptive_max_pool2d, adaptive_max_pool2d_backward, adaptive_max_pool2d_backward_on,
+        adaptive_max_pool2d_i32, adaptive_max_pool2d_i32_on, adaptive_max_pool2d_on, max_pool2d_with_indices,
+        max_pool2d_with_indices_backward, max_pool2d_with_indices_backward_on, max_pool2d_with_indices_i32,
+        max_pool2d_with_indices_i32_on, max_pool2d_with_indices_on, max_pool2d_with_mask,
+        max_pool2d_with_mask_backward, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
+    };
+}
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -91,6 +91,37 @@ impl<'d, D: Runs<O>, O: Operation> Plan<'d, D, O> {
         Ok(Executor { plan: self, workspace })
     }
 
+    /// Runs in `workspace`, growing it first if it is smaller than [`Plan::workspace_size`]: the
+    /// form for loops that run many plans with one workspace.
+    ///
+    /// ```
+    /// use ndarray::Array4;
+    /// use poolgrad::{Plan, Workspace, device::cpu::Cpu, op::AdaptiveMaxPool2dBackward};
+    /// let cpu = Cpu::sequential();
+    /// let mut ws = Workspace::new(&cpu, 0)?; // grows on demand, then is reused
+    /// for size in [4, 8, 16] {
+    ///     let x = Array4::<f32>::zeros((1, 2, size, size));
+    ///     let (g, idx) = (Array4::<f32>::ones((1, 2, 2, 2)), Array4::<i64>::zeros((1, 2, 2, 2)));
+    ///     let mut gi = Array4::<f32>::zeros(x.raw_dim());
+    ///     let op = AdaptiveMaxPool2dBackward {
+    ///         grad_output: (&g).into(),
+    ///         self_: (&x).into(),
+    ///         indices: (&idx).into(),
+    ///         grad_input: (&mut gi).into(),
+    ///     };
+    ///     Plan::new(&cpu, op)?.run_in(&mut ws)?;
+    ///     assert_eq!(gi[[0, 1, 0, 0]], 4.0);
+    /// }
+    /// # Ok::<(), poolgrad::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Allocation`] if the workspace cannot grow, and the errors of [`Executor::run`].
+    pub fn run_in(self, workspace: &mut Workspace<D>) -> Result<()> {
+        workspace.ensure(self.device, self.workspace_size)?;
+        self.bind(workspace)?.run()
+    }
+
     /// Allocates the workspace, binds it and runs: phase 2 in one call.
     ///
     /// # Errors
@@ -147,6 +178,29 @@ impl<D: Device> Workspace<D> {
     /// [`Error::Allocation`] when the memory cannot be had (never an abort).
     pub fn new(device: &D, bytes: usize) -> Result<Self> {
         Ok(Self { memory: device.alloc_workspace(bytes)? })
+    }
+
+    /// Grows the workspace to at least `bytes` bytes on `device` if it is smaller (its contents
+    /// are not kept); does nothing if it is large enough.
+    ///
+    /// ```
+    /// use poolgrad::{Workspace, device::cpu::Cpu};
+    /// let cpu = Cpu::sequential();
+    /// let mut ws = Workspace::new(&cpu, 100)?;
+    /// ws.ensure(&cpu, 1000)?;
+    /// assert!(ws.len() >= 1000);
+    /// ws.ensure(&cpu, 10)?; // never shrinks
+    /// assert!(ws.len() >= 1000);
+    /// # Ok::<(), poolgrad::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Allocation`] when the memory cannot be had; the workspace is then unchanged.
+    pub fn ensure(&mut self, device: &D, bytes: usize) -> Result<()> {
+        if self.len() < bytes {
+            self.memory = device.alloc_workspace(bytes)?;
+        }
+        Ok(())
     }
 
     /// Usable size in bytes.

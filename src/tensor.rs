@@ -7,12 +7,35 @@
 //! [`TensorMut`]) strides that make two elements share memory are errors, never panics.
 
 use ndarray::{ArrayBase, ArrayView, ArrayView4, ArrayViewMut, ArrayViewMut4, Axis, Data, DataMut};
-use ndarray::{Dimension, ShapeBuilder};
+use ndarray::{Dimension, Ix3, Ix4, IxDyn, ShapeBuilder};
 
 use crate::element::Element;
 use crate::error::{Error, Result};
 
 pub(crate) const RANKS: &str = "3 (C, H, W) or 4 (N, C, H, W)";
+
+mod sealed {
+    /// Implemented for `Ix3`, `Ix4` and `IxDyn` only.
+    pub trait Sealed {}
+    impl Sealed for ndarray::Ix3 {}
+    impl Sealed for ndarray::Ix4 {}
+    impl Sealed for ndarray::IxDyn {}
+}
+
+/// The ndarray dimension types the operations accept: [`Ix3`](type@Ix3) (`[C, H, W]`) and
+/// [`Ix4`](type@Ix4) (`[N, C, H, W]`), whose rank is right by construction, and [`IxDyn`](type@IxDyn), whose rank is checked at
+/// run time ([`Error::Rank`]). Sealed.
+///
+/// Any other rank does not compile:
+///
+/// ```compile_fail
+/// let x = ndarray::Array2::<f32>::zeros((4, 4));
+/// let _ = poolgrad::adaptive_max_pool2d(&x, [2, 2]);
+/// ```
+pub trait PoolDim: Dimension + sealed::Sealed {}
+impl PoolDim for Ix3 {}
+impl PoolDim for Ix4 {}
+impl PoolDim for IxDyn {}
 
 /// A read-only view of a 3-D or 4-D tensor.
 ///
@@ -310,13 +333,14 @@ impl<'a, E: Element> TensorRef<'a, E> {
     }
 
     /// A view of any 3-D or 4-D ndarray array or view (any strides, including negative ones).
+    /// For `Ix3` and `Ix4` arrays, `TensorRef::from(&array)` cannot fail.
     ///
     /// # Errors
-    /// [`Error::Rank`] for another rank.
+    /// [`Error::Rank`] for an `IxDyn` array of another rank.
     pub fn from_array<S, D>(array: &'a ArrayBase<S, D>) -> Result<Self>
     where
         S: Data<Elem = E>,
-        D: Dimension,
+        D: PoolDim,
     {
         Self::named(array.view(), "TensorRef::from_array", "array")
     }
@@ -332,8 +356,8 @@ impl<'a, E: Element> TensorRef<'a, E> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Rank`] for another rank.
-    pub fn from_view<D: Dimension>(view: ArrayView<'a, E, D>) -> Result<Self> {
+    /// [`Error::Rank`] for an `IxDyn` view of another rank.
+    pub fn from_view<D: PoolDim>(view: ArrayView<'a, E, D>) -> Result<Self> {
         Self::named(view, "TensorRef::from_view", "view")
     }
 
@@ -349,6 +373,16 @@ impl<'a, E: Element> TensorRef<'a, E> {
         let view = if ndim == 3 { view.insert_axis(Axis(0)) } else { view };
         let view = view.into_dimensionality().map_err(|e| Error::from_shape(op, arg, e))?;
         Ok(Self { view, ndim })
+    }
+
+    /// A view of data whose rank is 3 or 4 by construction (a [`Mask`](crate::Mask)'s bytes,
+    /// checked when the mask was made).
+    pub(crate) fn of_checked_rank<D: Dimension>(view: ArrayView<'a, E, D>) -> Self {
+        let ndim = view.ndim();
+        let view = view.into_dyn();
+        let view = if ndim == 3 { view.insert_axis(Axis(0)) } else { view };
+        let view = view.into_dimensionality::<Ix4>().expect("rank 3 or 4, checked when the data was made");
+        Self { view, ndim }
     }
 
     /// The shape seen as 4-D `[N, C, H, W]` (`N = 1` for a 3-D tensor).
@@ -403,14 +437,15 @@ impl<'a, E: Element> TensorMut<'a, E> {
         Ok(Self { view, ndim: shape.len() })
     }
 
-    /// A writable view of any 3-D or 4-D ndarray array or mutable view.
+    /// A writable view of any 3-D or 4-D ndarray array or mutable view. For `Ix3` and `Ix4`
+    /// arrays, `TensorMut::from(&mut array)` cannot fail.
     ///
     /// # Errors
-    /// [`Error::Rank`] for another rank.
+    /// [`Error::Rank`] for an `IxDyn` array of another rank.
     pub fn from_array<S, D>(array: &'a mut ArrayBase<S, D>) -> Result<Self>
     where
         S: DataMut<Elem = E>,
-        D: Dimension,
+        D: PoolDim,
     {
         Self::named(array.view_mut(), "TensorMut::from_array", "array")
     }
@@ -426,8 +461,8 @@ impl<'a, E: Element> TensorMut<'a, E> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Rank`] for another rank.
-    pub fn from_view<D: Dimension>(view: ArrayViewMut<'a, E, D>) -> Result<Self> {
+    /// [`Error::Rank`] for an `IxDyn` view of another rank.
+    pub fn from_view<D: PoolDim>(view: ArrayViewMut<'a, E, D>) -> Result<Self> {
         Self::named(view, "TensorMut::from_view", "view")
     }
 
@@ -476,6 +511,67 @@ impl<'a, E: Element> TensorMut<'a, E> {
 
     pub(crate) fn into_view(self) -> ArrayViewMut4<'a, E> {
         self.view
+    }
+}
+
+/// `Ix4` views and arrays convert without a check: their rank is right by construction.
+///
+/// ```
+/// use ndarray::{Array3, Array4};
+/// use poolgrad::{TensorMut, TensorRef};
+/// let x = Array4::<f32>::zeros((2, 3, 4, 5));
+/// let t = TensorRef::from(&x);
+/// assert_eq!(t.shape(), [2, 3, 4, 5]);
+/// let mut y = Array3::<f32>::zeros((3, 4, 5));
+/// let m: TensorMut<'_, f32> = (&mut y).into();
+/// assert_eq!(m.dims(), vec![3, 4, 5]);
+/// ```
+impl<'a, E: Element> From<ArrayView4<'a, E>> for TensorRef<'a, E> {
+    fn from(view: ArrayView4<'a, E>) -> Self {
+        TensorRef { view, ndim: 4 }
+    }
+}
+
+/// `[C, H, W]` views convert without a check, as `[1, C, H, W]`.
+impl<'a, E: Element> From<ArrayView<'a, E, Ix3>> for TensorRef<'a, E> {
+    fn from(view: ArrayView<'a, E, Ix3>) -> Self {
+        TensorRef { view: view.insert_axis(Axis(0)), ndim: 3 }
+    }
+}
+
+impl<'a, E: Element, S: Data<Elem = E>> From<&'a ArrayBase<S, Ix4>> for TensorRef<'a, E> {
+    fn from(array: &'a ArrayBase<S, Ix4>) -> Self {
+        array.view().into()
+    }
+}
+
+impl<'a, E: Element, S: Data<Elem = E>> From<&'a ArrayBase<S, Ix3>> for TensorRef<'a, E> {
+    fn from(array: &'a ArrayBase<S, Ix3>) -> Self {
+        array.view().into()
+    }
+}
+
+impl<'a, E: Element> From<ArrayViewMut4<'a, E>> for TensorMut<'a, E> {
+    fn from(view: ArrayViewMut4<'a, E>) -> Self {
+        TensorMut { view, ndim: 4 }
+    }
+}
+
+impl<'a, E: Element> From<ArrayViewMut<'a, E, Ix3>> for TensorMut<'a, E> {
+    fn from(view: ArrayViewMut<'a, E, Ix3>) -> Self {
+        TensorMut { view: view.insert_axis(Axis(0)), ndim: 3 }
+    }
+}
+
+impl<'a, E: Element, S: DataMut<Elem = E>> From<&'a mut ArrayBase<S, Ix4>> for TensorMut<'a, E> {
+    fn from(array: &'a mut ArrayBase<S, Ix4>) -> Self {
+        array.view_mut().into()
+    }
+}
+
+impl<'a, E: Element, S: DataMut<Elem = E>> From<&'a mut ArrayBase<S, Ix3>> for TensorMut<'a, E> {
+    fn from(array: &'a mut ArrayBase<S, Ix3>) -> Self {
+        array.view_mut().into()
     }
 }
 

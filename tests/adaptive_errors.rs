@@ -4,7 +4,7 @@ mod common;
 
 use common::{assert_message, plan_adaptive_i32_indices};
 
-use ndarray::{Array, Array1, Array2, Array3, Array4, ArrayView, IxDyn, ShapeBuilder};
+use ndarray::{Array, Array1, Array3, Array4, ArrayView, IxDyn, ShapeBuilder};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::{AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward};
 use poolgrad::{DType, Error, Plan, TensorMut, TensorRef, Workspace};
@@ -13,10 +13,12 @@ use poolgrad::{adaptive_max_pool2d, adaptive_max_pool2d_backward};
 const FWD: &str = "adaptive_max_pool2d";
 const BWD: &str = "adaptive_max_pool2d_backward";
 
+/// A rank-2 `Array2` does not compile (the `PoolDim` doctest); an `IxDyn` array of rank 2 is
+/// refused at run time.
 #[test]
 fn rank_two_input_is_rejected() {
-    let x = Array2::<f32>::zeros((4, 4));
-    let e = adaptive_max_pool2d::<f32, i64, _, _>(&x, [2, 2]).unwrap_err();
+    let x = ndarray::ArrayD::<f32>::zeros(IxDyn(&[4, 4]));
+    let e = adaptive_max_pool2d(&x, [2, 2]).unwrap_err();
     assert!(matches!(e, Error::Rank { op: FWD, arg: "input", got: 2, .. }), "{e:?}");
     assert_message(&e, &["`input`", "3 (C, H, W) or 4 (N, C, H, W)", "got 2", "[4, 4]"]);
 }
@@ -78,7 +80,7 @@ fn mixed_ranks_are_rejected() {
 fn zero_in_output_size_is_rejected() {
     let x = Array3::<f32>::zeros((2, 4, 4));
     for size in [[0, 3], [3, 0]] {
-        let e = adaptive_max_pool2d::<f32, i64, _, _>(&x, size).unwrap_err();
+        let e = adaptive_max_pool2d(&x, size).unwrap_err();
         assert!(matches!(e, Error::InvalidParameter { op: FWD, arg: "output_size", .. }), "{e:?}");
         assert_message(&e, &["`output_size`", &format!("{size:?}"), "Ho >= 1 and Wo >= 1"]);
     }
@@ -98,7 +100,7 @@ fn empty_grad_output_plane_is_rejected() {
 fn empty_c_h_or_w_is_rejected() {
     for (shape, axis) in [([1, 0, 4, 4], "C"), ([1, 2, 0, 4], "H"), ([1, 2, 4, 0], "W")] {
         let x = Array4::<f32>::zeros(shape);
-        let e = adaptive_max_pool2d::<f32, i64, _, _>(&x, [2, 2]).unwrap_err();
+        let e = adaptive_max_pool2d(&x, [2, 2]).unwrap_err();
         assert_eq!(e, Error::EmptyDimension { op: FWD, arg: "input", axis, shape: shape.to_vec() });
         assert_message(&e, &["`input`", &format!("{shape:?}"), &format!("its {axis} dimension")]);
 
@@ -113,7 +115,7 @@ fn empty_c_h_or_w_is_rejected() {
 #[test]
 fn empty_batch_is_fine() {
     let x = Array4::<f32>::zeros((0, 2, 4, 4));
-    let p = adaptive_max_pool2d::<f32, i64, _, _>(&x, [2, 2]).unwrap();
+    let p = adaptive_max_pool2d(&x, [2, 2]).unwrap();
     assert_eq!(p.output.shape(), &[0, 2, 2, 2]);
     let gi = adaptive_max_pool2d_backward(&p.output, &x, &p.indices).unwrap();
     assert_eq!(gi.shape(), &[0, 2, 4, 4]);
@@ -243,7 +245,7 @@ fn i32_indices_cannot_address_planes_over_2_pow_31() {
     let expected =
         Error::IndexTypeTooNarrow { op: FWD, arg: "indices", dtype: DType::I32, max: 1 << 31, plane };
     assert_eq!(plan_adaptive_i32_indices(x), Err(expected.clone()));
-    let e = adaptive_max_pool2d::<f32, i32, _, _>(&x, [1, 1]).unwrap_err();
+    let e = poolgrad::adaptive_max_pool2d_i32(&x, [1, 1]).unwrap_err();
     assert_eq!(e, expected);
     assert_message(&e, &["`indices`", "i32", &plane.to_string()]);
 }

@@ -26,7 +26,7 @@ fn backward(npu: &Ascend) -> poolgrad::Result<Array4<f16>> {
 /// A mask forward (int arrays and a memset) on `npu`.
 fn mask_forward(npu: &Ascend) -> poolgrad::Result<()> {
     let x = Array4::from_shape_fn((1, 3, 6, 6), |(_, c, h, w)| (c + h * w) as f32);
-    max_pool2d_with_mask_on::<_, f32, I32Argmax, _, _>(npu, &x, &MaxPool2dParams::new([2, 2])).map(|_| ())
+    max_pool2d_with_mask_on(npu, &x, &MaxPool2dParams::new([2, 2]), I32Argmax).map(|_| ())
 }
 
 /// `aclrtMalloc` refused for want of device memory (`ACL_ERROR_RT_MEMORY_ALLOCATION`).
@@ -326,7 +326,7 @@ fn an_operator_missing_from_an_older_cann_is_an_error_when_planned() {
     // CANN 8.1 has the forwards but not aclnnAdaptiveMaxPool2dBackward.
     let npu = Ascend::with_library_dir(ascend::cann81_root(), 0).unwrap();
     let x = Array4::from_shape_fn((1, 2, 4, 4), |(_, c, h, w)| (c + h * w) as f32);
-    let pooled = poolgrad::adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [2, 2]).unwrap();
+    let pooled = poolgrad::adaptive_max_pool2d_on(&npu, &x, [2, 2]).unwrap();
     let g = pooled.output.mapv(|_| 1.0f32);
     let e = adaptive_max_pool2d_backward_on(&npu, &g, &x, &pooled.indices).unwrap_err();
     let Error::Ascend(AscendError::Unavailable { reason, .. }) = &e else { panic!("{e:?}") };

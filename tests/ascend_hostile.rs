@@ -79,19 +79,17 @@ fn hostile_inputs_are_rejected_before_any_device_call() {
     }
     // An I32Argmax mask with a value outside the plane.
     let p = MaxPool2dParams::new([2, 2]);
-    let mut mask = poolgrad::max_pool2d_with_mask::<f32, I32Argmax, _, _>(&x, &p).unwrap().mask.into_array();
+    let mut mask = poolgrad::max_pool2d_with_mask(&x, &p, I32Argmax).unwrap().mask.into_array();
     mask[[0, 0, 0, 20]] = 100; // bytes 20..24: i32 element 5 of the prefix (c 1, position 1)
     let mask = poolgrad::Mask::<I32Argmax, _>::from_raw(mask, &p, &[1, 2, 4, 4]).unwrap();
-    let e = poolgrad::max_pool2d_with_mask_backward_on(&npu, &g, &x, &mask, &p).unwrap_err();
+    let e = poolgrad::max_pool2d_with_mask_backward_on(&npu, &g, &x, &mask).unwrap_err();
     assert!(matches!(&e, Error::IndexOutOfRange { arg: "mask", value: 100, .. }), "{e}");
     // Shapes and parameters.
     let e = adaptive_max_pool2d_backward_on(&npu, &g, &x, &Array4::<i64>::zeros((1, 2, 2, 3))).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { arg: "indices", .. }), "{e}");
-    let e = poolgrad::max_pool2d_with_mask_on::<_, f32, I32Argmax, _, _>(&npu, &x, &p.with_dilation([2, 2]))
-        .unwrap_err();
+    let e = poolgrad::max_pool2d_with_mask_on(&npu, &x, &p.with_dilation([2, 2]), I32Argmax).unwrap_err();
     assert!(matches!(e, Error::InvalidParameter { arg: "dilation", .. }), "{e}");
-    let e = poolgrad::max_pool2d_with_mask_on::<_, f32, I32Argmax, _, _>(&npu, &x, &p.with_padding([2, 2]))
-        .unwrap_err();
+    let e = poolgrad::max_pool2d_with_mask_on(&npu, &x, &p.with_padding([2, 2]), I32Argmax).unwrap_err();
     assert!(matches!(e, Error::InvalidParameter { arg: "padding", .. }), "{e}");
     // The device's own limits: f64, the other mask layout, a plane past i32::MAX, and the 2^24
     // limit of non-divisible adaptive shapes (broadcast views: no memory behind them).
@@ -106,7 +104,7 @@ fn hostile_inputs_are_rejected_before_any_device_call() {
         matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::DType, got, .. } if got == "f64"),
         "{e}"
     );
-    let e = poolgrad::max_pool2d_with_mask_on::<_, f32, poolgrad::Bitmask, _, _>(&npu, &x, &p).unwrap_err();
+    let e = poolgrad::max_pool2d_with_mask_on(&npu, &x, &p, poolgrad::Bitmask).unwrap_err();
     let text = e.to_string();
     assert!(
         matches!(e, Error::DeviceLimit { about: DeviceLimitKind::MaskLayout, .. })
@@ -116,7 +114,7 @@ fn hostile_inputs_are_rejected_before_any_device_call() {
     );
     let one = [0.0f32];
     let huge = ArrayView4::from_shape((1, 1, 1 << 16, 1 << 15).strides((0, 0, 0, 0)), &one[..]).unwrap();
-    let e = poolgrad::adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &huge, [1, 1]).unwrap_err();
+    let e = poolgrad::adaptive_max_pool2d_on(&npu, &huge, [1, 1]).unwrap_err();
     assert!(
         matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::PlaneSize, limit, .. } if limit.contains("2147483647")),
         "{e}"

@@ -4,6 +4,7 @@
 #![cfg(feature = "ascend")]
 
 mod ascend;
+mod common;
 
 use ascend::{Double, on_every_device};
 use half::{bf16, f16};
@@ -33,8 +34,8 @@ fn adaptive_matches_cpu<T: PoolFloat, I: ArgmaxIndex>(npu: &Ascend, values: Valu
     let shapes = Shapes { channels: 1..=5, height: 1..=9, width: 1..=9, ..Shapes::default() };
     runner(24)
         .run(&adaptive_cases::<T, I>(shapes, values), |case| {
-            let dev = adaptive_max_pool2d_on::<_, T, I, _, _>(npu, &case.input, case.output_size).unwrap();
-            let host = adaptive_max_pool2d_on::<_, T, I, _, _>(&cpu, &case.input, case.output_size).unwrap();
+            let dev = common::adaptive_on::<_, T, I, _, _>(npu, &case.input, case.output_size).unwrap();
+            let host = common::adaptive_on::<_, T, I, _, _>(&cpu, &case.input, case.output_size).unwrap();
             assert_eq!(bits(&dev.output), bits(&host.output), "forward values");
             assert_eq!(dev.indices, host.indices, "forward indices");
             let gd =
@@ -65,8 +66,8 @@ fn mask_matches_cpu<T: PoolFloat, L: MaskLayout>(npu: &Ascend, bounds: ParamBoun
     runner(16)
         .run(&mask_cases::<T, L>(shapes, bounds, Values::Ties), |case| {
             let p = &case.params;
-            let dev = max_pool2d_with_mask_on::<_, T, L, _, _>(npu, &case.input, p).unwrap();
-            let host = max_pool2d_with_mask_on::<_, T, L, _, _>(&cpu, &case.input, p).unwrap();
+            let dev = max_pool2d_with_mask_on(npu, &case.input, p, L::default()).unwrap();
+            let host = max_pool2d_with_mask_on(&cpu, &case.input, p, L::default()).unwrap();
             assert_eq!(bits(&dev.output), bits(&host.output), "forward values");
             assert_eq!(
                 dev.mask.to_indices::<i64>().unwrap(),
@@ -74,9 +75,9 @@ fn mask_matches_cpu<T: PoolFloat, L: MaskLayout>(npu: &Ascend, bounds: ParamBoun
                 "arg-max"
             );
             let gd =
-                max_pool2d_with_mask_backward_on(npu, &case.grad_output, &case.input, &dev.mask, p).unwrap();
-            let gc = max_pool2d_with_mask_backward_on(&cpu, &case.grad_output, &case.input, &host.mask, p)
-                .unwrap();
+                max_pool2d_with_mask_backward_on(npu, &case.grad_output, &case.input, &dev.mask).unwrap();
+            let gc =
+                max_pool2d_with_mask_backward_on(&cpu, &case.grad_output, &case.input, &host.mask).unwrap();
             assert_eq!(bits(&gd), bits(&gc), "backward");
             Ok(())
         })
@@ -135,7 +136,7 @@ fn the_worked_example_runs_on_the_device() {
         )
         .unwrap();
         let p = MaxPool2dParams::new([2, 2]);
-        let pooled = max_pool2d_with_mask_on::<_, f32, I32Argmax, _, _>(npu, &x, &p).unwrap();
+        let pooled = max_pool2d_with_mask_on(npu, &x, &p, I32Argmax).unwrap();
         assert_eq!(pooled.output.as_slice().unwrap(), &[5.0, 7.0, 9.0, 6.0]);
         let bytes = pooled.mask.as_array();
         assert_eq!(bytes.shape(), &[1, 1, 4, 64]);
@@ -143,7 +144,7 @@ fn the_worked_example_runs_on_the_device() {
         assert_eq!(prefix, [1, 0, 0, 0, 6, 0, 0, 0, 8, 0, 0, 0, 10, 0, 0, 0]);
         assert!(bytes.iter().skip(16).all(|&b| b == 0), "the rest of the mask is zero");
         let g = Array4::from_shape_vec((1, 1, 2, 2), vec![1.0f32, 2.0, 4.0, 8.0]).unwrap();
-        let gi = max_pool2d_with_mask_backward_on(npu, &g, &x, &pooled.mask, &p).unwrap();
+        let gi = max_pool2d_with_mask_backward_on(npu, &g, &x, &pooled.mask).unwrap();
         let mut want = [0.0f32; 16];
         (want[1], want[6], want[8], want[10]) = (1.0, 2.0, 4.0, 8.0);
         assert_eq!(gi.as_slice().unwrap(), &want);
@@ -159,12 +160,12 @@ fn strided_views_three_d_and_empty_batches_match_the_cpu() {
             ((n * 31 + c * 17 + h * 5 + w * 3) % 11) as f32
         });
         let xt = x.view().permuted_axes([0, 1, 3, 2]);
-        let dev = adaptive_max_pool2d_on::<_, f32, i64, _, _>(npu, &xt, [3, 4]).unwrap();
-        let host = adaptive_max_pool2d_on::<_, f32, i64, _, _>(&cpu, &xt, [3, 4]).unwrap();
+        let dev = adaptive_max_pool2d_on(npu, &xt, [3, 4]).unwrap();
+        let host = adaptive_max_pool2d_on(&cpu, &xt, [3, 4]).unwrap();
         assert_eq!((&dev.output, &dev.indices), (&host.output, &host.indices));
         // A 3-D call keeps its rank.
         let x3 = x.index_axis(ndarray::Axis(0), 1).to_owned();
-        let dev = adaptive_max_pool2d_on::<_, f32, i32, _, _>(npu, &x3, [2, 2]).unwrap();
+        let dev = poolgrad::adaptive_max_pool2d_i32_on(npu, &x3, [2, 2]).unwrap();
         assert_eq!(dev.output.ndim(), 3);
         let g = dev.output.mapv(|v| v + 1.0);
         let gd = adaptive_max_pool2d_backward_on(npu, &g, &x3, &dev.indices).unwrap();
@@ -172,7 +173,7 @@ fn strided_views_three_d_and_empty_batches_match_the_cpu() {
         assert_eq!(gd, gc);
         // An empty batch needs no device work.
         let empty = Array4::<f32>::zeros((0, 2, 4, 4));
-        let dev = adaptive_max_pool2d_on::<_, f32, i64, _, _>(npu, &empty, [2, 2]).unwrap();
+        let dev = adaptive_max_pool2d_on(npu, &empty, [2, 2]).unwrap();
         assert_eq!(dev.output.shape(), &[0, 2, 2, 2]);
         // A strided output view is written through.
         let (go, idx) = (Array4::from_elem((1, 1, 2, 2), 1.5f32), Array4::from_elem((1, 1, 2, 2), 4i64));
@@ -278,12 +279,12 @@ fn the_device_is_usable_from_other_threads() {
     let session = Double::session();
     let npu = session.open();
     let x = Array4::from_shape_fn((2, 3, 6, 6), |(n, c, h, w)| (n + 2 * c + 3 * h + 5 * w) as f32 % 7.0);
-    let want = adaptive_max_pool2d_on::<_, f32, i64, _, _>(&Cpu::sequential(), &x, [3, 3]).unwrap();
+    let want = adaptive_max_pool2d_on(&Cpu::sequential(), &x, [3, 3]).unwrap();
     std::thread::scope(|s| {
         for _ in 0..3 {
             s.spawn(|| {
                 for _ in 0..4 {
-                    let got = adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [3, 3]).unwrap();
+                    let got = adaptive_max_pool2d_on(&npu, &x, [3, 3]).unwrap();
                     assert_eq!(got, want);
                 }
             });
@@ -322,27 +323,23 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     let session = Double::session();
     session.set_soc("Ascend310P3");
     let npu = session.open();
-    let dev = max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&npu, &x, &p).unwrap();
-    let host = max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&cpu, &x, &p).unwrap();
+    let dev = max_pool2d_with_mask_on(&npu, &x, &p, Bitmask).unwrap();
+    let host = max_pool2d_with_mask_on(&cpu, &x, &p, Bitmask).unwrap();
     assert_eq!(dev.output, host.output);
     assert_eq!(dev.mask.to_indices::<i64>().unwrap(), host.mask.to_indices::<i64>().unwrap());
     let before = session.calls("*");
     let g = dev.output.mapv(|_| 1.0f32);
     refused(
         &session,
-        max_pool2d_with_mask_backward_on(&npu, &g, &x, &dev.mask, &p).unwrap_err(),
+        max_pool2d_with_mask_backward_on(&npu, &g, &x, &dev.mask).unwrap_err(),
         DeviceLimitKind::Operator,
     );
     refused(
         &session,
-        max_pool2d_with_mask_on::<_, f16, Bitmask, _, _>(&npu, &x.mapv(f16::from_f32), &p).unwrap_err(),
+        max_pool2d_with_mask_on(&npu, &x.mapv(f16::from_f32), &p, Bitmask).unwrap_err(),
         DeviceLimitKind::DType,
     );
-    refused(
-        &session,
-        adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [2, 2]).unwrap_err(),
-        DeviceLimitKind::Operator,
-    );
+    refused(&session, adaptive_max_pool2d_on(&npu, &x, [2, 2]).unwrap_err(), DeviceLimitKind::Operator);
     assert_eq!(session.calls("*"), before, "refused before any device call");
     drop(npu);
     session.assert_clean();
@@ -355,7 +352,7 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     let before = session.calls("*");
     refused(
         &session,
-        max_pool2d_with_mask_on::<_, bf16, Bitmask, _, _>(&npu, &x.mapv(bf16::from_f32), &p).unwrap_err(),
+        max_pool2d_with_mask_on(&npu, &x.mapv(bf16::from_f32), &p, Bitmask).unwrap_err(),
         DeviceLimitKind::DType,
     );
     let idx = Array4::<i64>::zeros((1, 3, 2, 2));
@@ -374,15 +371,11 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     session.set_soc("Ascend950PR_9599");
     let npu = session.open();
     assert_eq!(npu.soc_family(), SocFamily::Ascend950);
-    let dev = adaptive_max_pool2d_on::<_, bf16, i64, _, _>(&npu, &x.mapv(bf16::from_f32), [4, 4]).unwrap();
-    let host = adaptive_max_pool2d_on::<_, bf16, i64, _, _>(&cpu, &x.mapv(bf16::from_f32), [4, 4]).unwrap();
+    let dev = adaptive_max_pool2d_on(&npu, &x.mapv(bf16::from_f32), [4, 4]).unwrap();
+    let host = adaptive_max_pool2d_on(&cpu, &x.mapv(bf16::from_f32), [4, 4]).unwrap();
     assert_eq!(dev, host);
     let before = session.calls("*");
-    refused(
-        &session,
-        max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&npu, &x, &p).unwrap_err(),
-        DeviceLimitKind::Operator,
-    );
+    refused(&session, max_pool2d_with_mask_on(&npu, &x, &p, Bitmask).unwrap_err(), DeviceLimitKind::Operator);
     assert_eq!(session.calls("*"), before);
     drop(npu);
 
@@ -390,11 +383,7 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     session.set_soc("Ascend310B1");
     let npu = session.open();
     assert_eq!(npu.soc_family(), SocFamily::Other);
-    refused(
-        &session,
-        adaptive_max_pool2d_on::<_, f32, i64, _, _>(&npu, &x, [2, 2]).unwrap_err(),
-        DeviceLimitKind::Operator,
-    );
+    refused(&session, adaptive_max_pool2d_on(&npu, &x, [2, 2]).unwrap_err(), DeviceLimitKind::Operator);
     drop(npu);
     session.assert_clean();
 }

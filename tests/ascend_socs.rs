@@ -53,11 +53,11 @@ fn run_op(npu: &Ascend, op: usize) -> poolgrad::Result<()> {
     let p = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
     match op {
         0 => {
-            let got = adaptive_max_pool2d_on::<_, f32, i64, _, _>(npu, &x, [4, 3])?;
-            assert_eq!(got, adaptive_max_pool2d_on::<_, f32, i64, _, _>(&cpu, &x, [4, 3]).unwrap());
+            let got = adaptive_max_pool2d_on(npu, &x, [4, 3])?;
+            assert_eq!(got, adaptive_max_pool2d_on(&cpu, &x, [4, 3]).unwrap());
         }
         1 => {
-            let fwd = adaptive_max_pool2d_on::<_, f32, i64, _, _>(&cpu, &x, [4, 3]).unwrap();
+            let fwd = adaptive_max_pool2d_on(&cpu, &x, [4, 3]).unwrap();
             let g = fwd.output.mapv(|v| v + 0.5);
             let got = adaptive_max_pool2d_backward_on(npu, &g, &x, &fwd.indices)?;
             assert_eq!(got, adaptive_max_pool2d_backward_on(&cpu, &g, &x, &fwd.indices).unwrap());
@@ -65,11 +65,11 @@ fn run_op(npu: &Ascend, op: usize) -> poolgrad::Result<()> {
         2 | 3 if npu.writes_mask_layout::<I32Argmax>(&p) => mask_op::<I32Argmax>(npu, op == 3, &p)?,
         2 | 3 => mask_op::<Bitmask>(npu, op == 3, &p)?,
         4 => {
-            let got = max_pool2d_with_indices_on::<_, f32, i64, _, _>(npu, &x, &p)?;
-            assert_eq!(got, max_pool2d_with_indices_on::<_, f32, i64, _, _>(&cpu, &x, &p).unwrap());
+            let got = max_pool2d_with_indices_on(npu, &x, &p)?;
+            assert_eq!(got, max_pool2d_with_indices_on(&cpu, &x, &p).unwrap());
         }
         _ => {
-            let fwd = max_pool2d_with_indices_on::<_, f32, i32, _, _>(&cpu, &x, &p).unwrap();
+            let fwd = poolgrad::max_pool2d_with_indices_i32_on(&cpu, &x, &p).unwrap();
             let g = fwd.output.mapv(|v| v * 0.25);
             let got = max_pool2d_with_indices_backward_on(npu, &g, &x, &fwd.indices, &p)?;
             assert_eq!(got, max_pool2d_with_indices_backward_on(&cpu, &g, &x, &fwd.indices, &p).unwrap());
@@ -84,13 +84,13 @@ fn run_op(npu: &Ascend, op: usize) -> poolgrad::Result<()> {
 fn mask_op<L: MaskLayout>(npu: &Ascend, backward: bool, p: &MaxPool2dParams) -> poolgrad::Result<()> {
     let cpu = Cpu::sequential();
     let x = input();
-    let host = max_pool2d_with_mask_on::<_, f32, L, _, _>(&cpu, &x, p).unwrap();
+    let host = max_pool2d_with_mask_on(&cpu, &x, p, L::default()).unwrap();
     if backward {
         let g = host.output.mapv(|v| v - 3.0);
-        let got = max_pool2d_with_mask_backward_on(npu, &g, &x, &host.mask, p)?;
-        assert_eq!(got, max_pool2d_with_mask_backward_on(&cpu, &g, &x, &host.mask, p).unwrap());
+        let got = max_pool2d_with_mask_backward_on(npu, &g, &x, &host.mask)?;
+        assert_eq!(got, max_pool2d_with_mask_backward_on(&cpu, &g, &x, &host.mask).unwrap());
     } else {
-        let dev = max_pool2d_with_mask_on::<_, f32, L, _, _>(npu, &x, p)?;
+        let dev = max_pool2d_with_mask_on(npu, &x, p, L::default())?;
         assert_eq!(dev.output, host.output);
         assert_eq!(dev.mask.to_indices::<i64>().unwrap(), host.mask.to_indices::<i64>().unwrap());
     }
@@ -177,7 +177,10 @@ fn a_plan_dropped_unlaunched_destroys_its_executor_once() {
             input: TensorRef::from_slice(&xm, &[1, 1, 4, 4]).unwrap(),
             params: MaxPool2dParams::new([2, 2]),
             output: TensorMut::from_slice(&mut out, &[1, 1, 2, 2]).unwrap(),
-            mask: poolgrad::MaskMut::new(TensorMut::from_slice(&mut mask, &[1, 1, 4, 64]).unwrap()),
+            mask: poolgrad::MaskMut::new(
+                TensorMut::from_slice(&mut mask, &[1, 1, 4, 64]).unwrap(),
+                I32Argmax,
+            ),
         },
     );
     let plan = plan.unwrap();
@@ -216,8 +219,7 @@ fn a_failed_launch_leaves_the_executor_to_cann_and_waits_before_freeing() {
     let npu = session.open();
     session.inject("aclnnMaxPool2dWithIndices", 561_000, 0);
     let x = input();
-    let e =
-        max_pool2d_with_indices_on::<_, f32, i32, _, _>(&npu, &x, &MaxPool2dParams::new([2, 2])).unwrap_err();
+    let e = poolgrad::max_pool2d_with_indices_i32_on(&npu, &x, &MaxPool2dParams::new([2, 2])).unwrap_err();
     assert!(
         matches!(e, Error::Ascend(AscendError::Cann { function: "aclnnMaxPool2dWithIndices", .. })),
         "{e}"
@@ -233,18 +235,15 @@ fn device_parameters_are_checked_in_phase_1() {
     let dilated = MaxPool2dParams::new([2, 2]).with_dilation([2, 1]);
     let session = session_on("Ascend910B2C");
     let npu = session.open();
-    let e = max_pool2d_with_indices_on::<_, f32, i64, _, _>(&npu, &x, &dilated).unwrap_err();
+    let e = max_pool2d_with_indices_on(&npu, &x, &dilated).unwrap_err();
     assert!(matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::Parameter("dilation"), .. }), "{e}");
     drop(npu);
     session.assert_clean();
     drop(session);
     let session = session_on("Ascend950PR_9589");
     let npu = session.open();
-    let got = max_pool2d_with_indices_on::<_, f32, i64, _, _>(&npu, &x, &dilated).unwrap();
-    assert_eq!(
-        got,
-        max_pool2d_with_indices_on::<_, f32, i64, _, _>(&Cpu::sequential(), &x, &dilated).unwrap()
-    );
+    let got = max_pool2d_with_indices_on(&npu, &x, &dilated).unwrap();
+    assert_eq!(got, max_pool2d_with_indices_on(&Cpu::sequential(), &x, &dilated).unwrap());
     drop(npu);
     session.assert_clean();
     drop(session);
@@ -255,16 +254,15 @@ fn device_parameters_are_checked_in_phase_1() {
     let x4 = Array4::<f32>::zeros((1, 1, 4, 5));
     let ceil = MaxPool2dParams::new([1, 1]).with_stride([2, 2]).with_ceil_mode(true);
     let before = session.calls("*");
-    let e = max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&npu, &x4, &ceil).unwrap_err();
+    let e = max_pool2d_with_mask_on(&npu, &x4, &ceil, Bitmask).unwrap_err();
     assert!(matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::Parameter("ceil_mode"), .. }), "{e}");
     assert!(e.to_string().contains("on H = 4"), "{e}");
     assert_eq!(session.calls("*"), before);
     // Without ceil mode, or where the last window starts inside, it runs.
     let floor = MaxPool2dParams::new([1, 1]).with_stride([2, 2]);
-    max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&npu, &x4, &floor).unwrap();
+    max_pool2d_with_mask_on(&npu, &x4, &floor, Bitmask).unwrap();
     let inside = MaxPool2dParams::new([2, 2]).with_stride([2, 2]).with_ceil_mode(true);
-    max_pool2d_with_mask_on::<_, f32, Bitmask, _, _>(&npu, &Array4::<f32>::zeros((1, 1, 5, 5)), &inside)
-        .unwrap();
+    max_pool2d_with_mask_on(&npu, &Array4::<f32>::zeros((1, 1, 5, 5)), &inside, Bitmask).unwrap();
     drop(npu);
     session.assert_clean();
 }
@@ -276,8 +274,8 @@ fn f64_adaptive_forward_runs_where_cann_documents_it() {
     for soc in ["Ascend910B3", "Ascend910ProB"] {
         let session = session_on(soc);
         let npu = session.open();
-        let got = adaptive_max_pool2d_on::<_, f64, i64, _, _>(&npu, &x, [3, 5]).unwrap();
-        assert_eq!(got, adaptive_max_pool2d_on::<_, f64, i64, _, _>(&Cpu::sequential(), &x, [3, 5]).unwrap());
+        let got = adaptive_max_pool2d_on(&npu, &x, [3, 5]).unwrap();
+        assert_eq!(got, adaptive_max_pool2d_on(&Cpu::sequential(), &x, [3, 5]).unwrap());
         drop(npu);
         session.assert_clean();
     }
@@ -301,7 +299,7 @@ fn with_indices_plans_use_int32_indices_on_the_device() {
     )
     .unwrap();
     plan.run().unwrap();
-    let want = max_pool2d_with_indices_on::<_, f32, i64, _, _>(&Cpu::sequential(), &x, &p).unwrap();
+    let want = max_pool2d_with_indices_on(&Cpu::sequential(), &x, &p).unwrap();
     assert_eq!(idx, want.indices.iter().copied().collect::<Vec<_>>());
     // An index outside its plane never reaches the device.
     let g = Array4::<f32>::ones((2, 3, 3, 2));

@@ -81,7 +81,7 @@ fn backward<T: PoolFloat, I: ArgmaxIndex>(cpu: &Cpu, case: &Crowded) -> Array4<T
     let ix = case.indices.iter().map(|&i| I::try_from_flat(i as usize).expect("index fits"));
     let ix = Array4::from_shape_vec((n, c, ho, wo), ix.collect()).unwrap();
     let x = Array4::<T>::zeros((n, c, h, w));
-    let mut gi = Array4::<T>::from_elem((n, c, h, w), T::nan());
+    let mut gi = Array4::<T>::from_elem((n, c, h, w), T::round_from_f64(f64::NAN));
     let op = AdaptiveMaxPool2dBackward {
         grad_output: TensorRef::from_array(&go).unwrap(),
         self_: TensorRef::from_array(&x).unwrap(),

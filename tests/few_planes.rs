@@ -121,7 +121,7 @@ fn into_nan<T: PoolFloat>(
     x: &Array4<T>,
     idx: &Array4<i64>,
 ) -> poolgrad::Result<Array4<T>> {
-    let mut gi = Array4::from_elem(x.dim(), T::nan());
+    let mut gi = Array4::from_elem(x.dim(), T::round_from_f64(f64::NAN));
     let (grad_output, self_) = (TensorRef::from_array(go)?, TensorRef::from_array(x)?);
     let (indices, grad_input) = (TensorRef::from_array(idx)?, TensorMut::from_array(&mut gi)?);
     match pooling {
@@ -146,11 +146,11 @@ fn mask_into_nan<T: PoolFloat, L: MaskLayout>(
     x: &Array4<T>,
     mask: &Mask<L, ndarray::Ix4>,
 ) -> poolgrad::Result<Array4<T>> {
-    let mut gi = Array4::from_elem(x.dim(), T::nan());
+    let mut gi = Array4::from_elem(x.dim(), T::round_from_f64(f64::NAN));
     let op = MaxPool2dWithMaskBackward {
         grad_output: TensorRef::from_array(go)?,
         self_: TensorRef::from_array(x)?,
-        mask: mask.view()?,
+        mask: mask.view(),
         params,
         grad_input: TensorMut::from_array(&mut gi)?,
     };
@@ -234,8 +234,7 @@ fn check<T: PoolFloat>(
                 let mask = Mask::<I32Argmax, _>::from_indices(&idx, params, &[1, planes, h, w]).unwrap();
                 for threads in [2, 3, 7] {
                     let cpu = common::cpu_with_threads(threads);
-                    let by_mask =
-                        poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &mask, params).unwrap();
+                    let by_mask = poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &mask).unwrap();
                     prop_assert!(same_bits(&arr_f64(by_mask.view()), &want), "mask, {threads} threads");
                 }
                 // With every index in its window, a `Bitmask` too: its decoded blocks are
@@ -377,14 +376,13 @@ fn bitmask_workspace_holds_one_block() {
     for c in [1, 3, 16, 20] {
         let x = Array4::from_elem((1, c, h, w), half::bf16::ONE);
         let go = Array4::from_elem((1, c, 32, 32), half::bf16::ONE);
-        let indices =
-            poolgrad::max_pool2d_with_indices::<half::bf16, i64, _, _>(&x, &params).unwrap().indices;
+        let indices = poolgrad::max_pool2d_with_indices(&x, &params).unwrap().indices;
         let mask = Mask::<Bitmask, _>::from_indices(&indices, &params, &[1, c, h, w]).unwrap();
         let mut gi = Array4::from_elem(x.dim(), half::bf16::ZERO);
         let op = MaxPool2dWithMaskBackward {
             grad_output: TensorRef::from_array(&go).unwrap(),
             self_: TensorRef::from_array(&x).unwrap(),
-            mask: mask.view().unwrap(),
+            mask: mask.view(),
             params,
             grad_input: TensorMut::from_array(&mut gi).unwrap(),
         };
@@ -456,7 +454,7 @@ impl BitsOf {
         let go = Array4::from_shape_fn((n, c, ho, wo), |(a, b, i, j)| {
             ((a * 3 + b * 5 + i * 7 + j) % 11) as f32 + 0.5
         });
-        let forward = poolgrad::max_pool2d_with_mask::<f32, Bitmask, _, _>(&x, &Self::params()).unwrap();
+        let forward = poolgrad::max_pool2d_with_mask(&x, &Self::params(), Bitmask).unwrap();
         let mut bytes = forward.mask.as_array().as_slice().unwrap().to_vec();
         edit(self, &mut bytes);
         let raw = ndarray::Array::from_shape_vec(forward.mask.as_array().raw_dim(), bytes.clone()).unwrap();
@@ -466,8 +464,7 @@ impl BitsOf {
             .into_iter()
             .chain([3, 7].map(|t| (t, common::cpu_with_threads(t))))
         {
-            let gi =
-                poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &mask, &Self::params()).unwrap();
+            let gi = poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &mask).unwrap();
             assert_eq!(gi.mapv(f64::from), want, "{:?}, {threads} threads", self.shape);
         }
     }

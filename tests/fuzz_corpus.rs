@@ -69,7 +69,7 @@ mod findings {
         let x = broadcast(&[1, 1, 4, 4]);
         let e = reference::adaptive_max_pool2d(&x, [1 << 31, 1 << 31]).unwrap_err();
         assert!(matches!(e, poolgrad::Error::Allocation { .. } | poolgrad::Error::Overflow { .. }), "{e:?}");
-        let e = poolgrad::adaptive_max_pool2d::<f32, i64, _, _>(&x, [1 << 31, 1 << 31]).unwrap_err();
+        let e = poolgrad::adaptive_max_pool2d(&x, [1 << 31, 1 << 31]).unwrap_err();
         assert!(matches!(e, poolgrad::Error::Allocation { .. } | poolgrad::Error::Overflow { .. }), "{e:?}");
     }
 
@@ -82,7 +82,7 @@ mod findings {
         let p = MaxPool2dParams::new([1 << 40, 1 << 40]).with_padding([1 << 39, 1 << 39]);
         let (v, i) = reference::max_pool2d_with_indices(&x, &p).unwrap();
         assert_eq!((v.shape(), i[[0, 0, 0]]), (&[1, 1, 1][..], 0));
-        let pooled = poolgrad::max_pool2d_with_indices::<f32, i64, _, _>(&x, &p).unwrap();
+        let pooled = poolgrad::max_pool2d_with_indices(&x, &p).unwrap();
         assert_eq!(pooled.indices[[0, 0, 0]], 0);
     }
 
@@ -94,20 +94,20 @@ mod findings {
     fn empty_batches_allocate_no_window_tables() {
         let _serial = super::serial();
         let x = broadcast(&[0, 1, 4, 4]);
-        let p = poolgrad::adaptive_max_pool2d::<f32, i64, _, _>(&x, [1 << 40, 1]).unwrap();
+        let p = poolgrad::adaptive_max_pool2d(&x, [1 << 40, 1]).unwrap();
         assert_eq!(p.output.shape(), &[0, 1, 1 << 40, 1]);
         // Where ndarray itself cannot describe the shape, an error (not an abort).
-        let e = poolgrad::adaptive_max_pool2d::<f32, i64, _, _>(&x, [1 << 40, 1 << 40]).unwrap_err();
+        let e = poolgrad::adaptive_max_pool2d(&x, [1 << 40, 1 << 40]).unwrap_err();
         assert!(matches!(e, poolgrad::Error::Overflow { .. }), "{e:?}");
 
         let x = broadcast(&[0, 1, 1, 1 << 40]);
         let params = MaxPool2dParams::new([1, 1]);
-        let p = poolgrad::max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap();
+        let p = poolgrad::max_pool2d_with_indices(&x, &params).unwrap();
         assert_eq!(p.indices.shape(), &[0, 1, 1, 1 << 40]);
 
-        let bitmask = poolgrad::max_pool2d_with_mask::<f32, poolgrad::Bitmask, _, _>(&x, &params).unwrap();
+        let bitmask = poolgrad::max_pool2d_with_mask(&x, &params, poolgrad::Bitmask).unwrap();
         let g = broadcast(&[0, 1, 1, 1 << 40]);
-        let gx = poolgrad::max_pool2d_with_mask_backward(&g, &x, &bitmask.mask, &params).unwrap();
+        let gx = poolgrad::max_pool2d_with_mask_backward(&g, &x, &bitmask.mask).unwrap();
         assert_eq!(gx.shape(), &[0, 1, 1, 1 << 40]);
     }
 
@@ -126,9 +126,8 @@ mod findings {
         let idx = ndarray::ArrayD::<i64>::zeros(IxDyn(&[0, 1, 1, 1 << 40]));
         let gx = poolgrad::max_pool2d_with_indices_backward(&g, &x, &idx, &params).unwrap();
         assert_eq!(gx.shape(), &[0, 1, 1, 1 << 40]);
-        let bitmask =
-            poolgrad::max_pool2d_with_mask::<half::f16, poolgrad::Bitmask, _, _>(&x, &params).unwrap();
-        let gx = poolgrad::max_pool2d_with_mask_backward(&g, &x, &bitmask.mask, &params).unwrap();
+        let bitmask = poolgrad::max_pool2d_with_mask(&x, &params, poolgrad::Bitmask).unwrap();
+        let gx = poolgrad::max_pool2d_with_mask_backward(&g, &x, &bitmask.mask).unwrap();
         assert_eq!(gx.shape(), &[0, 1, 1, 1 << 40]);
     }
 

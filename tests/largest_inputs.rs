@@ -117,13 +117,13 @@ fn i32_indices_refuse_planes_beyond_i32() {
     };
     // Phase 1 first, so that a missing check fails here instead of pooling 2^31 elements below.
     assert_eq!(plan_i32_indices(x.clone(), p), Err(expected.clone()));
-    let e = poolgrad::max_pool2d_with_indices::<f32, i32, _, _>(&x, &p).unwrap_err();
+    let e = poolgrad::max_pool2d_with_indices_i32(&x, &p).unwrap_err();
     assert_eq!(e, expected);
     // The I32Argmax mask stores i32 values: the same limit (its own check, in phase 1 as well).
     let raw = Array4::<i8>::zeros((1, 1, 1, 64));
     let mask_check = Mask::<I32Argmax, _>::from_raw(raw, &p, &[1, 1, 1 << 16, (1 << 15) + 1]).map(|_| ());
     assert!(matches!(mask_check, Err(Error::IndexTypeTooNarrow { arg: "mask", .. })), "{mask_check:?}");
-    let e = poolgrad::max_pool2d_with_mask::<f32, I32Argmax, _, _>(&x, &p).unwrap_err();
+    let e = poolgrad::max_pool2d_with_mask(&x, &p, I32Argmax).unwrap_err();
     assert!(matches!(e, Error::IndexTypeTooNarrow { arg: "mask", dtype: DType::I32, .. }), "{e:?}");
     // i64 indices pass phase 1 (running would stage the 2^31-element broadcast input: 8 GB).
     let (mut out, mut idx) = (Array4::<f32>::zeros((1, 1, 2, 1)), Array4::<i64>::zeros((1, 1, 2, 1)));

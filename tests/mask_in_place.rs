@@ -271,8 +271,8 @@ fn backward_reads_fortran_order_i32_masks() {
     fortran.assign(standard.as_array());
     assert!(fortran.as_slice().is_none());
     let mask = Mask::<I32Argmax, Ix4>::from_raw(fortran, &params, &[1, 2, 4, 4]).unwrap();
-    assert_eq!(poolgrad::max_pool2d_with_mask_backward(&g, &x, &standard, &params).unwrap(), expected);
-    assert_eq!(poolgrad::max_pool2d_with_mask_backward(&g, &x, &mask, &params).unwrap(), expected);
+    assert_eq!(poolgrad::max_pool2d_with_mask_backward(&g, &x, &standard).unwrap(), expected);
+    assert_eq!(poolgrad::max_pool2d_with_mask_backward(&g, &x, &mask).unwrap(), expected);
 }
 
 /// The cases of the hostile-input report at their full size, one per process, to be run by hand

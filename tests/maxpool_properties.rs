@@ -65,7 +65,7 @@ fn check_indices<T: PoolFloat, I: ArgmaxIndex>(case: &MaxPoolCase<T, I>) -> Resu
     });
     prop_assert_eq!(p.output_size([h, w]).unwrap(), counted);
 
-    let mine = poolgrad::max_pool2d_with_indices::<T, I, _, _>(&case.input, &case.params).unwrap();
+    let mine = common::max_pool::<T, I, _, _>(&case.input, &case.params).unwrap();
     case.check_forward(&mine.output, &mine.indices)?;
     case.check_backward(|g| {
         poolgrad::max_pool2d_with_indices_backward(g, &case.input, &case.indices, &case.params).unwrap()
@@ -89,11 +89,9 @@ fn check_indices<T: PoolFloat, I: ArgmaxIndex>(case: &MaxPoolCase<T, I>) -> Resu
 
 /// Mask forward and backward in layout `L` against the kit and against the indices path.
 fn check_mask<T: PoolFloat, L: MaskLayout>(case: &MaskCase<T, L>) -> Result<(), TestCaseError> {
-    let mine = poolgrad::max_pool2d_with_mask::<T, L, _, _>(&case.input, &case.params).unwrap();
+    let mine = poolgrad::max_pool2d_with_mask(&case.input, &case.params, L::default()).unwrap();
     case.check_forward(&mine.output, &mine.mask)?;
-    case.check_backward(|g| {
-        poolgrad::max_pool2d_with_mask_backward(g, &case.input, &case.mask, &case.params).unwrap()
-    })?;
+    case.check_backward(|g| poolgrad::max_pool2d_with_mask_backward(g, &case.input, &case.mask).unwrap())?;
 
     // mask -> indices -> mask round trips, from i64 and from i32 indices.
     let indices = mine.mask.to_indices::<i64>().unwrap();
@@ -105,8 +103,7 @@ fn check_mask<T: PoolFloat, L: MaskLayout>(case: &MaskCase<T, L>) -> Result<(), 
 
     // Backward through the mask equals backward through its indices, bit for bit.
     let via_mask =
-        poolgrad::max_pool2d_with_mask_backward(&case.grad_output, &case.input, &case.mask, &case.params)
-            .unwrap();
+        poolgrad::max_pool2d_with_mask_backward(&case.grad_output, &case.input, &case.mask).unwrap();
     let via_idx =
         poolgrad::max_pool2d_with_indices_backward(&case.grad_output, &case.input, &indices, &case.params)
             .unwrap();
@@ -123,7 +120,7 @@ fn check_views_and_threads<T: PoolFloat, L: MaskLayout>(case: &MaskCase<T, L>) -
     let mshape = poolgrad::geometry::mask_shape(n, c, case.params.kernel(), out).unwrap();
     let run = |cpu: &Cpu, strided: bool| {
         // Forward: input as every other column of a wider array, mask as every other byte.
-        let mut wide = Array4::<T>::from_elem((n, c, h, 2 * w), T::nan());
+        let mut wide = Array4::<T>::from_elem((n, c, h, 2 * w), T::round_from_f64(f64::NAN));
         wide.slice_mut(s![.., .., .., ..;2]).assign(&x);
         let mut output = Array4::<T>::zeros((n, c, out[0], out[1]));
         let mut mask_wide = Array4::<i8>::from_elem((mshape[0], mshape[1], mshape[2], 2 * mshape[3]), 77);
@@ -135,8 +132,9 @@ fn check_views_and_threads<T: PoolFloat, L: MaskLayout>(case: &MaskCase<T, L>) -
                 input: TensorRef::from_view(input).unwrap(),
                 params: case.params,
                 output: TensorMut::from_array(&mut output).unwrap(),
-                mask: MaskMut::<L>::new(
+                mask: MaskMut::new(
                     TensorMut::from_view(mask_wide.slice_mut(bytes_of(strided))).unwrap(),
+                    L::default(),
                 ),
             };
             Plan::new(cpu, op).unwrap().run().unwrap();
@@ -149,7 +147,7 @@ fn check_views_and_threads<T: PoolFloat, L: MaskLayout>(case: &MaskCase<T, L>) -
             let op = MaxPool2dWithMaskBackward {
                 grad_output: TensorRef::from_array(&grad).unwrap(),
                 self_: TensorRef::from_array(&x).unwrap(),
-                mask: MaskRef::<L>::new(TensorRef::from_array(&mask).unwrap()),
+                mask: MaskRef::new(TensorRef::from_array(&mask).unwrap(), L::default()),
                 params: case.params,
                 grad_input: TensorMut::from_view(gi_wide.slice_mut(channels(strided))).unwrap(),
             };
@@ -213,7 +211,7 @@ fn check_any_bitmask<T: PoolFloat>(case: &MaskCase<T, Bitmask>, edits: &[Edit]) 
     let mask = Mask::<Bitmask, _>::from_raw(bytes, &case.params, &input_shape).unwrap();
     // Non-integer gradients, so that the order of the sums shows.
     let grad = case.grad_output.mapv(|g| T::round_from_f64(g.to_f64_exact() * 0.371 + 0.093));
-    let gi = poolgrad::max_pool2d_with_mask_backward(&grad, &case.input, &mask, &case.params).unwrap();
+    let gi = poolgrad::max_pool2d_with_mask_backward(&grad, &case.input, &mask).unwrap();
 
     let go = arr_f64(as4(&grad).view());
     let (n, c, h, w) = x.dim();

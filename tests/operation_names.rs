@@ -95,7 +95,7 @@ fn mask_forward_names_itself<L: MaskLayout>() {
             input: TensorRef::from_view(broadcast(&[0.0f32], [1, 1, 1, LONG + 1])).unwrap(),
             params: MaxPool2dParams::new([1, 2]).with_stride([1, 1]),
             output: TensorMut::from_array(&mut out).unwrap(),
-            mask: MaskMut::<L>::new(TensorMut::from_array(&mut bytes).unwrap()),
+            mask: MaskMut::new(TensorMut::from_array(&mut bytes).unwrap(), L::default()),
         };
         let plan = within(budget, || Plan::new(&Cpu::sequential(), op).map(|p| p.workspace_size()));
         assert_table_error(plan, "max_pool2d_with_mask", table);
@@ -151,7 +151,7 @@ fn mask_backward_names_itself<L: MaskLayout>() {
     let op = MaxPool2dWithMaskBackward {
         grad_output: TensorRef::from_view(broadcast(&[1.0f32], [1, 1, LONG, 1])).unwrap(),
         self_: TensorRef::from_view(broadcast(&[0.0f32], [1, 1, LONG + 1, 1])).unwrap(),
-        mask: MaskRef::<L>::new(TensorRef::from_view(broadcast(&[0i8], shape)).unwrap()),
+        mask: MaskRef::new(TensorRef::from_view(broadcast(&[0i8], shape)).unwrap(), L::default()),
         params: MaxPool2dParams::new([2, 1]).with_stride([1, 1]),
         grad_input: TensorMut::from_array(&mut gi).unwrap(),
     };

@@ -15,7 +15,7 @@ proptest! {
 
     #[test]
     fn poolgrad_adaptive_passes_the_kit(case in adaptive_cases::<f32, i64>(Shapes::default(), Values::WithNan)) {
-        let mine = poolgrad::adaptive_max_pool2d::<f32, i64, _, _>(&case.input, case.output_size).unwrap();
+        let mine = poolgrad::adaptive_max_pool2d(&case.input, case.output_size).unwrap();
         case.check_forward(&mine.output, &mine.indices)?;
         case.check_backward(|g| poolgrad::adaptive_max_pool2d_backward(g, &case.input, &case.indices).unwrap())?;
     }
@@ -24,7 +24,7 @@ proptest! {
     fn poolgrad_max_pool_passes_the_kit(
         case in max_pool_cases::<half::bf16, i32>(Shapes::default(), ParamBounds::default(), Values::Ties),
     ) {
-        let mine = poolgrad::max_pool2d_with_indices::<half::bf16, i32, _, _>(&case.input, &case.params).unwrap();
+        let mine = poolgrad::max_pool2d_with_indices_i32(&case.input, &case.params).unwrap();
         case.check_forward(&mine.output, &mine.indices)?;
         case.check_backward(|g| {
             poolgrad::max_pool2d_with_indices_backward(g, &case.input, &case.indices, &case.params).unwrap()
@@ -35,18 +35,18 @@ proptest! {
     fn poolgrad_bitmask_passes_the_kit(
         case in mask_cases::<f32, Bitmask>(Shapes { channels: 1..=20, ..Shapes::default() }, ParamBounds::default(), Values::Ties),
     ) {
-        let mine = poolgrad::max_pool2d_with_mask::<f32, Bitmask, _, _>(&case.input, &case.params).unwrap();
+        let mine = poolgrad::max_pool2d_with_mask(&case.input, &case.params, Bitmask).unwrap();
         case.check_forward(&mine.output, &mine.mask)?;
-        case.check_backward(|g| poolgrad::max_pool2d_with_mask_backward(g, &case.input, &case.mask, &case.params).unwrap())?;
+        case.check_backward(|g| poolgrad::max_pool2d_with_mask_backward(g, &case.input, &case.mask).unwrap())?;
     }
 
     #[test]
     fn poolgrad_i32argmax_passes_the_kit(
         case in mask_cases::<half::f16, I32Argmax>(Shapes::default(), ParamBounds::default(), Values::Distinct),
     ) {
-        let mine = poolgrad::max_pool2d_with_mask::<half::f16, I32Argmax, _, _>(&case.input, &case.params).unwrap();
+        let mine = poolgrad::max_pool2d_with_mask(&case.input, &case.params, I32Argmax).unwrap();
         case.check_forward(&mine.output, &mine.mask)?;
-        case.check_backward(|g| poolgrad::max_pool2d_with_mask_backward(g, &case.input, &case.mask, &case.params).unwrap())?;
+        case.check_backward(|g| poolgrad::max_pool2d_with_mask_backward(g, &case.input, &case.mask).unwrap())?;
     }
 
     /// poolgrad's gradient equals the finite differences wherever the windows have a clear maximum.

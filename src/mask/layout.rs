@@ -43,20 +43,22 @@ pub(crate) mod layout_repr {
 use layout_repr::{LayoutKind, LayoutRepr};
 
 /// A layout of the Ascend int8 mask: [`I32Argmax`] or [`Bitmask`]. Sealed.
-pub trait MaskLayout: Sealed + LayoutRepr + fmt::Debug + Send + Sync + 'static {
+pub trait MaskLayout: Sealed + LayoutRepr + Copy + Default + fmt::Debug + Send + Sync + 'static {
     /// The layout's name, for messages.
     const NAME: &'static str;
 }
 
 /// The layout Atlas A2/A3 write for kernels other than 1x1: `i32` flat arg-max values packed from
-/// byte 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum I32Argmax {}
+/// byte 0. A marker type, and its one value, which chooses the layout where one is passed (as in
+/// [`max_pool2d_with_mask`](crate::max_pool2d_with_mask)`(&x, &params, I32Argmax)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct I32Argmax;
 
 /// The legacy layout (Atlas training, 310P, and 1x1 kernels on A2): one bit per channel in
-/// 16-channel `u16` words, one word per window offset and output position.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bitmask {}
+/// 16-channel `u16` words, one word per window offset and output position. A marker type, and its
+/// one value (as [`I32Argmax`] is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Bitmask;
 
 impl Sealed for I32Argmax {}
 impl Sealed for Bitmask {}

@@ -34,8 +34,15 @@ pub struct MaskRef<'a, L: MaskLayout> {
 }
 
 impl<'a, L: MaskLayout> MaskRef<'a, L> {
-    /// Treats `bytes` as a mask in layout `L`; its shape is checked by the plan.
-    pub fn new(bytes: TensorRef<'a, i8>) -> Self {
+    /// Treats `bytes` as a mask in `layout`; its shape is checked by the plan.
+    ///
+    /// ```
+    /// use poolgrad::{Bitmask, MaskRef, TensorRef};
+    /// let bytes = ndarray::Array3::<i8>::zeros((1, 4, 64));
+    /// let mask = MaskRef::new(TensorRef::from(&bytes), Bitmask);
+    /// assert_eq!(mask.bytes().dims(), vec![1, 4, 64]);
+    /// ```
+    pub fn new(bytes: TensorRef<'a, i8>, _layout: L) -> Self {
         MaskRef { bytes, layout: PhantomData }
     }
 
@@ -53,8 +60,8 @@ pub struct MaskMut<'a, L: MaskLayout> {
 }
 
 impl<'a, L: MaskLayout> MaskMut<'a, L> {
-    /// Treats `bytes` as a mask in layout `L`; its shape is checked by the plan.
-    pub fn new(bytes: TensorMut<'a, i8>) -> Self {
+    /// Treats `bytes` as a mask in `layout`; its shape is checked by the plan.
+    pub fn new(bytes: TensorMut<'a, i8>, _layout: L) -> Self {
         MaskMut { bytes, layout: PhantomData }
     }
 }
@@ -258,11 +265,40 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     }
 
     /// A view for the two-phase API.
+    pub fn view(&self) -> MaskRef<'_, L> {
+        MaskRef::new(TensorRef::of_checked_rank(self.data.view()), L::default())
+    }
+
+    /// The same selections in layout `L2`, as the device that reads it needs (for example a
+    /// legacy [`Bitmask`] for an `I32Argmax` mask).
+    ///
+    /// ```
+    /// use ndarray::Array4;
+    /// use poolgrad::{Bitmask, I32Argmax, Mask, MaxPool2dParams};
+    /// let x = Array4::from_shape_fn((1, 3, 5, 5), |(_, c, h, w)| ((c * 7 + h * 3 + w * 5) % 11) as f32);
+    /// let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+    /// let m = poolgrad::max_pool2d_with_mask(&x, &params, I32Argmax)?;
+    /// let legacy: Mask<Bitmask, _> = m.mask.convert()?;
+    /// assert_eq!(legacy.to_indices::<i64>()?, m.mask.to_indices::<i64>()?);
+    /// assert_eq!(legacy.convert::<I32Argmax>()?, m.mask);
+    /// # Ok::<(), poolgrad::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// None in practice (the mask has rank 3 or 4).
-    pub fn view(&self) -> Result<MaskRef<'_, L>> {
-        Ok(MaskRef::new(TensorRef::named(self.data.view(), "Mask::view", "mask")?))
+    /// The errors of [`Mask::to_indices`] on this mask; [`Error::InvalidParameter`] when `L2`
+    /// cannot hold this pooling (an `I32Argmax` mask for a 1x1 kernel);
+    /// [`Error::IndexNotInWindow`] never (every decoded index lies in its window);
+    /// [`Error::Allocation`].
+    pub fn convert<L2: MaskLayout>(&self) -> Result<Mask<L2, D>> {
+        const OP: &str = "Mask::convert";
+        let g = &self.geometry;
+        check_layout::<L2>(g, OP)?;
+        let mut indices = crate::alloc::zeroed_vec::<i64>(OP, "indices", g.planes() * g.positions())?;
+        decode(OP, "mask", L::KIND, g, &MaskBytes::of(&self.data), &mut indices)?;
+        let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", g.bytes().unwrap_or(0))?;
+        encode(OP, "indices", L2::KIND, g, &indices, &mut data)?;
+        let data = into_array(OP, "mask", data, &g.dims())?;
+        Ok(Mask::from_parts(data, *g))
     }
 
     pub(crate) fn from_parts(data: Array<i8, D>, geometry: MaxPoolGeometry) -> Self {

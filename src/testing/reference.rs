@@ -351,7 +351,7 @@ where
 /// use ndarray::array;
 /// use poolgrad::{Bitmask, MaxPool2dParams};
 /// let x = array![[[1.0f32, 2.0], [4.0, 3.0]]];
-/// let (_, mask) = poolgrad::testing::reference::max_pool2d_with_mask::<_, Bitmask, _, _>(&x, &MaxPool2dParams::new([2, 2]))?;
+/// let (_, mask) = poolgrad::testing::reference::max_pool2d_with_mask(&x, &MaxPool2dParams::new([2, 2]), Bitmask)?;
 /// assert_eq!(mask.to_indices::<i64>()?, array![[[2]]]);
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
@@ -361,6 +361,7 @@ where
 pub fn max_pool2d_with_mask<T, L, S, D>(
     input: &ArrayBase<S, D>,
     params: &MaxPool2dParams,
+    _layout: L,
 ) -> Result<(Array<T, D>, Mask<L, D>)>
 where
     T: PoolFloat,
@@ -381,19 +382,18 @@ where
 /// use poolgrad::{I32Argmax, MaxPool2dParams};
 /// let params = MaxPool2dParams::new([2, 2]);
 /// let x = array![[[1.0f32, 2.0], [4.0, 3.0]]];
-/// let (_, mask) = poolgrad::testing::reference::max_pool2d_with_mask::<_, I32Argmax, _, _>(&x, &params)?;
-/// let gx = poolgrad::testing::reference::max_pool2d_with_mask_backward(&array![[[1.5f32]]], &x, &mask, &params)?;
+/// let (_, mask) = poolgrad::testing::reference::max_pool2d_with_mask(&x, &params, I32Argmax)?;
+/// let gx = poolgrad::testing::reference::max_pool2d_with_mask_backward(&array![[[1.5f32]]], &x, &mask)?;
 /// assert_eq!(gx, array![[[0.0, 0.0], [1.5, 0.0]]]);
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
 ///
 /// # Errors
-/// Ranks, shapes, parameters other than the mask's, or an `I32Argmax` value outside its plane.
+/// Ranks, shapes, or an `I32Argmax` value outside its plane.
 pub fn max_pool2d_with_mask_backward<T, L, S1, S2, D>(
     grad_output: &ArrayBase<S1, D>,
     self_: &ArrayBase<S2, D>,
     mask: &Mask<L, D>,
-    params: &MaxPool2dParams,
 ) -> Result<Array<T, D>>
 where
     T: PoolFloat,
@@ -404,14 +404,6 @@ where
 {
     let go = view4(grad_output, "grad_output")?;
     let x = view4(self_, "self_")?;
-    if mask.params() != params {
-        return Err(Error::InvalidParameter {
-            op: "reference",
-            arg: "params",
-            expected: format!("the mask's parameters {:?}", mask.params()),
-            got: format!("{params:?}"),
-        });
-    }
     crate::validate::same_shape("reference", "self_", x.dims(), mask.input_shape())?;
     crate::validate::input_shape("reference", "grad_output", &go, mask.pooled_shape())?;
     let selected = mask.selected()?;

@@ -124,7 +124,7 @@ fn to_t<T: PoolFloat>(a: &ArrayD<f64>) -> ArrayD<T> {
 }
 
 fn to_index<I: ArgmaxIndex>(a: &ArrayD<i64>) -> ArrayD<I> {
-    a.mapv(|v| I::try_from_flat(v as usize).unwrap_or_else(I::zero))
+    a.mapv(|v| I::try_from_flat(v as usize).unwrap_or_default())
 }
 
 fn pooled_dims(input: &[usize], out: [usize; 2]) -> Vec<usize> {
@@ -156,7 +156,7 @@ pub struct AdaptiveCase<T, I> {
 /// use poolgrad::testing::{adaptive_cases, Shapes, Values};
 /// use proptest::prelude::*;
 /// proptest!(|(case in adaptive_cases::<f32, i64>(Shapes::default(), Values::Ties))| {
-///     let mine = poolgrad::adaptive_max_pool2d::<f32, i64, _, _>(&case.input, case.output_size).unwrap();
+///     let mine = poolgrad::adaptive_max_pool2d(&case.input, case.output_size).unwrap();
 ///     case.check_forward(&mine.output, &mine.indices)?;
 /// });
 /// ```
@@ -288,7 +288,7 @@ impl<T: Clone, L: MaskLayout> Clone for MaskCase<T, L> {
 /// use poolgrad::Bitmask;
 /// use proptest::prelude::*;
 /// proptest!(|(case in mask_cases::<f32, Bitmask>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
-///     case.check_backward(|g| poolgrad::max_pool2d_with_mask_backward(g, &case.input, &case.mask, &case.params).unwrap())?;
+///     case.check_backward(|g| poolgrad::max_pool2d_with_mask_backward(g, &case.input, &case.mask).unwrap())?;
 /// });
 /// ```
 pub fn mask_cases<T: PoolFloat, L: MaskLayout>(
@@ -300,7 +300,7 @@ pub fn mask_cases<T: PoolFloat, L: MaskLayout>(
     (input_strategy(&shapes, values), params_strategy(&bounds))
         .prop_filter_map("parameters leave no window, or the mask cannot hold the values", |(x, params)| {
             let input = to_t::<T>(&x);
-            let (output, mask) = reference::max_pool2d_with_mask::<T, L, _, _>(&input, &params).ok()?;
+            let (output, mask) = reference::max_pool2d_with_mask(&input, &params, L::default()).ok()?;
             Some((input, params, output, mask))
         })
         .prop_flat_map(|(input, params, output, mask)| {
@@ -355,7 +355,7 @@ impl<T: PoolFloat, I: ArgmaxIndex> AdaptiveCase<T, I> {
     /// use poolgrad::testing::{adaptive_cases, Shapes, Values};
     /// use proptest::prelude::*;
     /// proptest!(|(case in adaptive_cases::<half::bf16, i64>(Shapes::default(), Values::Ties))| {
-    ///     let p = poolgrad::adaptive_max_pool2d::<half::bf16, i64, _, _>(&case.input, case.output_size).unwrap();
+    ///     let p = poolgrad::adaptive_max_pool2d(&case.input, case.output_size).unwrap();
     ///     case.check_forward(&p.output, &p.indices)?;
     /// });
     /// ```
@@ -409,7 +409,7 @@ impl<T: PoolFloat, I: ArgmaxIndex> MaxPoolCase<T, I> {
     /// use poolgrad::testing::{max_pool_cases, ParamBounds, Shapes, Values};
     /// use proptest::prelude::*;
     /// proptest!(|(case in max_pool_cases::<f32, i32>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
-    ///     let p = poolgrad::max_pool2d_with_indices::<f32, i32, _, _>(&case.input, &case.params).unwrap();
+    ///     let p = poolgrad::max_pool2d_with_indices_i32(&case.input, &case.params).unwrap();
     ///     case.check_forward(&p.output, &p.indices)?;
     /// });
     /// ```
@@ -460,7 +460,7 @@ impl<T: PoolFloat, L: MaskLayout> MaskCase<T, L> {
     /// use poolgrad::I32Argmax;
     /// use proptest::prelude::*;
     /// proptest!(|(case in mask_cases::<f32, I32Argmax>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
-    ///     let p = poolgrad::max_pool2d_with_mask::<f32, I32Argmax, _, _>(&case.input, &case.params).unwrap();
+    ///     let p = poolgrad::max_pool2d_with_mask(&case.input, &case.params, I32Argmax).unwrap();
     ///     case.check_forward(&p.output, &p.mask)?;
     /// });
     /// ```
@@ -482,13 +482,8 @@ impl<T: PoolFloat, L: MaskLayout> MaskCase<T, L> {
     /// # Errors
     /// The first [`Mismatch`].
     pub fn check_backward(&self, backward: impl Fn(&ArrayD<T>) -> ArrayD<T>) -> Result<(), Mismatch> {
-        let reference = reference::max_pool2d_with_mask_backward(
-            &self.grad_output,
-            &self.input,
-            &self.mask,
-            &self.params,
-        )
-        .map_err(reference_failed)?;
+        let reference = reference::max_pool2d_with_mask_backward(&self.grad_output, &self.input, &self.mask)
+            .map_err(reference_failed)?;
         let selected = self.mask.selected().map_err(reference_failed)?;
         check_backward_common(&self.grad_output, &reference, &selected, backward)
     }

@@ -4,10 +4,14 @@
 
 use std::sync::OnceLock;
 
+mod forwards;
+
+#[allow(unused_imports)]
+pub use forwards::{adaptive, adaptive_on, max_pool, max_pool_on};
+
 use ndarray::{Array4, ArrayView4};
-use num_traits::NumCast;
-use poolgrad::PoolFloat;
 use poolgrad::device::cpu::{Cpu, Parallelism};
+use poolgrad::{PoolDim, PoolFloat};
 
 /// Reference backward: sums in f64, in row-major output order.
 pub fn backward_f64(go: ArrayView4<f64>, idx: ArrayView4<i64>, h: usize, w: usize) -> Array4<f64> {
@@ -60,11 +64,13 @@ pub fn backward_rounded_once<T: PoolFloat>(
 
 /// `T` from f64 (exact for the small values the tests use).
 pub fn cast<T: PoolFloat>(v: f64) -> T {
-    <T as NumCast>::from(v).expect("value representable")
+    let t = T::round_from_f64(v);
+    assert!(t.to_f64_exact() == v || v.is_nan(), "{v} is not exact in {}", T::DTYPE);
+    t
 }
 
 pub fn to_f64<T: PoolFloat>(v: T) -> f64 {
-    v.to_f64().expect("finite or NaN converts")
+    v.to_f64_exact()
 }
 
 pub fn arr_to<T: PoolFloat>(a: &Array4<f64>) -> Array4<T> {
@@ -118,9 +124,7 @@ pub fn assert_message(e: &poolgrad::Error, parts: &[&str]) {
 /// Phase 1 only of an adaptive max pooling of `input` (one plane: N = C = 1) to 1x1 with `i32`
 /// indices: the index-width check stops here, so a test whose check is missing fails at once
 /// instead of pooling a plane of 2^31 elements.
-pub fn plan_adaptive_i32_indices<D: ndarray::Dimension>(
-    x: ndarray::ArrayView<'_, f32, D>,
-) -> poolgrad::Result<()> {
+pub fn plan_adaptive_i32_indices<D: PoolDim>(x: ndarray::ArrayView<'_, f32, D>) -> poolgrad::Result<()> {
     let (mut out, mut idx) = (Array4::<f32>::zeros((1, 1, 1, 1)), Array4::<i32>::zeros((1, 1, 1, 1)));
     let op = poolgrad::op::AdaptiveMaxPool2d {
         input: poolgrad::TensorRef::from_view(x.view())?,

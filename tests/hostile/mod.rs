@@ -5,6 +5,9 @@
 //! (`poolgrad::testing::reference`), or an `Err`. A panic anywhere is a finding.
 #![allow(dead_code)]
 
+#[path = "../common/forwards.rs"]
+mod forwards;
+
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 use poolgrad::testing::{Tolerance, compare, compare_indices, reference};
 use poolgrad::{ArgmaxIndex, Bitmask, I32Argmax, Mask, MaskLayout, MaxPool2dParams, PoolFloat};
@@ -205,12 +208,17 @@ fn broadcast<'a, T: PoolFloat>(one: &'a [T], dims: &[usize]) -> Option<ArrayView
     ArrayViewD::from_shape(IxDyn(dims).strides(IxDyn(&vec![0; dims.len()])), one).ok()
 }
 
+/// The most negative value of `I`.
+fn min_index<I: ArgmaxIndex>() -> I {
+    I::try_from(i64::MIN).or_else(|_| I::try_from(i64::from(i32::MIN))).unwrap_or_default()
+}
+
 fn indices<I: ArgmaxIndex>(b: &mut Bytes, dims: &[usize], plane: usize) -> Option<ArrayD<I>> {
     let n = count(dims).filter(|&n| n <= BUDGET)?;
     let data = (0..n)
         .map(|_| {
             let v = b.index(plane);
-            I::try_from_flat(v as usize).filter(|_| v >= 0).unwrap_or_else(|| I::min_value())
+            I::try_from_flat(v as usize).filter(|_| v >= 0).unwrap_or_else(min_index::<I>)
         })
         .collect();
     ArrayD::from_shape_vec(IxDyn(dims), data).ok()
@@ -327,11 +335,11 @@ fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
     if op == 0 {
         match array::<T>(b, &in_dims) {
             Some(x) => {
-                let res = poolgrad::adaptive_max_pool2d::<T, I, _, _>(&x, out);
+                let res = forwards::adaptive::<T, I, _, _>(&x, out);
                 also_on_npu!(
                     "adaptive forward",
                     res,
-                    |dev| poolgrad::adaptive_max_pool2d_on::<_, T, I, _, _>(dev, &x, out),
+                    |dev| forwards::adaptive_on::<_, T, I, _, _>(dev, &x, out),
                     npu::same_pooled
                 );
                 let got = ok_or_err("adaptive forward", res);
@@ -344,11 +352,11 @@ fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
             }
             None => {
                 if let Some(x) = broadcast(&one, &in_dims) {
-                    let res = poolgrad::adaptive_max_pool2d::<T, I, _, _>(&x, out);
+                    let res = forwards::adaptive::<T, I, _, _>(&x, out);
                     also_on_npu!(
                         "adaptive forward (broadcast)",
                         res,
-                        |dev| poolgrad::adaptive_max_pool2d_on::<_, T, I, _, _>(dev, &x, out),
+                        |dev| forwards::adaptive_on::<_, T, I, _, _>(dev, &x, out),
                         npu::same_pooled
                     );
                     ok_or_err("adaptive forward (broadcast)", res.map(|_| ()));
@@ -390,8 +398,7 @@ fn max_pool<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
     if op == 2 {
         match array::<T>(b, &in_dims) {
             Some(x) => {
-                let got =
-                    ok_or_err("max_pool forward", poolgrad::max_pool2d_with_indices::<T, I, _, _>(&x, &p));
+                let got = ok_or_err("max_pool forward", forwards::max_pool::<T, I, _, _>(&x, &p));
                 if let Some(g) = got {
                     let (v, i) = reference::max_pool2d_with_indices(&x, &p).expect("reference accepts");
                     compare("max_pool forward", v.view(), g.output.view(), Tolerance::exact()).unwrap();
@@ -403,7 +410,7 @@ fn max_pool<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
                 if let Some(x) = broadcast(&one, &in_dims) {
                     ok_or_err(
                         "max_pool forward (broadcast)",
-                        poolgrad::max_pool2d_with_indices::<T, I, _, _>(&x, &p).map(|_| ()),
+                        forwards::max_pool::<T, I, _, _>(&x, &p).map(|_| ()),
                     );
                 }
             }
@@ -451,41 +458,41 @@ fn mask<T: PoolFloat, L: MaskLayout>(op: u8, b: &mut Bytes) {
     let Some(x) = array::<T>(b, &in_dims) else {
         let one = [T::round_from_f64(1.0)];
         if let Some(x) = broadcast(&one, &in_dims) {
-            let res = poolgrad::max_pool2d_with_mask::<T, L, _, _>(&x, &p);
+            let res = poolgrad::max_pool2d_with_mask(&x, &p, L::default());
             also_on_npu!(
                 "mask forward (broadcast)",
                 res,
-                |dev| poolgrad::max_pool2d_with_mask_on::<_, T, L, _, _>(dev, &x, &p),
+                |dev| poolgrad::max_pool2d_with_mask_on(dev, &x, &p, L::default()),
                 npu::same_masked
             );
             ok_or_err("mask forward (broadcast)", res.map(|_| ()));
         }
         return;
     };
-    let res = poolgrad::max_pool2d_with_mask::<T, L, _, _>(&x, &p);
+    let res = poolgrad::max_pool2d_with_mask(&x, &p, L::default());
     also_on_npu!(
         "mask forward",
         res,
-        |dev| poolgrad::max_pool2d_with_mask_on::<_, T, L, _, _>(dev, &x, &p),
+        |dev| poolgrad::max_pool2d_with_mask_on(dev, &x, &p, L::default()),
         npu::same_masked
     );
     let Some(pooled) = ok_or_err("mask forward", res) else {
         return;
     };
-    let (v, m) = reference::max_pool2d_with_mask::<T, L, _, _>(&x, &p).expect("reference accepts");
+    let (v, m) = reference::max_pool2d_with_mask(&x, &p, L::default()).expect("reference accepts");
     compare("mask forward", v.view(), pooled.output.view(), Tolerance::exact()).unwrap();
     compare_indices("mask bytes", m.as_array().view(), pooled.mask.as_array().view()).unwrap();
     if op == 5 {
         let Some(g) = array::<T>(b, pooled.output.shape()) else { return };
-        let res = poolgrad::max_pool2d_with_mask_backward(&g, &x, &pooled.mask, &p);
+        let res = poolgrad::max_pool2d_with_mask_backward(&g, &x, &pooled.mask);
         also_on_npu!(
             "mask backward",
             res,
-            |dev| poolgrad::max_pool2d_with_mask_backward_on(dev, &g, &x, &pooled.mask, &p),
+            |dev| poolgrad::max_pool2d_with_mask_backward_on(dev, &g, &x, &pooled.mask),
             npu::same_bits
         );
         let gi = res.expect("a forward's own mask");
-        let want = reference::max_pool2d_with_mask_backward(&g, &x, &pooled.mask, &p).unwrap();
+        let want = reference::max_pool2d_with_mask_backward(&g, &x, &pooled.mask).unwrap();
         compare("mask backward", want.view(), gi.view(), Tolerance::for_dtype(T::DTYPE)).unwrap();
     }
 }
@@ -532,15 +539,15 @@ fn raw_mask_layout<T: PoolFloat, L: MaskLayout>(
     let one = [T::round_from_f64(1.0)];
     let Some(x) = broadcast(&one, in_dims) else { return };
     let Some(g) = array::<T>(b, &mask.pooled_shape()) else { return };
-    let res = poolgrad::max_pool2d_with_mask_backward(&g, &x, &mask, p);
+    let res = poolgrad::max_pool2d_with_mask_backward(&g, &x, &mask);
     also_on_npu!(
         "mask backward (raw)",
         res,
-        |dev| poolgrad::max_pool2d_with_mask_backward_on(dev, &g, &x, &mask, p),
+        |dev| poolgrad::max_pool2d_with_mask_backward_on(dev, &g, &x, &mask),
         npu::same_bits
     );
     if let Some(gi) = ok_or_err("mask backward (raw)", res) {
-        let want = reference::max_pool2d_with_mask_backward(&g, &x, &mask, p).expect("reference accepts");
+        let want = reference::max_pool2d_with_mask_backward(&g, &x, &mask).expect("reference accepts");
         compare("raw mask backward", want.view(), gi.view(), Tolerance::for_dtype(T::DTYPE)).unwrap();
     }
 }

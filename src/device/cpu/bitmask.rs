@@ -712,7 +712,7 @@ mod tests {
         let (shape, params) =
             ([2, 20, 9, 11], MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]));
         let x = Array4::from_shape_fn(shape, |(n, c, i, j)| ((n * 7 + c * 13 + i * 5 + j * 3) % 17) as f32);
-        let indices = crate::max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap().indices;
+        let indices = crate::max_pool2d_with_indices(&x, &params).unwrap().indices;
         let mask = Mask::<Bitmask, _>::from_indices(&indices, &params, &shape).unwrap();
         let g = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape).unwrap();
         let windows = Windows::new(&g).unwrap();
@@ -745,7 +745,7 @@ mod tests {
         for c in [1, 2, 3, 4, 5, 16] {
             let shape = [1, c, 5, 70];
             let x = Array4::from_shape_fn(shape, |(_, c, i, j)| ((c * 13 + i * 7 + j * 5) % 23) as f32);
-            let indices = crate::max_pool2d_with_indices::<f32, i64, _, _>(&x, &params).unwrap().indices;
+            let indices = crate::max_pool2d_with_indices(&x, &params).unwrap().indices;
             let mask = Mask::<Bitmask, _>::from_indices(&indices, &params, &shape).unwrap();
             let g = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape).unwrap();
             let (windows, block) = (Windows::new(&g).unwrap(), Block::new(&g, 0));

@@ -132,6 +132,31 @@ impl Cpu {
         Ok(Cpu { runner })
     }
 
+    /// A CPU device with a rayon pool of its own of `threads` threads
+    /// ([`Parallelism::Threads`]); sequential without the `rayon` feature.
+    ///
+    /// ```
+    /// use poolgrad::device::cpu::Cpu;
+    /// let cpu = Cpu::with_threads(2)?;
+    /// # #[cfg(feature = "rayon")]
+    /// assert_eq!(cpu.threads(), 2);
+    /// assert!(Cpu::with_threads(0).is_err());
+    /// # Ok::<(), poolgrad::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter) for 0 threads, and the errors of
+    /// [`Cpu::new`].
+    pub fn with_threads(threads: usize) -> Result<Self> {
+        let threads = NonZeroUsize::new(threads).ok_or_else(|| crate::Error::InvalidParameter {
+            op: "Cpu::with_threads",
+            arg: "threads",
+            expected: "at least 1".into(),
+            got: "0".into(),
+        })?;
+        Cpu::new(Parallelism::Threads(threads))
+    }
+
     /// Runs everything on the calling thread.
     pub fn sequential() -> Self {
         Cpu { runner: Runner::Sequential }

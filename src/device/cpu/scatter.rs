@@ -203,7 +203,7 @@ pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
     match bad {
         None => Ok(()),
         Some((plane, k)) => {
-            gi.fill(T::zero());
+            gi.fill(T::default());
             let element = plane * ohw + k;
             Err(BadIndex { element, value: ix[element].to_i64() })
         }
@@ -277,7 +277,7 @@ fn planes_per_zeroing_block<T>(hw: usize) -> usize {
 
 /// Planes of `hw` inputs and one gradient each, whole: zeroed a block at a time
 /// ([`ONE_GRADIENT_BLOCK`]), then each gradient stored at its index as the sum `0 + g`, rounded
-/// once ([`PoolFloat::sum_of_one`]), exactly what [`add_into`] would store. Returns the first
+/// once ([`Accumulate::sum_of_one`](crate::element::Accumulate::sum_of_one)), exactly what [`add_into`] would store. Returns the first
 /// plane whose index lies outside it.
 fn one_gradient_planes<T: PoolFloat, I: ArgmaxIndex>(
     go: &[T],
@@ -288,7 +288,7 @@ fn one_gradient_planes<T: PoolFloat, I: ArgmaxIndex>(
     let block = planes_per_zeroing_block::<T>(hw);
     let blocks = gi.chunks_mut(block * hw).zip(go.chunks(block)).zip(ix.chunks(block));
     for (b, ((gi, go), ix)) in blocks.enumerate() {
-        gi.fill(T::zero());
+        gi.fill(T::default());
         for (p, (&g, &i)) in go.iter().zip(ix).enumerate() {
             let Some(at) = i.flat_in(hw) else { return Err(b * block + p) };
             gi[p * hw + at] = g.sum_of_one();
@@ -593,7 +593,7 @@ impl<T: PoolFloat> Sums<T::Acc> for Rounded<'_, T> {
         if self.zero_acc {
             self.acc[range.clone()].fill(T::Acc::zero());
         }
-        self.out[range].fill(T::zero());
+        self.out[range].fill(T::default());
     }
 
     #[inline(always)]

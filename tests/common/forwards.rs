@@ -1,0 +1,90 @@
+//! The public forwards for a generic index type `I` (the crate's forwards are `i64`, with `_i32`
+//! twins): shared by the test binaries and the fuzz targets.
+#![allow(dead_code)]
+
+use ndarray::{ArrayBase, Data};
+use poolgrad::device::Runs;
+use poolgrad::device::cpu::Cpu;
+use poolgrad::op::{AdaptiveMaxPool2d, MaxPool2dWithIndices};
+use poolgrad::{ArgmaxIndex, DType, MaxPool2dParams, PoolDim, PoolFloat, Pooled};
+
+/// Indices of type `I` from the public `i64` or `i32` forward's (forward indices are valid
+/// positions, so they convert exactly).
+fn indices_as<I: ArgmaxIndex, J: ArgmaxIndex, D: ndarray::Dimension>(
+    a: ndarray::Array<J, D>,
+) -> ndarray::Array<I, D> {
+    a.mapv(|v| I::try_from_flat(usize::try_from(v.to_i64()).expect("a position")).expect("fits"))
+}
+
+/// The public forward for index type `I`: [`poolgrad::adaptive_max_pool2d_on`] for `i64`,
+/// [`poolgrad::adaptive_max_pool2d_i32_on`] for `i32`.
+pub fn adaptive_on<Dev, T, I, S, D>(
+    device: &Dev,
+    input: &ArrayBase<S, D>,
+    output_size: [usize; 2],
+) -> poolgrad::Result<Pooled<T, I, D>>
+where
+    Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, i64>> + for<'a> Runs<AdaptiveMaxPool2d<'a, T, i32>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S: Data<Elem = T>,
+    D: PoolDim,
+{
+    Ok(if I::DTYPE == DType::I32 {
+        let p = poolgrad::adaptive_max_pool2d_i32_on(device, input, output_size)?;
+        Pooled { output: p.output, indices: indices_as(p.indices) }
+    } else {
+        let p = poolgrad::adaptive_max_pool2d_on(device, input, output_size)?;
+        Pooled { output: p.output, indices: indices_as(p.indices) }
+    })
+}
+
+/// [`adaptive_on`] on the default CPU device.
+pub fn adaptive<T, I, S, D>(
+    input: &ArrayBase<S, D>,
+    output_size: [usize; 2],
+) -> poolgrad::Result<Pooled<T, I, D>>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S: Data<Elem = T>,
+    D: PoolDim,
+{
+    adaptive_on(&Cpu::default(), input, output_size)
+}
+
+/// The public max-pooling forward for index type `I` (as [`adaptive_on`]).
+pub fn max_pool_on<Dev, T, I, S, D>(
+    device: &Dev,
+    input: &ArrayBase<S, D>,
+    params: &MaxPool2dParams,
+) -> poolgrad::Result<Pooled<T, I, D>>
+where
+    Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, i64>> + for<'a> Runs<MaxPool2dWithIndices<'a, T, i32>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S: Data<Elem = T>,
+    D: PoolDim,
+{
+    Ok(if I::DTYPE == DType::I32 {
+        let p = poolgrad::max_pool2d_with_indices_i32_on(device, input, params)?;
+        Pooled { output: p.output, indices: indices_as(p.indices) }
+    } else {
+        let p = poolgrad::max_pool2d_with_indices_on(device, input, params)?;
+        Pooled { output: p.output, indices: indices_as(p.indices) }
+    })
+}
+
+/// [`max_pool_on`] on the default CPU device.
+pub fn max_pool<T, I, S, D>(
+    input: &ArrayBase<S, D>,
+    params: &MaxPool2dParams,
+) -> poolgrad::Result<Pooled<T, I, D>>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S: Data<Elem = T>,
+    D: PoolDim,
+{
+    max_pool_on(&Cpu::default(), input, params)
+}
