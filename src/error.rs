@@ -18,6 +18,25 @@ pub type Result<T, E = Error> = core::result::Result<T, E>;
 /// each one as it uses it, so [`Error::IndexOutOfRange`] comes from phase 2
 /// ([`Executor::run`](crate::Executor::run)), with the output zeroed. Otherwise phase 2 fails only for
 /// device reasons.
+///
+/// Match on a variant to react to it, or print it: the message says the same as the fields.
+///
+/// ```
+/// use ndarray::{Array3, array};
+/// use poolgrad::Error;
+/// let x = Array3::<f32>::zeros((1, 3, 3));
+/// let g = Array3::<f32>::ones((1, 2, 2));
+/// let idx = array![[[0i64, 1], [9, 4]]]; // 9 is outside the 3x3 plane
+/// match poolgrad::adaptive_max_pool2d_backward(&g, &x, &idx) {
+///     Err(Error::IndexOutOfRange { arg, position, value, plane, .. }) => {
+///         assert_eq!((arg, position, value, plane), ("indices", vec![0, 1, 0], 9, 9));
+///     }
+///     other => panic!("expected an index error, got {other:?}"),
+/// }
+/// let e = poolgrad::adaptive_max_pool2d(&x, [0, 2]).unwrap_err();
+/// assert!(matches!(e, Error::InvalidParameter { arg: "output_size", .. }));
+/// println!("{e}"); // adaptive_max_pool2d: `output_size` ...
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -146,7 +146,12 @@ pub mod prelude {
     };
 }
 
-/// The README's examples, compiled and run as doctests.
-#[cfg(doctest)]
+/// The README's examples, compiled and run as doctests (one of them uses the testing kit).
+#[cfg(all(doctest, feature = "proptest"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The examples of `docs/ascend.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/ascend.md")]
+struct AscendDocDoctests;

@@ -340,6 +340,44 @@ pub(crate) fn max_pool_indices_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
 
 /// 2-D max pooling that records its arg-max as an Ascend int8 mask in layout `L`
 /// (`aclnnMaxPool2dWithMask`). Dilation must be 1.
+///
+/// The mask's shape comes from [`geometry::mask_shape`](crate::geometry::mask_shape); with
+/// [`MaxPool2dWithMaskBackward`], a forward and backward through the Plan API:
+///
+/// ```
+/// use ndarray::{Array, Array4};
+/// use poolgrad::op::{MaxPool2dWithMask, MaxPool2dWithMaskBackward};
+/// use poolgrad::{Bitmask, MaskMut, MaskRef, MaxPool2dParams, Plan, device::cpu::Cpu};
+/// let cpu = Cpu::sequential();
+/// let params = MaxPool2dParams::new([2, 2]);
+/// let x = Array4::from_shape_fn((1, 1, 4, 4), |(_, _, h, w)| ((h * 4 + w) * 7 % 16) as f32);
+/// let mut out = Array4::<f32>::zeros((1, 1, 2, 2));
+/// let shape = poolgrad::geometry::mask_shape(1, 1, [2, 2], [2, 2]).unwrap(); // [1, 1, 4, 32]
+/// let mut mask = Array::<i8, _>::zeros(shape);
+/// Plan::new(&cpu, MaxPool2dWithMask {
+///     input: (&x).into(),
+///     params,
+///     output: (&mut out).into(),
+///     mask: MaskMut::new((&mut mask).into(), Bitmask),
+/// })?
+/// .run()?;
+/// // x = 7·(4h + w) mod 16 by rows: [0 7 14 5] [12 3 10 1] [8 15 6 13] [4 11 2 9].
+/// assert_eq!(out, ndarray::array![[[[12.0, 14.0], [15.0, 13.0]]]]);
+///
+/// let g = Array4::from_elem((1, 1, 2, 2), 1.0f32);
+/// let mut gx = Array4::<f32>::zeros((1, 1, 4, 4));
+/// Plan::new(&cpu, MaxPool2dWithMaskBackward {
+///     grad_output: (&g).into(),
+///     self_: (&x).into(),
+///     mask: MaskRef::new((&mask).into(), Bitmask),
+///     params,
+///     grad_input: (&mut gx).into(),
+/// })?
+/// .run()?;
+/// assert_eq!(gx.sum(), 4.0);
+/// assert_eq!((gx[[0, 0, 1, 0]], gx[[0, 0, 0, 2]], gx[[0, 0, 2, 1]], gx[[0, 0, 2, 3]]), (1.0, 1.0, 1.0, 1.0));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct MaxPool2dWithMask<'a, T: PoolFloat, L: MaskLayout> {
     /// Input `[N, C, H, W]` or `[C, H, W]`.
@@ -387,7 +425,7 @@ pub(crate) fn mask_forward_shapes<T: PoolFloat, L: MaskLayout>(
 /// `I32Argmax`: every value must lie in `[0, H*W)`; gradients scatter as with indices.
 /// `Bitmask`: every set bit adds its gradient at its window offset; a bit that points into padding
 /// adds nothing; bits of channels past `C` and words past `Ho*Wo` are ignored. Either way the
-/// sums run in row-major output order.
+/// sums run in row-major output order. Example: [`MaxPool2dWithMask`].
 #[derive(Debug)]
 pub struct MaxPool2dWithMaskBackward<'a, T: PoolFloat, L: MaskLayout> {
     /// Gradient of the pooled output, `[N, C, Ho, Wo]`.
@@ -448,7 +486,7 @@ mod tests {
 
     #[test]
     fn device_limits_are_enforced() {
-        let limits = DeviceLimits::none().with_max_non_divisible_adaptive_plane(1 << 24);
+        let limits = DeviceLimits::default().with_max_non_divisible_adaptive_plane(1 << 24);
         // Divisible: no limit applies.
         assert!(Bwd::check_limits(&geometry(8192, 8192, 4096, 4096), &limits, "npu").is_ok());
         // Non-divisible and larger than 2^24.
@@ -464,7 +502,7 @@ mod tests {
         type Fwd<'a> = AdaptiveMaxPool2d<'a, f32, i64>;
         assert!(Fwd::check_limits(&geometry(4097, 4097, 7, 7), &limits, "npu").is_ok());
 
-        let limits = DeviceLimits::none().with_max_plane(100);
+        let limits = DeviceLimits::default().with_max_plane(100);
         let e = Bwd::check_limits(&geometry(10, 11, 2, 2), &limits, "npu").unwrap_err();
         assert_eq!(
             e.to_string(),

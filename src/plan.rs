@@ -134,6 +134,26 @@ impl<'d, D: Runs<O>, O: Operation> Plan<'d, D, O> {
 }
 
 /// A plan bound to its workspace, ready to run once (phase 2).
+///
+/// ```
+/// use ndarray::{Array4, array};
+/// use poolgrad::{MaxPool2dParams, Plan, Workspace, device::cpu::Cpu, op::MaxPool2dWithIndices};
+/// let cpu = Cpu::sequential();
+/// let x = array![[[[1.0f32, 4.0], [3.0, 2.0]]]];
+/// let (mut out, mut idx) = (Array4::<f32>::zeros((1, 1, 1, 1)), Array4::<i32>::zeros((1, 1, 1, 1)));
+/// let op = MaxPool2dWithIndices {
+///     input: (&x).into(),
+///     params: MaxPool2dParams::new([2, 2]),
+///     output: (&mut out).into(),
+///     indices: (&mut idx).into(),
+/// };
+/// let plan = Plan::new(&cpu, op)?;
+/// let mut ws = Workspace::new(&cpu, plan.workspace_size())?;
+/// let executor = plan.bind(&mut ws)?; // the workspace is borrowed until the run
+/// executor.run()?;
+/// assert_eq!((out[[0, 0, 0, 0]], idx[[0, 0, 0, 0]]), (4.0, 1));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
 #[must_use = "an executor does nothing until it is run"]
 pub struct Executor<'d, 'w, D: Runs<O>, O: Operation> {
     plan: Plan<'d, D, O>,
@@ -160,6 +180,18 @@ impl<D: Runs<O>, O: Operation> Executor<'_, '_, D, O> {
 }
 
 /// Scratch memory for plans on device `D`, reusable across plans of at most its size.
+///
+/// ```
+/// use poolgrad::{Error, Workspace, device::cpu::Cpu};
+/// let cpu = Cpu::sequential();
+/// let mut ws = Workspace::new(&cpu, 1000)?;
+/// assert!(ws.len() >= 1000); // the CPU rounds up to whole cache lines
+/// ws.ensure(&cpu, 5000)?; // grows when a larger plan comes (see also `Plan::run_in`)
+/// assert!(ws.len() >= 5000);
+/// // Memory that cannot be had is an error, not an abort.
+/// assert!(matches!(Workspace::new(&cpu, usize::MAX), Err(Error::Allocation { .. } | Error::Overflow { .. })));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
 pub struct Workspace<D: Device> {
     memory: D::Memory,
 }

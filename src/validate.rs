@@ -317,22 +317,19 @@ pub struct DeviceLimits {
     pub max_non_divisible_adaptive_plane: Option<usize>,
 }
 
+/// Built by the devices only (`Default` is no limit, as on the CPU).
+#[cfg(any(test, feature = "ascend"))]
 impl DeviceLimits {
-    /// No limits (the CPU).
-    pub fn none() -> Self {
-        Self::default()
-    }
-
     /// These limits with a largest plane `H * W`.
     #[must_use]
-    pub fn with_max_plane(mut self, max: usize) -> Self {
+    pub(crate) fn with_max_plane(mut self, max: usize) -> Self {
         self.max_plane = Some(max);
         self
     }
 
     /// These limits with a largest non-divisible adaptive plane.
     #[must_use]
-    pub fn with_max_non_divisible_adaptive_plane(mut self, max: usize) -> Self {
+    pub(crate) fn with_max_non_divisible_adaptive_plane(mut self, max: usize) -> Self {
         self.max_non_divisible_adaptive_plane = Some(max);
         self
     }

@@ -13,7 +13,7 @@ use poolgrad::{ArgmaxIndex, Plan, PoolFloat, TensorMut, TensorRef};
 use proptest::prelude::*;
 
 fn cases<T: PoolFloat, I: ArgmaxIndex>() -> impl Strategy<Value = AdaptiveCase<T, I>> {
-    let shapes = Shapes { batch: 1..=3, channels: 1..=4, height: 1..=9, width: 1..=9, allow_3d: true };
+    let shapes = Shapes { batch: 1..=3, channels: 1..=4, height: 1..=9, width: 1..=9 };
     prop_oneof![
         adaptive_cases(shapes.clone(), Values::Ties),
         adaptive_cases(shapes.clone(), Values::Distinct),
@@ -23,7 +23,7 @@ fn cases<T: PoolFloat, I: ArgmaxIndex>() -> impl Strategy<Value = AdaptiveCase<T
 
 /// Enough planes for the forward's blocked kernel (8 planes at a time, then the rest).
 fn many_planes<T: PoolFloat, I: ArgmaxIndex>() -> impl Strategy<Value = AdaptiveCase<T, I>> {
-    let shapes = Shapes { batch: 1..=2, channels: 9..=40, height: 1..=9, width: 1..=9, allow_3d: true };
+    let shapes = Shapes { batch: 1..=2, channels: 9..=40, height: 1..=9, width: 1..=9 };
     prop_oneof![adaptive_cases(shapes.clone(), Values::Ties), adaptive_cases(shapes, Values::WithNan)]
 }
 

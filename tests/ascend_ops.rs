@@ -33,7 +33,7 @@ fn adaptive_matches_cpu<T: PoolFloat, I: ArgmaxIndex>(npu: &Ascend, values: Valu
     let cpu = Cpu::sequential();
     let shapes = Shapes { channels: 1..=5, height: 1..=9, width: 1..=9, ..Shapes::default() };
     runner(24)
-        .run(&adaptive_cases::<T, I>(shapes, values), |case| {
+        .run(&adaptive_cases::<T, I, ndarray::IxDyn>(shapes, values), |case| {
             let dev = common::adaptive_on::<_, T, I, _, _>(npu, &case.input, case.output_size).unwrap();
             let host = common::adaptive_on::<_, T, I, _, _>(&cpu, &case.input, case.output_size).unwrap();
             assert_eq!(bits(&dev.output), bits(&host.output), "forward values");
@@ -64,7 +64,7 @@ fn mask_matches_cpu<T: PoolFloat, L: MaskLayout>(npu: &Ascend, bounds: ParamBoun
     let cpu = Cpu::sequential();
     let shapes = Shapes { channels: 1..=20, height: 1..=9, width: 1..=9, ..Shapes::default() };
     runner(16)
-        .run(&mask_cases::<T, L>(shapes, bounds, Values::Ties), |case| {
+        .run(&mask_cases::<T, L, ndarray::IxDyn>(shapes, bounds, Values::Ties), |case| {
             let p = &case.params;
             let dev = max_pool2d_with_mask_on(npu, &case.input, p, L::default()).unwrap();
             let host = max_pool2d_with_mask_on(&cpu, &case.input, p, L::default()).unwrap();

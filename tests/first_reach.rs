@@ -172,7 +172,7 @@ proptest! {
     /// bytes.
     #[test]
     fn mask_conversion_round_trips(
-        case in mask_cases::<f32, I32Argmax>(Shapes { channels: 1..=20, ..Shapes::default() }, ParamBounds::default(), Values::Ties),
+        case in mask_cases::<f32, I32Argmax, ndarray::IxDyn>(Shapes { channels: 1..=20, ..Shapes::default() }, ParamBounds::default(), Values::Ties),
     ) {
         let legacy: Mask<Bitmask, _> = case.mask.convert().unwrap();
         prop_assert_eq!(legacy.to_indices::<i64>().unwrap(), case.mask.to_indices::<i64>().unwrap());

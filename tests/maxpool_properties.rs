@@ -18,7 +18,7 @@ use proptest::prelude::*;
 
 fn shapes() -> Shapes {
     // Up to 20 channels: a second, partial 16-channel block of the bit mask.
-    Shapes { batch: 1..=2, channels: 1..=20, height: 1..=9, width: 1..=9, allow_3d: true }
+    Shapes { batch: 1..=2, channels: 1..=20, height: 1..=9, width: 1..=9 }
 }
 
 fn values() -> impl Strategy<Value = Values> {
@@ -34,7 +34,7 @@ fn index_cases<T: PoolFloat, I: ArgmaxIndex>() -> impl Strategy<Value = MaxPoolC
 /// Rows wide enough for the forward to pool 8 output columns at a time (columns 1 or 2 apart),
 /// with dilation, which the narrow shapes above rarely reach.
 fn wide_cases<T: PoolFloat, I: ArgmaxIndex>() -> impl Strategy<Value = MaxPoolCase<T, I>> {
-    let shapes = Shapes { batch: 1..=2, channels: 1..=3, height: 1..=7, width: 16..=48, allow_3d: false };
+    let shapes = Shapes { batch: 1..=2, channels: 1..=3, height: 1..=7, width: 16..=48 };
     let bounds = ParamBounds { stride: 1..=2, dilation: 1..=3, ..ParamBounds::default() };
     values().prop_flat_map(move |v| max_pool_cases(shapes.clone(), bounds.clone(), v))
 }

@@ -1,20 +1,21 @@
 //! The downstream testing kit (`poolgrad::testing`): poolgrad's own operations pass its checks,
 //! and deliberately wrong user implementations are caught with a readable report.
 
-use ndarray::{ArrayD, Axis, IxDyn};
+use ndarray::{Array4, ArrayD, Axis, Ix4, IxDyn};
 use poolgrad::testing::{
-    FiniteDifference, ParamBounds, Shapes, Values, adaptive_cases, finite_difference_check, mask_cases,
-    max_pool_cases, reference::Pooling,
+    FiniteDifference, MaxPoolCase, ParamBounds, Shapes, Values, adaptive_cases, check_gradient,
+    finite_difference_check, mask_cases, max_pool_cases, reference::Pooling,
 };
-use poolgrad::{Bitmask, I32Argmax, MaxPool2dParams};
+use poolgrad::{Bitmask, I32Argmax, MaxPool2dParams, PoolFloat};
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestError, TestRunner};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
-    fn poolgrad_adaptive_passes_the_kit(case in adaptive_cases::<f32, i64>(Shapes::default(), Values::WithNan)) {
+    fn poolgrad_adaptive_passes_the_kit(case in adaptive_cases::<f32, i64, ndarray::IxDyn>(Shapes::default(), Values::WithNan)) {
         let mine = poolgrad::adaptive_max_pool2d(&case.input, case.output_size).unwrap();
         case.check_forward(&mine.output, &mine.indices)?;
         case.check_backward(|g| poolgrad::adaptive_max_pool2d_backward(g, &case.input, &case.indices).unwrap())?;
@@ -22,7 +23,7 @@ proptest! {
 
     #[test]
     fn poolgrad_max_pool_passes_the_kit(
-        case in max_pool_cases::<half::bf16, i32>(Shapes::default(), ParamBounds::default(), Values::Ties),
+        case in max_pool_cases::<half::bf16, i32, ndarray::IxDyn>(Shapes::default(), ParamBounds::default(), Values::Ties),
     ) {
         let mine = poolgrad::max_pool2d_with_indices_i32(&case.input, &case.params).unwrap();
         case.check_forward(&mine.output, &mine.indices)?;
@@ -33,7 +34,7 @@ proptest! {
 
     #[test]
     fn poolgrad_bitmask_passes_the_kit(
-        case in mask_cases::<f32, Bitmask>(Shapes { channels: 1..=20, ..Shapes::default() }, ParamBounds::default(), Values::Ties),
+        case in mask_cases::<f32, Bitmask, ndarray::IxDyn>(Shapes { channels: 1..=20, ..Shapes::default() }, ParamBounds::default(), Values::Ties),
     ) {
         let mine = poolgrad::max_pool2d_with_mask(&case.input, &case.params, Bitmask).unwrap();
         case.check_forward(&mine.output, &mine.mask)?;
@@ -42,7 +43,7 @@ proptest! {
 
     #[test]
     fn poolgrad_i32argmax_passes_the_kit(
-        case in mask_cases::<half::f16, I32Argmax>(Shapes::default(), ParamBounds::default(), Values::Distinct),
+        case in mask_cases::<half::f16, I32Argmax, ndarray::IxDyn>(Shapes::default(), ParamBounds::default(), Values::Distinct),
     ) {
         let mine = poolgrad::max_pool2d_with_mask(&case.input, &case.params, I32Argmax).unwrap();
         case.check_forward(&mine.output, &mine.mask)?;
@@ -52,7 +53,7 @@ proptest! {
     /// poolgrad's gradient equals the finite differences wherever the windows have a clear maximum.
     #[test]
     fn poolgrad_gradient_matches_finite_differences(
-        case in max_pool_cases::<f64, i64>(Shapes::default(), ParamBounds::default(), Values::Distinct),
+        case in max_pool_cases::<f64, i64, ndarray::IxDyn>(Shapes::default(), ParamBounds::default(), Values::Distinct),
     ) {
         let gx = poolgrad::max_pool2d_with_indices_backward(&case.grad_output, &case.input, &case.indices, &case.params).unwrap();
         let report = finite_difference_check(&case.pooling(), &case.input, &case.grad_output, &gx, &FiniteDifference::default())?;
@@ -86,7 +87,7 @@ fn first_failure<S: Strategy>(strategy: S, test: impl Fn(S::Value) -> Result<(),
 #[test]
 fn a_dropped_accumulation_is_caught_with_a_readable_report() {
     let report = first_failure(
-        max_pool_cases::<f32, i64>(Shapes::default(), ParamBounds::default(), Values::Ties),
+        max_pool_cases::<f32, i64, ndarray::IxDyn>(Shapes::default(), ParamBounds::default(), Values::Ties),
         |case| {
             case.check_backward(|g| dropped_accumulation(g, &case.input, &case.indices))?;
             Ok(())
@@ -135,11 +136,14 @@ fn off_by_one_forward(x: &ArrayD<f32>, [ho, wo]: [usize; 2]) -> (ArrayD<f32>, Ar
 
 #[test]
 fn an_off_by_one_window_is_caught_with_a_readable_report() {
-    let report = first_failure(adaptive_cases::<f32, i64>(Shapes::default(), Values::Distinct), |case| {
-        let (out, idx) = off_by_one_forward(&case.input, case.output_size);
-        case.check_forward(&out, &idx)?;
-        Ok(())
-    });
+    let report = first_failure(
+        adaptive_cases::<f32, i64, ndarray::IxDyn>(Shapes::default(), Values::Distinct),
+        |case| {
+            let (out, idx) = off_by_one_forward(&case.input, case.output_size);
+            case.check_forward(&out, &idx)?;
+            Ok(())
+        },
+    );
     println!("report printed for an off-by-one window:\n  {report}");
     assert!(
         report.contains("forward values vs reference: first mismatch at [")
@@ -174,4 +178,145 @@ fn finite_differences_catch_a_gradient_at_the_wrong_place() {
     println!("finite-difference report: {m}");
     assert_eq!(m.position, vec![0, 2, 2]);
     assert_eq!((m.expected.round(), m.actual), (0.0, 4.0));
+}
+
+/// A user's backward that only handles channel 0 (a loop bound written as `1` instead of `c`).
+fn first_channel_only(g: &Array4<f32>, input: &Array4<f32>, idx: &Array4<i64>) -> Array4<f32> {
+    let mut gx = Array4::<f32>::zeros(input.raw_dim());
+    let w = input.dim().3;
+    for ((n, c, oh, ow), &i) in idx.indexed_iter() {
+        if c == 0 {
+            gx[[n, c, i as usize / w, i as usize % w]] += g[[n, c, oh, ow]];
+        }
+    }
+    gx
+}
+
+/// Shrinking with the shipped defaults (`Shapes::default()`, proptest's default `Config`) reaches
+/// the smallest case that shows the bug: one batch, two channels, a 1x1 plane, pooled to 1x1.
+#[test]
+fn failures_shrink_to_the_smallest_case_with_the_default_settings() {
+    let strategy = max_pool_cases::<f32, i64, Ix4>(Shapes::default(), ParamBounds::default(), Values::Ties);
+    let mut runner = TestRunner::new(Config { failure_persistence: None, ..Config::default() });
+    let result = runner.run(&strategy, |case| {
+        case.check_backward(|g| first_channel_only(g, &case.input, &case.indices))?;
+        Ok(())
+    });
+    let Err(TestError::Fail(reason, minimal)) = result else { panic!("the bug was not found: {result:?}") };
+    println!("minimal case: input {:?}, params {:?}: {reason}", minimal.input.shape(), minimal.params);
+    assert_eq!(minimal.input.shape(), &[1, 2, 1, 1], "{reason}");
+    assert_eq!(minimal.grad_output.shape(), &[1, 2, 1, 1]);
+    assert_eq!(minimal.params.kernel(), [1, 1]);
+}
+
+/// The default shapes reach past one 16-channel block (the `Bitmask` groups channels by 16), in
+/// about a fifth of the cases (channels are drawn in 1..=20).
+#[test]
+fn the_default_shapes_cross_a_sixteen_channel_block() {
+    let strategy = mask_cases::<f32, Bitmask, Ix4>(Shapes::default(), ParamBounds::default(), Values::Ties);
+    let mut runner = TestRunner::deterministic();
+    let (mut wide, total) = (0, 500);
+    for _ in 0..total {
+        let case = strategy.new_tree(&mut runner).unwrap().current();
+        assert_eq!(case.input.ndim(), 4);
+        if case.input.dim().1 > 16 {
+            wide += 1;
+        }
+    }
+    println!("{wide} of {total} default cases have more than 16 channels");
+    assert!((50..=150).contains(&wide), "{wide} of {total}");
+}
+
+/// A small model: `loss = Σ w1 · maxpool(x) + Σ w2 · adaptive(x)`, its input gradient from
+/// poolgrad's two backwards, checked against finite differences of the loss itself.
+fn model_gradient<T: PoolFloat + std::iter::Sum>(
+    case: &MaxPoolCase<T, i64, Ix4>,
+) -> Result<poolgrad::testing::GradCheck, TestCaseError> {
+    let params = case.params;
+    let w2 = Array4::from_shape_fn((case.input.dim().0, case.input.dim().1, 2, 2), |(n, c, h, w)| {
+        T::round_from_f64(((n + 2 * c + 3 * h + w) % 5) as f64 - 2.0)
+    });
+    let w1 = case.grad_output.clone();
+    let loss = |x: &Array4<T>| -> T {
+        let pooled = poolgrad::max_pool2d_with_indices(x, &params).unwrap().output;
+        let adaptive = poolgrad::adaptive_max_pool2d(x, [2, 2]).unwrap().output;
+        let first =
+            pooled.iter().zip(&w1).map(|(&a, &b)| T::round_from_f64(a.to_f64_exact() * b.to_f64_exact()));
+        let second =
+            adaptive.iter().zip(&w2).map(|(&a, &b)| T::round_from_f64(a.to_f64_exact() * b.to_f64_exact()));
+        first.chain(second).sum()
+    };
+    let p = poolgrad::max_pool2d_with_indices(&case.input, &params).unwrap();
+    let a = poolgrad::adaptive_max_pool2d(&case.input, [2, 2]).unwrap();
+    let g1 = poolgrad::max_pool2d_with_indices_backward(&w1, &case.input, &p.indices, &params).unwrap();
+    let g2 = poolgrad::adaptive_max_pool2d_backward(&w2, &case.input, &a.indices).unwrap();
+    let gradient = ndarray::Zip::from(&g1)
+        .and(&g2)
+        .map_collect(|&x, &y| T::round_from_f64(x.to_f64_exact() + y.to_f64_exact()));
+    Ok(check_gradient(loss, &case.input, &gradient, &FiniteDifference::for_dtype(T::DTYPE))?)
+}
+
+fn small() -> Shapes {
+    Shapes { batch: 1..=1, channels: 1..=3, height: 2..=6, width: 2..=6 }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn a_models_gradient_passes_the_check_in_f32(
+        case in max_pool_cases::<f32, i64, Ix4>(small(), ParamBounds::default(), Values::Distinct),
+    ) {
+        let report = model_gradient(&case)?;
+        prop_assert_eq!(report.checked + report.skipped, case.input.len());
+    }
+
+    #[test]
+    fn a_models_gradient_passes_the_check_in_f64(
+        case in max_pool_cases::<f64, i64, Ix4>(small(), ParamBounds::default(), Values::Distinct),
+    ) {
+        let report = model_gradient(&case)?;
+        prop_assert_eq!(report.checked + report.skipped, case.input.len());
+    }
+}
+
+/// On a hand-worked case every input is checked (distinct values, no ties), and a gradient with
+/// one value moved is caught at that position, in f32 and f64; ties are skipped, not failed.
+#[test]
+fn the_loss_check_catches_a_moved_gradient_and_skips_ties() {
+    fn run<T: PoolFloat + std::iter::Sum>() {
+        let v = |x: f64| T::round_from_f64(x);
+        let x = Array4::from_shape_fn((1, 1, 4, 4), |(_, _, h, w)| {
+            v([0.0, 5.0, 1.0, 1.5, 2.0, 3.0, 7.0, 0.0, 9.0, 1.0, 6.0, 4.0, 0.0, 8.0, 6.5, 2.0][h * 4 + w])
+        });
+        let params = MaxPool2dParams::new([2, 2]);
+        let w = Array4::from_shape_fn((1, 1, 2, 2), |(_, _, h, k)| v([1.0, -2.0, 0.5, 3.0][h * 2 + k]));
+        let loss = |x: &Array4<T>| -> T {
+            let out = poolgrad::max_pool2d_with_indices(x, &params).unwrap().output;
+            out.iter().zip(&w).map(|(&a, &b)| v(a.to_f64_exact() * b.to_f64_exact())).sum()
+        };
+        // By hand: the windows {0, 5, 2, 3}, {1, 1.5, 7, 0}, {9, 1, 0, 8}, {6, 4, 6.5, 2} have
+        // their maxima 5 at (0,1), 7 at (1,2), 9 at (2,0), 6.5 at (3,2).
+        let mut gx = Array4::from_elem((1, 1, 4, 4), v(0.0));
+        gx[[0, 0, 0, 1]] = v(1.0);
+        gx[[0, 0, 1, 2]] = v(-2.0);
+        gx[[0, 0, 2, 0]] = v(0.5);
+        gx[[0, 0, 3, 2]] = v(3.0);
+        let settings = FiniteDifference::for_dtype(T::DTYPE);
+        let ok = check_gradient(loss, &x, &gx, &settings).unwrap();
+        assert_eq!((ok.checked, ok.skipped), (16, 0), "{}", T::DTYPE);
+        let mut moved = gx.clone();
+        moved[[0, 0, 3, 2]] = v(0.0);
+        moved[[0, 0, 2, 2]] = v(3.0); // on 6, the runner-up: found first in row-major order
+        let m = check_gradient(loss, &x, &moved, &settings).unwrap_err();
+        assert_eq!(m.position, vec![0, 0, 2, 2], "{m}");
+        assert_eq!((m.expected.round(), m.actual), (0.0, 3.0), "{m}");
+        // A tie: both 9s of the window {9, 9, 0, 8}; neither side can be checked.
+        let mut tied = x.clone();
+        tied[[0, 0, 2, 1]] = v(9.0);
+        let ok = check_gradient(loss, &tied, &gx, &settings).unwrap();
+        assert_eq!((ok.checked, ok.skipped), (14, 2), "{}", T::DTYPE);
+    }
+    run::<f32>();
+    run::<f64>();
 }

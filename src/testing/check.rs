@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use ndarray::{ArrayD, ArrayViewD, Dimension};
+use ndarray::{Array, ArrayView, Dimension};
 
 use crate::element::{DType, Element, PoolFloat};
 
@@ -123,15 +123,16 @@ fn shape_mismatch(what: &str, expected: &[usize], actual: &[usize]) -> Mismatch 
 ///
 /// # Errors
 /// The first [`Mismatch`], or a shape difference.
-pub fn compare<T: PoolFloat>(
+pub fn compare<T: PoolFloat, D: Dimension>(
     what: &str,
-    expected: ArrayViewD<'_, T>,
-    actual: ArrayViewD<'_, T>,
+    expected: ArrayView<'_, T, D>,
+    actual: ArrayView<'_, T, D>,
     tolerance: Tolerance,
 ) -> Result<(), Mismatch> {
     if expected.shape() != actual.shape() {
         return Err(shape_mismatch(what, expected.shape(), actual.shape()));
     }
+    let (expected, actual) = (expected.into_dyn(), actual.into_dyn());
     for ((position, &e), &a) in expected.indexed_iter().zip(actual.iter()) {
         let (e, a) = (e.to_f64_exact(), a.to_f64_exact());
         if !tolerance.accepts(e, a) {
@@ -159,14 +160,15 @@ pub fn compare<T: PoolFloat>(
 ///
 /// # Errors
 /// The first [`Mismatch`], or a shape difference.
-pub fn compare_indices<I: Element + Into<i64>>(
+pub fn compare_indices<I: Element + Into<i64>, D: Dimension>(
     what: &str,
-    expected: ArrayViewD<'_, I>,
-    actual: ArrayViewD<'_, I>,
+    expected: ArrayView<'_, I, D>,
+    actual: ArrayView<'_, I, D>,
 ) -> Result<(), Mismatch> {
     if expected.shape() != actual.shape() {
         return Err(shape_mismatch(what, expected.shape(), actual.shape()));
     }
+    let (expected, actual) = (expected.into_dyn(), actual.into_dyn());
     for ((position, &e), &a) in expected.indexed_iter().zip(actual.iter()) {
         if e != a {
             return Err(Mismatch {
@@ -198,10 +200,10 @@ pub fn compare_indices<I: Element + Into<i64>>(
 ///
 /// # Errors
 /// The first [`Mismatch`].
-pub fn check_gradient_invariants<T: PoolFloat>(
-    grad_output: ArrayViewD<'_, T>,
+pub fn check_gradient_invariants<T: PoolFloat, D: Dimension>(
+    grad_output: ArrayView<'_, T, D>,
     selected: &[(usize, usize)],
-    grad_input: ArrayViewD<'_, T>,
+    grad_input: ArrayView<'_, T, D>,
 ) -> Result<(), Mismatch> {
     let shape = grad_input.shape();
     let (h, w) = (shape[shape.len() - 2], shape[shape.len() - 1]);
@@ -214,7 +216,7 @@ pub fn check_gradient_invariants<T: PoolFloat>(
             *slot = true;
         }
     }
-    for ((position, &g), &touched) in grad_input.indexed_iter().zip(&hit) {
+    for ((position, &g), &touched) in grad_input.view().into_dyn().indexed_iter().zip(&hit) {
         if !touched && g.to_f64_exact() != 0.0 {
             return Err(Mismatch {
                 what: "gradient invariants".into(),
@@ -263,10 +265,10 @@ pub fn check_gradient_invariants<T: PoolFloat>(
 ///
 /// # Errors
 /// The first [`Mismatch`].
-pub fn check_linearity<T: PoolFloat>(
-    backward: impl Fn(&ArrayD<T>) -> ArrayD<T>,
-    a: &ArrayD<T>,
-    b: &ArrayD<T>,
+pub fn check_linearity<T: PoolFloat, D: Dimension>(
+    backward: impl Fn(&Array<T, D>) -> Array<T, D>,
+    a: &Array<T, D>,
+    b: &Array<T, D>,
 ) -> Result<(), Mismatch> {
     let t = Tolerance::for_dtype(T::DTYPE);
     let sum = ndarray::Zip::from(a)

@@ -1,9 +1,11 @@
-//! A finite-difference gradient check for max pooling, valid away from ties.
+//! Finite-difference gradient checks: of one max pooling (valid away from ties), and of any user
+//! function from an input to a scalar loss (kinks detected and skipped).
 
-use ndarray::ArrayD;
+use ndarray::{Array, ArrayD, Dimension};
 
 use super::check::Mismatch;
 use super::reference::{Pooling, forward4};
+use crate::element::{DType, PoolFloat};
 
 /// Settings of [`finite_difference_check`].
 ///
@@ -24,8 +26,29 @@ pub struct FiniteDifference {
 }
 
 impl Default for FiniteDifference {
+    /// For `f64`: `eps` 1e-3, `margin` 1e-2, `tolerance` 1e-6.
     fn default() -> Self {
         FiniteDifference { eps: 1e-3, margin: 1e-2, tolerance: 1e-6 }
+    }
+}
+
+impl FiniteDifference {
+    /// Settings for a loss computed in `dtype`: the default for `f64`; for `f32` a step of
+    /// `2^-4` (exact, and below half the `1/4` spacing of the kit's `Values::Distinct`) and a
+    /// tolerance of `1e-2`, room for the rounding of an `f32` loss divided by the step; for the
+    /// half types a step of `2^-2` and a tolerance of `0.1`.
+    ///
+    /// ```
+    /// use poolgrad::{DType, testing::FiniteDifference};
+    /// assert_eq!(FiniteDifference::for_dtype(DType::F64), FiniteDifference::default());
+    /// assert_eq!(FiniteDifference::for_dtype(DType::F32).eps, 0.0625);
+    /// ```
+    pub fn for_dtype(dtype: DType) -> Self {
+        match dtype {
+            DType::F32 => FiniteDifference { eps: 0.0625, margin: 0.25, tolerance: 1e-2 },
+            DType::F16 | DType::BF16 => FiniteDifference { eps: 0.25, margin: 1.0, tolerance: 0.1 },
+            _ => FiniteDifference::default(),
+        }
     }
 }
 
@@ -161,6 +184,103 @@ pub fn finite_difference_check(
                 expected: estimate,
                 actual: claimed,
                 detail: format!("central difference with eps {} vs the gradient given", settings.eps),
+            });
+        }
+        report.checked += 1;
+    }
+    Ok(report)
+}
+
+/// Checks `gradient`, claimed to be the gradient of the scalar `loss` at `input`, against finite
+/// differences of `loss` itself: any function of the input (a whole model with its poolings, in
+/// `f32` or `f64`), not one pooling.
+///
+/// For each input element `x_j`, `loss` is evaluated at `x_j + eps` and `x_j - eps` (each rounded
+/// to `T`; the steps actually taken are used). Where the one-sided slopes agree (within
+/// `tolerance`), the central difference must equal the claimed gradient within `tolerance` times
+/// `1 + |gradient|`. Where they disagree, `x_j` sits on a kink (a tie in some max pooling, a NaN,
+/// a `relu` at 0) and is skipped, as is any element whose losses are not finite. `margin` is not
+/// used. The loss is evaluated `1 + 2 * input.len()` times: keep inputs small.
+///
+/// ```
+/// use ndarray::{Array4, array};
+/// use poolgrad::MaxPool2dParams;
+/// use poolgrad::testing::{check_gradient, FiniteDifference};
+/// let x: Array4<f32> = array![[[[0.0, 5.0, 1.0, 1.5], [2.0, 3.0, 7.0, 0.0], [9.0, 1.0, 6.0, 4.0], [0.0, 8.0, 6.5, 2.0]]]];
+/// let params = MaxPool2dParams::new([2, 2]);
+/// let w: Array4<f32> = array![[[[1.0, -2.0], [0.5, 3.0]]]];
+/// // The loss of a small model: a weighted sum of the pooled values.
+/// let loss = |x: &Array4<f32>| (poolgrad::max_pool2d_with_indices(x, &params).unwrap().output * &w).sum();
+/// let p = poolgrad::max_pool2d_with_indices(&x, &params)?;
+/// let gx = poolgrad::max_pool2d_with_indices_backward(&w, &x, &p.indices, &params)?;
+/// let report = check_gradient(loss, &x, &gx, &FiniteDifference::for_dtype(poolgrad::DType::F32))?;
+/// assert_eq!((report.checked, report.skipped), (16, 0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// The first element whose gradient differs from its finite difference; a gradient of another
+/// shape; a step that rounds to no change in `T` (choose a larger `eps`).
+pub fn check_gradient<T, D, R>(
+    mut loss: impl FnMut(&Array<T, D>) -> R,
+    input: &Array<T, D>,
+    gradient: &Array<T, D>,
+    settings: &FiniteDifference,
+) -> Result<GradCheck, Mismatch>
+where
+    T: PoolFloat,
+    D: Dimension,
+    R: PoolFloat,
+{
+    let fail = |position: Vec<usize>, detail: String| Mismatch {
+        what: "finite-difference check of the loss".into(),
+        position,
+        expected: f64::NAN,
+        actual: f64::NAN,
+        detail,
+    };
+    if gradient.shape() != input.shape() {
+        let detail = format!("gradient has shape {:?}, the input {:?}", gradient.shape(), input.shape());
+        return Err(fail(Vec::new(), detail));
+    }
+    let base = loss(input).to_f64_exact();
+    let mut x = input.to_owned();
+    let mut report = GradCheck { checked: 0, skipped: 0 };
+    let gradient = gradient.view().into_dyn();
+    for ((position, &claimed), &original) in gradient.indexed_iter().zip(input.view().into_dyn().iter()) {
+        let position = position.slice().to_vec();
+        let at = original.to_f64_exact();
+        let (up, down) = (T::round_from_f64(at + settings.eps), T::round_from_f64(at - settings.eps));
+        let (step_up, step_down) = (up.to_f64_exact() - at, at - down.to_f64_exact());
+        if !(step_up > 0.0 && step_down > 0.0) {
+            let detail = format!("a step of {} from {at} rounds to no change in {}", settings.eps, T::DTYPE);
+            return Err(fail(position, detail));
+        }
+        let mut loss_at = |v: T| {
+            x.view_mut().into_dyn()[position.as_slice()] = v;
+            loss(&x).to_f64_exact()
+        };
+        let (plus, minus) = (loss_at(up), loss_at(down));
+        loss_at(original);
+        let (right, left) = ((plus - base) / step_up, (base - minus) / step_down);
+        let kink = (right - left).abs() > settings.tolerance * (1.0 + right.abs() + left.abs());
+        if !(plus.is_finite() && minus.is_finite() && base.is_finite()) || kink {
+            report.skipped += 1;
+            continue;
+        }
+        let estimate = (plus - minus) / (step_up + step_down);
+        let claimed = claimed.to_f64_exact();
+        // (A NaN gradient is never within.)
+        let within = (estimate - claimed).abs() <= settings.tolerance * (1.0 + claimed.abs());
+        if !within {
+            return Err(Mismatch {
+                what: "finite-difference check of the loss".into(),
+                position,
+                expected: estimate,
+                actual: claimed,
+                detail: format!(
+                    "central difference with steps +{step_up}/-{step_down} vs the gradient given"
+                ),
             });
         }
         report.checked += 1;

@@ -1,11 +1,24 @@
 //! proptest strategies that generate valid cases for each operation, with their forward results
 //! (from the [`reference`](mod@super::reference)) so a backward can be tested directly.
+//!
+//! Cases are typed by rank: `D = Ix4` gives `[N, C, H, W]` arrays (what a model typed `Array4`
+//! takes), `Ix3` gives `[C, H, W]`, and `IxDyn` mixes both.
+//!
+//! # Shrinking
+//!
+//! Every part of a case is drawn independently (no `prop_flat_map`): the pooling (shrunk first,
+//! towards a 1x1 kernel that every size allows), the sizes, and a seed for the input values and
+//! one for the gradient. A value is a hash of its seed and its
+//! `(n, c, h, w)` position, so when a failing case shrinks to fewer batches, channels, rows or
+//! columns, the elements that remain keep their values, and a failure that depends on a few
+//! elements keeps failing as the rest of the case goes away. Seeds shrink too (towards 0), which
+//! changes every value at once.
 
 use core::fmt;
 use core::marker::PhantomData;
 use core::ops::RangeInclusive;
 
-use ndarray::{ArrayD, IxDyn};
+use ndarray::{Array, ArrayD, Dimension, IxDyn};
 use proptest::prelude::*;
 
 use super::check::{
@@ -16,12 +29,18 @@ use crate::element::PoolFloat;
 use crate::index::ArgmaxIndex;
 use crate::mask::{Mask, MaskLayout};
 use crate::params::MaxPool2dParams;
+use crate::tensor::PoolDim;
 
-/// Bounds of the generated shapes.
+/// Bounds of the generated shapes. The rank comes from the case type: `Ix4` cases are
+/// `[N, C, H, W]`, `Ix3` cases `[C, H, W]`, `IxDyn` cases either (half each).
+///
+/// The default channel range crosses a 16-channel block (the Ascend `Bitmask` groups channels
+/// by 16).
 ///
 /// ```
-/// let small = poolgrad::testing::Shapes { channels: 1..=20, ..Default::default() };
+/// let small = poolgrad::testing::Shapes { channels: 1..=3, ..Default::default() };
 /// assert_eq!(small.height, 1..=8);
+/// assert_eq!(poolgrad::testing::Shapes::default().channels, 1..=20);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shapes {
@@ -33,22 +52,21 @@ pub struct Shapes {
     pub height: RangeInclusive<usize>,
     /// Input width `W`.
     pub width: RangeInclusive<usize>,
-    /// Whether 3-D `[C, H, W]` cases are generated too (half of them).
-    pub allow_3d: bool,
 }
 
 impl Default for Shapes {
     fn default() -> Self {
-        Shapes { batch: 1..=2, channels: 1..=4, height: 1..=8, width: 1..=8, allow_3d: true }
+        Shapes { batch: 1..=2, channels: 1..=20, height: 1..=8, width: 1..=8 }
     }
 }
 
 /// The input values of generated cases.
 ///
 /// ```
+/// use ndarray::Ix4;
 /// use poolgrad::testing::{adaptive_cases, Shapes, Values};
 /// use proptest::prelude::*;
-/// proptest!(|(case in adaptive_cases::<f32, i32>(Shapes::default(), Values::WithNan))| {
+/// proptest!(|(case in adaptive_cases::<f32, i32, Ix4>(Shapes::default(), Values::WithNan))| {
 ///     prop_assert_eq!(case.output.shape(), case.indices.shape());
 /// });
 /// ```
@@ -66,10 +84,11 @@ pub enum Values {
 /// that leave no window, or a dilated window with no input, are not generated.
 ///
 /// ```
+/// use ndarray::Ix4;
 /// use poolgrad::testing::{max_pool_cases, ParamBounds, Shapes, Values};
 /// use proptest::prelude::*;
 /// let stems = ParamBounds { kernel: 3..=3, stride: 2..=2, dilation: 1..=1, ceil_mode: false };
-/// proptest!(|(case in max_pool_cases::<f32, i64>(Shapes::default(), stems.clone(), Values::Distinct))| {
+/// proptest!(|(case in max_pool_cases::<f32, i64, Ix4>(Shapes::default(), stems.clone(), Values::Distinct))| {
 ///     prop_assert_eq!(case.params.kernel(), [3, 3]);
 ///     prop_assert!(case.params.padding()[0] <= 1);
 /// });
@@ -92,171 +111,198 @@ impl Default for ParamBounds {
     }
 }
 
-fn value_strategy(values: Values) -> BoxedStrategy<f64> {
+/// A 64-bit mix of a seed and a position (SplitMix64's finaliser over each coordinate).
+fn hash(seed: u64, position: [usize; 4]) -> u64 {
+    let mut h = seed ^ 0x9E37_79B9_7F4A_7C15;
+    for p in position {
+        h = (h ^ p as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        h ^= h >> 31;
+        h = h.wrapping_mul(0x94D0_49BB_1331_11EB);
+        h ^= h >> 29;
+    }
+    h
+}
+
+/// The input value at `position` for `seed`.
+fn value_at(values: Values, seed: u64, position: [usize; 4]) -> f64 {
+    let r = hash(seed, position);
     match values {
-        Values::Ties => (-2i32..2).prop_map(f64::from).boxed(),
-        Values::Distinct => (-500i32..500).prop_map(|v| f64::from(v) / 4.0).boxed(),
-        Values::WithNan => prop_oneof![9 => (-2i32..2).prop_map(f64::from), 1 => Just(f64::NAN)].boxed(),
+        Values::Ties => (r % 4) as f64 - 2.0,
+        Values::Distinct => ((r % 1000) as f64 - 500.0) / 4.0,
+        Values::WithNan if r.is_multiple_of(10) => f64::NAN,
+        Values::WithNan => ((r / 10) % 4) as f64 - 2.0,
     }
 }
 
-/// Input dims (3-D or 4-D) and data, as f64.
-fn input_strategy(shapes: &Shapes, values: Values) -> impl Strategy<Value = ArrayD<f64>> + use<> {
-    let Shapes { batch, channels, height, width, allow_3d } = shapes.clone();
-    let three_d = if allow_3d { any::<bool>().boxed() } else { Just(false).boxed() };
-    (batch, channels, height, width, three_d).prop_flat_map(move |(n, c, h, w, three_d)| {
-        let dims: Vec<usize> = if three_d { vec![c, h, w] } else { vec![n, c, h, w] };
-        let len: usize = dims.iter().product();
-        proptest::collection::vec(value_strategy(values), len)
-            .prop_map(move |v| ArrayD::from_shape_vec(IxDyn(&dims), v).expect("length matches"))
-    })
+/// A gradient value at `position` for `seed`: a small non-zero integer, `±1..=8`, so that sums
+/// are exact in f32 and f64 and every output's gradient shows where it lands (a zero would hide
+/// a misplaced gradient, and let a failing case stop failing as it shrinks).
+fn grad_at(seed: u64, position: [usize; 4]) -> f64 {
+    let r = hash(seed, position);
+    let magnitude = (r % 8 + 1) as f64;
+    if (r >> 32) & 1 == 1 { -magnitude } else { magnitude }
 }
 
-/// Gradients: small integers in `-8..8`, so that sums are exact in f32 and f64.
-fn grad_strategy(dims: Vec<usize>) -> impl Strategy<Value = ArrayD<f64>> {
-    let len: usize = dims.iter().product();
-    proptest::collection::vec((-8i32..8).prop_map(f64::from), len)
-        .prop_map(move |v| ArrayD::from_shape_vec(IxDyn(&dims), v).expect("length matches"))
+/// The sizes of a case: `[n, c, h, w]` and whether it is 3-D.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    nchw: [usize; 4],
+    three_d: bool,
 }
 
-fn to_t<T: PoolFloat>(a: &ArrayD<f64>) -> ArrayD<T> {
-    a.mapv(T::round_from_f64)
+impl Sizes {
+    fn dims(&self, [h, w]: [usize; 2]) -> Vec<usize> {
+        let [n, c, ..] = self.nchw;
+        if self.three_d { vec![c, h, w] } else { vec![n, c, h, w] }
+    }
+
+    /// An array of `D` with spatial size `[h, w]`, `f` giving each element from its 4-D position.
+    fn array<T: PoolFloat, D: PoolDim>(&self, hw: [usize; 2], f: impl Fn([usize; 4]) -> f64) -> Array<T, D> {
+        let dims = self.dims(hw);
+        let three_d = self.three_d;
+        let a = ArrayD::from_shape_fn(IxDyn(&dims), |p| {
+            let p = p.slice();
+            let at = if three_d { [0, p[0], p[1], p[2]] } else { [p[0], p[1], p[2], p[3]] };
+            T::round_from_f64(f(at))
+        });
+        a.into_dimensionality().expect("the rank was chosen for D")
+    }
 }
 
-fn to_index<I: ArgmaxIndex>(a: &ArrayD<i64>) -> ArrayD<I> {
+/// Sizes for rank `D`: 4-D for `Ix4`, 3-D (batch 1) for `Ix3`, either for `IxDyn`.
+fn sizes_strategy<D: PoolDim>(shapes: &Shapes) -> impl Strategy<Value = Sizes> + use<D> {
+    let Shapes { batch, channels, height, width } = shapes.clone();
+    let three_d = match D::NDIM {
+        Some(3) => Just(true).boxed(),
+        Some(_) => Just(false).boxed(),
+        None => any::<bool>().boxed(),
+    };
+    (batch, channels, height, width, three_d)
+        .prop_map(|(n, c, h, w, three_d)| Sizes { nchw: [if three_d { 1 } else { n }, c, h, w], three_d })
+}
+
+fn to_index<I: ArgmaxIndex, D: Dimension>(a: &Array<i64, D>) -> Array<I, D> {
     a.mapv(|v| I::try_from_flat(v as usize).unwrap_or_default())
-}
-
-fn pooled_dims(input: &[usize], out: [usize; 2]) -> Vec<usize> {
-    let mut d = input.to_vec();
-    let r = d.len();
-    d[r - 2] = out[0];
-    d[r - 1] = out[1];
-    d
 }
 
 /// A generated adaptive max-pooling case with its reference forward; see [`adaptive_cases`].
 #[derive(Debug, Clone)]
-pub struct AdaptiveCase<T, I> {
-    /// The input, `[C, H, W]` or `[N, C, H, W]`.
-    pub input: ArrayD<T>,
+pub struct AdaptiveCase<T, I, D: Dimension = IxDyn> {
+    /// The input, `[N, C, H, W]` (or `[C, H, W]`, as `D` says).
+    pub input: Array<T, D>,
     /// `[Ho, Wo]`, each in `1..=size + 2` (so `Ho > H` occurs).
     pub output_size: [usize; 2],
     /// Reference pooled values.
-    pub output: ArrayD<T>,
+    pub output: Array<T, D>,
     /// Reference flat arg-max indices.
-    pub indices: ArrayD<I>,
-    /// A gradient of the output (small integers).
-    pub grad_output: ArrayD<T>,
+    pub indices: Array<I, D>,
+    /// A gradient of the output (small non-zero integers).
+    pub grad_output: Array<T, D>,
 }
 
-/// Adaptive max-pooling cases.
+/// Adaptive max-pooling cases of rank `D` (`Ix4` for a model typed `Array4`).
 ///
 /// ```
+/// use ndarray::Ix4;
 /// use poolgrad::testing::{adaptive_cases, Shapes, Values};
 /// use proptest::prelude::*;
-/// proptest!(|(case in adaptive_cases::<f32, i64>(Shapes::default(), Values::Ties))| {
+/// proptest!(|(case in adaptive_cases::<f32, i64, Ix4>(Shapes::default(), Values::Ties))| {
 ///     let mine = poolgrad::adaptive_max_pool2d(&case.input, case.output_size).unwrap();
 ///     case.check_forward(&mine.output, &mine.indices)?;
 /// });
 /// ```
-pub fn adaptive_cases<T: PoolFloat, I: ArgmaxIndex>(
+pub fn adaptive_cases<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
     shapes: Shapes,
     values: Values,
-) -> impl Strategy<Value = AdaptiveCase<T, I>> {
+) -> impl Strategy<Value = AdaptiveCase<T, I, D>> {
     let (hmax, wmax) = (*shapes.height.end() + 2, *shapes.width.end() + 2);
-    (input_strategy(&shapes, values), 1..=hmax, 1..=wmax)
-        .prop_flat_map(|(x, ho, wo)| {
-            let dims = pooled_dims(x.shape(), [ho, wo]);
-            (Just(x), Just([ho, wo]), grad_strategy(dims))
-        })
-        .prop_map(|(x, output_size, g)| {
-            let input = to_t::<T>(&x);
-            let (output, indices) = reference::adaptive_max_pool2d(&input, output_size).expect("valid case");
-            AdaptiveCase { input, output_size, output, indices: to_index(&indices), grad_output: to_t(&g) }
-        })
+    (1..=hmax, 1..=wmax, sizes_strategy::<D>(&shapes), any::<u64>(), any::<u64>()).prop_map(
+        move |(ho, wo, sizes, seed, grad_seed)| {
+            let [_, _, h, w] = sizes.nchw;
+            let input = sizes.array::<T, D>([h, w], |p| value_at(values, seed, p));
+            let (output, indices) = reference::adaptive_max_pool2d(&input, [ho, wo]).expect("valid case");
+            let grad_output = sizes.array::<T, D>([ho, wo], |p| grad_at(grad_seed, p));
+            AdaptiveCase { input, output_size: [ho, wo], output, indices: to_index(&indices), grad_output }
+        },
+    )
 }
 
 /// A generated max-pooling case (flat indices) with its reference forward; see
 /// [`max_pool_cases`].
 #[derive(Debug, Clone)]
-pub struct MaxPoolCase<T, I> {
-    /// The input, `[C, H, W]` or `[N, C, H, W]`.
-    pub input: ArrayD<T>,
+pub struct MaxPoolCase<T, I, D: Dimension = IxDyn> {
+    /// The input, `[N, C, H, W]` (or `[C, H, W]`, as `D` says).
+    pub input: Array<T, D>,
     /// Valid parameters for this input.
     pub params: MaxPool2dParams,
     /// Reference pooled values.
-    pub output: ArrayD<T>,
+    pub output: Array<T, D>,
     /// Reference flat arg-max indices.
-    pub indices: ArrayD<I>,
-    /// A gradient of the output (small integers).
-    pub grad_output: ArrayD<T>,
+    pub indices: Array<I, D>,
+    /// A gradient of the output (small non-zero integers).
+    pub grad_output: Array<T, D>,
 }
 
+/// Parameters within `bounds`. Each field is drawn on its own (padding as a fraction of half
+/// the kernel), so each shrinks on its own.
 fn params_strategy(bounds: &ParamBounds) -> impl Strategy<Value = MaxPool2dParams> + use<> {
     let ParamBounds { kernel, stride, dilation, ceil_mode } = bounds.clone();
-    let axis = (kernel, stride, dilation).prop_flat_map(|(k, s, d)| (Just(k), Just(s), 0..=k / 2, Just(d)));
+    let pad = 0..=usize::from(u8::MAX);
+    let axis = (kernel, stride, pad, dilation);
     let ceil = if ceil_mode { any::<bool>().boxed() } else { Just(false).boxed() };
     (axis.clone(), axis, ceil).prop_map(|((kh, sh, ph, dh), (kw, sw, pw, dw), ceil)| {
         MaxPool2dParams::new([kh, kw])
             .with_stride([sh, sw])
-            .with_padding([ph, pw])
+            .with_padding([ph % (kh / 2 + 1), pw % (kw / 2 + 1)])
             .with_dilation([dh, dw])
             .with_ceil_mode(ceil)
     })
 }
 
-/// Max-pooling cases with flat indices (any dilation in `params.dilation`).
+/// Max-pooling cases with flat indices (any dilation in `params.dilation`), of rank `D`.
 ///
 /// ```
+/// use ndarray::Ix4;
 /// use poolgrad::testing::{max_pool_cases, ParamBounds, Shapes, Values};
 /// use proptest::prelude::*;
-/// proptest!(|(case in max_pool_cases::<f64, i32>(Shapes::default(), ParamBounds::default(), Values::Distinct))| {
-///     let gx = poolgrad::max_pool2d_with_indices_backward(&case.grad_output, &case.input, &case.indices, &case.params).unwrap();
+/// proptest!(|(case in max_pool_cases::<f64, i32, Ix4>(Shapes::default(), ParamBounds::default(), Values::Distinct))| {
 ///     case.check_backward(|g| poolgrad::max_pool2d_with_indices_backward(g, &case.input, &case.indices, &case.params).unwrap())?;
-///     # let _ = gx;
 /// });
 /// ```
-pub fn max_pool_cases<T: PoolFloat, I: ArgmaxIndex>(
+pub fn max_pool_cases<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
     shapes: Shapes,
     bounds: ParamBounds,
     values: Values,
-) -> impl Strategy<Value = MaxPoolCase<T, I>> {
-    (input_strategy(&shapes, values), params_strategy(&bounds))
-        .prop_filter_map("parameters leave no window on this input", |(x, params)| {
-            let input = to_t::<T>(&x);
+) -> impl Strategy<Value = MaxPoolCase<T, I, D>> {
+    (params_strategy(&bounds), sizes_strategy::<D>(&shapes), any::<u64>(), any::<u64>()).prop_filter_map(
+        "parameters leave no window on this input",
+        move |(params, sizes, seed, grad_seed)| {
+            let [_, _, h, w] = sizes.nchw;
+            let input = sizes.array::<T, D>([h, w], |p| value_at(values, seed, p));
             let (output, indices) = reference::max_pool2d_with_indices(&input, &params).ok()?;
-            Some((input, params, output, to_index::<I>(&indices)))
-        })
-        .prop_flat_map(|(input, params, output, indices)| {
-            let dims = output.shape().to_vec();
-            (Just((input, params, output, indices)), grad_strategy(dims))
-        })
-        .prop_map(|((input, params, output, indices), g)| MaxPoolCase {
-            input,
-            params,
-            output,
-            indices,
-            grad_output: to_t(&g),
-        })
+            let pooled = params.output_size([h, w]).ok()?;
+            let grad_output = sizes.array::<T, D>(pooled, |p| grad_at(grad_seed, p));
+            Some(MaxPoolCase { input, params, output, indices: to_index(&indices), grad_output })
+        },
+    )
 }
 
 /// A generated max-pooling case with an Ascend mask in layout `L`; see [`mask_cases`].
-pub struct MaskCase<T, L: MaskLayout> {
-    /// The input, `[C, H, W]` or `[N, C, H, W]`.
-    pub input: ArrayD<T>,
+pub struct MaskCase<T, L: MaskLayout, D: Dimension = IxDyn> {
+    /// The input, `[N, C, H, W]` (or `[C, H, W]`, as `D` says).
+    pub input: Array<T, D>,
     /// Valid parameters (dilation 1).
     pub params: MaxPool2dParams,
     /// Reference pooled values.
-    pub output: ArrayD<T>,
+    pub output: Array<T, D>,
     /// Reference mask.
-    pub mask: Mask<L, IxDyn>,
-    /// A gradient of the output (small integers).
-    pub grad_output: ArrayD<T>,
+    pub mask: Mask<L, D>,
+    /// A gradient of the output (small non-zero integers).
+    pub grad_output: Array<T, D>,
     layout: PhantomData<fn() -> L>,
 }
 
-impl<T: fmt::Debug, L: MaskLayout> fmt::Debug for MaskCase<T, L> {
+impl<T: fmt::Debug, L: MaskLayout, D: Dimension> fmt::Debug for MaskCase<T, L, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MaskCase")
             .field("input", &self.input)
@@ -267,7 +313,7 @@ impl<T: fmt::Debug, L: MaskLayout> fmt::Debug for MaskCase<T, L> {
     }
 }
 
-impl<T: Clone, L: MaskLayout> Clone for MaskCase<T, L> {
+impl<T: Clone, L: MaskLayout, D: Dimension> Clone for MaskCase<T, L, D> {
     fn clone(&self) -> Self {
         MaskCase {
             input: self.input.clone(),
@@ -281,44 +327,38 @@ impl<T: Clone, L: MaskLayout> Clone for MaskCase<T, L> {
 }
 
 /// Max-pooling cases with an Ascend mask (dilation 1; `I32Argmax` cases whose mask could not
-/// hold the values, 1x1 kernels on large outputs, are not generated).
+/// hold the values, 1x1 kernels on large outputs, are not generated), of rank `D`.
 ///
 /// ```
+/// use ndarray::Ix4;
 /// use poolgrad::testing::{mask_cases, ParamBounds, Shapes, Values};
 /// use poolgrad::Bitmask;
 /// use proptest::prelude::*;
-/// proptest!(|(case in mask_cases::<f32, Bitmask>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
+/// proptest!(|(case in mask_cases::<f32, Bitmask, Ix4>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
 ///     case.check_backward(|g| poolgrad::max_pool2d_with_mask_backward(g, &case.input, &case.mask).unwrap())?;
 /// });
 /// ```
-pub fn mask_cases<T: PoolFloat, L: MaskLayout>(
+pub fn mask_cases<T: PoolFloat, L: MaskLayout, D: PoolDim>(
     shapes: Shapes,
     bounds: ParamBounds,
     values: Values,
-) -> impl Strategy<Value = MaskCase<T, L>> {
+) -> impl Strategy<Value = MaskCase<T, L, D>> {
     let bounds = ParamBounds { dilation: 1..=1, ..bounds };
-    (input_strategy(&shapes, values), params_strategy(&bounds))
-        .prop_filter_map("parameters leave no window, or the mask cannot hold the values", |(x, params)| {
-            let input = to_t::<T>(&x);
+    (params_strategy(&bounds), sizes_strategy::<D>(&shapes), any::<u64>(), any::<u64>()).prop_filter_map(
+        "parameters leave no window, or the mask cannot hold the values",
+        move |(params, sizes, seed, grad_seed)| {
+            let [_, _, h, w] = sizes.nchw;
+            let input = sizes.array::<T, D>([h, w], |p| value_at(values, seed, p));
             let (output, mask) = reference::max_pool2d_with_mask(&input, &params, L::default()).ok()?;
-            Some((input, params, output, mask))
-        })
-        .prop_flat_map(|(input, params, output, mask)| {
-            let dims = output.shape().to_vec();
-            (Just((input, params, output, mask)), grad_strategy(dims))
-        })
-        .prop_map(|((input, params, output, mask), g)| MaskCase {
-            input,
-            params,
-            output,
-            mask,
-            grad_output: to_t(&g),
-            layout: PhantomData,
-        })
+            let pooled = params.output_size([h, w]).ok()?;
+            let grad_output = sizes.array::<T, D>(pooled, |p| grad_at(grad_seed, p));
+            Some(MaskCase { input, params, output, mask, grad_output, layout: PhantomData })
+        },
+    )
 }
 
 /// A second gradient for linearity checks: a pattern independent of the first.
-fn other_grad<T: PoolFloat>(like: &ArrayD<T>) -> ArrayD<T> {
+fn other_grad<T: PoolFloat, D: Dimension>(like: &Array<T, D>) -> Array<T, D> {
     let mut k = 0i64;
     like.mapv(|_| {
         k += 1;
@@ -327,11 +367,11 @@ fn other_grad<T: PoolFloat>(like: &ArrayD<T>) -> ArrayD<T> {
 }
 
 /// Checks a backward against a reference gradient, the invariants and linearity.
-fn check_backward_common<T: PoolFloat>(
-    grad_output: &ArrayD<T>,
-    reference: &ArrayD<T>,
+fn check_backward_common<T: PoolFloat, D: Dimension>(
+    grad_output: &Array<T, D>,
+    reference: &Array<T, D>,
     selected: &[(usize, usize)],
-    backward: impl Fn(&ArrayD<T>) -> ArrayD<T>,
+    backward: impl Fn(&Array<T, D>) -> Array<T, D>,
 ) -> Result<(), Mismatch> {
     let mine = backward(grad_output);
     compare("backward vs reference", reference.view(), mine.view(), Tolerance::for_dtype(T::DTYPE))?;
@@ -339,22 +379,23 @@ fn check_backward_common<T: PoolFloat>(
     check_linearity(&backward, grad_output, &other_grad(grad_output))
 }
 
-fn index_pairs<I: ArgmaxIndex>(indices: &ArrayD<I>, plane: usize) -> Vec<(usize, usize)> {
+fn index_pairs<I: ArgmaxIndex, D: Dimension>(indices: &Array<I, D>, plane: usize) -> Vec<(usize, usize)> {
     indices.iter().enumerate().filter_map(|(e, &i)| i.flat_in(plane).map(|f| (e, f))).collect()
 }
 
-fn plane_of<T>(input: &ArrayD<T>) -> usize {
+fn plane_of<T, D: Dimension>(input: &Array<T, D>) -> usize {
     let s = input.shape();
     s[s.len() - 2] * s[s.len() - 1]
 }
 
-impl<T: PoolFloat, I: ArgmaxIndex> AdaptiveCase<T, I> {
+impl<T: PoolFloat, I: ArgmaxIndex, D: PoolDim> AdaptiveCase<T, I, D> {
     /// Checks a forward's values and indices against the reference, exactly.
     ///
     /// ```
+    /// use ndarray::Ix4;
     /// use poolgrad::testing::{adaptive_cases, Shapes, Values};
     /// use proptest::prelude::*;
-    /// proptest!(|(case in adaptive_cases::<half::bf16, i64>(Shapes::default(), Values::Ties))| {
+    /// proptest!(|(case in adaptive_cases::<half::bf16, i64, Ix4>(Shapes::default(), Values::Ties))| {
     ///     let p = poolgrad::adaptive_max_pool2d(&case.input, case.output_size).unwrap();
     ///     case.check_forward(&p.output, &p.indices)?;
     /// });
@@ -362,7 +403,7 @@ impl<T: PoolFloat, I: ArgmaxIndex> AdaptiveCase<T, I> {
     ///
     /// # Errors
     /// The first [`Mismatch`].
-    pub fn check_forward(&self, output: &ArrayD<T>, indices: &ArrayD<I>) -> Result<(), Mismatch> {
+    pub fn check_forward(&self, output: &Array<T, D>, indices: &Array<I, D>) -> Result<(), Mismatch> {
         compare("forward values vs reference", self.output.view(), output.view(), Tolerance::exact())?;
         compare_indices("forward indices vs reference", self.indices.view(), indices.view())
     }
@@ -371,16 +412,17 @@ impl<T: PoolFloat, I: ArgmaxIndex> AdaptiveCase<T, I> {
     /// and checks it against the reference, the gradient invariants and linearity.
     ///
     /// ```
+    /// use ndarray::Ix4;
     /// use poolgrad::testing::{adaptive_cases, Shapes, Values};
     /// use proptest::prelude::*;
-    /// proptest!(|(case in adaptive_cases::<f64, i32>(Shapes::default(), Values::Distinct))| {
+    /// proptest!(|(case in adaptive_cases::<f64, i32, Ix4>(Shapes::default(), Values::Distinct))| {
     ///     case.check_backward(|g| poolgrad::adaptive_max_pool2d_backward(g, &case.input, &case.indices).unwrap())?;
     /// });
     /// ```
     ///
     /// # Errors
     /// The first [`Mismatch`].
-    pub fn check_backward(&self, backward: impl Fn(&ArrayD<T>) -> ArrayD<T>) -> Result<(), Mismatch> {
+    pub fn check_backward(&self, backward: impl Fn(&Array<T, D>) -> Array<T, D>) -> Result<(), Mismatch> {
         let reference =
             reference::adaptive_max_pool2d_backward(&self.grad_output, &self.input, &self.indices)
                 .map_err(reference_failed)?;
@@ -391,9 +433,10 @@ impl<T: PoolFloat, I: ArgmaxIndex> AdaptiveCase<T, I> {
     /// The pooling, for [`finite_difference_check`](super::finite_difference_check).
     ///
     /// ```
+    /// use ndarray::Ix4;
     /// use poolgrad::testing::{adaptive_cases, reference::Pooling, Shapes, Values};
     /// use proptest::prelude::*;
-    /// proptest!(|(case in adaptive_cases::<f32, i64>(Shapes::default(), Values::Ties))| {
+    /// proptest!(|(case in adaptive_cases::<f32, i64, Ix4>(Shapes::default(), Values::Ties))| {
     ///     prop_assert_eq!(case.pooling(), Pooling::Adaptive(case.output_size));
     /// });
     /// ```
@@ -402,13 +445,14 @@ impl<T: PoolFloat, I: ArgmaxIndex> AdaptiveCase<T, I> {
     }
 }
 
-impl<T: PoolFloat, I: ArgmaxIndex> MaxPoolCase<T, I> {
+impl<T: PoolFloat, I: ArgmaxIndex, D: PoolDim> MaxPoolCase<T, I, D> {
     /// Checks a forward's values and indices against the reference, exactly.
     ///
     /// ```
+    /// use ndarray::Ix4;
     /// use poolgrad::testing::{max_pool_cases, ParamBounds, Shapes, Values};
     /// use proptest::prelude::*;
-    /// proptest!(|(case in max_pool_cases::<f32, i32>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
+    /// proptest!(|(case in max_pool_cases::<f32, i32, Ix4>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
     ///     let p = poolgrad::max_pool2d_with_indices_i32(&case.input, &case.params).unwrap();
     ///     case.check_forward(&p.output, &p.indices)?;
     /// });
@@ -416,7 +460,7 @@ impl<T: PoolFloat, I: ArgmaxIndex> MaxPoolCase<T, I> {
     ///
     /// # Errors
     /// The first [`Mismatch`].
-    pub fn check_forward(&self, output: &ArrayD<T>, indices: &ArrayD<I>) -> Result<(), Mismatch> {
+    pub fn check_forward(&self, output: &Array<T, D>, indices: &Array<I, D>) -> Result<(), Mismatch> {
         compare("forward values vs reference", self.output.view(), output.view(), Tolerance::exact())?;
         compare_indices("forward indices vs reference", self.indices.view(), indices.view())
     }
@@ -426,7 +470,7 @@ impl<T: PoolFloat, I: ArgmaxIndex> MaxPoolCase<T, I> {
     ///
     /// # Errors
     /// The first [`Mismatch`].
-    pub fn check_backward(&self, backward: impl Fn(&ArrayD<T>) -> ArrayD<T>) -> Result<(), Mismatch> {
+    pub fn check_backward(&self, backward: impl Fn(&Array<T, D>) -> Array<T, D>) -> Result<(), Mismatch> {
         let reference = reference::max_pool2d_with_indices_backward(
             &self.grad_output,
             &self.input,
@@ -441,9 +485,10 @@ impl<T: PoolFloat, I: ArgmaxIndex> MaxPoolCase<T, I> {
     /// The pooling, for [`finite_difference_check`](super::finite_difference_check).
     ///
     /// ```
+    /// use ndarray::Ix4;
     /// use poolgrad::testing::{max_pool_cases, reference::Pooling, ParamBounds, Shapes, Values};
     /// use proptest::prelude::*;
-    /// proptest!(|(case in max_pool_cases::<f32, i64>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
+    /// proptest!(|(case in max_pool_cases::<f32, i64, Ix4>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
     ///     prop_assert_eq!(case.pooling(), Pooling::Max(case.params));
     /// });
     /// ```
@@ -452,14 +497,15 @@ impl<T: PoolFloat, I: ArgmaxIndex> MaxPoolCase<T, I> {
     }
 }
 
-impl<T: PoolFloat, L: MaskLayout> MaskCase<T, L> {
+impl<T: PoolFloat, L: MaskLayout, D: PoolDim> MaskCase<T, L, D> {
     /// Checks a forward's values and mask bytes against the reference, exactly.
     ///
     /// ```
+    /// use ndarray::Ix4;
     /// use poolgrad::testing::{mask_cases, ParamBounds, Shapes, Values};
     /// use poolgrad::I32Argmax;
     /// use proptest::prelude::*;
-    /// proptest!(|(case in mask_cases::<f32, I32Argmax>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
+    /// proptest!(|(case in mask_cases::<f32, I32Argmax, Ix4>(Shapes::default(), ParamBounds::default(), Values::Ties))| {
     ///     let p = poolgrad::max_pool2d_with_mask(&case.input, &case.params, I32Argmax).unwrap();
     ///     case.check_forward(&p.output, &p.mask)?;
     /// });
@@ -467,7 +513,7 @@ impl<T: PoolFloat, L: MaskLayout> MaskCase<T, L> {
     ///
     /// # Errors
     /// The first [`Mismatch`].
-    pub fn check_forward(&self, output: &ArrayD<T>, mask: &Mask<L, IxDyn>) -> Result<(), Mismatch> {
+    pub fn check_forward(&self, output: &Array<T, D>, mask: &Mask<L, D>) -> Result<(), Mismatch> {
         compare("forward values vs reference", self.output.view(), output.view(), Tolerance::exact())?;
         compare_indices(
             "forward mask bytes vs reference",
@@ -481,7 +527,7 @@ impl<T: PoolFloat, L: MaskLayout> MaskCase<T, L> {
     ///
     /// # Errors
     /// The first [`Mismatch`].
-    pub fn check_backward(&self, backward: impl Fn(&ArrayD<T>) -> ArrayD<T>) -> Result<(), Mismatch> {
+    pub fn check_backward(&self, backward: impl Fn(&Array<T, D>) -> Array<T, D>) -> Result<(), Mismatch> {
         let reference = reference::max_pool2d_with_mask_backward(&self.grad_output, &self.input, &self.mask)
             .map_err(reference_failed)?;
         let selected = self.mask.selected().map_err(reference_failed)?;

@@ -261,7 +261,7 @@ impl Device for Ascend {
     /// `H * W <= i32::MAX` for every operator, and at most 2^24 for adaptive backward shapes that
     /// are not divisible (documented for `aclnnAdaptiveMaxPool2dBackward` only).
     fn limits(&self) -> DeviceLimits {
-        DeviceLimits::none()
+        DeviceLimits::default()
             .with_max_plane(i32::MAX as usize)
             .with_max_non_divisible_adaptive_plane(MAX_NON_DIVISIBLE_ADAPTIVE_PLANE)
     }

@@ -24,7 +24,19 @@ mod schedule;
 mod windows;
 mod workspace;
 
-/// How the CPU device spreads work over threads.
+/// How the CPU device spreads work over threads. Results are bit-identical for every setting.
+///
+/// ```
+/// use poolgrad::device::cpu::{Cpu, Parallelism};
+/// let x = ndarray::Array4::from_shape_fn((2, 3, 9, 9), |(n, c, h, w)| ((n + 2 * c + 3 * h + 5 * w) % 7) as f32);
+/// let sequential = Cpu::new(Parallelism::Sequential)?;
+/// let global = Cpu::new(Parallelism::AllThreads)?; // rayon's global pool
+/// let own = Cpu::new(Parallelism::Threads(3.try_into().unwrap()))?; // a pool of its own (or Cpu::with_threads(3))
+/// let a = poolgrad::adaptive_max_pool2d_on(&sequential, &x, [4, 4])?;
+/// assert_eq!(a, poolgrad::adaptive_max_pool2d_on(&global, &x, [4, 4])?);
+/// assert_eq!(a, poolgrad::adaptive_max_pool2d_on(&own, &x, [4, 4])?);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub enum Parallelism {
@@ -138,8 +150,8 @@ impl Cpu {
     /// ```
     /// use poolgrad::device::cpu::Cpu;
     /// let cpu = Cpu::with_threads(2)?;
-    /// # #[cfg(feature = "rayon")]
-    /// assert_eq!(cpu.threads(), 2);
+    /// // Two threads with the `rayon` feature; without it, the calling thread alone.
+    /// assert_eq!(cpu.threads(), if cfg!(feature = "rayon") { 2 } else { 1 });
     /// assert!(Cpu::with_threads(0).is_err());
     /// # Ok::<(), poolgrad::Error>(())
     /// ```
@@ -230,7 +242,7 @@ impl Device for Cpu {
     }
 
     fn limits(&self) -> DeviceLimits {
-        DeviceLimits::none()
+        DeviceLimits::default()
     }
 }
 
