@@ -114,12 +114,6 @@ pub(crate) mod internal {
 
         /// The slice itself as accumulator values when `Acc` is `Self` (`f32`, `f64`), else `None`.
         fn as_acc(values: &[Self]) -> Option<&[Self::Acc]>;
-
-        /// Whether the value is a NaN.
-        #[inline(always)]
-        fn is_nan_value(self) -> bool {
-            num_traits::Float::is_nan(self.to_acc())
-        }
     }
 }
 
