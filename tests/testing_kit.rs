@@ -320,3 +320,56 @@ fn the_loss_check_catches_a_moved_gradient_and_skips_ties() {
     run::<f32>();
     run::<f64>();
 }
+
+/// A forward that keeps the last maximum of a window instead of the first: its values are right,
+/// so only the indices show the bug.
+#[test]
+fn a_last_maximum_forward_is_caught_by_its_indices() {
+    let report = first_failure(
+        max_pool_cases::<f32, i64, Ix4>(Shapes::default(), ParamBounds::default(), Values::Ties),
+        |case| {
+            let (_, _, h, w) = case.input.dim();
+            let [ho, wo] = case.params.output_size([h, w]).unwrap();
+            let mut indices = case.indices.clone();
+            for ((b, ch, oh, ow), i) in indices.indexed_iter_mut() {
+                let best = case.output[[b, ch, oh, ow]];
+                // The last position of the window holding the maximum, by brute force over the
+                // reference's window.
+                let taps = Pooling::Max(case.params).window([h, w], [ho, wo], oh, ow);
+                if let Some(&(ih, iw)) =
+                    taps.iter().rev().find(|&&(ih, iw)| case.input[[b, ch, ih, iw]] == best)
+                {
+                    *i = (ih * w + iw) as i64;
+                }
+            }
+            case.check_forward(&case.output, &indices)?;
+            Ok(())
+        },
+    );
+    println!("report printed for a last-maximum forward:\n  {report}");
+    assert!(report.starts_with("forward indices vs reference: first mismatch at ["), "{report}");
+}
+
+/// A backward that leaves a trace (1e-7, within the f32 tolerance of the comparison) where no
+/// window selected anything: the comparison with the reference accepts it, the invariants do not.
+#[test]
+fn a_stray_gradient_below_the_tolerance_is_caught_by_the_invariants() {
+    let report = first_failure(
+        max_pool_cases::<f32, i64, Ix4>(Shapes::default(), ParamBounds::default(), Values::Distinct),
+        |case| {
+            case.check_backward(|g| {
+                let mut gx =
+                    poolgrad::max_pool2d_with_indices_backward(g, &case.input, &case.indices, &case.params)
+                        .unwrap();
+                if let Some(v) = gx.iter_mut().find(|v| **v == 0.0) {
+                    *v = 1e-7;
+                }
+                gx
+            })?;
+            Ok(())
+        },
+    );
+    println!("report printed for a stray gradient:\n  {report}");
+    assert!(report.starts_with("gradient invariants: first mismatch at ["), "{report}");
+    assert!(report.contains("no window selected this input"), "{report}");
+}
