@@ -373,3 +373,92 @@ fn a_stray_gradient_below_the_tolerance_is_caught_by_the_invariants() {
     assert!(report.starts_with("gradient invariants: first mismatch at ["), "{report}");
     assert!(report.contains("no window selected this input"), "{report}");
 }
+
+/// Draws `count` cases of a strategy with a fixed seed.
+fn draw<S: Strategy>(strategy: S, count: usize) -> Vec<S::Value> {
+    let mut runner = TestRunner::deterministic();
+    (0..count).map(|_| strategy.new_tree(&mut runner).unwrap().current()).collect()
+}
+
+/// The values and gradients of generated cases stay in the sets the kit documents, and fill them.
+#[test]
+fn generated_values_keep_their_documented_ranges() {
+    let cases = |values| {
+        draw(max_pool_cases::<f64, i64, Ix4>(Shapes::default(), ParamBounds::default(), values), 200)
+    };
+    // Ties: -2, -1, 0, 1, each of them.
+    let ties: Vec<f64> =
+        cases(Values::Ties).iter().flat_map(|c| c.input.iter().copied().collect::<Vec<_>>()).collect();
+    for v in [-2.0, -1.0, 0.0, 1.0] {
+        let share = ties.iter().filter(|&&x| x == v).count() as f64 / ties.len() as f64;
+        assert!((0.2..0.3).contains(&share), "{v}: {share}");
+    }
+    assert!(ties.iter().all(|v| [-2.0, -1.0, 0.0, 1.0].contains(v)));
+    // Distinct: multiples of 1/4 in [-125, 125), spread.
+    let distinct: Vec<f64> =
+        cases(Values::Distinct).iter().flat_map(|c| c.input.iter().copied().collect::<Vec<_>>()).collect();
+    assert!(distinct.iter().all(|&v| (-125.0..125.0).contains(&v) && (v * 4.0).fract() == 0.0));
+    let mut seen: Vec<i64> = distinct.iter().map(|&v| (v * 4.0) as i64).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    assert!(seen.len() > 900, "{} distinct values", seen.len());
+    // WithNan: about one NaN in ten, the rest as Ties.
+    let with_nan: Vec<f64> =
+        cases(Values::WithNan).iter().flat_map(|c| c.input.iter().copied().collect::<Vec<_>>()).collect();
+    let nans = with_nan.iter().filter(|v| v.is_nan()).count() as f64 / with_nan.len() as f64;
+    assert!((0.07..0.13).contains(&nans), "{nans}");
+    assert!(with_nan.iter().filter(|v| !v.is_nan()).all(|v| [-2.0, -1.0, 0.0, 1.0].contains(v)));
+    // Gradients: non-zero integers, every one of ±1..=8.
+    let grads: Vec<f64> =
+        cases(Values::Ties).iter().flat_map(|c| c.grad_output.iter().copied().collect::<Vec<_>>()).collect();
+    for g in (1..=8).flat_map(|m| [m as f64, -(m as f64)]) {
+        let share = grads.iter().filter(|&&x| x == g).count() as f64 / grads.len() as f64;
+        assert!((0.04..0.085).contains(&share), "{g}: {share}");
+    }
+    assert!(grads.iter().all(|&g| g != 0.0 && g.fract() == 0.0 && g.abs() <= 8.0));
+}
+
+/// Padding is drawn in `0..=kernel/2`, every value of it.
+#[test]
+fn generated_padding_covers_zero_to_half_the_kernel() {
+    let bounds = ParamBounds { kernel: 4..=5, ..ParamBounds::default() };
+    let cases = draw(max_pool_cases::<f32, i64, Ix4>(Shapes::default(), bounds, Values::Ties), 300);
+    let mut seen = [[false; 3]; 2];
+    for case in &cases {
+        for axis in 0..2 {
+            let (k, p) = (case.params.kernel()[axis], case.params.padding()[axis]);
+            assert!(p <= k / 2, "{:?}", case.params);
+            seen[axis][p] = true;
+        }
+    }
+    assert_eq!(seen, [[true; 3]; 2]);
+}
+
+/// A value depends on its seed and its position only: a shrinking step that drops channels, rows
+/// or columns keeps the values of the elements that remain. (A step shrinks one thing: a size or
+/// a seed.)
+#[test]
+fn shrinking_keeps_each_value_at_its_position() {
+    let strategy = adaptive_cases::<f32, i64, Ix4>(Shapes::default(), Values::Distinct);
+    let mut runner = TestRunner::deterministic();
+    let (mut kept, mut changed) = (0, 0);
+    for _ in 0..20 {
+        let mut tree = strategy.new_tree(&mut runner).unwrap();
+        let mut before = tree.current();
+        for _ in 0..10 {
+            if !tree.simplify() {
+                break;
+            }
+            let after = tree.current();
+            if after.input.dim() != before.input.dim() {
+                if after.input.indexed_iter().all(|(p, &v)| before.input[p] == v) {
+                    kept += 1;
+                } else {
+                    changed += 1;
+                }
+            }
+            before = after;
+        }
+    }
+    assert!(kept > 10 && changed == 0, "{kept} shrinks kept their values, {changed} did not");
+}
