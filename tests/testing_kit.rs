@@ -462,3 +462,61 @@ fn shrinking_keeps_each_value_at_its_position() {
     }
     assert!(kept > 10 && changed == 0, "{kept} shrinks kept their values, {changed} did not");
 }
+
+/// The settings per dtype, as documented.
+#[test]
+fn finite_difference_settings_per_dtype() {
+    use poolgrad::DType;
+    assert_eq!(FiniteDifference::for_dtype(DType::F64), FiniteDifference::default());
+    let f32s = FiniteDifference::for_dtype(DType::F32);
+    assert_eq!((f32s.eps, f32s.tolerance), (0.0625, 1e-2));
+    for half in [DType::F16, DType::BF16] {
+        let s = FiniteDifference::for_dtype(half);
+        assert_eq!((s.eps, s.tolerance), (0.25, 0.1), "{half}");
+    }
+}
+
+/// A step that rounds to no change is an error naming the value, on either side: at 256 a bf16
+/// step of 0.75 up rounds back to 256 (the next value is 258) while the step down reaches 255;
+/// at -256 it is the step down that vanishes.
+#[test]
+fn a_step_that_rounds_away_is_an_error() {
+    use half::bf16;
+    let settings = FiniteDifference { eps: 0.75, ..FiniteDifference::default() };
+    for (value, at) in [(256.0f32, "from 256"), (-256.0, "from -256")] {
+        let x = Array4::from_elem((1, 1, 1, 1), bf16::from_f32(value));
+        let loss = |x: &Array4<bf16>| x[[0, 0, 0, 0]];
+        let e = check_gradient(loss, &x, &Array4::from_elem((1, 1, 1, 1), bf16::ONE), &settings).unwrap_err();
+        assert_eq!(e.position, vec![0, 0, 0, 0]);
+        assert!(e.detail.contains(&format!("a step of 0.75 {at} rounds to no change in bf16")), "{e}");
+    }
+    // With both steps representable the same loss passes.
+    let x = Array4::from_elem((1, 1, 1, 1), bf16::from_f32(100.0));
+    let ok = check_gradient(
+        |x: &Array4<bf16>| x[[0, 0, 0, 0]],
+        &x,
+        &Array4::from_elem((1, 1, 1, 1), bf16::ONE),
+        &settings,
+    );
+    assert_eq!(ok.unwrap().checked, 1);
+}
+
+/// Kinks are told from the one-sided slopes with the relative rule `|right - left| > tolerance ·
+/// (1 + |right| + |left|)`: slopes 3 and 3.02 agree at tolerance 0.01 (0.02 < 0.0702), slopes 3
+/// and 5 do not; at tolerance 0 an exactly linear loss is still checked everywhere.
+#[test]
+fn kinks_are_told_by_the_documented_rule() {
+    let x = Array4::from_elem((1, 1, 1, 1), 0.0f64);
+    let settings = FiniteDifference { eps: 0.25, margin: 1.0, tolerance: 0.01 };
+    let slight = |x: &Array4<f64>| 3.0 * x[[0, 0, 0, 0]] + 0.02 * x[[0, 0, 0, 0]].max(0.0);
+    let report = check_gradient(slight, &x, &Array4::from_elem((1, 1, 1, 1), 3.01), &settings).unwrap();
+    assert_eq!((report.checked, report.skipped), (1, 0));
+    let sharp = |x: &Array4<f64>| 3.0 * x[[0, 0, 0, 0]] + 2.0 * x[[0, 0, 0, 0]].max(0.0);
+    let report = check_gradient(sharp, &x, &Array4::from_elem((1, 1, 1, 1), 0.0), &settings).unwrap();
+    assert_eq!((report.checked, report.skipped), (0, 1));
+    let exact = FiniteDifference { eps: 0.25, margin: 1.0, tolerance: 0.0 };
+    let linear = Array4::from_shape_fn((1, 1, 2, 2), |(_, _, h, w)| (h * 2 + w) as f64);
+    let loss = |x: &Array4<f64>| x.iter().zip(&linear).map(|(a, b)| a * b).sum::<f64>();
+    let report = check_gradient(loss, &Array4::from_elem((1, 1, 2, 2), 0.5), &linear, &exact).unwrap();
+    assert_eq!((report.checked, report.skipped), (4, 0));
+}
