@@ -520,3 +520,34 @@ fn kinks_are_told_by_the_documented_rule() {
     let report = check_gradient(loss, &Array4::from_elem((1, 1, 2, 2), 0.5), &linear, &exact).unwrap();
     assert_eq!((report.checked, report.skipped), (4, 0));
 }
+
+/// The kink rule weighs both slopes by their sum: slopes 0.5 and 0.52 agree at tolerance 0.0125
+/// (0.02 <= 0.0125 · 2.02), which a threshold built any other way (0.0125 · 1.26 for the
+/// product, 0.0125 · 1.02 for a difference) would call a kink.
+#[test]
+fn the_kink_rule_weighs_the_sum_of_both_slopes() {
+    let x = Array4::from_elem((1, 1, 1, 1), 0.0f64);
+    let settings = FiniteDifference { eps: 0.25, margin: 1.0, tolerance: 0.0125 };
+    let loss = |x: &Array4<f64>| 0.5 * x[[0, 0, 0, 0]] + 0.02 * x[[0, 0, 0, 0]].max(0.0);
+    let report = check_gradient(loss, &x, &Array4::from_elem((1, 1, 1, 1), 0.51), &settings).unwrap();
+    assert_eq!((report.checked, report.skipped), (1, 0));
+}
+
+/// Where the loss is not finite on either side of an input, or at the input itself, the input is
+/// skipped, not failed.
+#[test]
+fn non_finite_losses_are_skipped() {
+    let settings = FiniteDifference { eps: 0.25, ..FiniteDifference::default() };
+    let one = |v: f64| Array4::from_elem((1, 1, 1, 1), v);
+    let above = |x: &Array4<f64>| if x[[0, 0, 0, 0]] > 0.1 { f64::NAN } else { x[[0, 0, 0, 0]] };
+    let below = |x: &Array4<f64>| if x[[0, 0, 0, 0]] < -0.1 { f64::INFINITY } else { x[[0, 0, 0, 0]] };
+    let at = |x: &Array4<f64>| if x[[0, 0, 0, 0]] == 0.0 { f64::NAN } else { x[[0, 0, 0, 0]] };
+    for (what, report) in [
+        ("NaN above", check_gradient(above, &one(0.0), &one(1.0), &settings)),
+        ("infinite below", check_gradient(below, &one(0.0), &one(1.0), &settings)),
+        ("NaN at the input", check_gradient(at, &one(0.0), &one(1.0), &settings)),
+    ] {
+        let report = report.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!((report.checked, report.skipped), (0, 1), "{what}");
+    }
+}
