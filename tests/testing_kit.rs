@@ -551,3 +551,17 @@ fn non_finite_losses_are_skipped() {
         assert_eq!((report.checked, report.skipped), (0, 1), "{what}");
     }
 }
+
+/// The gradient may differ from the central difference by `tolerance · (1 + |gradient|)`:
+/// relative for large gradients. A slope of 9.04 against a claimed 9 passes at tolerance 0.01
+/// (0.04 <= 0.1), a claimed 8.8 does not (0.24 > 0.098).
+#[test]
+fn the_gradient_tolerance_is_relative_to_the_gradient() {
+    let x = Array4::from_elem((1, 1, 1, 1), 1.0f64);
+    let settings = FiniteDifference { eps: 0.25, margin: 1.0, tolerance: 0.01 };
+    let loss = |x: &Array4<f64>| 9.04 * x[[0, 0, 0, 0]];
+    let ok = check_gradient(loss, &x, &Array4::from_elem((1, 1, 1, 1), 9.0), &settings).unwrap();
+    assert_eq!(ok.checked, 1);
+    let e = check_gradient(loss, &x, &Array4::from_elem((1, 1, 1, 1), 8.8), &settings).unwrap_err();
+    assert_eq!((e.expected, e.actual), (9.04, 8.8));
+}
