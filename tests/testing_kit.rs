@@ -407,7 +407,12 @@ fn generated_values_keep_their_documented_ranges() {
         cases(Values::WithNan).iter().flat_map(|c| c.input.iter().copied().collect::<Vec<_>>()).collect();
     let nans = with_nan.iter().filter(|v| v.is_nan()).count() as f64 / with_nan.len() as f64;
     assert!((0.07..0.13).contains(&nans), "{nans}");
-    assert!(with_nan.iter().filter(|v| !v.is_nan()).all(|v| [-2.0, -1.0, 0.0, 1.0].contains(v)));
+    let numbers: Vec<f64> = with_nan.iter().copied().filter(|v| !v.is_nan()).collect();
+    for v in [-2.0, -1.0, 0.0, 1.0] {
+        let share = numbers.iter().filter(|&&x| x == v).count() as f64 / numbers.len() as f64;
+        assert!((0.2..0.3).contains(&share), "with NaN, {v}: {share}");
+    }
+    assert!(numbers.iter().all(|v| [-2.0, -1.0, 0.0, 1.0].contains(v)));
     // Gradients: non-zero integers, every one of ±1..=8.
     let grads: Vec<f64> =
         cases(Values::Ties).iter().flat_map(|c| c.grad_output.iter().copied().collect::<Vec<_>>()).collect();
@@ -564,4 +569,16 @@ fn the_gradient_tolerance_is_relative_to_the_gradient() {
     assert_eq!(ok.checked, 1);
     let e = check_gradient(loss, &x, &Array4::from_elem((1, 1, 1, 1), 8.8), &settings).unwrap_err();
     assert_eq!((e.expected, e.actual), (9.04, 8.8));
+}
+
+/// Adaptive output sizes are drawn in `1..=size + 2` on each axis, so larger outputs than
+/// inputs occur.
+#[test]
+fn adaptive_output_sizes_reach_two_past_the_input() {
+    let shapes = Shapes { height: 1..=5, width: 1..=6, ..Shapes::default() };
+    let cases = draw(adaptive_cases::<f32, i64, Ix4>(shapes, Values::Ties), 300);
+    let most = |axis: usize| cases.iter().map(|c| c.output_size[axis]).max().unwrap();
+    assert_eq!((most(0), most(1)), (7, 8));
+    assert!(cases.iter().all(|c| c.output_size.iter().all(|&s| s >= 1)));
+    assert!(cases.iter().any(|c| c.output_size[0] > c.input.dim().2));
 }
