@@ -582,3 +582,29 @@ fn adaptive_output_sizes_reach_two_past_the_input() {
     assert!(cases.iter().all(|c| c.output_size.iter().all(|&s| s >= 1)));
     assert!(cases.iter().any(|c| c.output_size[0] > c.input.dim().2));
 }
+
+/// Mask cases use dilation 1 whatever the bounds say (the mask operations take no other).
+#[test]
+fn mask_cases_use_dilation_one_whatever_the_bounds() {
+    let bounds = ParamBounds { dilation: 2..=3, ..ParamBounds::default() };
+    let cases = draw(mask_cases::<f32, Bitmask, Ix4>(Shapes::default(), bounds, Values::Ties), 50);
+    assert!(cases.iter().all(|c| c.params.dilation() == [1, 1]));
+}
+
+/// A mask backward that drops the gradient of every channel but the first is caught by the mask
+/// case's check.
+#[test]
+fn a_wrong_mask_backward_is_caught() {
+    let report = first_failure(
+        mask_cases::<f32, I32Argmax, Ix4>(Shapes::default(), ParamBounds::default(), Values::Ties),
+        |case| {
+            case.check_backward(|g| {
+                let mut gx = poolgrad::max_pool2d_with_mask_backward(g, &case.input, &case.mask).unwrap();
+                gx.slice_mut(ndarray::s![.., 1.., .., ..]).fill(0.0);
+                gx
+            })?;
+            Ok(())
+        },
+    );
+    assert!(report.starts_with("backward vs reference: first mismatch at [0, 1, "), "{report}");
+}
