@@ -608,3 +608,31 @@ fn a_wrong_mask_backward_is_caught() {
     );
     assert!(report.starts_with("backward vs reference: first mismatch at [0, 1, "), "{report}");
 }
+
+/// The invariants' sum check allows for summation error in proportion to the number of terms:
+/// over 100 f32 terms, `abs · 100` (1e-3) when the gradients cancel, and `rel · √100` (relative
+/// 1e-4) of a sum of 100: so 5e-4 and 5e-3 off pass, 5e-3 and 5e-2 off do not.
+#[test]
+fn the_invariants_sum_tolerance_grows_with_the_terms() {
+    use ndarray::Array3;
+    use poolgrad::testing::check_gradient_invariants;
+    // A 10x10 plane pooled 1x1 by 1x1: output e selects input e.
+    let selected: Vec<(usize, usize)> = (0..100).map(|e| (e, e)).collect();
+    let check = |grads: &Array3<f32>, first: f32| {
+        let mut gi = grads.clone();
+        gi[[0, 0, 0]] = first;
+        check_gradient_invariants(grads.view(), &selected, gi.view())
+    };
+    let cancelling =
+        Array3::from_shape_fn((1, 10, 10), |(_, h, w)| if (h + w) % 2 == 0 { 1.0f32 } else { -1.0 });
+    assert!(check(&cancelling, 1.0 + 5e-4).is_ok());
+    assert!(check(&cancelling, 1.0 + 5e-3).is_err());
+    let ones = Array3::from_elem((1, 10, 10), 1.0f32);
+    assert!(check(&ones, 1.0 + 5e-3).is_ok());
+    let e = check(&ones, 1.0 + 5e-2).unwrap_err();
+    assert!(e.to_string().contains("but the selected gradients sum to 100"), "{e}");
+    // No plane, no check: an error, not a panic.
+    let flat = ndarray::Array1::from_elem(4, 1.0f32);
+    let e = check_gradient_invariants(flat.view(), &[], flat.view()).unwrap_err();
+    assert!(e.to_string().contains("grad_input has shape [4], expected [.., H, W]"), "{e}");
+}

@@ -199,12 +199,25 @@ pub fn compare_indices<I: Element + Into<i64>, D: Dimension>(
 /// ```
 ///
 /// # Errors
-/// The first [`Mismatch`].
+/// The first [`Mismatch`]; a [`Mismatch`] without a position for arrays of fewer than two
+/// dimensions, which have no plane.
 pub fn check_gradient_invariants<T: PoolFloat, D: Dimension>(
     grad_output: ArrayView<'_, T, D>,
     selected: &[(usize, usize)],
     grad_input: ArrayView<'_, T, D>,
 ) -> Result<(), Mismatch> {
+    if grad_input.ndim() < 2 {
+        return Err(Mismatch {
+            what: "gradient invariants".into(),
+            position: Vec::new(),
+            expected: f64::NAN,
+            actual: f64::NAN,
+            detail: format!(
+                "grad_input has shape {:?}, expected [.., H, W] (3-D or 4-D)",
+                grad_input.shape()
+            ),
+        });
+    }
     let shape = grad_input.shape();
     let (h, w) = (shape[shape.len() - 2], shape[shape.len() - 1]);
     let plane = h * w;
