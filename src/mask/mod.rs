@@ -285,9 +285,10 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     /// ```
     ///
     /// # Errors
-    /// The errors of [`Mask::to_indices`] on this mask; [`Error::InvalidParameter`] when `L2`
-    /// cannot hold this pooling (an `I32Argmax` mask for a 1x1 kernel);
-    /// [`Error::IndexNotInWindow`] never (every decoded index lies in its window);
+    /// The errors of [`Mask::to_indices`] on this mask; [`Error::InvalidParameter`] when an
+    /// `I32Argmax` mask cannot hold this pooling's values (1x1 kernels on larger outputs);
+    /// [`Error::IndexNotInWindow`] for an `I32Argmax` value outside its window, which a `Bitmask`
+    /// cannot encode (no forward writes one, but bytes given to [`Mask::from_raw`] may hold one);
     /// [`Error::Allocation`].
     pub fn convert<L2: MaskLayout>(&self) -> Result<Mask<L2, D>> {
         const OP: &str = "Mask::convert";
