@@ -214,3 +214,24 @@ fn a_mask_that_cannot_hold_the_layout_is_refused() {
     assert!(matches!(e, Error::InvalidParameter { op: "Mask::convert", .. }), "{e:?}");
     assert_eq!(e.to_string().split_once(": ").unwrap().1, made.to_string().split_once(": ").unwrap().1);
 }
+
+/// Raw `I32Argmax` bytes may hold a value outside its window (no forward writes one): a
+/// `Bitmask` cannot encode it, and the conversion says where.
+#[test]
+fn a_raw_value_outside_its_window_cannot_become_a_bitmask() {
+    let params = MaxPool2dParams::new([2, 2]);
+    // Input [1, 4, 4] pooled to 2x2; output (0, 0) reads positions 0, 1, 4, 5. Value 15 is in
+    // the plane but in the last window.
+    let shape = poolgrad::geometry::mask_shape(1, 1, [2, 2], [2, 2]).unwrap();
+    let mut bytes = ndarray::Array::<i8, _>::zeros((shape[1], shape[2], shape[3]));
+    let values: [i32; 4] = [15, 2, 8, 10];
+    for (k, v) in values.iter().enumerate() {
+        for (b, byte) in v.to_le_bytes().iter().enumerate() {
+            bytes[[0, 0, 4 * k + b]] = *byte as i8;
+        }
+    }
+    let raw = Mask::<I32Argmax, _>::from_raw(bytes, &params, &[1, 4, 4]).unwrap();
+    assert_eq!(raw.to_indices::<i64>().unwrap(), array![[[15, 2], [8, 10]]]);
+    let e = raw.convert::<Bitmask>().unwrap_err();
+    assert!(matches!(e, Error::IndexNotInWindow { op: "Mask::convert", .. }), "{e:?}");
+}
