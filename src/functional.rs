@@ -477,7 +477,7 @@ pub fn max_pool2d_with_mask_on<Dev, T, L, S, D>(
     device: &Dev,
     input: &ArrayBase<S, D>,
     params: &MaxPool2dParams,
-    _layout: L,
+    layout: L,
 ) -> Result<PooledMask<T, L, D>>
 where
     Dev: for<'a> Runs<MaxPool2dWithMask<'a, T, L>>,
@@ -495,7 +495,7 @@ where
         input,
         params: *params,
         output: TensorMut::named(output.view_mut(), OP, "output")?,
-        mask: MaskMut::new(TensorMut::named(mask.view_mut(), OP, "mask")?, _layout),
+        mask: MaskMut::new(TensorMut::named(mask.view_mut(), OP, "mask")?, layout),
     };
     Plan::new(device, op)?.run()?;
     Ok(PooledMask { output, mask: Mask::from_parts(mask, g) })

@@ -378,11 +378,8 @@ impl<'a, E: Element> TensorRef<'a, E> {
     /// A view of data whose rank is 3 or 4 by construction (a [`Mask`](crate::Mask)'s bytes,
     /// checked when the mask was made).
     pub(crate) fn of_checked_rank<D: Dimension>(view: ArrayView<'a, E, D>) -> Self {
-        let ndim = view.ndim();
-        let view = view.into_dyn();
-        let view = if ndim == 3 { view.insert_axis(Axis(0)) } else { view };
-        let view = view.into_dimensionality::<Ix4>().expect("rank 3 or 4, checked when the data was made");
-        Self { view, ndim }
+        Self::named(view, "TensorRef::of_checked_rank", "view")
+            .expect("rank 3 or 4, checked when the data was made")
     }
 
     /// The shape seen as 4-D `[N, C, H, W]` (`N = 1` for a 3-D tensor).

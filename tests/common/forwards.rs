@@ -8,12 +8,14 @@ use poolgrad::device::cpu::Cpu;
 use poolgrad::op::{AdaptiveMaxPool2d, MaxPool2dWithIndices};
 use poolgrad::{ArgmaxIndex, DType, MaxPool2dParams, PoolDim, PoolFloat, Pooled};
 
-/// Indices of type `I` from the public `i64` or `i32` forward's (forward indices are valid
+/// A public forward's result with its `i64` or `i32` indices as `I` (forward indices are valid
 /// positions, so they convert exactly).
-fn indices_as<I: ArgmaxIndex, J: ArgmaxIndex, D: ndarray::Dimension>(
-    a: ndarray::Array<J, D>,
-) -> ndarray::Array<I, D> {
-    a.mapv(|v| I::try_from_flat(usize::try_from(v.to_i64()).expect("a position")).expect("fits"))
+fn with_indices_as<T, I: ArgmaxIndex, J: ArgmaxIndex, D: ndarray::Dimension>(
+    p: Pooled<T, J, D>,
+) -> Pooled<T, I, D> {
+    let indices =
+        p.indices.mapv(|v| I::try_from_flat(usize::try_from(v.to_i64()).expect("a position")).expect("fits"));
+    Pooled { output: p.output, indices }
 }
 
 /// The public forward for index type `I`: [`poolgrad::adaptive_max_pool2d_on`] for `i64`,
@@ -31,11 +33,9 @@ where
     D: PoolDim,
 {
     Ok(if I::DTYPE == DType::I32 {
-        let p = poolgrad::adaptive_max_pool2d_i32_on(device, input, output_size)?;
-        Pooled { output: p.output, indices: indices_as(p.indices) }
+        with_indices_as(poolgrad::adaptive_max_pool2d_i32_on(device, input, output_size)?)
     } else {
-        let p = poolgrad::adaptive_max_pool2d_on(device, input, output_size)?;
-        Pooled { output: p.output, indices: indices_as(p.indices) }
+        with_indices_as(poolgrad::adaptive_max_pool2d_on(device, input, output_size)?)
     })
 }
 
@@ -67,11 +67,9 @@ where
     D: PoolDim,
 {
     Ok(if I::DTYPE == DType::I32 {
-        let p = poolgrad::max_pool2d_with_indices_i32_on(device, input, params)?;
-        Pooled { output: p.output, indices: indices_as(p.indices) }
+        with_indices_as(poolgrad::max_pool2d_with_indices_i32_on(device, input, params)?)
     } else {
-        let p = poolgrad::max_pool2d_with_indices_on(device, input, params)?;
-        Pooled { output: p.output, indices: indices_as(p.indices) }
+        with_indices_as(poolgrad::max_pool2d_with_indices_on(device, input, params)?)
     })
 }
 
