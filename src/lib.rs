@@ -66,6 +66,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod alloc;
+#[cfg(feature = "candle")]
+#[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
+pub mod candle;
 pub mod device;
 mod element;
 mod error;

@@ -1,0 +1,470 @@
+//! poolgrad inside [candle](https://docs.rs/candle-core) models (feature `candle`, candle-core
+//! 0.11): max pooling with PyTorch's gradients through candle's autograd.
+//!
+//! candle's own `max_pool2d` has no padding, dilation, ceil mode or indices, refuses a backward
+//! with `kernel != stride`, and its gradient is not PyTorch's: it gives a window's gradient,
+//! times the share of the window's taps equal to the maximum, to every such tap (a 2x2 window
+//! with one maximum passes on a quarter of its gradient; with two tied maxima, half to each).
+//! candle has no adaptive max pooling. The functions here fill both gaps: the forward is poolgrad's, and
+//! when the input tracks gradients (a [`candle_core::Var`], or a tensor computed from one)
+//! [`Tensor::backward`] runs poolgrad's backward, PyTorch's rule: the first maximum of a window
+//! takes its whole gradient; f16 and bf16 gradients are summed in f32 and rounded once.
+//!
+//! ```
+//! use candle_core::{Device, Var};
+//! use poolgrad::MaxPool2dParams;
+//!
+//! // One plane, 4x4; a ResNet stem's pooling: kernel 3, stride 2, padding 1.
+//! let x = Var::from_vec((0..16).map(|v| v as f32).collect::<Vec<_>>(), (1, 1, 4, 4), &Device::Cpu)?;
+//! let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+//! let y = poolgrad::candle::max_pool2d(&x, &stem)?; // [1, 1, 2, 2]
+//! let z = poolgrad::candle::adaptive_max_pool2d(&y, [1, 1])?; // [1, 1, 1, 1]
+//! assert_eq!(z.flatten_all()?.to_vec1::<f32>()?, [15.0]);
+//!
+//! let grads = z.sum_all()?.backward()?;
+//! let gx = grads.get(&x).expect("x takes part in z");
+//! let mut expected = vec![0.0f32; 16];
+//! expected[15] = 1.0; // only the maximum of the maximum receives the gradient
+//! assert_eq!(gx.flatten_all()?.to_vec1::<f32>()?, expected);
+//! # Ok::<(), candle_core::Error>(())
+//! ```
+//!
+//! # What it takes
+//!
+//! - Tensors of rank 4 (`[N, C, H, W]`) or 3 (`[C, H, W]`), in F32, F64, F16 or BF16, in CPU
+//!   storage. Any layout candle makes (transposed, narrowed, broadcast, with an offset) is read in
+//!   place, without a copy. A tensor on another device is an error that says to move it.
+//! - Indices as candle tensors of dtype I64 (what the `_with_indices` forms return, PyTorch's
+//!   dtype) or I32.
+//! - A mask as poolgrad's [`Mask`]: candle has no type for its bytes and the parameters it
+//!   carries.
+//!
+//! Errors are candle errors (`candle_core::Error::Wrapped`) whose message is poolgrad's: the
+//! operation, the argument, what was expected and what was given.
+//!
+//! The backward of these operations is not itself differentiable (no second derivatives), as in
+//! candle's own pooling.
+
+use std::sync::{Arc, OnceLock};
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Storage, Tensor, WithDType};
+use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
+
+use crate::{ArgmaxIndex, Mask, MaskLayout, MaxPool2dParams, PoolFloat};
+
+/// The name candle shows for these operations, and the prefix of their messages.
+const MAX_POOL2D: &str = "poolgrad::candle::max_pool2d";
+const ADAPTIVE_MAX_POOL2D: &str = "poolgrad::candle::adaptive_max_pool2d";
+const MAX_POOL2D_WITH_MASK: &str = "poolgrad::candle::max_pool2d_with_mask";
+
+/// 2-D max pooling of `x` with PyTorch's semantics (kernel, stride, padding, dilation, ceil mode),
+/// differentiable through candle's autograd with PyTorch's gradient.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// use poolgrad::MaxPool2dParams;
+/// let x = Tensor::new(&[[[[1.0f32, 2.0, 3.0], [4.0, 9.0, 5.0], [6.0, 7.0, 8.0]]]], &Device::Cpu)?;
+/// let p = MaxPool2dParams::new([2, 2]).with_stride([1, 1]);
+/// let y = poolgrad::candle::max_pool2d(&x, &p)?;
+/// assert_eq!(y.flatten_all()?.to_vec1::<f32>()?, [9.0, 9.0, 9.0, 9.0]);
+/// # Ok::<(), candle_core::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::max_pool2d_with_indices`], and for a tensor that is not a CPU float tensor.
+pub fn max_pool2d(x: &Tensor, params: &MaxPool2dParams) -> candle_core::Result<Tensor> {
+    Ok(max_pool2d_with_indices(x, params)?.0)
+}
+
+/// [`max_pool2d`] that also returns the flat index `ih * W + iw` of each maximum inside its plane,
+/// as an I64 tensor (PyTorch's `return_indices=True`). The output is differentiable; the indices
+/// are data.
+///
+/// # Errors
+/// As [`max_pool2d`].
+pub fn max_pool2d_with_indices(x: &Tensor, params: &MaxPool2dParams) -> candle_core::Result<(Tensor, Tensor)> {
+    let indices = Arc::new(OnceLock::new());
+    let op = MaxPoolOp { params: *params, indices: Arc::clone(&indices) };
+    let output = x.apply_op1(op)?;
+    Ok((output, stashed(&indices, MAX_POOL2D)?.clone()))
+}
+
+/// Gradient of [`max_pool2d_with_indices`] for candle tensors: `grad_output[.., oh, ow]` added at
+/// `indices[.., oh, ow]` of each plane of a zero tensor shaped as `x`. The indices carry all the
+/// backward needs; `params` are those of the forward, checked against the shapes.
+///
+/// # Errors
+/// As [`crate::max_pool2d_with_indices_backward`], and for tensors that are not CPU tensors of
+/// the right dtypes (`grad_output` of `x`'s dtype, `indices` I64 or I32).
+pub fn max_pool2d_with_indices_backward(
+    grad_output: &Tensor,
+    x: &Tensor,
+    indices: &Tensor,
+    params: &MaxPool2dParams,
+) -> candle_core::Result<Tensor> {
+    backward_with_indices(MAX_POOL2D, grad_output, x, indices, Backward::MaxPool(*params))
+}
+
+/// Adaptive 2-D max pooling of `x` to `output_size = [Ho, Wo]` with PyTorch's semantics,
+/// differentiable through candle's autograd with PyTorch's gradient. candle has no adaptive max
+/// pooling of its own.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// let x = Tensor::new(&[[[1.0f32, 2.0, 3.0], [4.0, 9.0, 5.0], [6.0, 7.0, 8.0]]], &Device::Cpu)?;
+/// let y = poolgrad::candle::adaptive_max_pool2d(&x, [2, 2])?; // overlapping windows
+/// assert_eq!(y.to_vec3::<f32>()?, [[[9.0, 9.0], [9.0, 9.0]]]);
+/// # Ok::<(), candle_core::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool2d`], and for a tensor that is not a CPU float tensor.
+pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> candle_core::Result<Tensor> {
+    Ok(adaptive_max_pool2d_with_indices(x, output_size)?.0)
+}
+
+/// [`adaptive_max_pool2d`] that also returns the flat indices of the maxima, as an I64 tensor.
+///
+/// # Errors
+/// As [`adaptive_max_pool2d`].
+pub fn adaptive_max_pool2d_with_indices(x: &Tensor, output_size: [usize; 2]) -> candle_core::Result<(Tensor, Tensor)> {
+    let indices = Arc::new(OnceLock::new());
+    let op = AdaptiveOp { output_size, indices: Arc::clone(&indices) };
+    let output = x.apply_op1(op)?;
+    Ok((output, stashed(&indices, ADAPTIVE_MAX_POOL2D)?.clone()))
+}
+
+/// Gradient of [`adaptive_max_pool2d_with_indices`] for candle tensors
+/// (`aclnnAdaptiveMaxPool2dBackward`).
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool2d_backward`], and for tensors that are not CPU tensors of the
+/// right dtypes (`grad_output` of `x`'s dtype, `indices` I64 or I32).
+pub fn adaptive_max_pool2d_backward(grad_output: &Tensor, x: &Tensor, indices: &Tensor) -> candle_core::Result<Tensor> {
+    backward_with_indices(ADAPTIVE_MAX_POOL2D, grad_output, x, indices, Backward::Adaptive)
+}
+
+/// Max pooling that records its arg-max as an Ascend int8 mask in `layout`
+/// ([`I32Argmax`](crate::I32Argmax) or [`Bitmask`](crate::Bitmask)), as
+/// [`crate::max_pool2d_with_mask`] does. The output is differentiable: its backward decodes the
+/// mask (`aclnnMaxPool2dWithMaskBackward`).
+///
+/// ```
+/// use candle_core::{Device, Tensor, Var};
+/// use poolgrad::{Bitmask, MaxPool2dParams};
+/// let x = Var::new(&[[[0.0f32, 5.0, 1.0, 1.0], [2.0, 3.0, 7.0, 0.0], [9.0, 1.0, 6.0, 4.0], [0.0, 8.0, 6.0, 2.0]]], &Device::Cpu)?;
+/// let (y, mask) = poolgrad::candle::max_pool2d_with_mask(&x, &MaxPool2dParams::new([2, 2]), Bitmask)?;
+/// assert_eq!(y.to_vec3::<f32>()?, [[[5.0, 7.0], [9.0, 6.0]]]);
+/// let gx = y.sum_all()?.backward()?.get(&x).unwrap().to_vec3::<f32>()?;
+/// assert_eq!(gx, [[[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]);
+/// // The mask also serves the explicit backward:
+/// let g = Tensor::ones((1, 2, 2), candle_core::DType::F32, &Device::Cpu)?;
+/// let gx2 = poolgrad::candle::max_pool2d_with_mask_backward(&g, &x, &mask)?;
+/// assert_eq!(gx2.to_vec3::<f32>()?, gx);
+/// # Ok::<(), candle_core::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::max_pool2d_with_mask`], and for a tensor that is not a CPU float tensor.
+pub fn max_pool2d_with_mask<L: MaskLayout>(
+    x: &Tensor,
+    params: &MaxPool2dParams,
+    layout: L,
+) -> candle_core::Result<(Tensor, Mask<L, IxDyn>)> {
+    let mask = Arc::new(OnceLock::new());
+    let op = MaskOp { params: *params, layout, mask: Arc::clone(&mask) };
+    let output = x.apply_op1(op)?;
+    Ok((output, stashed(&mask, MAX_POOL2D_WITH_MASK)?.clone()))
+}
+
+/// Gradient of [`max_pool2d_with_mask`] for candle tensors, with the parameters the mask carries.
+///
+/// # Errors
+/// As [`crate::max_pool2d_with_mask_backward`], and for tensors that are not CPU tensors of one
+/// float dtype.
+pub fn max_pool2d_with_mask_backward<L: MaskLayout>(
+    grad_output: &Tensor,
+    x: &Tensor,
+    mask: &Mask<L, IxDyn>,
+) -> candle_core::Result<Tensor> {
+    mask_backward(grad_output, x, mask)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The custom operations candle records, one per forward.
+
+struct MaxPoolOp {
+    params: MaxPool2dParams,
+    indices: Arc<OnceLock<Tensor>>,
+}
+
+struct AdaptiveOp {
+    output_size: [usize; 2],
+    indices: Arc<OnceLock<Tensor>>,
+}
+
+struct MaskOp<L: MaskLayout> {
+    params: MaxPool2dParams,
+    layout: L,
+    mask: Arc<OnceLock<Mask<L, IxDyn>>>,
+}
+
+/// Runs `$body` with `$t` the Rust type of candle's float dtype `$dtype`; another dtype is an
+/// error naming `$arg` of `$op`.
+macro_rules! with_float_type {
+    ($dtype:expr, $op:expr, $arg:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            DType::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            DType::BF16 => {
+                type $t = half::bf16;
+                $body
+            }
+            other => Err(unsupported_dtype($op, $arg, "F32, F64, F16 or BF16", other)),
+        }
+    };
+}
+
+/// As [`with_float_type`], for index dtypes (I64, I32).
+macro_rules! with_index_type {
+    ($dtype:expr, $op:expr, $arg:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            other => Err(unsupported_dtype($op, $arg, "I64 or I32", other)),
+        }
+    };
+}
+
+impl CustomOp1 for MaxPoolOp {
+    fn name(&self) -> &'static str {
+        MAX_POOL2D
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        with_float_type!(storage.dtype(), MAX_POOL2D, "x", T => {
+            let x = cpu_view::<T>(storage, layout, MAX_POOL2D, "x")?;
+            let pooled = crate::max_pool2d_with_indices(&x, &self.params).map_err(wrap)?;
+            let indices_tensor = into_tensor(pooled.indices)?;
+            self.indices.get_or_init(|| indices_tensor);
+            Ok(into_storage(pooled.output))
+        })
+    }
+
+    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let indices = stashed(&self.indices, MAX_POOL2D)?;
+        backward_with_indices(MAX_POOL2D, grad_res, arg, indices, Backward::MaxPool(self.params)).map(Some)
+    }
+}
+
+impl CustomOp1 for AdaptiveOp {
+    fn name(&self) -> &'static str {
+        ADAPTIVE_MAX_POOL2D
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        with_float_type!(storage.dtype(), ADAPTIVE_MAX_POOL2D, "x", T => {
+            let x = cpu_view::<T>(storage, layout, ADAPTIVE_MAX_POOL2D, "x")?;
+            let pooled = crate::adaptive_max_pool2d(&x, self.output_size).map_err(wrap)?;
+            let indices_tensor = into_tensor(pooled.indices)?;
+            self.indices.get_or_init(|| indices_tensor);
+            Ok(into_storage(pooled.output))
+        })
+    }
+
+    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let indices = stashed(&self.indices, ADAPTIVE_MAX_POOL2D)?;
+        backward_with_indices(ADAPTIVE_MAX_POOL2D, grad_res, arg, indices, Backward::Adaptive).map(Some)
+    }
+}
+
+impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
+    fn name(&self) -> &'static str {
+        MAX_POOL2D_WITH_MASK
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        with_float_type!(storage.dtype(), MAX_POOL2D_WITH_MASK, "x", T => {
+            let x = cpu_view::<T>(storage, layout, MAX_POOL2D_WITH_MASK, "x")?;
+            let pooled = crate::max_pool2d_with_mask(&x, &self.params, self.layout).map_err(wrap)?;
+            self.mask.get_or_init(|| pooled.mask);
+            Ok(into_storage(pooled.output))
+        })
+    }
+
+    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        mask_backward(grad_res, arg, stashed(&self.mask, MAX_POOL2D_WITH_MASK)?).map(Some)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One backward core per operation family, shared by the recorded ops and the public functions.
+
+/// Which indexed backward to run.
+#[derive(Clone, Copy)]
+enum Backward {
+    MaxPool(MaxPool2dParams),
+    Adaptive,
+}
+
+fn backward_with_indices(
+    op: &'static str,
+    grad_output: &Tensor,
+    x: &Tensor,
+    indices: &Tensor,
+    which: Backward,
+) -> candle_core::Result<Tensor> {
+    check_same_dtype(op, grad_output, x)?;
+    let (grad_storage, grad_layout) = grad_output.storage_and_layout();
+    let (x_storage, x_layout) = x.storage_and_layout();
+    let (idx_storage, idx_layout) = indices.storage_and_layout();
+    let grad_cpu = cpu_storage(&grad_storage, op, "grad_output")?;
+    let x_cpu = cpu_storage(&x_storage, op, "x")?;
+    let idx_cpu = cpu_storage(&idx_storage, op, "indices")?;
+    with_float_type!(x.dtype(), op, "x", T => {
+        with_index_type!(indices.dtype(), op, "indices", I => {
+            let grad = cpu_view::<T>(grad_cpu, grad_layout, op, "grad_output")?;
+            let x = cpu_view::<T>(x_cpu, x_layout, op, "x")?;
+            let idx = cpu_view::<I>(idx_cpu, idx_layout, op, "indices")?;
+            indexed_backward(&grad, &x, &idx, which)
+        })
+    })
+}
+
+fn indexed_backward<T: PoolFloat + WithDType, I: ArgmaxIndex>(
+    grad: &ArrayViewD<'_, T>,
+    x: &ArrayViewD<'_, T>,
+    indices: &ArrayViewD<'_, I>,
+    which: Backward,
+) -> candle_core::Result<Tensor> {
+    let gx = match which {
+        Backward::MaxPool(params) => crate::max_pool2d_with_indices_backward(grad, x, indices, &params),
+        Backward::Adaptive => crate::adaptive_max_pool2d_backward(grad, x, indices),
+    };
+    into_tensor(gx.map_err(wrap)?)
+}
+
+fn mask_backward<L: MaskLayout>(grad_output: &Tensor, x: &Tensor, mask: &Mask<L, IxDyn>) -> candle_core::Result<Tensor> {
+    const OP: &str = MAX_POOL2D_WITH_MASK;
+    check_same_dtype(OP, grad_output, x)?;
+    let (grad_storage, grad_layout) = grad_output.storage_and_layout();
+    let (x_storage, x_layout) = x.storage_and_layout();
+    let grad_cpu = cpu_storage(&grad_storage, OP, "grad_output")?;
+    let x_cpu = cpu_storage(&x_storage, OP, "x")?;
+    with_float_type!(x.dtype(), OP, "x", T => {
+        let grad = cpu_view::<T>(grad_cpu, grad_layout, OP, "grad_output")?;
+        let x = cpu_view::<T>(x_cpu, x_layout, OP, "x")?;
+        let gx = crate::max_pool2d_with_mask_backward(&grad, &x, mask).map_err(wrap)?;
+        into_tensor(gx)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Views of candle storage, and results back into candle.
+
+/// The CPU storage of a tensor, or an error that says where the tensor is.
+fn cpu_storage<'s>(storage: &'s Storage, op: &str, arg: &str) -> candle_core::Result<&'s CpuStorage> {
+    match storage {
+        Storage::Cpu(cpu) => Ok(cpu),
+        other => Err(candle_core::Error::Msg(format!(
+            "{op}: `{arg}` is on {:?}; poolgrad runs on CPU tensors: move it with `.to_device(&Device::Cpu)`",
+            other.device().location()
+        ))
+        .bt()),
+    }
+}
+
+/// A view of candle's storage with candle's layout (element strides, start offset): no copy.
+fn cpu_view<'s, T: WithDType>(
+    storage: &'s CpuStorage,
+    layout: &Layout,
+    op: &str,
+    arg: &str,
+) -> candle_core::Result<ArrayViewD<'s, T>> {
+    if storage.dtype() != T::DTYPE {
+        return Err(unsupported_dtype(op, arg, T::DTYPE.as_str(), storage.dtype()));
+    }
+    let data = storage.as_slice::<T>()?;
+    let rank = layout.dims().len();
+    if rank != 3 && rank != 4 {
+        return Err(wrap(format!(
+            "{op}: `{arg}` must have rank 3 ([C, H, W]) or 4 ([N, C, H, W]); got shape {:?}",
+            layout.dims()
+        )));
+    }
+    let len = data.len();
+    let data = data.get(layout.start_offset()..).unwrap_or_default();
+    let shape = IxDyn(layout.dims()).strides(IxDyn(layout.stride()));
+    ArrayViewD::from_shape(shape, data).map_err(|e| {
+        wrap(format!(
+            "{op}: `{arg}`'s layout (shape {:?}, strides {:?}, offset {}) does not fit its storage of {len} elements: {e}",
+            layout.dims(),
+            layout.stride(),
+            layout.start_offset(),
+        ))
+    })
+}
+
+fn check_same_dtype(op: &str, grad_output: &Tensor, x: &Tensor) -> candle_core::Result<()> {
+    if grad_output.dtype() == x.dtype() {
+        return Ok(());
+    }
+    Err(unsupported_dtype(op, "grad_output", x.dtype().as_str(), grad_output.dtype()))
+}
+
+fn unsupported_dtype(op: &str, arg: &str, expected: &str, got: DType) -> candle_core::Error {
+    wrap(format!("{op}: `{arg}` must have dtype {expected}; got {}", got.as_str()))
+}
+
+/// The value a forward stored for its backward and its `_with_indices` form.
+fn stashed<'a, V>(stash: &'a OnceLock<V>, op: &str) -> candle_core::Result<&'a V> {
+    // Set by `cpu_fwd`, which candle runs before returning the output; only a forward that
+    // failed leaves it empty, and then there is no output to differentiate.
+    stash.get().ok_or_else(|| wrap(format!("{op}: the forward did not run on the CPU")))
+}
+
+/// poolgrad's row-major result as candle storage: the buffer moves, no copy.
+fn into_storage<T: WithDType>(array: ArrayD<T>) -> (CpuStorage, Shape) {
+    let shape = Shape::from_dims(array.shape());
+    (T::to_cpu_storage_owned(into_row_major_vec(array)), shape)
+}
+
+/// poolgrad's result as a candle CPU tensor (not tracked: it is a leaf).
+fn into_tensor<T: WithDType>(array: ArrayD<T>) -> candle_core::Result<Tensor> {
+    let shape = Shape::from_dims(array.shape());
+    Tensor::from_vec(into_row_major_vec(array), shape, &candle_core::Device::Cpu)
+}
+
+/// The elements in row-major order. poolgrad's owned results are row-major from their buffer's
+/// start: the buffer moves as it is.
+fn into_row_major_vec<T: Clone>(array: ArrayD<T>) -> Vec<T> {
+    if !array.is_standard_layout() {
+        return array.iter().cloned().collect();
+    }
+    let len = array.len();
+    let (mut data, offset) = array.into_raw_vec_and_offset();
+    data.drain(..offset.unwrap_or(0));
+    data.truncate(len);
+    data
+}
+
+fn wrap(error: impl std::fmt::Display + Send + Sync + 'static) -> candle_core::Error {
+    candle_core::Error::wrap(error)
+}

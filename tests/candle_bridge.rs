@@ -1,0 +1,436 @@
+//! The candle bridge (`--features candle`): gradients through candle's autograd equal PyTorch's on
+//! hand-worked cases (ties, overlapping windows, padding, ceil mode, NaN) and poolgrad's own
+//! backward bit for bit, in every float dtype and for every layout candle makes; bad input gives
+//! candle errors with poolgrad's messages; and candle's own `max_pool2d` backward is shown to
+//! differ from PyTorch's rule, the reason the bridge exists.
+//!
+//! Expected values are worked out by hand in the comments, from PyTorch's CPU kernels: the window
+//! is scanned in row-major order and a value replaces the running maximum when it is greater or
+//! NaN (`val > maxval || isnan(val)`), so the first maximum wins and the last NaN wins; the
+//! backward adds each output's gradient at its index.
+
+use candle_core::{DType, Device, Tensor, Var, WithDType};
+use ndarray::{ArrayD, IxDyn};
+use poolgrad::{Bitmask, I32Argmax, MaxPool2dParams, PoolFloat};
+
+type Result<T = ()> = candle_core::Result<T>;
+
+fn cpu() -> Device {
+    Device::Cpu
+}
+
+fn flat<T: WithDType>(t: &Tensor) -> Result<Vec<T>> {
+    t.flatten_all()?.to_vec1::<T>()
+}
+
+/// `values` (in f64, exact in every dtype used) as a `dtype` variable of `shape`.
+fn var(values: &[f64], shape: &[usize], dtype: DType) -> Result<Var> {
+    Var::from_tensor(&Tensor::new(values, &cpu())?.reshape(shape)?.to_dtype(dtype)?)
+}
+
+/// `Σ y·w`: its gradient with respect to `y` is `w`, so `x`'s gradient is the backward of `w`.
+fn weighted_sum(y: &Tensor, w: &[f64]) -> Result<Tensor> {
+    let w = Tensor::new(w, &cpu())?.reshape(y.shape())?.to_dtype(y.dtype())?;
+    (y * w)?.sum_all()
+}
+
+fn grad_f64(grads: &candle_core::backprop::GradStore, x: &Var) -> Result<Vec<f64>> {
+    let g = grads.get(x).expect("x takes part in the loss");
+    flat::<f64>(&g.to_dtype(DType::F64)?)
+}
+
+const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+
+/// One hand-worked case: input, operation, gradient of the output, expected output and input
+/// gradient.
+struct Case {
+    name: &'static str,
+    x: Vec<f64>,
+    shape: Vec<usize>,
+    op: Op,
+    w: Vec<f64>,
+    y: Vec<f64>,
+    gx: Vec<f64>,
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    MaxPool(MaxPool2dParams),
+    Adaptive([usize; 2]),
+    Mask(MaxPool2dParams),
+}
+
+fn apply(op: Op, x: &Tensor) -> Result<Tensor> {
+    match op {
+        Op::MaxPool(p) => poolgrad::candle::max_pool2d(x, &p),
+        Op::Adaptive(size) => poolgrad::candle::adaptive_max_pool2d(x, size),
+        Op::Mask(p) => Ok(poolgrad::candle::max_pool2d_with_mask(x, &p, Bitmask)?.0),
+    }
+}
+
+fn hand_worked_cases() -> Vec<Case> {
+    let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+    vec![
+        // Ties, kernel 2 = stride 2 (candle's own case): window 1 holds 3, 3, 0, 1 (flat 0, 1,
+        // 4, 5): the first 3 (flat 0) takes the gradient 1. Window 2 holds 1, 2, 2, 0 (flat 2,
+        // 3, 6, 7): the first 2 in row-major order is flat 3, which takes 2.
+        Case {
+            name: "ties k2 s2",
+            x: vec![3., 3., 1., 2., 0., 1., 2., 0.],
+            shape: vec![1, 1, 2, 4],
+            op: Op::MaxPool(MaxPool2dParams::new([2, 2])),
+            w: vec![1., 2.],
+            y: vec![3., 2.],
+            gx: vec![1., 0., 0., 2., 0., 0., 0., 0.],
+        },
+        // A ResNet stem (k3 s2 p1) on 4x4 with 100 at (1, 1) = flat 5: rows -1..=1 and 1..=3
+        // and columns likewise all contain it, so all four windows select flat 5 and it
+        // collects 1 + 2 + 3 + 4 = 10 (overlapping windows, padding never selected).
+        Case {
+            name: "stem overlap",
+            x: (0..16).map(|v| if v == 5 { 100.0 } else { f64::from(v) }).collect(),
+            shape: vec![1, 1, 4, 4],
+            op: Op::MaxPool(stem),
+            w: vec![1., 2., 3., 4.],
+            y: vec![100.; 4],
+            gx: (0..16).map(|v| if v == 5 { 10.0 } else { 0.0 }).collect(),
+        },
+        // Ceil mode, 3x3 = 1..=9, k2 s2: output 2x2, the last row and column of windows are cut
+        // by the border: maxima 5 (flat 4), 6 (5), 8 (7), 9 (8).
+        Case {
+            name: "ceil mode",
+            x: (1..=9).map(f64::from).collect(),
+            shape: vec![1, 1, 3, 3],
+            op: Op::MaxPool(MaxPool2dParams::new([2, 2]).with_ceil_mode(true)),
+            w: vec![1., 2., 3., 4.],
+            y: vec![5., 6., 8., 9.],
+            gx: vec![0., 0., 0., 0., 1., 2., 0., 3., 4.],
+        },
+        // NaN: a window 1, NaN, 3, NaN (flat 0, 1, 2, 3): NaN replaces the maximum each time it
+        // is seen, so the last NaN (flat 3) is the index and takes the gradient 5.
+        Case {
+            name: "NaN",
+            x: vec![1., f64::NAN, 3., f64::NAN],
+            shape: vec![1, 1, 2, 2],
+            op: Op::MaxPool(MaxPool2dParams::new([2, 2])),
+            w: vec![5.],
+            y: vec![f64::NAN],
+            gx: vec![0., 0., 0., 5.],
+        },
+        // Adaptive 3x3 -> 2x2: windows rows [0, 2) and [1, 3), columns likewise; all hold the
+        // 9 at flat 4, which collects 1 + 2 + 3 + 4 = 10.
+        Case {
+            name: "adaptive overlap",
+            x: vec![1., 2., 3., 4., 9., 5., 6., 7., 8.],
+            shape: vec![1, 3, 3],
+            op: Op::Adaptive([2, 2]),
+            w: vec![1., 2., 3., 4.],
+            y: vec![9.; 4],
+            gx: vec![0., 0., 0., 0., 10., 0., 0., 0., 0.],
+        },
+        // Adaptive to 1x1 over a tie of 7s at flat 1 and 2: the first takes the gradient.
+        Case {
+            name: "adaptive tie",
+            x: vec![0., 7., 7., 1.],
+            shape: vec![1, 1, 2, 2],
+            op: Op::Adaptive([1, 1]),
+            w: vec![3.],
+            y: vec![7.],
+            gx: vec![0., 3., 0., 0.],
+        },
+        // The mask form (Bitmask layout) on the ties case: the same gradient.
+        Case {
+            name: "mask ties",
+            x: vec![3., 3., 1., 2., 0., 1., 2., 0.],
+            shape: vec![1, 1, 2, 4],
+            op: Op::Mask(MaxPool2dParams::new([2, 2])),
+            w: vec![1., 2.],
+            y: vec![3., 2.],
+            gx: vec![1., 0., 0., 2., 0., 0., 0., 0.],
+        },
+    ]
+}
+
+fn same_values(got: &[f64], want: &[f64]) -> bool {
+    got.len() == want.len() && got.iter().zip(want).all(|(g, w)| g == w || (g.is_nan() && w.is_nan()))
+}
+
+#[test]
+fn gradients_through_candle_autograd_are_pytorchs_on_hand_worked_cases() -> Result {
+    for case in hand_worked_cases() {
+        for dtype in FLOATS {
+            let x = var(&case.x, &case.shape, dtype)?;
+            let y = apply(case.op, &x)?;
+            let y_values = flat::<f64>(&y.to_dtype(DType::F64)?)?;
+            assert!(same_values(&y_values, &case.y), "{} {dtype:?}: output {y_values:?}", case.name);
+            let grads = weighted_sum(&y, &case.w)?.backward()?;
+            let gx = grad_f64(&grads, &x)?;
+            assert_eq!(gx, case.gx, "{} {dtype:?}: input gradient", case.name);
+        }
+    }
+    Ok(())
+}
+
+/// Deterministic values with many ties (eight levels), NaN-free.
+fn values(len: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            f64::from((s % 8) as u32) - 3.0
+        })
+        .collect()
+}
+
+/// Gradients with fractional parts, so that f16 and bf16 sums round.
+fn gradient_values(len: usize, seed: u64) -> Vec<f64> {
+    values(len, seed).iter().enumerate().map(|(i, v)| v + 0.1 * (i % 7) as f64 + 0.013).collect()
+}
+
+fn to_ndarray<T: WithDType>(t: &Tensor) -> Result<ArrayD<T>> {
+    Ok(ArrayD::from_shape_vec(IxDyn(t.dims()), flat::<T>(t)?).expect("shape"))
+}
+
+fn bits_equal<T: WithDType + PoolFloat>(a: &Tensor, b: &ArrayD<T>) -> Result<bool> {
+    let a = to_ndarray::<T>(a)?;
+    Ok(a.shape() == b.shape() && a.iter().zip(b.iter()).all(|(x, y)| x.to_f64_exact().to_bits() == y.to_f64_exact().to_bits()))
+}
+
+/// Through candle's autograd, on larger inputs with ties and overlapping windows, the input
+/// gradient equals poolgrad's own backward on the same ndarray data, bit for bit: the bridge
+/// adds nothing and loses nothing (f16 and bf16 included: summed in f32, rounded once).
+fn equals_poolgrad_backward<T: WithDType + PoolFloat>() -> Result {
+    let dtype = <T as WithDType>::DTYPE;
+    let shape = [2, 3, 9, 11];
+    let len: usize = shape.iter().product();
+    let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]).with_ceil_mode(true);
+    for (op, seed) in [(Op::MaxPool(stem), 1), (Op::Adaptive([4, 5]), 2), (Op::Mask(stem.with_ceil_mode(false)), 3)] {
+        let x = var(&values(len, seed), &shape, dtype)?;
+        let y = apply(op, &x)?;
+        let w = gradient_values(y.elem_count(), seed + 10);
+        let grads = weighted_sum(&y, &w)?.backward()?;
+        let via_candle = grads.get(&x).expect("x takes part");
+
+        let x_nd = to_ndarray::<T>(x.as_tensor())?;
+        let w_nd = to_ndarray::<T>(&Tensor::new(w.as_slice(), &cpu())?.reshape(y.shape())?.to_dtype(dtype)?)?;
+        let direct = match op {
+            Op::MaxPool(p) => {
+                let pooled = poolgrad::max_pool2d_with_indices(&x_nd, &p).unwrap();
+                poolgrad::max_pool2d_with_indices_backward(&w_nd, &x_nd, &pooled.indices, &p).unwrap()
+            }
+            Op::Adaptive(size) => {
+                let pooled = poolgrad::adaptive_max_pool2d(&x_nd, size).unwrap();
+                poolgrad::adaptive_max_pool2d_backward(&w_nd, &x_nd, &pooled.indices).unwrap()
+            }
+            Op::Mask(p) => {
+                let pooled = poolgrad::max_pool2d_with_mask(&x_nd, &p, Bitmask).unwrap();
+                poolgrad::max_pool2d_with_mask_backward(&w_nd, &x_nd, &pooled.mask).unwrap()
+            }
+        };
+        assert!(bits_equal(via_candle, &direct)?, "{dtype:?}: candle's gradient differs from poolgrad's");
+        // And the values are not trivial: some windows share a maximum (gradients add up).
+        assert!(direct.iter().filter(|v| v.to_f64_exact() != 0.0).count() > 10);
+    }
+    Ok(())
+}
+
+#[test]
+fn gradients_equal_poolgrads_backward_bit_for_bit_f32() -> Result {
+    equals_poolgrad_backward::<f32>()
+}
+
+#[test]
+fn gradients_equal_poolgrads_backward_bit_for_bit_f64() -> Result {
+    equals_poolgrad_backward::<f64>()
+}
+
+#[test]
+fn gradients_equal_poolgrads_backward_bit_for_bit_f16() -> Result {
+    equals_poolgrad_backward::<poolgrad::half::f16>()
+}
+
+#[test]
+fn gradients_equal_poolgrads_backward_bit_for_bit_bf16() -> Result {
+    equals_poolgrad_backward::<poolgrad::half::bf16>()
+}
+
+/// The half types sum in f32 and round once. A 1x1 input pooled to 1x3 is the maximum of all
+/// three windows and collects 1024 + 0.5 + 0.5: in f32 that is 1025, exact in f16 (spacing 1 in
+/// [1024, 2048)); adding in f16 would round 1024.5 to even, 1024, twice, and give 1024.
+#[test]
+fn half_gradients_are_summed_in_f32_and_rounded_once() -> Result {
+    let x = var(&[9.0], &[1, 1, 1], DType::F16)?;
+    let y = poolgrad::candle::adaptive_max_pool2d(&x, [1, 3])?;
+    let grads = weighted_sum(&y, &[1024.0, 0.5, 0.5])?.backward()?;
+    assert_eq!(grad_f64(&grads, &x)?, [1025.0]);
+    Ok(())
+}
+
+/// Every layout candle makes is read in place and gives the result of the contiguous copy:
+/// transposed, narrowed (an offset), broadcast (stride 0), and the gradient flows back through
+/// the view to the variable.
+#[test]
+fn strided_offset_and_broadcast_layouts_match_their_contiguous_copies() -> Result {
+    let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+    let base = var(&values(2 * 3 * 8 * 10, 7), &[2, 3, 8, 10], DType::F32)?;
+    let views: Vec<(&str, Tensor)> = vec![
+        ("transposed", base.transpose(2, 3)?),
+        ("narrowed", base.narrow(3, 2, 7)?.narrow(1, 1, 2)?),
+        ("permuted", base.permute((1, 0, 2, 3))?),
+        ("broadcast", base.narrow(0, 0, 1)?.narrow(1, 0, 1)?.broadcast_as((3, 2, 8, 10))?),
+    ];
+    for (name, view) in views {
+        assert!(!view.is_contiguous(), "{name} is a strided view");
+        let copy = view.contiguous()?.detach();
+        for op in [Op::MaxPool(stem), Op::Adaptive([3, 2]), Op::Mask(stem)] {
+            let y_view = apply(op, &view)?;
+            let y_copy = apply(op, &copy)?;
+            assert_eq!(flat::<f32>(&y_view)?, flat::<f32>(&y_copy)?, "{name}");
+        }
+        // The gradient reaches the variable through the view (candle's own backward of the
+        // view op), and matches the gradient taken on a contiguous copy that is a variable.
+        let copy_var = Var::from_tensor(&copy)?;
+        let y_view = poolgrad::candle::max_pool2d(&view, &stem)?;
+        let y_copy = poolgrad::candle::max_pool2d(&copy_var, &stem)?;
+        let w = gradient_values(y_view.elem_count(), 3);
+        let g_base = weighted_sum(&y_view, &w)?.backward()?.get(&base).expect("base").clone();
+        let g_copy = weighted_sum(&y_copy, &w)?.backward()?.get(&copy_var).expect("copy").clone();
+        // Map the copy's gradient back through the same view by autograd-free means: the sum of
+        // the base gradient equals the sum of the copy's (every tap lands on one base element).
+        let sum_base = g_base.sum_all()?.to_scalar::<f32>()?;
+        let sum_copy = g_copy.sum_all()?.to_scalar::<f32>()?;
+        assert!((sum_base - sum_copy).abs() <= 1e-3 * sum_copy.abs().max(1.0), "{name}: {sum_base} vs {sum_copy}");
+    }
+    Ok(())
+}
+
+/// The gradient through a transposed view, worked by hand: x = [[1, 2], [3, 4]] viewed as its
+/// transpose [[1, 3], [2, 4]], adaptive-pooled to 1x1 (maximum 4, at (1, 1) of either):
+/// x's gradient is 1 at (1, 1).
+#[test]
+fn gradient_through_a_transposed_view_lands_on_the_right_element() -> Result {
+    let x = var(&[1., 2., 3., 4.], &[1, 1, 2, 2], DType::F32)?;
+    let t = x.transpose(2, 3)?;
+    let (y, idx) = poolgrad::candle::adaptive_max_pool2d_with_indices(&t, [1, 2])?;
+    // The view's columns: [1, 2] (max 2 at view flat 2) and [3, 4] (max 4 at view flat 3).
+    assert_eq!(flat::<f32>(&y)?, [2., 4.]);
+    assert_eq!(flat::<i64>(&idx)?, [2, 3]);
+    let grads = weighted_sum(&y, &[10., 20.])?.backward()?;
+    // View (1, 0) is x (0, 1) = flat 1; view (1, 1) is x (1, 1) = flat 3.
+    assert_eq!(grad_f64(&grads, &x)?, [0., 10., 0., 20.]);
+    Ok(())
+}
+
+/// The `_with_indices` forms return PyTorch's flat indices as I64 tensors, and the explicit
+/// backwards take them (or I32 ones) and give the autograd gradient.
+#[test]
+fn indices_forms_and_explicit_backwards_agree_with_autograd() -> Result {
+    let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+    let x = var(&values(2 * 2 * 7 * 6, 11), &[2, 2, 7, 6], DType::F64)?;
+    let (y, idx) = poolgrad::candle::max_pool2d_with_indices(&x, &stem)?;
+    assert_eq!(idx.dtype(), DType::I64);
+    let x_nd = to_ndarray::<f64>(x.as_tensor())?;
+    let reference = poolgrad::max_pool2d_with_indices(&x_nd, &stem).unwrap();
+    assert_eq!(to_ndarray::<i64>(&idx)?, reference.indices);
+    let w = gradient_values(y.elem_count(), 5);
+    let auto = weighted_sum(&y, &w)?.backward()?.get(&x).expect("x").clone();
+    let g = Tensor::new(w.as_slice(), &cpu())?.reshape(y.shape())?;
+    for idx in [idx.clone(), idx.to_dtype(DType::I32)?] {
+        let explicit = poolgrad::candle::max_pool2d_with_indices_backward(&g, &x, &idx, &stem)?;
+        assert_eq!(flat::<f64>(&explicit)?, flat::<f64>(&auto)?);
+    }
+
+    let (y, idx) = poolgrad::candle::adaptive_max_pool2d_with_indices(&x, [3, 4])?;
+    assert_eq!(to_ndarray::<i64>(&idx)?, poolgrad::adaptive_max_pool2d(&x_nd, [3, 4]).unwrap().indices);
+    let w = gradient_values(y.elem_count(), 6);
+    let auto = weighted_sum(&y, &w)?.backward()?.get(&x).expect("x").clone();
+    let g = Tensor::new(w.as_slice(), &cpu())?.reshape(y.shape())?;
+    let explicit = poolgrad::candle::adaptive_max_pool2d_backward(&g, &x, &idx.to_dtype(DType::I32)?)?;
+    assert_eq!(flat::<f64>(&explicit)?, flat::<f64>(&auto)?);
+
+    let (y, mask) = poolgrad::candle::max_pool2d_with_mask(&x, &stem, I32Argmax)?;
+    assert_eq!(mask.to_indices::<i64>().unwrap(), reference.indices);
+    let w = gradient_values(y.elem_count(), 7);
+    let auto = weighted_sum(&y, &w)?.backward()?.get(&x).expect("x").clone();
+    let g = Tensor::new(w.as_slice(), &cpu())?.reshape(y.shape())?;
+    let explicit = poolgrad::candle::max_pool2d_with_mask_backward(&g, &x, &mask)?;
+    assert_eq!(flat::<f64>(&explicit)?, flat::<f64>(&auto)?);
+    Ok(())
+}
+
+fn message(r: Result<impl std::fmt::Debug>) -> String {
+    r.expect_err("an error").to_string()
+}
+
+/// Bad input is a candle error whose message is poolgrad's: the operation, the argument, what
+/// was expected and what was given. No panic.
+#[test]
+fn bad_input_gives_errors_that_name_the_argument() -> Result {
+    let p = MaxPool2dParams::new([2, 2]);
+    let x2 = Tensor::zeros((4, 4), DType::F32, &cpu())?;
+    let m = message(poolgrad::candle::max_pool2d(&x2, &p));
+    assert!(m.contains("poolgrad::candle::max_pool2d") && m.contains("`x`") && m.contains("rank 3") && m.contains("[4, 4]"), "{m}");
+
+    let x_u8 = Tensor::zeros((1, 4, 4), DType::U8, &cpu())?;
+    let m = message(poolgrad::candle::adaptive_max_pool2d(&x_u8, [2, 2]));
+    assert!(m.contains("`x`") && m.contains("F32, F64, F16 or BF16") && m.contains("u8"), "{m}");
+
+    let x = Tensor::zeros((1, 4, 4), DType::F32, &cpu())?;
+    let m = message(poolgrad::candle::max_pool2d(&x, &MaxPool2dParams::new([0, 2])));
+    assert!(m.contains("kernel"), "poolgrad's own message: {m}");
+    let m = message(poolgrad::candle::max_pool2d(&x, &MaxPool2dParams::new([5, 5])));
+    assert!(m.contains("max_pool2d"), "{m}");
+
+    let (y, idx) = poolgrad::candle::max_pool2d_with_indices(&x, &p)?;
+    let g64 = y.to_dtype(DType::F64)?;
+    let m = message(poolgrad::candle::max_pool2d_with_indices_backward(&g64, &x, &idx, &p));
+    assert!(m.contains("`grad_output`") && m.contains("f32") && m.contains("f64"), "{m}");
+    let m = message(poolgrad::candle::max_pool2d_with_indices_backward(&y, &x, &idx.to_dtype(DType::U32)?, &p));
+    assert!(m.contains("`indices`") && m.contains("I64 or I32") && m.contains("u32"), "{m}");
+    let wrong = Tensor::new(&[[[0i64, 99], [0, 0]]], &cpu())?;
+    let m = message(poolgrad::candle::max_pool2d_with_indices_backward(&y, &x, &wrong, &p));
+    assert!(m.contains("99"), "the out-of-range index is named: {m}");
+    let small = Tensor::zeros((1, 1, 2), DType::F32, &cpu())?;
+    let m = message(poolgrad::candle::adaptive_max_pool2d_backward(&small, &x, &idx));
+    assert!(m.contains("`indices` has shape [1, 2, 2], expected [1, 1, 2]"), "{m}");
+
+    let (_, mask) = poolgrad::candle::max_pool2d_with_mask(&x, &p, Bitmask)?;
+    let other = Tensor::zeros((1, 6, 6), DType::F32, &cpu())?;
+    let m = message(poolgrad::candle::max_pool2d_with_mask_backward(&y, &other, &mask));
+    assert!(m.contains("self_") || m.contains("shape"), "{m}");
+    Ok(())
+}
+
+/// Why the bridge exists: candle's own `max_pool2d` backward (candle-core 0.11.1) is not
+/// PyTorch's. It gives a window's gradient, times the share of the window's taps that equal the
+/// maximum, to every tap equal to it. On the ties case: window 1 (3, 3, 0, 1) gives 1 · 2/4 to
+/// both 3s, window 2 (1, 2, 2, 0) gives 2 · 2/4 to both 2s; PyTorch gives 1 to the first 3 and 2
+/// to the first 2. Without ties too: a 2x2 window with one maximum passes on a quarter of its
+/// gradient (1 · 1/4), where PyTorch passes all of it. And kernel 2, stride 1 has no backward.
+#[test]
+fn candles_own_max_pool_backward_is_not_pytorchs() -> Result {
+    let single = var(&[0., 1., 2., 3.], &[1, 1, 2, 2], DType::F32)?;
+    let candles = grad_f64(&single.max_pool2d(2)?.sum_all()?.backward()?, &single)?;
+    assert_eq!(candles, [0.0, 0.0, 0.0, 0.25]);
+    let ours = poolgrad::candle::max_pool2d(&single, &MaxPool2dParams::new([2, 2]))?;
+    assert_eq!(grad_f64(&ours.sum_all()?.backward()?, &single)?, [0.0, 0.0, 0.0, 1.0]);
+
+    let x = var(&[3., 3., 1., 2., 0., 1., 2., 0.], &[1, 1, 2, 4], DType::F32)?;
+    let w = [1., 2.];
+
+    let candle_grads = weighted_sum(&x.max_pool2d(2)?, &w)?.backward()?;
+    let candles = grad_f64(&candle_grads, &x)?;
+    assert_eq!(candles, [0.5, 0.5, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]);
+
+    let ours = grad_f64(&weighted_sum(&poolgrad::candle::max_pool2d(&x, &MaxPool2dParams::new([2, 2]))?, &w)?.backward()?, &x)?;
+    let pytorch = [1., 0., 0., 2., 0., 0., 0., 0.];
+    assert_eq!(ours, pytorch);
+    assert_ne!(candles, pytorch);
+
+    let y = x.max_pool2d_with_stride(2, 1)?;
+    let m = message(weighted_sum(&y, &[1.; 3])?.backward().map(|_| ()));
+    assert!(m.contains("ksize"), "candle refuses kernel != stride: {m}");
+    Ok(())
+}
