@@ -83,7 +83,10 @@ pub fn max_pool2d(x: &Tensor, params: &MaxPool2dParams) -> candle_core::Result<T
 ///
 /// # Errors
 /// As [`max_pool2d`].
-pub fn max_pool2d_with_indices(x: &Tensor, params: &MaxPool2dParams) -> candle_core::Result<(Tensor, Tensor)> {
+pub fn max_pool2d_with_indices(
+    x: &Tensor,
+    params: &MaxPool2dParams,
+) -> candle_core::Result<(Tensor, Tensor)> {
     let indices = Arc::new(OnceLock::new());
     let op = MaxPoolOp { params: *params, indices: Arc::clone(&indices) };
     let output = x.apply_op1(op)?;
@@ -128,7 +131,10 @@ pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> candle_core::
 ///
 /// # Errors
 /// As [`adaptive_max_pool2d`].
-pub fn adaptive_max_pool2d_with_indices(x: &Tensor, output_size: [usize; 2]) -> candle_core::Result<(Tensor, Tensor)> {
+pub fn adaptive_max_pool2d_with_indices(
+    x: &Tensor,
+    output_size: [usize; 2],
+) -> candle_core::Result<(Tensor, Tensor)> {
     let indices = Arc::new(OnceLock::new());
     let op = AdaptiveOp { output_size, indices: Arc::clone(&indices) };
     let output = x.apply_op1(op)?;
@@ -141,7 +147,11 @@ pub fn adaptive_max_pool2d_with_indices(x: &Tensor, output_size: [usize; 2]) -> 
 /// # Errors
 /// As [`crate::adaptive_max_pool2d_backward`], and for tensors that are not CPU tensors of the
 /// right dtypes (`grad_output` of `x`'s dtype, `indices` I64 or I32).
-pub fn adaptive_max_pool2d_backward(grad_output: &Tensor, x: &Tensor, indices: &Tensor) -> candle_core::Result<Tensor> {
+pub fn adaptive_max_pool2d_backward(
+    grad_output: &Tensor,
+    x: &Tensor,
+    indices: &Tensor,
+) -> candle_core::Result<Tensor> {
     backward_with_indices(ADAPTIVE_MAX_POOL2D, grad_output, x, indices, Backward::Adaptive)
 }
 
@@ -361,7 +371,11 @@ fn indexed_backward<T: PoolFloat + WithDType, I: ArgmaxIndex>(
     into_tensor(gx.map_err(wrap)?)
 }
 
-fn mask_backward<L: MaskLayout>(grad_output: &Tensor, x: &Tensor, mask: &Mask<L, IxDyn>) -> candle_core::Result<Tensor> {
+fn mask_backward<L: MaskLayout>(
+    grad_output: &Tensor,
+    x: &Tensor,
+    mask: &Mask<L, IxDyn>,
+) -> candle_core::Result<Tensor> {
     const OP: &str = MAX_POOL2D_WITH_MASK;
     check_same_dtype(OP, grad_output, x)?;
     let (grad_storage, grad_layout) = grad_output.storage_and_layout();
