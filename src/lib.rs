@@ -66,6 +66,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod alloc;
+#[cfg(feature = "burn")]
+#[cfg_attr(docsrs, doc(cfg(feature = "burn")))]
+pub mod burn;
 #[cfg(feature = "candle")]
 #[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
 pub mod candle;

@@ -1,0 +1,456 @@
+//! poolgrad inside [burn](https://burn.dev) models (feature `burn`, burn 0.22 on its ndarray
+//! backend, which uses this crate's ndarray 0.17): adaptive max pooling, which burn does not have,
+//! and max pooling with indices, both differentiable under burn's autodiff with PyTorch's gradient.
+//!
+//! burn has `adaptive_avg_pool2d` but no adaptive max pooling; its `max_pool2d_with_indices`
+//! agrees with PyTorch on finite inputs (this module's tests check it) but never selects a NaN
+//! (`val > max`), where PyTorch's maximum is the NaN. The functions here take and return burn
+//! tensors: on `Device::ndarray()` they are plain, on `Device::ndarray().autodiff()` they record
+//! an operation whose backward is poolgrad's (the first maximum of a window takes its whole
+//! gradient), under either gradient-checkpointing strategy.
+//!
+//! ```
+//! # #![allow(deprecated)] // burn 0.22 deprecates `Device::ndarray` (see below)
+//! use burn_tensor::{Device, Tensor, TensorData};
+//!
+//! let device = Device::ndarray().autodiff();
+//! let x = Tensor::<4>::from_data(
+//!     TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0, 9.0, 5.0, 6.0, 7.0, 8.0], [1, 1, 3, 3]),
+//!     &device,
+//! )
+//! .require_grad();
+//! // 3x3 -> 2x2: overlapping windows, all holding the 9.
+//! let y = poolgrad::burn::adaptive_max_pool2d(x.clone(), [2, 2])?;
+//! assert_eq!(y.to_data().try_to_vec::<f32>().unwrap(), [9.0; 4]);
+//! let grads = y.sum().backward();
+//! let gx = x.grad(&grads).expect("x requires grad");
+//! assert_eq!(gx.to_data().try_to_vec::<f32>().unwrap(), [0.0, 0.0, 0.0, 0.0, 4.0, 0.0, 0.0, 0.0, 0.0]);
+//! # Ok::<(), poolgrad::burn::Error>(())
+//! ```
+//!
+//! # What it takes
+//!
+//! - `Tensor<4>` (`[N, C, H, W]`, as burn's own pooling) in F32 or F64 (the float types of burn's
+//!   ndarray backend), on the ndarray backend with or without autodiff. A tensor on another
+//!   backend is an [`Error::Backend`] that names the device. The input is read in place (any
+//!   strides burn's ndarray backend has), without a copy.
+//! - Indices as `Tensor<4, Int>` of dtype I64 (what the `_with_indices` forms return) or I32.
+//!
+//! The backward of these operations is not itself differentiable (no second derivatives), as in
+//! burn's own pooling.
+//!
+//! burn 0.22 marks its ndarray backend deprecated in favour of burn-flex. This bridge stays on
+//! the ndarray backend because its tensors are ndarray 0.17 arrays, which poolgrad reads and
+//! returns without a copy.
+
+// burn 0.22 deprecates burn-ndarray (see above); this module is written against it on purpose.
+#![allow(deprecated)]
+
+use burn_autodiff::Autodiff;
+use burn_autodiff::NodeId;
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing};
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_backend::BackendTypes;
+use burn_dispatch::{DispatchKindConversion, DispatchTensor};
+use burn_ndarray::{NdArray, NdArrayTensor};
+use burn_tensor::{Int, Tensor};
+use ndarray::{ArcArray, ArrayViewD, IxDyn};
+
+use crate::{ArgmaxIndex, MaxPool2dParams, PoolFloat};
+
+const MAX_POOL2D: &str = "poolgrad::burn::max_pool2d_with_indices";
+const ADAPTIVE_MAX_POOL2D: &str = "poolgrad::burn::adaptive_max_pool2d";
+
+/// What can go wrong in [`poolgrad::burn`](self): poolgrad's own errors, and burn tensors this
+/// bridge cannot read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// poolgrad's checks: shapes, parameters, indices (the operation and argument are named).
+    #[error(transparent)]
+    Pool(#[from] crate::Error),
+    /// The tensor is not on burn's ndarray backend.
+    #[error(
+        "{op}: `{arg}` is on {device}; poolgrad::burn runs on the ndarray backend: `Device::ndarray()`, \
+         with or without `.autodiff()`"
+    )]
+    Backend {
+        /// The operation called.
+        op: &'static str,
+        /// The argument.
+        arg: &'static str,
+        /// The tensor's device, as burn prints it.
+        device: String,
+    },
+    /// The tensor's dtype is not one this operation takes.
+    #[error("{op}: `{arg}` must have dtype {expected}; got {got}")]
+    DType {
+        /// The operation called.
+        op: &'static str,
+        /// The argument.
+        arg: &'static str,
+        /// The dtypes it takes.
+        expected: &'static str,
+        /// The dtype given.
+        got: String,
+    },
+}
+
+/// Results of [`poolgrad::burn`](self).
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Adaptive 2-D max pooling of `x` to `output_size = [Ho, Wo]` with PyTorch's semantics,
+/// differentiable under burn's autodiff. burn has no adaptive max pooling of its own.
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool2d`], plus [`Error::Backend`] and [`Error::DType`].
+pub fn adaptive_max_pool2d(x: Tensor<4>, output_size: [usize; 2]) -> Result<Tensor<4>> {
+    Ok(adaptive_max_pool2d_with_indices(x, output_size)?.0)
+}
+
+/// [`adaptive_max_pool2d`] that also returns the flat index `ih * W + iw` of each maximum inside
+/// its plane, as an I64 tensor. The output is differentiable; the indices are data.
+///
+/// # Errors
+/// As [`adaptive_max_pool2d`].
+pub fn adaptive_max_pool2d_with_indices(
+    x: Tensor<4>,
+    output_size: [usize; 2],
+) -> Result<(Tensor<4>, Tensor<4, Int>)> {
+    pool(Pooling::Adaptive(output_size), x)
+}
+
+/// Gradient of [`adaptive_max_pool2d_with_indices`] for burn tensors
+/// (`aclnnAdaptiveMaxPool2dBackward`): `grad_output` added at `indices` of each plane of a zero
+/// tensor shaped as `x`. Not recorded by autodiff.
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool2d_backward`], plus [`Error::Backend`] and [`Error::DType`].
+pub fn adaptive_max_pool2d_backward(
+    grad_output: Tensor<4>,
+    x: Tensor<4>,
+    indices: Tensor<4, Int>,
+) -> Result<Tensor<4>> {
+    unpool(Pooling::Adaptive([0, 0]), grad_output, x, indices)
+}
+
+/// 2-D max pooling with PyTorch's semantics (kernel, stride, padding, dilation, ceil mode),
+/// differentiable under burn's autodiff.
+///
+/// # Errors
+/// As [`crate::max_pool2d_with_indices`], plus [`Error::Backend`] and [`Error::DType`].
+pub fn max_pool2d(x: Tensor<4>, params: &MaxPool2dParams) -> Result<Tensor<4>> {
+    Ok(max_pool2d_with_indices(x, params)?.0)
+}
+
+/// [`max_pool2d`] that also returns the flat indices of the maxima as an I64 tensor, as burn's
+/// `max_pool2d_with_indices` does (and with its results on finite inputs).
+///
+/// ```
+/// # #![allow(deprecated)] // burn 0.22 deprecates `Device::ndarray`
+/// use burn_tensor::{Device, Tensor, TensorData};
+/// use poolgrad::MaxPool2dParams;
+///
+/// let device = Device::ndarray();
+/// let x = Tensor::<4>::from_data(TensorData::new((0..16).map(|v| v as f32).collect(), [1, 1, 4, 4]), &device);
+/// let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+/// let (y, indices) = poolgrad::burn::max_pool2d_with_indices(x.clone(), &stem)?;
+/// assert_eq!(y.to_data().try_to_vec::<f32>().unwrap(), [5.0, 7.0, 13.0, 15.0]);
+/// assert_eq!(indices.to_data().try_to_vec::<i64>().unwrap(), [5, 7, 13, 15]);
+/// let g = Tensor::<4>::from_data(TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [1, 1, 2, 2]), &device);
+/// let gx = poolgrad::burn::max_pool2d_with_indices_backward(g, x, indices, &stem)?;
+/// assert_eq!(gx.to_data().try_to_vec::<f32>().unwrap()[5..8], [1.0, 0.0, 2.0]);
+/// # Ok::<(), poolgrad::burn::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool2d`].
+pub fn max_pool2d_with_indices(
+    x: Tensor<4>,
+    params: &MaxPool2dParams,
+) -> Result<(Tensor<4>, Tensor<4, Int>)> {
+    pool(Pooling::MaxPool(*params), x)
+}
+
+/// Gradient of [`max_pool2d_with_indices`] for burn tensors. Not recorded by autodiff.
+///
+/// # Errors
+/// As [`crate::max_pool2d_with_indices_backward`], plus [`Error::Backend`] and [`Error::DType`].
+pub fn max_pool2d_with_indices_backward(
+    grad_output: Tensor<4>,
+    x: Tensor<4>,
+    indices: Tensor<4, Int>,
+    params: &MaxPool2dParams,
+) -> Result<Tensor<4>> {
+    unpool(Pooling::MaxPool(*params), grad_output, x, indices)
+}
+
+// ---------------------------------------------------------------------------------------------
+// One forward and one backward core, on burn-ndarray's primitives.
+
+/// Which pooling, with its parameters.
+#[derive(Debug, Clone, Copy)]
+enum Pooling {
+    MaxPool(MaxPool2dParams),
+    Adaptive([usize; 2]),
+}
+
+impl Pooling {
+    fn name(self) -> &'static str {
+        match self {
+            Pooling::MaxPool(_) => MAX_POOL2D,
+            Pooling::Adaptive(_) => ADAPTIVE_MAX_POOL2D,
+        }
+    }
+}
+
+/// The forward on an ndarray primitive: the output (x's dtype) and i64 indices.
+fn forward(pooling: Pooling, x: &NdArrayTensor) -> Result<(NdArrayTensor, NdArrayTensor)> {
+    match x {
+        NdArrayTensor::F32(x) => forward_typed::<f32>(pooling, x.view()),
+        NdArrayTensor::F64(x) => forward_typed::<f64>(pooling, x.view()),
+        other => Err(dtype_error(pooling.name(), "x", FLOATS, other)),
+    }
+}
+
+fn forward_typed<T>(pooling: Pooling, x: ArrayViewD<'_, T>) -> Result<(NdArrayTensor, NdArrayTensor)>
+where
+    T: PoolFloat,
+    NdArrayTensor: From<ArcArray<T, IxDyn>>,
+{
+    let pooled = match pooling {
+        Pooling::MaxPool(params) => crate::max_pool2d_with_indices(&x, &params)?,
+        Pooling::Adaptive(size) => crate::adaptive_max_pool2d(&x, size)?,
+    };
+    Ok((pooled.output.into_shared().into(), pooled.indices.into_shared().into()))
+}
+
+/// The backward on ndarray primitives: `grad` scattered at `indices` into a tensor shaped as `x`.
+fn backward(
+    pooling: Pooling,
+    grad: &NdArrayTensor,
+    x: &NdArrayTensor,
+    indices: &NdArrayTensor,
+) -> Result<NdArrayTensor> {
+    let op = pooling.name();
+    match (x, grad) {
+        (NdArrayTensor::F32(x), NdArrayTensor::F32(g)) => {
+            backward_float::<f32>(pooling, g.view(), x.view(), indices)
+        }
+        (NdArrayTensor::F64(x), NdArrayTensor::F64(g)) => {
+            backward_float::<f64>(pooling, g.view(), x.view(), indices)
+        }
+        (NdArrayTensor::F32(_) | NdArrayTensor::F64(_), other) => {
+            Err(dtype_error(op, "grad_output", dtype_name(x), other))
+        }
+        (other, _) => Err(dtype_error(op, "x", FLOATS, other)),
+    }
+}
+
+fn backward_float<T>(
+    pooling: Pooling,
+    grad: ArrayViewD<'_, T>,
+    x: ArrayViewD<'_, T>,
+    indices: &NdArrayTensor,
+) -> Result<NdArrayTensor>
+where
+    T: PoolFloat,
+    NdArrayTensor: From<ArcArray<T, IxDyn>>,
+{
+    match indices {
+        NdArrayTensor::I64(i) => backward_typed(pooling, grad, x, i.view()),
+        NdArrayTensor::I32(i) => backward_typed(pooling, grad, x, i.view()),
+        other => Err(dtype_error(pooling.name(), "indices", "I64 or I32", other)),
+    }
+}
+
+fn backward_typed<T, I>(
+    pooling: Pooling,
+    grad: ArrayViewD<'_, T>,
+    x: ArrayViewD<'_, T>,
+    indices: ArrayViewD<'_, I>,
+) -> Result<NdArrayTensor>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    NdArrayTensor: From<ArcArray<T, IxDyn>>,
+{
+    let gx = match pooling {
+        Pooling::MaxPool(params) => crate::max_pool2d_with_indices_backward(&grad, &x, &indices, &params)?,
+        Pooling::Adaptive(_) => crate::adaptive_max_pool2d_backward(&grad, &x, &indices)?,
+    };
+    Ok(gx.into_shared().into())
+}
+
+// ---------------------------------------------------------------------------------------------
+// burn tensors to primitives and back, and the autodiff operation.
+
+/// The float dtypes of burn's ndarray backend.
+const FLOATS: &str = "F32 or F64";
+
+fn dtype_name(t: &NdArrayTensor) -> &'static str {
+    match t {
+        NdArrayTensor::F64(_) => "F64",
+        NdArrayTensor::F32(_) => "F32",
+        NdArrayTensor::I64(_) => "I64",
+        NdArrayTensor::I32(_) => "I32",
+        NdArrayTensor::I16(_) => "I16",
+        NdArrayTensor::I8(_) => "I8",
+        NdArrayTensor::U64(_) => "U64",
+        NdArrayTensor::U32(_) => "U32",
+        NdArrayTensor::U16(_) => "U16",
+        NdArrayTensor::U8(_) => "U8",
+        NdArrayTensor::Bool(_) => "Bool",
+    }
+}
+
+fn dtype_error(op: &'static str, arg: &'static str, expected: &'static str, got: &NdArrayTensor) -> Error {
+    Error::DType { op, arg, expected, got: dtype_name(got).to_owned() }
+}
+
+/// How a tensor runs: burn's ndarray backend, plain or under autodiff with a checkpointing
+/// strategy. Results go back the way their input came.
+#[derive(Clone, Copy)]
+enum Flavor {
+    Plain,
+    Autodiff,
+    AutodiffBalanced,
+}
+
+type AutodiffTensor<C> = <Autodiff<NdArray, C> as BackendTypes>::FloatTensorPrimitive;
+
+fn backend_error(op: &'static str, arg: &'static str, device: &burn_tensor::Device) -> Error {
+    Error::Backend { op, arg, device: format!("{device:?}") }
+}
+
+/// The ndarray primitive under a float tensor (not recorded), and how it runs.
+fn float_primitive(t: Tensor<4>, op: &'static str, arg: &'static str) -> Result<(NdArrayTensor, Flavor)> {
+    let device = t.device();
+    if let Ok(p) = t.clone().try_into_primitive::<NdArray>() {
+        return Ok((p, Flavor::Plain));
+    }
+    if let Ok(p) = t.clone().try_into_primitive::<Autodiff<NdArray, NoCheckpointing>>() {
+        return Ok((p.into_primitive(), Flavor::Autodiff));
+    }
+    if let Ok(p) = t.try_into_primitive::<Autodiff<NdArray, BalancedCheckpointing>>() {
+        return Ok((p.into_primitive(), Flavor::AutodiffBalanced));
+    }
+    Err(backend_error(op, arg, &device))
+}
+
+/// The ndarray primitive under an int tensor (autodiff wraps only floats).
+fn int_primitive(t: Tensor<4, Int>, op: &'static str, arg: &'static str) -> Result<NdArrayTensor> {
+    let device = t.device();
+    if let Ok(p) = t.clone().try_into_primitive::<NdArray>() {
+        return Ok(p);
+    }
+    if let Ok(p) = t.clone().try_into_primitive::<Autodiff<NdArray, NoCheckpointing>>() {
+        return Ok(p);
+    }
+    t.try_into_primitive::<Autodiff<NdArray, BalancedCheckpointing>>()
+        .map_err(|_| backend_error(op, arg, &device))
+}
+
+/// A float result as a tensor of `flavor` (an autodiff leaf: not recorded).
+fn float_tensor(p: NdArrayTensor, flavor: Flavor) -> Tensor<4> {
+    match flavor {
+        Flavor::Plain => Tensor::from_primitive::<NdArray>(p),
+        Flavor::Autodiff => Tensor::from_primitive::<Autodiff<NdArray, NoCheckpointing>>(AutodiffTensor::<
+            NoCheckpointing,
+        >::new(p)),
+        Flavor::AutodiffBalanced => {
+            Tensor::from_primitive::<Autodiff<NdArray, BalancedCheckpointing>>(AutodiffTensor::<
+                BalancedCheckpointing,
+            >::new(p))
+        }
+    }
+}
+
+fn int_tensor(p: NdArrayTensor, flavor: Flavor) -> Tensor<4, Int> {
+    match flavor {
+        Flavor::Plain => Tensor::from_primitive::<NdArray>(p),
+        Flavor::Autodiff => Tensor::from_primitive::<Autodiff<NdArray, NoCheckpointing>>(p),
+        Flavor::AutodiffBalanced => Tensor::from_primitive::<Autodiff<NdArray, BalancedCheckpointing>>(p),
+    }
+}
+
+/// The public forwards: plain on ndarray, recorded under autodiff.
+fn pool(pooling: Pooling, x: Tensor<4>) -> Result<(Tensor<4>, Tensor<4, Int>)> {
+    let device = x.device();
+    if let Ok(p) = x.clone().try_into_primitive::<NdArray>() {
+        let (output, indices) = forward(pooling, &p)?;
+        return Ok((float_tensor(output, Flavor::Plain), int_tensor(indices, Flavor::Plain)));
+    }
+    if let Some(result) = pool_recorded::<NoCheckpointing>(pooling, &x) {
+        return result;
+    }
+    if let Some(result) = pool_recorded::<BalancedCheckpointing>(pooling, &x) {
+        return result;
+    }
+    Err(backend_error(pooling.name(), "x", &device))
+}
+
+/// The forward under autodiff with checkpointing strategy `C`, recorded as burn records its own
+/// `max_pool2d_with_indices` (burn-autodiff 0.22.1, `ops/module.rs`): the input checkpointed,
+/// the indices kept as the backward's state. `None` when `x` is not such a tensor.
+fn pool_recorded<C>(pooling: Pooling, x: &Tensor<4>) -> Option<Result<(Tensor<4>, Tensor<4, Int>)>>
+where
+    C: CheckpointStrategy,
+    DispatchTensor: DispatchKindConversion<Autodiff<NdArray, C>>,
+{
+    let x = x.clone().try_into_primitive::<Autodiff<NdArray, C>>().ok()?;
+    let (output, indices) = match forward(pooling, x.primitive()) {
+        Ok(pair) => pair,
+        Err(e) => return Some(Err(e)),
+    };
+    let output = match PoolBackward(pooling).prepare::<C>([x.node()]).compute_bound().stateful() {
+        OpsKind::Tracked(mut prep) => {
+            let x_state = prep.checkpoint(&x);
+            prep.finish((x_state, indices.clone()), output)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    };
+    Some(Ok((
+        Tensor::from_primitive::<Autodiff<NdArray, C>>(output),
+        Tensor::from_primitive::<Autodiff<NdArray, C>>(indices),
+    )))
+}
+
+/// The recorded operation's backward: poolgrad's, on the checkpointed input and stored indices.
+#[derive(Debug)]
+struct PoolBackward(Pooling);
+
+impl Backward<NdArray, 1> for PoolBackward {
+    type State = (NodeId, NdArrayTensor);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
+        let [parent] = ops.parents;
+        let grad = grads.consume::<NdArray>(&ops.node);
+        let (x_state, indices) = ops.state;
+        let x: NdArrayTensor = checkpointer.retrieve_node_output(x_state);
+        if let Some(node) = parent {
+            // The forward checked x and made the indices; burn hands over a gradient shaped
+            // and typed as the output. Nothing is left to fail but an allocation, and burn's
+            // backward has no way to return an error.
+            let gx = backward(self.0, &grad, &x, &indices)
+                .unwrap_or_else(|e| panic!("{}: backward of a checked forward failed: {e}", self.0.name()));
+            grads.register::<NdArray>(node.id, gx);
+        }
+    }
+}
+
+/// The public backwards: not recorded; the result runs as `x` does.
+fn unpool(
+    pooling: Pooling,
+    grad_output: Tensor<4>,
+    x: Tensor<4>,
+    indices: Tensor<4, Int>,
+) -> Result<Tensor<4>> {
+    let op = pooling.name();
+    let (x, flavor) = float_primitive(x, op, "x")?;
+    let (grad, _) = float_primitive(grad_output, op, "grad_output")?;
+    let indices = int_primitive(indices, op, "indices")?;
+    Ok(float_tensor(backward(pooling, &grad, &x, &indices)?, flavor))
+}

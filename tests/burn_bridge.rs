@@ -1,0 +1,441 @@
+//! The burn bridge (`--features burn`, burn 0.22 on its ndarray backend): gradients through
+//! burn's autodiff equal PyTorch's on hand-worked cases (ties, overlapping windows, padding, ceil
+//! mode, NaN) and poolgrad's own backward bit for bit, under both checkpointing strategies; the
+//! max-pool forward and backward match burn's own operator wherever burn follows PyTorch (finite
+//! inputs), and the NaN case where it does not is shown; bad input gives typed errors.
+//!
+//! Expected values are worked out by hand in the comments, from PyTorch's CPU kernels: a value
+//! replaces the running maximum of a row-major window scan when it is greater or NaN, so the
+//! first maximum wins and the last NaN wins; the backward adds each output's gradient at its
+//! index.
+
+// burn 0.22 deprecates its ndarray backend (for burn-flex); the bridge is for it, on purpose.
+#![allow(deprecated)]
+
+use burn_tensor::ops::MaxPoolOptions;
+use burn_tensor::{Device, Int, Tensor, TensorData};
+use ndarray::{ArrayD, IxDyn};
+use poolgrad::MaxPool2dParams;
+
+fn plain() -> Device {
+    Device::ndarray()
+}
+
+fn autodiff() -> Device {
+    Device::ndarray().autodiff()
+}
+
+fn balanced() -> Device {
+    Device::ndarray().autodiff().gradient_checkpointing()
+}
+
+fn tensor_f32(values: &[f64], shape: [usize; 4], device: &Device) -> Tensor<4> {
+    let v: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+    let t = Tensor::from_data(TensorData::new(v, shape), device);
+    assert_eq!(t.dtype(), burn_tensor::DType::F32);
+    t
+}
+
+fn tensor_f64(values: &[f64], shape: [usize; 4], device: &Device) -> Tensor<4> {
+    // (burn 0.22 converts data to the device's float dtype, F32 by default, unless asked.)
+    let options = burn_tensor::TensorCreationOptions::new(device.clone()).with_dtype(burn_tensor::DType::F64);
+    let t = Tensor::from_data(TensorData::new(values.to_vec(), shape), options);
+    assert_eq!(t.dtype(), burn_tensor::DType::F64);
+    t
+}
+
+fn values_f64(t: Tensor<4>) -> Vec<f64> {
+    let data = t.into_data();
+    match data.try_to_vec::<f64>() {
+        Ok(v) => v,
+        Err(_) => data.try_to_vec::<f32>().expect("f32 or f64").into_iter().map(f64::from).collect(),
+    }
+}
+
+fn indices_i64(t: Tensor<4, Int>) -> Vec<i64> {
+    t.into_data().try_to_vec::<i64>().expect("i64 indices")
+}
+
+/// `Σ y·w`: its gradient with respect to `y` is `w`.
+fn weighted_sum(y: Tensor<4>, w: &[f64]) -> Tensor<1> {
+    let shape: [usize; 4] = y.dims();
+    let w = if y.dtype() == burn_tensor::DType::F64 {
+        tensor_f64(w, shape, &y.device())
+    } else {
+        tensor_f32(w, shape, &y.device())
+    };
+    (y * w).sum()
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    MaxPool(MaxPool2dParams),
+    Adaptive([usize; 2]),
+}
+
+fn apply(op: Op, x: Tensor<4>) -> Tensor<4> {
+    match op {
+        Op::MaxPool(p) => poolgrad::burn::max_pool2d(x, &p).expect("valid"),
+        Op::Adaptive(size) => poolgrad::burn::adaptive_max_pool2d(x, size).expect("valid"),
+    }
+}
+
+struct Case {
+    name: &'static str,
+    x: Vec<f64>,
+    shape: [usize; 4],
+    op: Op,
+    w: Vec<f64>,
+    y: Vec<f64>,
+    gx: Vec<f64>,
+}
+
+fn hand_worked_cases() -> Vec<Case> {
+    let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+    vec![
+        // Ties: window 1 = 3, 3, 0, 1 (flat 0, 1, 4, 5): the first 3 (flat 0) takes 1; window 2 =
+        // 1, 2, 2, 0 (flat 2, 3, 6, 7): the first 2 in row-major order (flat 3) takes 2.
+        Case {
+            name: "ties k2 s2",
+            x: vec![3., 3., 1., 2., 0., 1., 2., 0.],
+            shape: [1, 1, 2, 4],
+            op: Op::MaxPool(MaxPool2dParams::new([2, 2])),
+            w: vec![1., 2.],
+            y: vec![3., 2.],
+            gx: vec![1., 0., 0., 2., 0., 0., 0., 0.],
+        },
+        // Stem (k3 s2 p1) on 4x4 with 100 at flat 5: all four windows hold it; it collects 10.
+        Case {
+            name: "stem overlap",
+            x: (0..16).map(|v| if v == 5 { 100.0 } else { f64::from(v) }).collect(),
+            shape: [1, 1, 4, 4],
+            op: Op::MaxPool(stem),
+            w: vec![1., 2., 3., 4.],
+            y: vec![100.; 4],
+            gx: (0..16).map(|v| if v == 5 { 10.0 } else { 0.0 }).collect(),
+        },
+        // Ceil mode, 3x3 = 1..=9, k2 s2: maxima 5, 6, 8, 9 at flat 4, 5, 7, 8.
+        Case {
+            name: "ceil mode",
+            x: (1..=9).map(f64::from).collect(),
+            shape: [1, 1, 3, 3],
+            op: Op::MaxPool(MaxPool2dParams::new([2, 2]).with_ceil_mode(true)),
+            w: vec![1., 2., 3., 4.],
+            y: vec![5., 6., 8., 9.],
+            gx: vec![0., 0., 0., 0., 1., 2., 0., 3., 4.],
+        },
+        // NaN: 1, NaN, 3, NaN: the last NaN (flat 3) is the index and takes 5.
+        Case {
+            name: "NaN",
+            x: vec![1., f64::NAN, 3., f64::NAN],
+            shape: [1, 1, 2, 2],
+            op: Op::MaxPool(MaxPool2dParams::new([2, 2])),
+            w: vec![5.],
+            y: vec![f64::NAN],
+            gx: vec![0., 0., 0., 5.],
+        },
+        // Adaptive 3x3 -> 2x2: every window holds the 9 at flat 4, which collects 10.
+        Case {
+            name: "adaptive overlap",
+            x: vec![1., 2., 3., 4., 9., 5., 6., 7., 8.],
+            shape: [1, 1, 3, 3],
+            op: Op::Adaptive([2, 2]),
+            w: vec![1., 2., 3., 4.],
+            y: vec![9.; 4],
+            gx: vec![0., 0., 0., 0., 10., 0., 0., 0., 0.],
+        },
+        // Adaptive to 1x1 over a tie of 7s at flat 1 and 2: the first takes the gradient.
+        Case {
+            name: "adaptive tie",
+            x: vec![0., 7., 7., 1.],
+            shape: [1, 1, 2, 2],
+            op: Op::Adaptive([1, 1]),
+            w: vec![3.],
+            y: vec![7.],
+            gx: vec![0., 3., 0., 0.],
+        },
+    ]
+}
+
+fn same_values(got: &[f64], want: &[f64]) -> bool {
+    got.len() == want.len() && got.iter().zip(want).all(|(g, w)| g == w || (g.is_nan() && w.is_nan()))
+}
+
+#[test]
+fn gradients_through_burn_autodiff_are_pytorchs_on_hand_worked_cases() {
+    for case in hand_worked_cases() {
+        for (device_name, device) in [("autodiff", autodiff()), ("balanced checkpointing", balanced())] {
+            for make in [tensor_f32 as fn(&[f64], [usize; 4], &Device) -> Tensor<4>, tensor_f64] {
+                let x = make(&case.x, case.shape, &device).require_grad();
+                let y = apply(case.op, x.clone());
+                let y_values = values_f64(y.clone());
+                assert!(same_values(&y_values, &case.y), "{} {device_name}: output {y_values:?}", case.name);
+                let grads = weighted_sum(y, &case.w).backward();
+                let gx = values_f64(x.grad(&grads).expect("x requires grad"));
+                assert_eq!(gx, case.gx, "{} {device_name}: input gradient", case.name);
+            }
+        }
+        // Without autodiff the forward is the same.
+        let y = apply(case.op, tensor_f64(&case.x, case.shape, &plain()));
+        assert!(same_values(&values_f64(y), &case.y), "{} plain", case.name);
+    }
+}
+
+/// Deterministic values with many ties (eight levels).
+fn values(len: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            f64::from((s % 8) as u32) - 3.0
+        })
+        .collect()
+}
+
+fn gradient_values(len: usize, seed: u64) -> Vec<f64> {
+    values(len, seed).iter().enumerate().map(|(i, v)| v + 0.1 * (i % 7) as f64 + 0.013).collect()
+}
+
+fn to_ndarray(values: &[f64], shape: [usize; 4]) -> ArrayD<f64> {
+    ArrayD::from_shape_vec(IxDyn(&shape), values.to_vec()).expect("shape")
+}
+
+/// Through burn's autodiff, on larger inputs with ties and overlapping windows, the gradient
+/// equals poolgrad's own backward on the same data, bit for bit (f64 and f32).
+#[test]
+fn gradients_equal_poolgrads_backward_bit_for_bit() {
+    let shape = [2, 3, 9, 11];
+    let len: usize = shape.iter().product();
+    let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]).with_ceil_mode(true);
+    for (op, seed) in [
+        (Op::MaxPool(stem), 1),
+        (Op::MaxPool(MaxPool2dParams::new([2, 3]).with_dilation([2, 1])), 2),
+        (Op::Adaptive([4, 5]), 3),
+    ] {
+        for device in [autodiff(), balanced()] {
+            let xv = values(len, seed);
+            let x = tensor_f64(&xv, shape, &device).require_grad();
+            let y = apply(op, x.clone());
+            let w = gradient_values(y.shape().num_elements(), seed + 10);
+            let out_shape: [usize; 4] = y.dims();
+            let gx = values_f64(x.grad(&weighted_sum(y, &w).backward()).expect("x"));
+
+            let x_nd = to_ndarray(&xv, shape);
+            let w_nd = to_ndarray(&w, out_shape);
+            let direct = match op {
+                Op::MaxPool(p) => {
+                    let pooled = poolgrad::max_pool2d_with_indices(&x_nd, &p).unwrap();
+                    poolgrad::max_pool2d_with_indices_backward(&w_nd, &x_nd, &pooled.indices, &p).unwrap()
+                }
+                Op::Adaptive(size) => {
+                    let pooled = poolgrad::adaptive_max_pool2d(&x_nd, size).unwrap();
+                    poolgrad::adaptive_max_pool2d_backward(&w_nd, &x_nd, &pooled.indices).unwrap()
+                }
+            };
+            let direct: Vec<f64> = direct.iter().copied().collect();
+            assert!(gx.iter().zip(&direct).all(|(a, b)| a.to_bits() == b.to_bits()));
+            assert!(direct.iter().filter(|v| **v != 0.0).count() > 10, "non-trivial");
+
+            // f32 too: the same values, rounded once from f32 sums.
+            let x = tensor_f32(&xv, shape, &device).require_grad();
+            let y = apply(op, x.clone());
+            let gx = values_f64(x.grad(&weighted_sum(y, &w).backward()).expect("x"));
+            let x32 = x_nd.mapv(|v| v as f32);
+            let w32 = w_nd.mapv(|v| v as f32);
+            let direct32 = match op {
+                Op::MaxPool(p) => {
+                    let pooled = poolgrad::max_pool2d_with_indices(&x32, &p).unwrap();
+                    poolgrad::max_pool2d_with_indices_backward(&w32, &x32, &pooled.indices, &p).unwrap()
+                }
+                Op::Adaptive(size) => {
+                    let pooled = poolgrad::adaptive_max_pool2d(&x32, size).unwrap();
+                    poolgrad::adaptive_max_pool2d_backward(&w32, &x32, &pooled.indices).unwrap()
+                }
+            };
+            assert!(gx.iter().zip(direct32.iter()).all(|(a, b)| (*a as f32).to_bits() == b.to_bits()));
+        }
+    }
+}
+
+fn burn_options(p: &MaxPool2dParams) -> MaxPoolOptions<2> {
+    MaxPoolOptions::new(p.kernel())
+        .with_stride(p.stride())
+        .with_padding(p.padding())
+        .with_dilation(p.dilation())
+        .with_ceil_mode(p.ceil_mode())
+}
+
+/// Where burn has the operator, poolgrad gives burn's results on finite inputs: the same
+/// outputs and indices from `max_pool2d_with_indices`, the same gradient from its backward and
+/// from autodiff through burn's `max_pool2d`. Inputs have many ties; parameters cover padding,
+/// stride, dilation and ceil mode.
+#[test]
+fn max_pool_matches_burns_own_operator_on_finite_inputs() {
+    let params = [
+        MaxPool2dParams::new([2, 2]),
+        MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]),
+        MaxPool2dParams::new([3, 2]).with_stride([1, 2]).with_padding([1, 0]).with_ceil_mode(true),
+        MaxPool2dParams::new([2, 3]).with_stride([2, 1]).with_dilation([2, 2]),
+        MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]).with_ceil_mode(true),
+    ];
+    for (k, p) in params.iter().enumerate() {
+        for shape in [[2, 3, 9, 11], [1, 2, 8, 8], [1, 1, 5, 7]] {
+            let len: usize = shape.iter().product();
+            let xv = values(len, 100 + k as u64);
+            let x = tensor_f64(&xv, shape, &plain());
+
+            let (ours, our_indices) = poolgrad::burn::max_pool2d_with_indices(x.clone(), p).unwrap();
+            let (burns, burn_indices) =
+                burn_tensor::module::max_pool2d_with_indices(x.clone(), burn_options(p));
+            assert_eq!(ours.dims(), burns.dims(), "{p:?} {shape:?}");
+            assert_eq!(values_f64(ours.clone()), values_f64(burns), "{p:?} {shape:?}");
+            assert_eq!(
+                indices_i64(our_indices.clone()),
+                indices_i64(burn_indices.clone()),
+                "{p:?} {shape:?}"
+            );
+
+            let w = gradient_values(ours.shape().num_elements(), 7);
+            let g = tensor_f64(&w, ours.dims(), &plain());
+            let our_gx =
+                poolgrad::burn::max_pool2d_with_indices_backward(g.clone(), x.clone(), our_indices, p)
+                    .unwrap();
+            let [kh, kw] = p.kernel();
+            let burn_gx = burn_tensor::module::max_pool2d_with_indices_backward(
+                x.clone(),
+                [kh, kw],
+                p.stride(),
+                p.padding(),
+                p.dilation(),
+                p.ceil_mode(),
+                g,
+                burn_indices,
+            );
+            assert_eq!(values_f64(our_gx), values_f64(burn_gx), "{p:?} {shape:?}");
+
+            // Autodiff through burn's own max_pool2d against ours.
+            let xa = tensor_f64(&xv, shape, &autodiff()).require_grad();
+            let burn_auto = xa
+                .grad(
+                    &weighted_sum(burn_tensor::module::max_pool2d(xa.clone(), burn_options(p)), &w)
+                        .backward(),
+                )
+                .unwrap();
+            let xb = tensor_f64(&xv, shape, &autodiff()).require_grad();
+            let our_auto = xb
+                .grad(&weighted_sum(poolgrad::burn::max_pool2d(xb.clone(), p).unwrap(), &w).backward())
+                .unwrap();
+            assert_eq!(values_f64(our_auto), values_f64(burn_auto), "{p:?} {shape:?}");
+        }
+    }
+}
+
+/// Where burn departs from PyTorch: its max pool never selects a NaN (`val > max` is false for
+/// NaN). On the window 1, NaN, 3, NaN burn's maximum is 3 (flat 2); PyTorch's and poolgrad's is
+/// the NaN at flat 3.
+#[test]
+fn burns_max_pool_skips_nan_where_pytorch_and_poolgrad_take_it() {
+    let x = tensor_f64(&[1., f64::NAN, 3., f64::NAN], [1, 1, 2, 2], &plain());
+    let p = MaxPool2dParams::new([2, 2]);
+    let (burns, burn_indices) = burn_tensor::module::max_pool2d_with_indices(x.clone(), burn_options(&p));
+    assert_eq!(values_f64(burns), [3.0]);
+    assert_eq!(indices_i64(burn_indices), [2]);
+    let (ours, our_indices) = poolgrad::burn::max_pool2d_with_indices(x, &p).unwrap();
+    assert!(values_f64(ours)[0].is_nan());
+    assert_eq!(indices_i64(our_indices), [3]);
+}
+
+/// burn's strided tensors (dimensions swapped, sliced) are read in place and give the result
+/// of the same data laid out contiguously.
+#[test]
+fn swapped_and_sliced_tensors_give_the_results_of_their_contiguous_data() {
+    let shape = [2, 3, 8, 10];
+    let xv = values(shape.iter().product(), 9);
+    let x = tensor_f64(&xv, shape, &plain());
+    let x_nd = to_ndarray(&xv, shape);
+    let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+
+    let swapped = x.clone().swap_dims(2, 3);
+    let mut swapped_nd = x_nd.clone();
+    swapped_nd.swap_axes(2, 3);
+    let sliced = x.slice([0..2, 1..3, 2..7, 1..9]);
+    let sliced_nd = x_nd.slice(ndarray::s![0..2, 1..3, 2..7, 1..9]).to_owned().into_dyn();
+    for (name, t, nd) in
+        [("swapped", swapped, swapped_nd.as_standard_layout().to_owned()), ("sliced", sliced, sliced_nd)]
+    {
+        let (y, idx) = poolgrad::burn::max_pool2d_with_indices(t.clone(), &stem).unwrap();
+        let want = poolgrad::max_pool2d_with_indices(&nd, &stem).unwrap();
+        assert_eq!(values_f64(y), want.output.iter().copied().collect::<Vec<_>>(), "{name}");
+        assert_eq!(indices_i64(idx), want.indices.iter().copied().collect::<Vec<_>>(), "{name}");
+        let (y, idx) = poolgrad::burn::adaptive_max_pool2d_with_indices(t, [3, 4]).unwrap();
+        let want = poolgrad::adaptive_max_pool2d(&nd, [3, 4]).unwrap();
+        assert_eq!(values_f64(y), want.output.iter().copied().collect::<Vec<_>>(), "{name}");
+        assert_eq!(indices_i64(idx), want.indices.iter().copied().collect::<Vec<_>>(), "{name}");
+    }
+}
+
+/// The explicit backwards take I64 or I32 indices, on plain and autodiff tensors, and equal the
+/// autodiff gradient.
+#[test]
+fn explicit_backwards_take_i64_or_i32_indices_and_equal_autodiff() {
+    let shape = [1, 2, 7, 6];
+    let xv = values(shape.iter().product(), 21);
+    for device in [plain(), autodiff()] {
+        let x = tensor_f64(&xv, shape, &device);
+        let (y, idx) = poolgrad::burn::adaptive_max_pool2d_with_indices(x.clone(), [3, 4]).unwrap();
+        let w = gradient_values(y.shape().num_elements(), 4);
+        let g = tensor_f64(&w, y.dims(), &device);
+        let with_i64 =
+            poolgrad::burn::adaptive_max_pool2d_backward(g.clone(), x.clone(), idx.clone()).unwrap();
+        let with_i32 =
+            poolgrad::burn::adaptive_max_pool2d_backward(g, x, idx.cast(burn_tensor::DType::I32)).unwrap();
+        let xa = tensor_f64(&xv, shape, &autodiff()).require_grad();
+        let auto = xa
+            .grad(
+                &weighted_sum(poolgrad::burn::adaptive_max_pool2d(xa.clone(), [3, 4]).unwrap(), &w)
+                    .backward(),
+            )
+            .unwrap();
+        let auto = values_f64(auto);
+        assert_eq!(values_f64(with_i64), auto);
+        assert_eq!(values_f64(with_i32), auto);
+    }
+}
+
+/// Bad input is a typed error naming the operation and argument; no panic.
+#[test]
+fn bad_input_gives_typed_errors() {
+    let x = tensor_f32(&[0.0; 16], [1, 1, 4, 4], &plain());
+    let e = poolgrad::burn::max_pool2d(x.clone(), &MaxPool2dParams::new([0, 2])).unwrap_err();
+    assert!(matches!(e, poolgrad::burn::Error::Pool(poolgrad::Error::InvalidParameter { .. })), "{e}");
+    let e = poolgrad::burn::adaptive_max_pool2d(x.clone(), [0, 2]).unwrap_err();
+    assert!(matches!(e, poolgrad::burn::Error::Pool(_)), "{e}");
+
+    let p = MaxPool2dParams::new([2, 2]);
+    let (y, idx) = poolgrad::burn::max_pool2d_with_indices(x.clone(), &p).unwrap();
+    let g64 = tensor_f64(&[1.0; 4], [1, 1, 2, 2], &plain());
+    let e = poolgrad::burn::max_pool2d_with_indices_backward(g64, x.clone(), idx.clone(), &p).unwrap_err();
+    let m = e.to_string();
+    assert!(
+        matches!(&e, poolgrad::burn::Error::DType { arg: "grad_output", .. })
+            && m.contains("F32")
+            && m.contains("F64"),
+        "{m}"
+    );
+
+    let idx16 = idx.clone().cast(burn_tensor::DType::I16);
+    let e = poolgrad::burn::max_pool2d_with_indices_backward(y.clone(), x.clone(), idx16, &p).unwrap_err();
+    let m = e.to_string();
+    assert!(
+        matches!(&e, poolgrad::burn::Error::DType { arg: "indices", .. })
+            && m.contains("I64 or I32")
+            && m.contains("I16"),
+        "{m}"
+    );
+
+    let wrong = Tensor::<4, Int>::from_data(TensorData::new(vec![0i64, 99, 0, 0], [1, 1, 2, 2]), &plain());
+    let e = poolgrad::burn::max_pool2d_with_indices_backward(y, x, wrong, &p).unwrap_err();
+    assert!(matches!(e, poolgrad::burn::Error::Pool(poolgrad::Error::IndexOutOfRange { .. })), "{e}");
+}
