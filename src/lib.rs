@@ -61,6 +61,14 @@
 #![cfg_attr(not(feature = "ascend"), doc = "- `ascend`: `device::ascend::Ascend`,")]
 //!   an Ascend NPU through CANN's C ABI, loaded at run time (no SDK is needed to build). Tested
 //!   against a test double of that ABI: no NPU was available to this crate's developers.
+#![cfg_attr(feature = "candle", doc = "- `candle`: [`candle`](mod@candle),")]
+#![cfg_attr(not(feature = "candle"), doc = "- `candle`: `candle`,")]
+//!   max pooling and adaptive max pooling for candle-core 0.11 tensors, differentiable through
+//!   candle's autograd with PyTorch's gradient.
+#![cfg_attr(feature = "burn", doc = "- `burn`: [`burn`](mod@burn),")]
+#![cfg_attr(not(feature = "burn"), doc = "- `burn`: `burn`,")]
+//!   adaptive max pooling and max pooling with indices for burn 0.22 tensors on its ndarray
+//!   backend, differentiable under burn's autodiff with PyTorch's gradient.
 
 #![doc(test(attr(deny(warnings))))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
