@@ -2,12 +2,8 @@
 //! burn's autodiff equal PyTorch's on hand-worked cases (ties, overlapping windows, padding, ceil
 //! mode, NaN) and poolgrad's own backward bit for bit, under both checkpointing strategies; the
 //! max-pool forward and backward match burn's own operator wherever burn follows PyTorch (finite
-//! inputs), and the NaN case where it does not is shown; bad input gives typed errors.
-//!
-//! Expected values are worked out by hand in the comments, from PyTorch's CPU kernels: a value
-//! replaces the running maximum of a row-major window scan when it is greater or NaN, so the
-//! first maximum wins and the last NaN wins; the backward adds each output's gradient at its
-//! index.
+//! inputs), and the NaN case where it does not is shown; bad input gives typed errors. The
+//! hand-worked cases, shared with the candle bridge's tests, are in `common/bridge_cases.rs`.
 
 // burn 0.22 deprecates its ndarray backend (for burn-flex); the bridge is for it, on purpose.
 #![allow(deprecated)]
@@ -16,6 +12,10 @@ use burn_tensor::ops::MaxPoolOptions;
 use burn_tensor::{Device, Int, Tensor, TensorData};
 use ndarray::{ArrayD, IxDyn};
 use poolgrad::MaxPool2dParams;
+
+#[path = "common/bridge_cases.rs"]
+mod bridge_cases;
+use bridge_cases::{Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, values};
 
 fn plain() -> Device {
     Device::ndarray()
@@ -67,106 +67,21 @@ fn weighted_sum(y: Tensor<4>, w: &[f64]) -> Tensor<1> {
     (y * w).sum()
 }
 
-#[derive(Clone, Copy)]
-enum Op {
-    MaxPool(MaxPool2dParams),
-    Adaptive([usize; 2]),
-}
-
 fn apply(op: Op, x: Tensor<4>) -> Tensor<4> {
     match op {
         Op::MaxPool(p) => poolgrad::burn::max_pool2d(x, &p).expect("valid"),
         Op::Adaptive(size) => poolgrad::burn::adaptive_max_pool2d(x, size).expect("valid"),
+        Op::Mask(_) => unreachable!("burn has no mask form: the cases are filtered"),
     }
-}
-
-struct Case {
-    name: &'static str,
-    x: Vec<f64>,
-    shape: [usize; 4],
-    op: Op,
-    w: Vec<f64>,
-    y: Vec<f64>,
-    gx: Vec<f64>,
-}
-
-fn hand_worked_cases() -> Vec<Case> {
-    let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
-    vec![
-        // Ties: window 1 = 3, 3, 0, 1 (flat 0, 1, 4, 5): the first 3 (flat 0) takes 1; window 2 =
-        // 1, 2, 2, 0 (flat 2, 3, 6, 7): the first 2 in row-major order (flat 3) takes 2.
-        Case {
-            name: "ties k2 s2",
-            x: vec![3., 3., 1., 2., 0., 1., 2., 0.],
-            shape: [1, 1, 2, 4],
-            op: Op::MaxPool(MaxPool2dParams::new([2, 2])),
-            w: vec![1., 2.],
-            y: vec![3., 2.],
-            gx: vec![1., 0., 0., 2., 0., 0., 0., 0.],
-        },
-        // Stem (k3 s2 p1) on 4x4 with 100 at flat 5: all four windows hold it; it collects 10.
-        Case {
-            name: "stem overlap",
-            x: (0..16).map(|v| if v == 5 { 100.0 } else { f64::from(v) }).collect(),
-            shape: [1, 1, 4, 4],
-            op: Op::MaxPool(stem),
-            w: vec![1., 2., 3., 4.],
-            y: vec![100.; 4],
-            gx: (0..16).map(|v| if v == 5 { 10.0 } else { 0.0 }).collect(),
-        },
-        // Ceil mode, 3x3 = 1..=9, k2 s2: maxima 5, 6, 8, 9 at flat 4, 5, 7, 8.
-        Case {
-            name: "ceil mode",
-            x: (1..=9).map(f64::from).collect(),
-            shape: [1, 1, 3, 3],
-            op: Op::MaxPool(MaxPool2dParams::new([2, 2]).with_ceil_mode(true)),
-            w: vec![1., 2., 3., 4.],
-            y: vec![5., 6., 8., 9.],
-            gx: vec![0., 0., 0., 0., 1., 2., 0., 3., 4.],
-        },
-        // NaN: 1, NaN, 3, NaN: the last NaN (flat 3) is the index and takes 5.
-        Case {
-            name: "NaN",
-            x: vec![1., f64::NAN, 3., f64::NAN],
-            shape: [1, 1, 2, 2],
-            op: Op::MaxPool(MaxPool2dParams::new([2, 2])),
-            w: vec![5.],
-            y: vec![f64::NAN],
-            gx: vec![0., 0., 0., 5.],
-        },
-        // Adaptive 3x3 -> 2x2: every window holds the 9 at flat 4, which collects 10.
-        Case {
-            name: "adaptive overlap",
-            x: vec![1., 2., 3., 4., 9., 5., 6., 7., 8.],
-            shape: [1, 1, 3, 3],
-            op: Op::Adaptive([2, 2]),
-            w: vec![1., 2., 3., 4.],
-            y: vec![9.; 4],
-            gx: vec![0., 0., 0., 0., 10., 0., 0., 0., 0.],
-        },
-        // Adaptive to 1x1 over a tie of 7s at flat 1 and 2: the first takes the gradient.
-        Case {
-            name: "adaptive tie",
-            x: vec![0., 7., 7., 1.],
-            shape: [1, 1, 2, 2],
-            op: Op::Adaptive([1, 1]),
-            w: vec![3.],
-            y: vec![7.],
-            gx: vec![0., 3., 0., 0.],
-        },
-    ]
-}
-
-fn same_values(got: &[f64], want: &[f64]) -> bool {
-    got.len() == want.len() && got.iter().zip(want).all(|(g, w)| g == w || (g.is_nan() && w.is_nan()))
 }
 
 #[test]
 fn gradients_through_burn_autodiff_are_pytorchs_on_hand_worked_cases() {
-    for case in hand_worked_cases() {
+    for case in hand_worked_cases().into_iter().filter(|c| !matches!(c.op, Op::Mask(_))) {
+        let shape: [usize; 4] = case.shape.as_slice().try_into().expect("4-D cases");
         for (device_name, device) in [("autodiff", autodiff()), ("balanced checkpointing", balanced())] {
             for make in [tensor_f32 as fn(&[f64], [usize; 4], &Device) -> Tensor<4>, tensor_f64] {
-                let x = make(&case.x, case.shape, &device).require_grad();
+                let x = make(&case.x, shape, &device).require_grad();
                 let y = apply(case.op, x.clone());
                 let y_values = values_f64(y.clone());
                 assert!(same_values(&y_values, &case.y), "{} {device_name}: output {y_values:?}", case.name);
@@ -176,26 +91,9 @@ fn gradients_through_burn_autodiff_are_pytorchs_on_hand_worked_cases() {
             }
         }
         // Without autodiff the forward is the same.
-        let y = apply(case.op, tensor_f64(&case.x, case.shape, &plain()));
+        let y = apply(case.op, tensor_f64(&case.x, shape, &plain()));
         assert!(same_values(&values_f64(y), &case.y), "{} plain", case.name);
     }
-}
-
-/// Deterministic values with many ties (eight levels).
-fn values(len: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            f64::from((s % 8) as u32) - 3.0
-        })
-        .collect()
-}
-
-fn gradient_values(len: usize, seed: u64) -> Vec<f64> {
-    values(len, seed).iter().enumerate().map(|(i, v)| v + 0.1 * (i % 7) as f64 + 0.013).collect()
 }
 
 fn to_ndarray(values: &[f64], shape: [usize; 4]) -> ArrayD<f64> {
@@ -224,16 +122,7 @@ fn gradients_equal_poolgrads_backward_bit_for_bit() {
 
             let x_nd = to_ndarray(&xv, shape);
             let w_nd = to_ndarray(&w, out_shape);
-            let direct = match op {
-                Op::MaxPool(p) => {
-                    let pooled = poolgrad::max_pool2d_with_indices(&x_nd, &p).unwrap();
-                    poolgrad::max_pool2d_with_indices_backward(&w_nd, &x_nd, &pooled.indices, &p).unwrap()
-                }
-                Op::Adaptive(size) => {
-                    let pooled = poolgrad::adaptive_max_pool2d(&x_nd, size).unwrap();
-                    poolgrad::adaptive_max_pool2d_backward(&w_nd, &x_nd, &pooled.indices).unwrap()
-                }
-            };
+            let direct = poolgrad_gradient(op, &x_nd, &w_nd);
             let direct: Vec<f64> = direct.iter().copied().collect();
             assert!(gx.iter().zip(&direct).all(|(a, b)| a.to_bits() == b.to_bits()));
             assert!(direct.iter().filter(|v| **v != 0.0).count() > 10, "non-trivial");
@@ -244,16 +133,7 @@ fn gradients_equal_poolgrads_backward_bit_for_bit() {
             let gx = values_f64(x.grad(&weighted_sum(y, &w).backward()).expect("x"));
             let x32 = x_nd.mapv(|v| v as f32);
             let w32 = w_nd.mapv(|v| v as f32);
-            let direct32 = match op {
-                Op::MaxPool(p) => {
-                    let pooled = poolgrad::max_pool2d_with_indices(&x32, &p).unwrap();
-                    poolgrad::max_pool2d_with_indices_backward(&w32, &x32, &pooled.indices, &p).unwrap()
-                }
-                Op::Adaptive(size) => {
-                    let pooled = poolgrad::adaptive_max_pool2d(&x32, size).unwrap();
-                    poolgrad::adaptive_max_pool2d_backward(&w32, &x32, &pooled.indices).unwrap()
-                }
-            };
+            let direct32 = poolgrad_gradient(op, &x32, &w32);
             assert!(gx.iter().zip(direct32.iter()).all(|(a, b)| (*a as f32).to_bits() == b.to_bits()));
         }
     }

@@ -2,16 +2,16 @@
 //! hand-worked cases (ties, overlapping windows, padding, ceil mode, NaN) and poolgrad's own
 //! backward bit for bit, in every float dtype and for every layout candle makes; bad input gives
 //! candle errors with poolgrad's messages; and candle's own `max_pool2d` backward is shown to
-//! differ from PyTorch's rule, the reason the bridge exists.
-//!
-//! Expected values are worked out by hand in the comments, from PyTorch's CPU kernels: the window
-//! is scanned in row-major order and a value replaces the running maximum when it is greater or
-//! NaN (`val > maxval || isnan(val)`), so the first maximum wins and the last NaN wins; the
-//! backward adds each output's gradient at its index.
+//! differ from PyTorch's rule, the reason the bridge exists. The hand-worked cases, shared with
+//! the burn bridge's tests, are in `common/bridge_cases.rs`.
 
 use candle_core::{DType, Device, Tensor, Var, WithDType};
 use ndarray::{ArrayD, IxDyn};
 use poolgrad::{Bitmask, I32Argmax, MaxPool2dParams, PoolFloat};
+
+#[path = "common/bridge_cases.rs"]
+mod bridge_cases;
+use bridge_cases::{Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, values};
 
 type Result<T = ()> = candle_core::Result<T>;
 
@@ -41,118 +41,12 @@ fn grad_f64(grads: &candle_core::backprop::GradStore, x: &Var) -> Result<Vec<f64
 
 const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 
-/// One hand-worked case: input, operation, gradient of the output, expected output and input
-/// gradient.
-struct Case {
-    name: &'static str,
-    x: Vec<f64>,
-    shape: Vec<usize>,
-    op: Op,
-    w: Vec<f64>,
-    y: Vec<f64>,
-    gx: Vec<f64>,
-}
-
-#[derive(Clone, Copy)]
-enum Op {
-    MaxPool(MaxPool2dParams),
-    Adaptive([usize; 2]),
-    Mask(MaxPool2dParams),
-}
-
 fn apply(op: Op, x: &Tensor) -> Result<Tensor> {
     match op {
         Op::MaxPool(p) => poolgrad::candle::max_pool2d(x, &p),
         Op::Adaptive(size) => poolgrad::candle::adaptive_max_pool2d(x, size),
         Op::Mask(p) => Ok(poolgrad::candle::max_pool2d_with_mask(x, &p, Bitmask)?.0),
     }
-}
-
-fn hand_worked_cases() -> Vec<Case> {
-    let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
-    vec![
-        // Ties, kernel 2 = stride 2 (candle's own case): window 1 holds 3, 3, 0, 1 (flat 0, 1,
-        // 4, 5): the first 3 (flat 0) takes the gradient 1. Window 2 holds 1, 2, 2, 0 (flat 2,
-        // 3, 6, 7): the first 2 in row-major order is flat 3, which takes 2.
-        Case {
-            name: "ties k2 s2",
-            x: vec![3., 3., 1., 2., 0., 1., 2., 0.],
-            shape: vec![1, 1, 2, 4],
-            op: Op::MaxPool(MaxPool2dParams::new([2, 2])),
-            w: vec![1., 2.],
-            y: vec![3., 2.],
-            gx: vec![1., 0., 0., 2., 0., 0., 0., 0.],
-        },
-        // A ResNet stem (k3 s2 p1) on 4x4 with 100 at (1, 1) = flat 5: rows -1..=1 and 1..=3
-        // and columns likewise all contain it, so all four windows select flat 5 and it
-        // collects 1 + 2 + 3 + 4 = 10 (overlapping windows, padding never selected).
-        Case {
-            name: "stem overlap",
-            x: (0..16).map(|v| if v == 5 { 100.0 } else { f64::from(v) }).collect(),
-            shape: vec![1, 1, 4, 4],
-            op: Op::MaxPool(stem),
-            w: vec![1., 2., 3., 4.],
-            y: vec![100.; 4],
-            gx: (0..16).map(|v| if v == 5 { 10.0 } else { 0.0 }).collect(),
-        },
-        // Ceil mode, 3x3 = 1..=9, k2 s2: output 2x2, the last row and column of windows are cut
-        // by the border: maxima 5 (flat 4), 6 (5), 8 (7), 9 (8).
-        Case {
-            name: "ceil mode",
-            x: (1..=9).map(f64::from).collect(),
-            shape: vec![1, 1, 3, 3],
-            op: Op::MaxPool(MaxPool2dParams::new([2, 2]).with_ceil_mode(true)),
-            w: vec![1., 2., 3., 4.],
-            y: vec![5., 6., 8., 9.],
-            gx: vec![0., 0., 0., 0., 1., 2., 0., 3., 4.],
-        },
-        // NaN: a window 1, NaN, 3, NaN (flat 0, 1, 2, 3): NaN replaces the maximum each time it
-        // is seen, so the last NaN (flat 3) is the index and takes the gradient 5.
-        Case {
-            name: "NaN",
-            x: vec![1., f64::NAN, 3., f64::NAN],
-            shape: vec![1, 1, 2, 2],
-            op: Op::MaxPool(MaxPool2dParams::new([2, 2])),
-            w: vec![5.],
-            y: vec![f64::NAN],
-            gx: vec![0., 0., 0., 5.],
-        },
-        // Adaptive 3x3 -> 2x2: windows rows [0, 2) and [1, 3), columns likewise; all hold the
-        // 9 at flat 4, which collects 1 + 2 + 3 + 4 = 10.
-        Case {
-            name: "adaptive overlap",
-            x: vec![1., 2., 3., 4., 9., 5., 6., 7., 8.],
-            shape: vec![1, 3, 3],
-            op: Op::Adaptive([2, 2]),
-            w: vec![1., 2., 3., 4.],
-            y: vec![9.; 4],
-            gx: vec![0., 0., 0., 0., 10., 0., 0., 0., 0.],
-        },
-        // Adaptive to 1x1 over a tie of 7s at flat 1 and 2: the first takes the gradient.
-        Case {
-            name: "adaptive tie",
-            x: vec![0., 7., 7., 1.],
-            shape: vec![1, 1, 2, 2],
-            op: Op::Adaptive([1, 1]),
-            w: vec![3.],
-            y: vec![7.],
-            gx: vec![0., 3., 0., 0.],
-        },
-        // The mask form (Bitmask layout) on the ties case: the same gradient.
-        Case {
-            name: "mask ties",
-            x: vec![3., 3., 1., 2., 0., 1., 2., 0.],
-            shape: vec![1, 1, 2, 4],
-            op: Op::Mask(MaxPool2dParams::new([2, 2])),
-            w: vec![1., 2.],
-            y: vec![3., 2.],
-            gx: vec![1., 0., 0., 2., 0., 0., 0., 0.],
-        },
-    ]
-}
-
-fn same_values(got: &[f64], want: &[f64]) -> bool {
-    got.len() == want.len() && got.iter().zip(want).all(|(g, w)| g == w || (g.is_nan() && w.is_nan()))
 }
 
 #[test]
@@ -169,24 +63,6 @@ fn gradients_through_candle_autograd_are_pytorchs_on_hand_worked_cases() -> Resu
         }
     }
     Ok(())
-}
-
-/// Deterministic values with many ties (eight levels), NaN-free.
-fn values(len: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            f64::from((s % 8) as u32) - 3.0
-        })
-        .collect()
-}
-
-/// Gradients with fractional parts, so that f16 and bf16 sums round.
-fn gradient_values(len: usize, seed: u64) -> Vec<f64> {
-    values(len, seed).iter().enumerate().map(|(i, v)| v + 0.1 * (i % 7) as f64 + 0.013).collect()
 }
 
 fn to_ndarray<T: WithDType>(t: &Tensor) -> Result<ArrayD<T>> {
@@ -218,20 +94,7 @@ fn equals_poolgrad_backward<T: WithDType + PoolFloat>() -> Result {
 
         let x_nd = to_ndarray::<T>(x.as_tensor())?;
         let w_nd = to_ndarray::<T>(&Tensor::new(w.as_slice(), &cpu())?.reshape(y.shape())?.to_dtype(dtype)?)?;
-        let direct = match op {
-            Op::MaxPool(p) => {
-                let pooled = poolgrad::max_pool2d_with_indices(&x_nd, &p).unwrap();
-                poolgrad::max_pool2d_with_indices_backward(&w_nd, &x_nd, &pooled.indices, &p).unwrap()
-            }
-            Op::Adaptive(size) => {
-                let pooled = poolgrad::adaptive_max_pool2d(&x_nd, size).unwrap();
-                poolgrad::adaptive_max_pool2d_backward(&w_nd, &x_nd, &pooled.indices).unwrap()
-            }
-            Op::Mask(p) => {
-                let pooled = poolgrad::max_pool2d_with_mask(&x_nd, &p, Bitmask).unwrap();
-                poolgrad::max_pool2d_with_mask_backward(&w_nd, &x_nd, &pooled.mask).unwrap()
-            }
-        };
+        let direct = poolgrad_gradient(op, &x_nd, &w_nd);
         assert!(bits_equal(via_candle, &direct)?, "{dtype:?}: candle's gradient differs from poolgrad's");
         // And the values are not trivial: some windows share a maximum (gradients add up).
         assert!(direct.iter().filter(|v| v.to_f64_exact() != 0.0).count() > 10);
