@@ -60,8 +60,15 @@ use ndarray::{ArcArray, ArrayViewD, IxDyn};
 
 use crate::{ArgmaxIndex, MaxPool2dParams, PoolFloat};
 
-const MAX_POOL2D: &str = "poolgrad::burn::max_pool2d_with_indices";
-const ADAPTIVE_MAX_POOL2D: &str = "poolgrad::burn::adaptive_max_pool2d";
+/// The functions' names, which begin their messages: each names the function the user called.
+mod name {
+    pub const MAX_POOL2D: &str = "poolgrad::burn::max_pool2d";
+    pub const MAX_POOL2D_WITH_INDICES: &str = "poolgrad::burn::max_pool2d_with_indices";
+    pub const MAX_POOL2D_WITH_INDICES_BACKWARD: &str = "poolgrad::burn::max_pool2d_with_indices_backward";
+    pub const ADAPTIVE_MAX_POOL2D: &str = "poolgrad::burn::adaptive_max_pool2d";
+    pub const ADAPTIVE_MAX_POOL2D_WITH_INDICES: &str = "poolgrad::burn::adaptive_max_pool2d_with_indices";
+    pub const ADAPTIVE_MAX_POOL2D_BACKWARD: &str = "poolgrad::burn::adaptive_max_pool2d_backward";
+}
 
 /// What can go wrong in [`poolgrad::burn`](self): poolgrad's own errors, and burn tensors this
 /// bridge cannot read.
@@ -107,7 +114,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// # Errors
 /// As [`crate::adaptive_max_pool2d`], plus [`Error::Backend`] and [`Error::DType`].
 pub fn adaptive_max_pool2d(x: Tensor<4>, output_size: [usize; 2]) -> Result<Tensor<4>> {
-    Ok(adaptive_max_pool2d_with_indices(x, output_size)?.0)
+    Ok(pool(name::ADAPTIVE_MAX_POOL2D, Pooling::Adaptive(output_size), x)?.0)
 }
 
 /// [`adaptive_max_pool2d`] that also returns the flat index `ih * W + iw` of each maximum inside
@@ -119,7 +126,7 @@ pub fn adaptive_max_pool2d_with_indices(
     x: Tensor<4>,
     output_size: [usize; 2],
 ) -> Result<(Tensor<4>, Tensor<4, Int>)> {
-    pool(Pooling::Adaptive(output_size), x)
+    pool(name::ADAPTIVE_MAX_POOL2D_WITH_INDICES, Pooling::Adaptive(output_size), x)
 }
 
 /// Gradient of [`adaptive_max_pool2d_with_indices`] for burn tensors
@@ -133,7 +140,7 @@ pub fn adaptive_max_pool2d_backward(
     x: Tensor<4>,
     indices: Tensor<4, Int>,
 ) -> Result<Tensor<4>> {
-    unpool(Pooling::Adaptive([0, 0]), grad_output, x, indices)
+    unpool(name::ADAPTIVE_MAX_POOL2D_BACKWARD, Pooling::Adaptive([0, 0]), grad_output, x, indices)
 }
 
 /// 2-D max pooling with PyTorch's semantics (kernel, stride, padding, dilation, ceil mode),
@@ -142,7 +149,7 @@ pub fn adaptive_max_pool2d_backward(
 /// # Errors
 /// As [`crate::max_pool2d_with_indices`], plus [`Error::Backend`] and [`Error::DType`].
 pub fn max_pool2d(x: Tensor<4>, params: &MaxPool2dParams) -> Result<Tensor<4>> {
-    Ok(max_pool2d_with_indices(x, params)?.0)
+    Ok(pool(name::MAX_POOL2D, Pooling::MaxPool(*params), x)?.0)
 }
 
 /// [`max_pool2d`] that also returns the flat indices of the maxima as an I64 tensor, as burn's
@@ -171,7 +178,7 @@ pub fn max_pool2d_with_indices(
     x: Tensor<4>,
     params: &MaxPool2dParams,
 ) -> Result<(Tensor<4>, Tensor<4, Int>)> {
-    pool(Pooling::MaxPool(*params), x)
+    pool(name::MAX_POOL2D_WITH_INDICES, Pooling::MaxPool(*params), x)
 }
 
 /// Gradient of [`max_pool2d_with_indices`] for burn tensors. Not recorded by autodiff.
@@ -184,7 +191,7 @@ pub fn max_pool2d_with_indices_backward(
     indices: Tensor<4, Int>,
     params: &MaxPool2dParams,
 ) -> Result<Tensor<4>> {
-    unpool(Pooling::MaxPool(*params), grad_output, x, indices)
+    unpool(name::MAX_POOL2D_WITH_INDICES_BACKWARD, Pooling::MaxPool(*params), grad_output, x, indices)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -197,21 +204,12 @@ enum Pooling {
     Adaptive([usize; 2]),
 }
 
-impl Pooling {
-    fn name(self) -> &'static str {
-        match self {
-            Pooling::MaxPool(_) => MAX_POOL2D,
-            Pooling::Adaptive(_) => ADAPTIVE_MAX_POOL2D,
-        }
-    }
-}
-
 /// The forward on an ndarray primitive: the output (x's dtype) and i64 indices.
-fn forward(pooling: Pooling, x: &NdArrayTensor) -> Result<(NdArrayTensor, NdArrayTensor)> {
+fn forward(op: &'static str, pooling: Pooling, x: &NdArrayTensor) -> Result<(NdArrayTensor, NdArrayTensor)> {
     match x {
         NdArrayTensor::F32(x) => forward_typed::<f32>(pooling, x.view()),
         NdArrayTensor::F64(x) => forward_typed::<f64>(pooling, x.view()),
-        other => Err(dtype_error(pooling.name(), "x", FLOATS, other)),
+        other => Err(dtype_error(op, "x", FLOATS, other)),
     }
 }
 
@@ -229,18 +227,18 @@ where
 
 /// The backward on ndarray primitives: `grad` scattered at `indices` into a tensor shaped as `x`.
 fn backward(
+    op: &'static str,
     pooling: Pooling,
     grad: &NdArrayTensor,
     x: &NdArrayTensor,
     indices: &NdArrayTensor,
 ) -> Result<NdArrayTensor> {
-    let op = pooling.name();
     match (x, grad) {
         (NdArrayTensor::F32(x), NdArrayTensor::F32(g)) => {
-            backward_float::<f32>(pooling, g.view(), x.view(), indices)
+            backward_float::<f32>(op, pooling, g.view(), x.view(), indices)
         }
         (NdArrayTensor::F64(x), NdArrayTensor::F64(g)) => {
-            backward_float::<f64>(pooling, g.view(), x.view(), indices)
+            backward_float::<f64>(op, pooling, g.view(), x.view(), indices)
         }
         (NdArrayTensor::F32(_) | NdArrayTensor::F64(_), other) => {
             Err(dtype_error(op, "grad_output", dtype_name(x), other))
@@ -250,6 +248,7 @@ fn backward(
 }
 
 fn backward_float<T>(
+    op: &'static str,
     pooling: Pooling,
     grad: ArrayViewD<'_, T>,
     x: ArrayViewD<'_, T>,
@@ -262,7 +261,7 @@ where
     match indices {
         NdArrayTensor::I64(i) => backward_typed(pooling, grad, x, i.view()),
         NdArrayTensor::I32(i) => backward_typed(pooling, grad, x, i.view()),
-        other => Err(dtype_error(pooling.name(), "indices", "I64 or I32", other)),
+        other => Err(dtype_error(op, "indices", "I64 or I32", other)),
     }
 }
 
@@ -377,35 +376,40 @@ fn int_tensor(p: NdArrayTensor, flavor: Flavor) -> Tensor<4, Int> {
 }
 
 /// The public forwards: plain on ndarray, recorded under autodiff.
-fn pool(pooling: Pooling, x: Tensor<4>) -> Result<(Tensor<4>, Tensor<4, Int>)> {
+fn pool(op: &'static str, pooling: Pooling, x: Tensor<4>) -> Result<(Tensor<4>, Tensor<4, Int>)> {
     let device = x.device();
     if let Ok(p) = x.clone().try_into_primitive::<NdArray>() {
-        let (output, indices) = forward(pooling, &p)?;
+        let (output, indices) = forward(op, pooling, &p)?;
         return Ok((float_tensor(output, Flavor::Plain), int_tensor(indices, Flavor::Plain)));
     }
-    if let Some(result) = pool_recorded::<NoCheckpointing>(pooling, &x) {
+    if let Some(result) = pool_recorded::<NoCheckpointing>(op, pooling, &x) {
         return result;
     }
-    if let Some(result) = pool_recorded::<BalancedCheckpointing>(pooling, &x) {
+    if let Some(result) = pool_recorded::<BalancedCheckpointing>(op, pooling, &x) {
         return result;
     }
-    Err(backend_error(pooling.name(), "x", &device))
+    Err(backend_error(op, "x", &device))
 }
 
 /// The forward under autodiff with checkpointing strategy `C`, recorded as burn records its own
 /// `max_pool2d_with_indices` (burn-autodiff 0.22.1, `ops/module.rs`): the input checkpointed,
 /// the indices kept as the backward's state. `None` when `x` is not such a tensor.
-fn pool_recorded<C>(pooling: Pooling, x: &Tensor<4>) -> Option<Result<(Tensor<4>, Tensor<4, Int>)>>
+fn pool_recorded<C>(
+    op: &'static str,
+    pooling: Pooling,
+    x: &Tensor<4>,
+) -> Option<Result<(Tensor<4>, Tensor<4, Int>)>>
 where
     C: CheckpointStrategy,
     DispatchTensor: DispatchKindConversion<Autodiff<NdArray, C>>,
 {
     let x = x.clone().try_into_primitive::<Autodiff<NdArray, C>>().ok()?;
-    let (output, indices) = match forward(pooling, x.primitive()) {
+    let (output, indices) = match forward(op, pooling, x.primitive()) {
         Ok(pair) => pair,
         Err(e) => return Some(Err(e)),
     };
-    let output = match PoolBackward(pooling).prepare::<C>([x.node()]).compute_bound().stateful() {
+    let recorded = PoolBackward { op, pooling }.prepare::<C>([x.node()]).compute_bound().stateful();
+    let output = match recorded {
         OpsKind::Tracked(mut prep) => {
             let x_state = prep.checkpoint(&x);
             prep.finish((x_state, indices.clone()), output)
@@ -420,7 +424,10 @@ where
 
 /// The recorded operation's backward: poolgrad's, on the checkpointed input and stored indices.
 #[derive(Debug)]
-struct PoolBackward(Pooling);
+struct PoolBackward {
+    op: &'static str,
+    pooling: Pooling,
+}
 
 impl Backward<NdArray, 1> for PoolBackward {
     type State = (NodeId, NdArrayTensor);
@@ -434,8 +441,8 @@ impl Backward<NdArray, 1> for PoolBackward {
             // The forward checked x and made the indices; burn hands over a gradient shaped
             // and typed as the output. Nothing is left to fail but an allocation, and burn's
             // backward has no way to return an error.
-            let gx = backward(self.0, &grad, &x, &indices)
-                .unwrap_or_else(|e| panic!("{}: backward of a checked forward failed: {e}", self.0.name()));
+            let gx = backward(self.op, self.pooling, &grad, &x, &indices)
+                .unwrap_or_else(|e| panic!("{}: backward of a checked forward failed: {e}", self.op));
             grads.register::<NdArray>(node.id, gx);
         }
     }
@@ -443,14 +450,14 @@ impl Backward<NdArray, 1> for PoolBackward {
 
 /// The public backwards: not recorded; the result runs as `x` does.
 fn unpool(
+    op: &'static str,
     pooling: Pooling,
     grad_output: Tensor<4>,
     x: Tensor<4>,
     indices: Tensor<4, Int>,
 ) -> Result<Tensor<4>> {
-    let op = pooling.name();
     let (x, flavor) = float_primitive(x, op, "x")?;
     let (grad, _) = float_primitive(grad_output, op, "grad_output")?;
     let indices = int_primitive(indices, op, "indices")?;
-    Ok(float_tensor(backward(pooling, &grad, &x, &indices)?, flavor))
+    Ok(float_tensor(backward(op, pooling, &grad, &x, &indices)?, flavor))
 }

@@ -53,10 +53,18 @@ use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 
 use crate::{ArgmaxIndex, Mask, MaskLayout, MaxPool2dParams, PoolFloat};
 
-/// The name candle shows for these operations, and the prefix of their messages.
-const MAX_POOL2D: &str = "poolgrad::candle::max_pool2d";
-const ADAPTIVE_MAX_POOL2D: &str = "poolgrad::candle::adaptive_max_pool2d";
-const MAX_POOL2D_WITH_MASK: &str = "poolgrad::candle::max_pool2d_with_mask";
+/// The functions' names, which begin their messages (and name the recorded operation in
+/// candle's): each message names the function the user called.
+mod name {
+    pub const MAX_POOL2D: &str = "poolgrad::candle::max_pool2d";
+    pub const MAX_POOL2D_WITH_INDICES: &str = "poolgrad::candle::max_pool2d_with_indices";
+    pub const MAX_POOL2D_WITH_INDICES_BACKWARD: &str = "poolgrad::candle::max_pool2d_with_indices_backward";
+    pub const ADAPTIVE_MAX_POOL2D: &str = "poolgrad::candle::adaptive_max_pool2d";
+    pub const ADAPTIVE_MAX_POOL2D_WITH_INDICES: &str = "poolgrad::candle::adaptive_max_pool2d_with_indices";
+    pub const ADAPTIVE_MAX_POOL2D_BACKWARD: &str = "poolgrad::candle::adaptive_max_pool2d_backward";
+    pub const MAX_POOL2D_WITH_MASK: &str = "poolgrad::candle::max_pool2d_with_mask";
+    pub const MAX_POOL2D_WITH_MASK_BACKWARD: &str = "poolgrad::candle::max_pool2d_with_mask_backward";
+}
 
 /// 2-D max pooling of `x` with PyTorch's semantics (kernel, stride, padding, dilation, ceil mode),
 /// differentiable through candle's autograd with PyTorch's gradient.
@@ -74,7 +82,7 @@ const MAX_POOL2D_WITH_MASK: &str = "poolgrad::candle::max_pool2d_with_mask";
 /// # Errors
 /// As [`crate::max_pool2d_with_indices`], and for a tensor that is not a CPU float tensor.
 pub fn max_pool2d(x: &Tensor, params: &MaxPool2dParams) -> candle_core::Result<Tensor> {
-    Ok(max_pool2d_with_indices(x, params)?.0)
+    Ok(max_pool(name::MAX_POOL2D, x, params)?.0)
 }
 
 /// [`max_pool2d`] that also returns the flat index `ih * W + iw` of each maximum inside its plane,
@@ -87,10 +95,7 @@ pub fn max_pool2d_with_indices(
     x: &Tensor,
     params: &MaxPool2dParams,
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    let indices = Arc::new(OnceLock::new());
-    let op = MaxPoolOp { params: *params, indices: Arc::clone(&indices) };
-    let output = x.apply_op1(op)?;
-    Ok((output, stashed(&indices, MAX_POOL2D)?.clone()))
+    max_pool(name::MAX_POOL2D_WITH_INDICES, x, params)
 }
 
 /// Gradient of [`max_pool2d_with_indices`] for candle tensors: `grad_output[.., oh, ow]` added at
@@ -106,7 +111,13 @@ pub fn max_pool2d_with_indices_backward(
     indices: &Tensor,
     params: &MaxPool2dParams,
 ) -> candle_core::Result<Tensor> {
-    backward_with_indices(MAX_POOL2D, grad_output, x, indices, Backward::MaxPool(*params))
+    backward_with_indices(
+        name::MAX_POOL2D_WITH_INDICES_BACKWARD,
+        grad_output,
+        x,
+        indices,
+        Backward::MaxPool(*params),
+    )
 }
 
 /// Adaptive 2-D max pooling of `x` to `output_size = [Ho, Wo]` with PyTorch's semantics,
@@ -124,7 +135,7 @@ pub fn max_pool2d_with_indices_backward(
 /// # Errors
 /// As [`crate::adaptive_max_pool2d`], and for a tensor that is not a CPU float tensor.
 pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> candle_core::Result<Tensor> {
-    Ok(adaptive_max_pool2d_with_indices(x, output_size)?.0)
+    Ok(adaptive(name::ADAPTIVE_MAX_POOL2D, x, output_size)?.0)
 }
 
 /// [`adaptive_max_pool2d`] that also returns the flat indices of the maxima, as an I64 tensor.
@@ -135,10 +146,7 @@ pub fn adaptive_max_pool2d_with_indices(
     x: &Tensor,
     output_size: [usize; 2],
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    let indices = Arc::new(OnceLock::new());
-    let op = AdaptiveOp { output_size, indices: Arc::clone(&indices) };
-    let output = x.apply_op1(op)?;
-    Ok((output, stashed(&indices, ADAPTIVE_MAX_POOL2D)?.clone()))
+    adaptive(name::ADAPTIVE_MAX_POOL2D_WITH_INDICES, x, output_size)
 }
 
 /// Gradient of [`adaptive_max_pool2d_with_indices`] for candle tensors
@@ -152,7 +160,7 @@ pub fn adaptive_max_pool2d_backward(
     x: &Tensor,
     indices: &Tensor,
 ) -> candle_core::Result<Tensor> {
-    backward_with_indices(ADAPTIVE_MAX_POOL2D, grad_output, x, indices, Backward::Adaptive)
+    backward_with_indices(name::ADAPTIVE_MAX_POOL2D_BACKWARD, grad_output, x, indices, Backward::Adaptive)
 }
 
 /// Max pooling that records its arg-max as an Ascend int8 mask in `layout`
@@ -182,10 +190,10 @@ pub fn max_pool2d_with_mask<L: MaskLayout>(
     params: &MaxPool2dParams,
     layout: L,
 ) -> candle_core::Result<(Tensor, Mask<L, IxDyn>)> {
+    const OP: &str = name::MAX_POOL2D_WITH_MASK;
     let mask = Arc::new(OnceLock::new());
-    let op = MaskOp { params: *params, layout, mask: Arc::clone(&mask) };
-    let output = x.apply_op1(op)?;
-    Ok((output, stashed(&mask, MAX_POOL2D_WITH_MASK)?.clone()))
+    let output = x.apply_op1(MaskOp { params: *params, layout, mask: Arc::clone(&mask) })?;
+    Ok((output, stashed(&mask, OP)?.clone()))
 }
 
 /// Gradient of [`max_pool2d_with_mask`] for candle tensors, with the parameters the mask carries.
@@ -198,18 +206,35 @@ pub fn max_pool2d_with_mask_backward<L: MaskLayout>(
     x: &Tensor,
     mask: &Mask<L, IxDyn>,
 ) -> candle_core::Result<Tensor> {
-    mask_backward(grad_output, x, mask)
+    mask_backward(name::MAX_POOL2D_WITH_MASK_BACKWARD, grad_output, x, mask)
+}
+
+/// The max-pool forward behind [`max_pool2d`] and [`max_pool2d_with_indices`], recorded by
+/// candle when `x` tracks gradients.
+fn max_pool(op: &'static str, x: &Tensor, params: &MaxPool2dParams) -> candle_core::Result<(Tensor, Tensor)> {
+    let indices = Arc::new(OnceLock::new());
+    let output = x.apply_op1(MaxPoolOp { op, params: *params, indices: Arc::clone(&indices) })?;
+    Ok((output, stashed(&indices, op)?.clone()))
+}
+
+/// The adaptive forward behind [`adaptive_max_pool2d`] and [`adaptive_max_pool2d_with_indices`].
+fn adaptive(op: &'static str, x: &Tensor, output_size: [usize; 2]) -> candle_core::Result<(Tensor, Tensor)> {
+    let indices = Arc::new(OnceLock::new());
+    let output = x.apply_op1(AdaptiveOp { op, output_size, indices: Arc::clone(&indices) })?;
+    Ok((output, stashed(&indices, op)?.clone()))
 }
 
 // ---------------------------------------------------------------------------------------------
 // The custom operations candle records, one per forward.
 
 struct MaxPoolOp {
+    op: &'static str,
     params: MaxPool2dParams,
     indices: Arc<OnceLock<Tensor>>,
 }
 
 struct AdaptiveOp {
+    op: &'static str,
     output_size: [usize; 2],
     indices: Arc<OnceLock<Tensor>>,
 }
@@ -265,12 +290,12 @@ macro_rules! with_index_type {
 
 impl CustomOp1 for MaxPoolOp {
     fn name(&self) -> &'static str {
-        MAX_POOL2D
+        self.op
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        with_float_type!(storage.dtype(), MAX_POOL2D, "x", T => {
-            let x = cpu_view::<T>(storage, layout, MAX_POOL2D, "x")?;
+        with_float_type!(storage.dtype(), self.op, "x", T => {
+            let x = cpu_view::<T>(storage, layout, self.op, "x")?;
             let pooled = crate::max_pool2d_with_indices(&x, &self.params).map_err(wrap)?;
             let indices_tensor = into_tensor(pooled.indices)?;
             self.indices.get_or_init(|| indices_tensor);
@@ -279,19 +304,19 @@ impl CustomOp1 for MaxPoolOp {
     }
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let indices = stashed(&self.indices, MAX_POOL2D)?;
-        backward_with_indices(MAX_POOL2D, grad_res, arg, indices, Backward::MaxPool(self.params)).map(Some)
+        let indices = stashed(&self.indices, self.op)?;
+        backward_with_indices(self.op, grad_res, arg, indices, Backward::MaxPool(self.params)).map(Some)
     }
 }
 
 impl CustomOp1 for AdaptiveOp {
     fn name(&self) -> &'static str {
-        ADAPTIVE_MAX_POOL2D
+        self.op
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        with_float_type!(storage.dtype(), ADAPTIVE_MAX_POOL2D, "x", T => {
-            let x = cpu_view::<T>(storage, layout, ADAPTIVE_MAX_POOL2D, "x")?;
+        with_float_type!(storage.dtype(), self.op, "x", T => {
+            let x = cpu_view::<T>(storage, layout, self.op, "x")?;
             let pooled = crate::adaptive_max_pool2d(&x, self.output_size).map_err(wrap)?;
             let indices_tensor = into_tensor(pooled.indices)?;
             self.indices.get_or_init(|| indices_tensor);
@@ -300,19 +325,20 @@ impl CustomOp1 for AdaptiveOp {
     }
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let indices = stashed(&self.indices, ADAPTIVE_MAX_POOL2D)?;
-        backward_with_indices(ADAPTIVE_MAX_POOL2D, grad_res, arg, indices, Backward::Adaptive).map(Some)
+        let indices = stashed(&self.indices, self.op)?;
+        backward_with_indices(self.op, grad_res, arg, indices, Backward::Adaptive).map(Some)
     }
 }
 
 impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
     fn name(&self) -> &'static str {
-        MAX_POOL2D_WITH_MASK
+        name::MAX_POOL2D_WITH_MASK
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        with_float_type!(storage.dtype(), MAX_POOL2D_WITH_MASK, "x", T => {
-            let x = cpu_view::<T>(storage, layout, MAX_POOL2D_WITH_MASK, "x")?;
+        const OP: &str = name::MAX_POOL2D_WITH_MASK;
+        with_float_type!(storage.dtype(), OP, "x", T => {
+            let x = cpu_view::<T>(storage, layout, OP, "x")?;
             let pooled = crate::max_pool2d_with_mask(&x, &self.params, self.layout).map_err(wrap)?;
             self.mask.get_or_init(|| pooled.mask);
             Ok(into_storage(pooled.output))
@@ -320,7 +346,8 @@ impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
     }
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        mask_backward(grad_res, arg, stashed(&self.mask, MAX_POOL2D_WITH_MASK)?).map(Some)
+        const OP: &str = name::MAX_POOL2D_WITH_MASK;
+        mask_backward(OP, grad_res, arg, stashed(&self.mask, OP)?).map(Some)
     }
 }
 
@@ -372,19 +399,19 @@ fn indexed_backward<T: PoolFloat + WithDType, I: ArgmaxIndex>(
 }
 
 fn mask_backward<L: MaskLayout>(
+    op: &'static str,
     grad_output: &Tensor,
     x: &Tensor,
     mask: &Mask<L, IxDyn>,
 ) -> candle_core::Result<Tensor> {
-    const OP: &str = MAX_POOL2D_WITH_MASK;
-    check_same_dtype(OP, grad_output, x)?;
+    check_same_dtype(op, grad_output, x)?;
     let (grad_storage, grad_layout) = grad_output.storage_and_layout();
     let (x_storage, x_layout) = x.storage_and_layout();
-    let grad_cpu = cpu_storage(&grad_storage, OP, "grad_output")?;
-    let x_cpu = cpu_storage(&x_storage, OP, "x")?;
-    with_float_type!(x.dtype(), OP, "x", T => {
-        let grad = cpu_view::<T>(grad_cpu, grad_layout, OP, "grad_output")?;
-        let x = cpu_view::<T>(x_cpu, x_layout, OP, "x")?;
+    let grad_cpu = cpu_storage(&grad_storage, op, "grad_output")?;
+    let x_cpu = cpu_storage(&x_storage, op, "x")?;
+    with_float_type!(x.dtype(), op, "x", T => {
+        let grad = cpu_view::<T>(grad_cpu, grad_layout, op, "grad_output")?;
+        let x = cpu_view::<T>(x_cpu, x_layout, op, "x")?;
         let gx = crate::max_pool2d_with_mask_backward(&grad, &x, mask).map_err(wrap)?;
         into_tensor(gx)
     })

@@ -319,3 +319,19 @@ fn bad_input_gives_typed_errors() {
     let e = poolgrad::burn::max_pool2d_with_indices_backward(y, x, wrong, &p).unwrap_err();
     assert!(matches!(e, poolgrad::burn::Error::Pool(poolgrad::Error::IndexOutOfRange { .. })), "{e}");
 }
+
+/// The backwards' errors begin with their own names. (The forwards' own messages, for a tensor
+/// off the ndarray backend or of a dtype it lacks, cannot be produced in this build: ndarray is
+/// the only backend compiled in, and its floats are F32 and F64.)
+#[test]
+fn each_backward_names_itself_in_its_errors() {
+    let x = tensor_f32(&[0.0; 16], [1, 1, 4, 4], &plain());
+    let p = MaxPool2dParams::new([2, 2]);
+    let (y, idx) = poolgrad::burn::max_pool2d_with_indices(x.clone(), &p).unwrap();
+    let idx16 = idx.cast(burn_tensor::DType::I16);
+    let e = poolgrad::burn::max_pool2d_with_indices_backward(y.clone(), x.clone(), idx16.clone(), &p)
+        .unwrap_err();
+    assert!(e.to_string().starts_with("poolgrad::burn::max_pool2d_with_indices_backward: `indices`"), "{e}");
+    let e = poolgrad::burn::adaptive_max_pool2d_backward(y, x, idx16).unwrap_err();
+    assert!(e.to_string().starts_with("poolgrad::burn::adaptive_max_pool2d_backward: `indices`"), "{e}");
+}

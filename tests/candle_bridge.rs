@@ -313,3 +313,42 @@ fn candles_own_max_pool_backward_is_not_pytorchs() -> Result {
     assert!(m.contains("ksize"), "candle refuses kernel != stride: {m}");
     Ok(())
 }
+
+/// Every function's errors begin with its own name (not a sibling's that it shares code with).
+#[test]
+fn each_function_names_itself_in_its_errors() -> Result {
+    let p = MaxPool2dParams::new([2, 2]);
+    let x2 = Tensor::zeros((4, 4), DType::F32, &cpu())?;
+    let x_u8 = Tensor::zeros((1, 4, 4), DType::U8, &cpu())?;
+    let x = Tensor::zeros((1, 4, 4), DType::F32, &cpu())?;
+    let (y, idx) = poolgrad::candle::max_pool2d_with_indices(&x, &p)?;
+    let (_, mask) = poolgrad::candle::max_pool2d_with_mask(&x, &p, Bitmask)?;
+    let g64 = y.to_dtype(DType::F64)?;
+    let idx_u32 = idx.to_dtype(DType::U32)?;
+    let cases: [(&str, String); 8] = [
+        ("max_pool2d", message(poolgrad::candle::max_pool2d(&x2, &p))),
+        ("max_pool2d_with_indices", message(poolgrad::candle::max_pool2d_with_indices(&x2, &p))),
+        (
+            "max_pool2d_with_indices_backward",
+            message(poolgrad::candle::max_pool2d_with_indices_backward(&g64, &x, &idx, &p)),
+        ),
+        ("adaptive_max_pool2d", message(poolgrad::candle::adaptive_max_pool2d(&x_u8, [2, 2]))),
+        (
+            "adaptive_max_pool2d_with_indices",
+            message(poolgrad::candle::adaptive_max_pool2d_with_indices(&x_u8, [2, 2])),
+        ),
+        (
+            "adaptive_max_pool2d_backward",
+            message(poolgrad::candle::adaptive_max_pool2d_backward(&y, &x, &idx_u32)),
+        ),
+        ("max_pool2d_with_mask", message(poolgrad::candle::max_pool2d_with_mask(&x2, &p, I32Argmax))),
+        (
+            "max_pool2d_with_mask_backward",
+            message(poolgrad::candle::max_pool2d_with_mask_backward(&g64, &x, &mask)),
+        ),
+    ];
+    for (function, m) in cases {
+        assert!(m.contains(&format!("poolgrad::candle::{function}: `")), "{function}: {m}");
+    }
+    Ok(())
+}
