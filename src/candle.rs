@@ -48,7 +48,9 @@
 use std::sync::{Arc, OnceLock};
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Storage, Tensor, WithDType};
+use candle_core::{
+    CpuStorage, CudaStorage, CustomOp1, DType, Layout, MetalStorage, Shape, Storage, Tensor, WithDType,
+};
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 
 use crate::{ArgmaxIndex, Mask, MaskLayout, MaxPool2dParams, PoolFloat};
@@ -303,6 +305,14 @@ impl CustomOp1 for MaxPoolOp {
         })
     }
 
+    fn cuda_fwd(&self, _: &CudaStorage, _: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        Err(not_on_cpu(self.name(), "x", "a CUDA device"))
+    }
+
+    fn metal_fwd(&self, _: &MetalStorage, _: &Layout) -> candle_core::Result<(MetalStorage, Shape)> {
+        Err(not_on_cpu(self.name(), "x", "a Metal device"))
+    }
+
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
         let indices = stashed(&self.indices, self.op)?;
         backward_with_indices(self.op, grad_res, arg, indices, Backward::MaxPool(self.params)).map(Some)
@@ -324,6 +334,14 @@ impl CustomOp1 for AdaptiveOp {
         })
     }
 
+    fn cuda_fwd(&self, _: &CudaStorage, _: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        Err(not_on_cpu(self.name(), "x", "a CUDA device"))
+    }
+
+    fn metal_fwd(&self, _: &MetalStorage, _: &Layout) -> candle_core::Result<(MetalStorage, Shape)> {
+        Err(not_on_cpu(self.name(), "x", "a Metal device"))
+    }
+
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
         let indices = stashed(&self.indices, self.op)?;
         backward_with_indices(self.op, grad_res, arg, indices, Backward::Adaptive).map(Some)
@@ -343,6 +361,14 @@ impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
             self.mask.get_or_init(|| pooled.mask);
             Ok(into_storage(pooled.output))
         })
+    }
+
+    fn cuda_fwd(&self, _: &CudaStorage, _: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        Err(not_on_cpu(self.name(), "x", "a CUDA device"))
+    }
+
+    fn metal_fwd(&self, _: &MetalStorage, _: &Layout) -> candle_core::Result<(MetalStorage, Shape)> {
+        Err(not_on_cpu(self.name(), "x", "a Metal device"))
     }
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
@@ -424,12 +450,16 @@ fn mask_backward<L: MaskLayout>(
 fn cpu_storage<'s>(storage: &'s Storage, op: &str, arg: &str) -> candle_core::Result<&'s CpuStorage> {
     match storage {
         Storage::Cpu(cpu) => Ok(cpu),
-        other => Err(candle_core::Error::Msg(format!(
-            "{op}: `{arg}` is on {:?}; poolgrad runs on CPU tensors: move it with `.to_device(&Device::Cpu)`",
-            other.device().location()
-        ))
-        .bt()),
+        other => Err(not_on_cpu(op, arg, format!("{:?}", other.device().location()))),
     }
+}
+
+/// The error for a tensor that is not in CPU storage.
+fn not_on_cpu(op: &str, arg: &str, device: impl std::fmt::Display) -> candle_core::Error {
+    candle_core::Error::Msg(format!(
+        "{op}: `{arg}` is on {device}; poolgrad runs on CPU tensors: move it with `.to_device(&Device::Cpu)`"
+    ))
+    .bt()
 }
 
 /// A view of candle's storage with candle's layout (element strides, start offset): no copy.
@@ -508,4 +538,41 @@ fn into_row_major_vec<T: Clone>(array: ArrayD<T>) -> Vec<T> {
 
 fn wrap(error: impl std::fmt::Display + Send + Sync + 'static) -> candle_core::Error {
     candle_core::Error::wrap(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tensor on a GPU is an error that names the function and says how to move the tensor.
+    /// (Without a GPU, candle's storage types for CUDA and Metal are stand-ins that can be made
+    /// here, so the recorded operations' GPU entry points are called directly.)
+    #[test]
+    fn gpu_storage_is_an_error_naming_the_function() {
+        let layout = Layout::contiguous((1, 1, 2, 2));
+        let params = MaxPool2dParams::new([2, 2]);
+        let max_pool = MaxPoolOp { op: name::MAX_POOL2D, params, indices: Arc::default() };
+        let adaptive = AdaptiveOp {
+            op: name::ADAPTIVE_MAX_POOL2D_WITH_INDICES,
+            output_size: [1, 1],
+            indices: Arc::default(),
+        };
+        let mask = MaskOp { params, layout: crate::Bitmask, mask: Arc::default() };
+        let ops: [(&dyn CustomOp1, &str); 3] = [
+            (&max_pool, "poolgrad::candle::max_pool2d: "),
+            (&adaptive, "poolgrad::candle::adaptive_max_pool2d_with_indices: "),
+            (&mask, "poolgrad::candle::max_pool2d_with_mask: "),
+        ];
+        for (op, name) in ops {
+            let cuda = op.cuda_fwd(&CudaStorage, &layout).map(|_| ()).unwrap_err().to_string();
+            let metal = op.metal_fwd(&MetalStorage, &layout).map(|_| ()).unwrap_err().to_string();
+            for (m, device) in [(cuda, "a CUDA device"), (metal, "a Metal device")] {
+                assert!(m.starts_with(name), "{m}");
+                assert!(
+                    m.contains(&format!("`x` is on {device}")) && m.contains(".to_device(&Device::Cpu)"),
+                    "{m}"
+                );
+            }
+        }
+    }
 }
