@@ -394,7 +394,6 @@ fn backward_with_indices(
     indices: &Tensor,
     which: Backward,
 ) -> candle_core::Result<Tensor> {
-    check_same_dtype(op, grad_output, x)?;
     let (grad_storage, grad_layout) = grad_output.storage_and_layout();
     let (x_storage, x_layout) = x.storage_and_layout();
     let (idx_storage, idx_layout) = indices.storage_and_layout();
@@ -430,7 +429,6 @@ fn mask_backward<L: MaskLayout>(
     x: &Tensor,
     mask: &Mask<L, IxDyn>,
 ) -> candle_core::Result<Tensor> {
-    check_same_dtype(op, grad_output, x)?;
     let (grad_storage, grad_layout) = grad_output.storage_and_layout();
     let (x_storage, x_layout) = x.storage_and_layout();
     let grad_cpu = cpu_storage(&grad_storage, op, "grad_output")?;
@@ -491,13 +489,6 @@ fn cpu_view<'s, T: WithDType>(
             layout.start_offset(),
         ))
     })
-}
-
-fn check_same_dtype(op: &str, grad_output: &Tensor, x: &Tensor) -> candle_core::Result<()> {
-    if grad_output.dtype() == x.dtype() {
-        return Ok(());
-    }
-    Err(unsupported_dtype(op, "grad_output", x.dtype().as_str(), grad_output.dtype()))
 }
 
 fn unsupported_dtype(op: &str, arg: &str, expected: &str, got: DType) -> candle_core::Error {
