@@ -140,7 +140,7 @@ pub fn adaptive_max_pool2d_backward(
     x: Tensor<4>,
     indices: Tensor<4, Int>,
 ) -> Result<Tensor<4>> {
-    unpool(name::ADAPTIVE_MAX_POOL2D_BACKWARD, Pooling::Adaptive([0, 0]), grad_output, x, indices)
+    unpool(name::ADAPTIVE_MAX_POOL2D_BACKWARD, Unpooling::Adaptive, grad_output, x, indices)
 }
 
 /// 2-D max pooling with PyTorch's semantics (kernel, stride, padding, dilation, ceil mode),
@@ -191,17 +191,33 @@ pub fn max_pool2d_with_indices_backward(
     indices: Tensor<4, Int>,
     params: &MaxPool2dParams,
 ) -> Result<Tensor<4>> {
-    unpool(name::MAX_POOL2D_WITH_INDICES_BACKWARD, Pooling::MaxPool(*params), grad_output, x, indices)
+    unpool(name::MAX_POOL2D_WITH_INDICES_BACKWARD, Unpooling::MaxPool(*params), grad_output, x, indices)
 }
 
 // ---------------------------------------------------------------------------------------------
 // One forward and one backward core, on burn-ndarray's primitives.
 
-/// Which pooling, with its parameters.
+/// Which forward, with its parameters.
 #[derive(Debug, Clone, Copy)]
 enum Pooling {
     MaxPool(MaxPool2dParams),
     Adaptive([usize; 2]),
+}
+
+/// Which backward (the indices carry the adaptive windows' sizes).
+#[derive(Debug, Clone, Copy)]
+enum Unpooling {
+    MaxPool(MaxPool2dParams),
+    Adaptive,
+}
+
+impl Pooling {
+    fn backward(self) -> Unpooling {
+        match self {
+            Pooling::MaxPool(params) => Unpooling::MaxPool(params),
+            Pooling::Adaptive(_) => Unpooling::Adaptive,
+        }
+    }
 }
 
 /// The forward on an ndarray primitive: the output (x's dtype) and i64 indices.
@@ -228,17 +244,17 @@ where
 /// The backward on ndarray primitives: `grad` scattered at `indices` into a tensor shaped as `x`.
 fn backward(
     op: &'static str,
-    pooling: Pooling,
+    which: Unpooling,
     grad: &NdArrayTensor,
     x: &NdArrayTensor,
     indices: &NdArrayTensor,
 ) -> Result<NdArrayTensor> {
     match (x, grad) {
         (NdArrayTensor::F32(x), NdArrayTensor::F32(g)) => {
-            backward_float::<f32>(op, pooling, g.view(), x.view(), indices)
+            backward_float::<f32>(op, which, g.view(), x.view(), indices)
         }
         (NdArrayTensor::F64(x), NdArrayTensor::F64(g)) => {
-            backward_float::<f64>(op, pooling, g.view(), x.view(), indices)
+            backward_float::<f64>(op, which, g.view(), x.view(), indices)
         }
         (NdArrayTensor::F32(_) | NdArrayTensor::F64(_), other) => {
             Err(dtype_error(op, "grad_output", dtype_name(x), other))
@@ -249,7 +265,7 @@ fn backward(
 
 fn backward_float<T>(
     op: &'static str,
-    pooling: Pooling,
+    which: Unpooling,
     grad: ArrayViewD<'_, T>,
     x: ArrayViewD<'_, T>,
     indices: &NdArrayTensor,
@@ -259,14 +275,14 @@ where
     NdArrayTensor: From<ArcArray<T, IxDyn>>,
 {
     match indices {
-        NdArrayTensor::I64(i) => backward_typed(pooling, grad, x, i.view()),
-        NdArrayTensor::I32(i) => backward_typed(pooling, grad, x, i.view()),
+        NdArrayTensor::I64(i) => backward_typed(which, grad, x, i.view()),
+        NdArrayTensor::I32(i) => backward_typed(which, grad, x, i.view()),
         other => Err(dtype_error(op, "indices", "I64 or I32", other)),
     }
 }
 
 fn backward_typed<T, I>(
-    pooling: Pooling,
+    which: Unpooling,
     grad: ArrayViewD<'_, T>,
     x: ArrayViewD<'_, T>,
     indices: ArrayViewD<'_, I>,
@@ -276,9 +292,9 @@ where
     I: ArgmaxIndex,
     NdArrayTensor: From<ArcArray<T, IxDyn>>,
 {
-    let gx = match pooling {
-        Pooling::MaxPool(params) => crate::max_pool2d_with_indices_backward(&grad, &x, &indices, &params)?,
-        Pooling::Adaptive(_) => crate::adaptive_max_pool2d_backward(&grad, &x, &indices)?,
+    let gx = match which {
+        Unpooling::MaxPool(params) => crate::max_pool2d_with_indices_backward(&grad, &x, &indices, &params)?,
+        Unpooling::Adaptive => crate::adaptive_max_pool2d_backward(&grad, &x, &indices)?,
     };
     Ok(gx.into_shared().into())
 }
@@ -408,7 +424,8 @@ where
         Ok(pair) => pair,
         Err(e) => return Some(Err(e)),
     };
-    let recorded = PoolBackward { op, pooling }.prepare::<C>([x.node()]).compute_bound().stateful();
+    let recorded =
+        PoolBackward { op, which: pooling.backward() }.prepare::<C>([x.node()]).compute_bound().stateful();
     let output = match recorded {
         OpsKind::Tracked(mut prep) => {
             let x_state = prep.checkpoint(&x);
@@ -426,7 +443,7 @@ where
 #[derive(Debug)]
 struct PoolBackward {
     op: &'static str,
-    pooling: Pooling,
+    which: Unpooling,
 }
 
 impl Backward<NdArray, 1> for PoolBackward {
@@ -441,7 +458,7 @@ impl Backward<NdArray, 1> for PoolBackward {
             // The forward checked x and made the indices; burn hands over a gradient shaped
             // and typed as the output. Nothing is left to fail but an allocation, and burn's
             // backward has no way to return an error.
-            let gx = backward(self.op, self.pooling, &grad, &x, &indices)
+            let gx = backward(self.op, self.which, &grad, &x, &indices)
                 .unwrap_or_else(|e| panic!("{}: backward of a checked forward failed: {e}", self.op));
             grads.register::<NdArray>(node.id, gx);
         }
@@ -451,7 +468,7 @@ impl Backward<NdArray, 1> for PoolBackward {
 /// The public backwards: not recorded; the result runs as `x` does.
 fn unpool(
     op: &'static str,
-    pooling: Pooling,
+    which: Unpooling,
     grad_output: Tensor<4>,
     x: Tensor<4>,
     indices: Tensor<4, Int>,
@@ -459,5 +476,5 @@ fn unpool(
     let (x, flavor) = float_primitive(x, op, "x")?;
     let (grad, _) = float_primitive(grad_output, op, "grad_output")?;
     let indices = int_primitive(indices, op, "indices")?;
-    Ok(float_tensor(backward(op, pooling, &grad, &x, &indices)?, flavor))
+    Ok(float_tensor(backward(op, which, &grad, &x, &indices)?, flavor))
 }

@@ -118,7 +118,7 @@ pub fn max_pool2d_with_indices_backward(
         grad_output,
         x,
         indices,
-        Backward::MaxPool(*params),
+        Unpooling::MaxPool(*params),
     )
 }
 
@@ -162,7 +162,7 @@ pub fn adaptive_max_pool2d_backward(
     x: &Tensor,
     indices: &Tensor,
 ) -> candle_core::Result<Tensor> {
-    backward_with_indices(name::ADAPTIVE_MAX_POOL2D_BACKWARD, grad_output, x, indices, Backward::Adaptive)
+    backward_with_indices(name::ADAPTIVE_MAX_POOL2D_BACKWARD, grad_output, x, indices, Unpooling::Adaptive)
 }
 
 /// Max pooling that records its arg-max as an Ascend int8 mask in `layout`
@@ -214,31 +214,46 @@ pub fn max_pool2d_with_mask_backward<L: MaskLayout>(
 /// The max-pool forward behind [`max_pool2d`] and [`max_pool2d_with_indices`], recorded by
 /// candle when `x` tracks gradients.
 fn max_pool(op: &'static str, x: &Tensor, params: &MaxPool2dParams) -> candle_core::Result<(Tensor, Tensor)> {
-    let indices = Arc::new(OnceLock::new());
-    let output = x.apply_op1(MaxPoolOp { op, params: *params, indices: Arc::clone(&indices) })?;
-    Ok((output, stashed(&indices, op)?.clone()))
+    pool(op, x, Pooling::MaxPool(*params))
 }
 
 /// The adaptive forward behind [`adaptive_max_pool2d`] and [`adaptive_max_pool2d_with_indices`].
 fn adaptive(op: &'static str, x: &Tensor, output_size: [usize; 2]) -> candle_core::Result<(Tensor, Tensor)> {
+    pool(op, x, Pooling::Adaptive(output_size))
+}
+
+/// The forward with indices: recorded by candle when `x` tracks gradients.
+fn pool(op: &'static str, x: &Tensor, pooling: Pooling) -> candle_core::Result<(Tensor, Tensor)> {
     let indices = Arc::new(OnceLock::new());
-    let output = x.apply_op1(AdaptiveOp { op, output_size, indices: Arc::clone(&indices) })?;
+    let output = x.apply_op1(IndexedOp { op, pooling, indices: Arc::clone(&indices) })?;
     Ok((output, stashed(&indices, op)?.clone()))
 }
 
 // ---------------------------------------------------------------------------------------------
 // The custom operations candle records, one per forward.
 
-struct MaxPoolOp {
+/// A forward with flat indices (max pooling or adaptive max pooling); its backward reads the
+/// indices it stored.
+struct IndexedOp {
     op: &'static str,
-    params: MaxPool2dParams,
+    pooling: Pooling,
     indices: Arc<OnceLock<Tensor>>,
 }
 
-struct AdaptiveOp {
-    op: &'static str,
-    output_size: [usize; 2],
-    indices: Arc<OnceLock<Tensor>>,
+/// Which forward with indices, with its parameters.
+#[derive(Clone, Copy)]
+enum Pooling {
+    MaxPool(MaxPool2dParams),
+    Adaptive([usize; 2]),
+}
+
+impl Pooling {
+    fn backward(self) -> Unpooling {
+        match self {
+            Pooling::MaxPool(params) => Unpooling::MaxPool(params),
+            Pooling::Adaptive(_) => Unpooling::Adaptive,
+        }
+    }
 }
 
 struct MaskOp<L: MaskLayout> {
@@ -290,36 +305,21 @@ macro_rules! with_index_type {
     };
 }
 
-impl CustomOp1 for MaxPoolOp {
-    fn name(&self) -> &'static str {
-        self.op
-    }
+/// A tensor in GPU storage is an error naming the function (candle's default names no tensor
+/// and says nothing of what to do).
+macro_rules! gpu_storage_is_an_error {
+    () => {
+        fn cuda_fwd(&self, _: &CudaStorage, _: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+            Err(not_on_cpu(self.name(), "x", "a CUDA device"))
+        }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        with_float_type!(storage.dtype(), self.op, "x", T => {
-            let x = cpu_view::<T>(storage, layout, self.op, "x")?;
-            let pooled = crate::max_pool2d_with_indices(&x, &self.params).map_err(wrap)?;
-            let indices_tensor = into_tensor(pooled.indices)?;
-            self.indices.get_or_init(|| indices_tensor);
-            Ok(into_storage(pooled.output))
-        })
-    }
-
-    fn cuda_fwd(&self, _: &CudaStorage, _: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
-        Err(not_on_cpu(self.name(), "x", "a CUDA device"))
-    }
-
-    fn metal_fwd(&self, _: &MetalStorage, _: &Layout) -> candle_core::Result<(MetalStorage, Shape)> {
-        Err(not_on_cpu(self.name(), "x", "a Metal device"))
-    }
-
-    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let indices = stashed(&self.indices, self.op)?;
-        backward_with_indices(self.op, grad_res, arg, indices, Backward::MaxPool(self.params)).map(Some)
-    }
+        fn metal_fwd(&self, _: &MetalStorage, _: &Layout) -> candle_core::Result<(MetalStorage, Shape)> {
+            Err(not_on_cpu(self.name(), "x", "a Metal device"))
+        }
+    };
 }
 
-impl CustomOp1 for AdaptiveOp {
+impl CustomOp1 for IndexedOp {
     fn name(&self) -> &'static str {
         self.op
     }
@@ -327,24 +327,22 @@ impl CustomOp1 for AdaptiveOp {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         with_float_type!(storage.dtype(), self.op, "x", T => {
             let x = cpu_view::<T>(storage, layout, self.op, "x")?;
-            let pooled = crate::adaptive_max_pool2d(&x, self.output_size).map_err(wrap)?;
+            let pooled = match self.pooling {
+                Pooling::MaxPool(params) => crate::max_pool2d_with_indices(&x, &params),
+                Pooling::Adaptive(size) => crate::adaptive_max_pool2d(&x, size),
+            }
+            .map_err(wrap)?;
             let indices_tensor = into_tensor(pooled.indices)?;
             self.indices.get_or_init(|| indices_tensor);
             Ok(into_storage(pooled.output))
         })
     }
 
-    fn cuda_fwd(&self, _: &CudaStorage, _: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
-        Err(not_on_cpu(self.name(), "x", "a CUDA device"))
-    }
-
-    fn metal_fwd(&self, _: &MetalStorage, _: &Layout) -> candle_core::Result<(MetalStorage, Shape)> {
-        Err(not_on_cpu(self.name(), "x", "a Metal device"))
-    }
+    gpu_storage_is_an_error!();
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
         let indices = stashed(&self.indices, self.op)?;
-        backward_with_indices(self.op, grad_res, arg, indices, Backward::Adaptive).map(Some)
+        backward_with_indices(self.op, grad_res, arg, indices, self.pooling.backward()).map(Some)
     }
 }
 
@@ -363,13 +361,7 @@ impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
         })
     }
 
-    fn cuda_fwd(&self, _: &CudaStorage, _: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
-        Err(not_on_cpu(self.name(), "x", "a CUDA device"))
-    }
-
-    fn metal_fwd(&self, _: &MetalStorage, _: &Layout) -> candle_core::Result<(MetalStorage, Shape)> {
-        Err(not_on_cpu(self.name(), "x", "a Metal device"))
-    }
+    gpu_storage_is_an_error!();
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
@@ -380,9 +372,9 @@ impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
 // ---------------------------------------------------------------------------------------------
 // One backward core per operation family, shared by the recorded ops and the public functions.
 
-/// Which indexed backward to run.
+/// Which backward with indices to run (the indices carry the adaptive windows' sizes).
 #[derive(Clone, Copy)]
-enum Backward {
+enum Unpooling {
     MaxPool(MaxPool2dParams),
     Adaptive,
 }
@@ -392,7 +384,7 @@ fn backward_with_indices(
     grad_output: &Tensor,
     x: &Tensor,
     indices: &Tensor,
-    which: Backward,
+    which: Unpooling,
 ) -> candle_core::Result<Tensor> {
     let (grad_storage, grad_layout) = grad_output.storage_and_layout();
     let (x_storage, x_layout) = x.storage_and_layout();
@@ -414,11 +406,11 @@ fn indexed_backward<T: PoolFloat + WithDType, I: ArgmaxIndex>(
     grad: &ArrayViewD<'_, T>,
     x: &ArrayViewD<'_, T>,
     indices: &ArrayViewD<'_, I>,
-    which: Backward,
+    which: Unpooling,
 ) -> candle_core::Result<Tensor> {
     let gx = match which {
-        Backward::MaxPool(params) => crate::max_pool2d_with_indices_backward(grad, x, indices, &params),
-        Backward::Adaptive => crate::adaptive_max_pool2d_backward(grad, x, indices),
+        Unpooling::MaxPool(params) => crate::max_pool2d_with_indices_backward(grad, x, indices, &params),
+        Unpooling::Adaptive => crate::adaptive_max_pool2d_backward(grad, x, indices),
     };
     into_tensor(gx.map_err(wrap)?)
 }
@@ -542,10 +534,11 @@ mod tests {
     fn gpu_storage_is_an_error_naming_the_function() {
         let layout = Layout::contiguous((1, 1, 2, 2));
         let params = MaxPool2dParams::new([2, 2]);
-        let max_pool = MaxPoolOp { op: name::MAX_POOL2D, params, indices: Arc::default() };
-        let adaptive = AdaptiveOp {
+        let max_pool =
+            IndexedOp { op: name::MAX_POOL2D, pooling: Pooling::MaxPool(params), indices: Arc::default() };
+        let adaptive = IndexedOp {
             op: name::ADAPTIVE_MAX_POOL2D_WITH_INDICES,
-            output_size: [1, 1],
+            pooling: Pooling::Adaptive([1, 1]),
             indices: Arc::default(),
         };
         let mask = MaskOp { params, layout: crate::Bitmask, mask: Arc::default() };
