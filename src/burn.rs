@@ -58,6 +58,7 @@ use burn_ndarray::{NdArray, NdArrayTensor};
 use burn_tensor::{Int, Tensor};
 use ndarray::{ArcArray, ArrayViewD, IxDyn};
 
+use crate::bridge::{Pooling, Unpooling};
 use crate::{ArgmaxIndex, MaxPool2dParams, PoolFloat};
 
 /// The functions' names, which begin their messages: each names the function the user called.
@@ -197,29 +198,6 @@ pub fn max_pool2d_with_indices_backward(
 // ---------------------------------------------------------------------------------------------
 // One forward and one backward core, on burn-ndarray's primitives.
 
-/// Which forward, with its parameters.
-#[derive(Debug, Clone, Copy)]
-enum Pooling {
-    MaxPool(MaxPool2dParams),
-    Adaptive([usize; 2]),
-}
-
-/// Which backward (the indices carry the adaptive windows' sizes).
-#[derive(Debug, Clone, Copy)]
-enum Unpooling {
-    MaxPool(MaxPool2dParams),
-    Adaptive,
-}
-
-impl Pooling {
-    fn backward(self) -> Unpooling {
-        match self {
-            Pooling::MaxPool(params) => Unpooling::MaxPool(params),
-            Pooling::Adaptive(_) => Unpooling::Adaptive,
-        }
-    }
-}
-
 /// The forward on an ndarray primitive: the output (x's dtype) and i64 indices.
 fn forward(op: &'static str, pooling: Pooling, x: &NdArrayTensor) -> Result<(NdArrayTensor, NdArrayTensor)> {
     match x {
@@ -234,10 +212,7 @@ where
     T: PoolFloat,
     NdArrayTensor: From<ArcArray<T, IxDyn>>,
 {
-    let pooled = match pooling {
-        Pooling::MaxPool(params) => crate::max_pool2d_with_indices(&x, &params)?,
-        Pooling::Adaptive(size) => crate::adaptive_max_pool2d(&x, size)?,
-    };
+    let pooled = pooling.forward(&x)?;
     Ok((pooled.output.into_shared().into(), pooled.indices.into_shared().into()))
 }
 
@@ -292,11 +267,7 @@ where
     I: ArgmaxIndex,
     NdArrayTensor: From<ArcArray<T, IxDyn>>,
 {
-    let gx = match which {
-        Unpooling::MaxPool(params) => crate::max_pool2d_with_indices_backward(&grad, &x, &indices, &params)?,
-        Unpooling::Adaptive => crate::adaptive_max_pool2d_backward(&grad, &x, &indices)?,
-    };
-    Ok(gx.into_shared().into())
+    Ok(which.backward(&grad, &x, &indices)?.into_shared().into())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -53,7 +53,8 @@ use candle_core::{
 };
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 
-use crate::{ArgmaxIndex, Mask, MaskLayout, MaxPool2dParams, PoolFloat};
+use crate::bridge::{Pooling, Unpooling};
+use crate::{Mask, MaskLayout, MaxPool2dParams};
 
 /// The functions' names, which begin their messages (and name the recorded operation in
 /// candle's): each message names the function the user called.
@@ -84,7 +85,7 @@ mod name {
 /// # Errors
 /// As [`crate::max_pool2d_with_indices`], and for a tensor that is not a CPU float tensor.
 pub fn max_pool2d(x: &Tensor, params: &MaxPool2dParams) -> candle_core::Result<Tensor> {
-    Ok(max_pool(name::MAX_POOL2D, x, params)?.0)
+    Ok(pool(name::MAX_POOL2D, x, Pooling::MaxPool(*params))?.0)
 }
 
 /// [`max_pool2d`] that also returns the flat index `ih * W + iw` of each maximum inside its plane,
@@ -97,7 +98,7 @@ pub fn max_pool2d_with_indices(
     x: &Tensor,
     params: &MaxPool2dParams,
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    max_pool(name::MAX_POOL2D_WITH_INDICES, x, params)
+    pool(name::MAX_POOL2D_WITH_INDICES, x, Pooling::MaxPool(*params))
 }
 
 /// Gradient of [`max_pool2d_with_indices`] for candle tensors: `grad_output[.., oh, ow]` added at
@@ -137,7 +138,7 @@ pub fn max_pool2d_with_indices_backward(
 /// # Errors
 /// As [`crate::adaptive_max_pool2d`], and for a tensor that is not a CPU float tensor.
 pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> candle_core::Result<Tensor> {
-    Ok(adaptive(name::ADAPTIVE_MAX_POOL2D, x, output_size)?.0)
+    Ok(pool(name::ADAPTIVE_MAX_POOL2D, x, Pooling::Adaptive(output_size))?.0)
 }
 
 /// [`adaptive_max_pool2d`] that also returns the flat indices of the maxima, as an I64 tensor.
@@ -148,7 +149,7 @@ pub fn adaptive_max_pool2d_with_indices(
     x: &Tensor,
     output_size: [usize; 2],
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    adaptive(name::ADAPTIVE_MAX_POOL2D_WITH_INDICES, x, output_size)
+    pool(name::ADAPTIVE_MAX_POOL2D_WITH_INDICES, x, Pooling::Adaptive(output_size))
 }
 
 /// Gradient of [`adaptive_max_pool2d_with_indices`] for candle tensors
@@ -211,18 +212,8 @@ pub fn max_pool2d_with_mask_backward<L: MaskLayout>(
     mask_backward(name::MAX_POOL2D_WITH_MASK_BACKWARD, grad_output, x, mask)
 }
 
-/// The max-pool forward behind [`max_pool2d`] and [`max_pool2d_with_indices`], recorded by
-/// candle when `x` tracks gradients.
-fn max_pool(op: &'static str, x: &Tensor, params: &MaxPool2dParams) -> candle_core::Result<(Tensor, Tensor)> {
-    pool(op, x, Pooling::MaxPool(*params))
-}
-
-/// The adaptive forward behind [`adaptive_max_pool2d`] and [`adaptive_max_pool2d_with_indices`].
-fn adaptive(op: &'static str, x: &Tensor, output_size: [usize; 2]) -> candle_core::Result<(Tensor, Tensor)> {
-    pool(op, x, Pooling::Adaptive(output_size))
-}
-
-/// The forward with indices: recorded by candle when `x` tracks gradients.
+/// The forward with indices behind [`max_pool2d`], [`adaptive_max_pool2d`] and their
+/// `_with_indices` forms: recorded by candle when `x` tracks gradients.
 fn pool(op: &'static str, x: &Tensor, pooling: Pooling) -> candle_core::Result<(Tensor, Tensor)> {
     let indices = Arc::new(OnceLock::new());
     let output = x.apply_op1(IndexedOp { op, pooling, indices: Arc::clone(&indices) })?;
@@ -238,22 +229,6 @@ struct IndexedOp {
     op: &'static str,
     pooling: Pooling,
     indices: Arc<OnceLock<Tensor>>,
-}
-
-/// Which forward with indices, with its parameters.
-#[derive(Clone, Copy)]
-enum Pooling {
-    MaxPool(MaxPool2dParams),
-    Adaptive([usize; 2]),
-}
-
-impl Pooling {
-    fn backward(self) -> Unpooling {
-        match self {
-            Pooling::MaxPool(params) => Unpooling::MaxPool(params),
-            Pooling::Adaptive(_) => Unpooling::Adaptive,
-        }
-    }
 }
 
 struct MaskOp<L: MaskLayout> {
@@ -327,11 +302,7 @@ impl CustomOp1 for IndexedOp {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         with_float_type!(storage.dtype(), self.op, "x", T => {
             let x = cpu_view::<T>(storage, layout, self.op, "x")?;
-            let pooled = match self.pooling {
-                Pooling::MaxPool(params) => crate::max_pool2d_with_indices(&x, &params),
-                Pooling::Adaptive(size) => crate::adaptive_max_pool2d(&x, size),
-            }
-            .map_err(wrap)?;
+            let pooled = self.pooling.forward(&x).map_err(wrap)?;
             let indices_tensor = into_tensor(pooled.indices)?;
             self.indices.get_or_init(|| indices_tensor);
             Ok(into_storage(pooled.output))
@@ -372,13 +343,6 @@ impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
 // ---------------------------------------------------------------------------------------------
 // One backward core per operation family, shared by the recorded ops and the public functions.
 
-/// Which backward with indices to run (the indices carry the adaptive windows' sizes).
-#[derive(Clone, Copy)]
-enum Unpooling {
-    MaxPool(MaxPool2dParams),
-    Adaptive,
-}
-
 fn backward_with_indices(
     op: &'static str,
     grad_output: &Tensor,
@@ -397,22 +361,9 @@ fn backward_with_indices(
             let grad = cpu_view::<T>(grad_cpu, grad_layout, op, "grad_output")?;
             let x = cpu_view::<T>(x_cpu, x_layout, op, "x")?;
             let idx = cpu_view::<I>(idx_cpu, idx_layout, op, "indices")?;
-            indexed_backward(&grad, &x, &idx, which)
+            into_tensor(which.backward(&grad, &x, &idx).map_err(wrap)?)
         })
     })
-}
-
-fn indexed_backward<T: PoolFloat + WithDType, I: ArgmaxIndex>(
-    grad: &ArrayViewD<'_, T>,
-    x: &ArrayViewD<'_, T>,
-    indices: &ArrayViewD<'_, I>,
-    which: Unpooling,
-) -> candle_core::Result<Tensor> {
-    let gx = match which {
-        Unpooling::MaxPool(params) => crate::max_pool2d_with_indices_backward(grad, x, indices, &params),
-        Unpooling::Adaptive => crate::adaptive_max_pool2d_backward(grad, x, indices),
-    };
-    into_tensor(gx.map_err(wrap)?)
 }
 
 fn mask_backward<L: MaskLayout>(

@@ -74,6 +74,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod alloc;
+#[cfg(any(feature = "candle", feature = "burn"))]
+mod bridge;
 #[cfg(feature = "burn")]
 #[cfg_attr(docsrs, doc(cfg(feature = "burn")))]
 pub mod burn;

@@ -1,0 +1,53 @@
+//! What the framework bridges ([`candle`](crate::candle) and [`burn`](crate::burn)) share: which
+//! pooling a recorded forward ran, and its backward, both on ndarray views of the framework's
+//! buffers through the public free functions.
+
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
+
+use crate::{ArgmaxIndex, MaxPool2dParams, PoolFloat, Pooled};
+
+/// A forward with flat indices, with its parameters.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pooling {
+    MaxPool(MaxPool2dParams),
+    Adaptive([usize; 2]),
+}
+
+/// The backward of a [`Pooling`] (the indices carry the adaptive windows' sizes).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Unpooling {
+    MaxPool(MaxPool2dParams),
+    Adaptive,
+}
+
+impl Pooling {
+    /// The pooled values and `i64` indices of `x`.
+    pub(crate) fn forward<T: PoolFloat>(self, x: &ArrayViewD<'_, T>) -> crate::Result<Pooled<T, i64, IxDyn>> {
+        match self {
+            Pooling::MaxPool(params) => crate::max_pool2d_with_indices(x, &params),
+            Pooling::Adaptive(size) => crate::adaptive_max_pool2d(x, size),
+        }
+    }
+
+    pub(crate) fn backward(self) -> Unpooling {
+        match self {
+            Pooling::MaxPool(params) => Unpooling::MaxPool(params),
+            Pooling::Adaptive(_) => Unpooling::Adaptive,
+        }
+    }
+}
+
+impl Unpooling {
+    /// The gradient of `x`: `grad` added at `indices` of each plane.
+    pub(crate) fn backward<T: PoolFloat, I: ArgmaxIndex>(
+        self,
+        grad: &ArrayViewD<'_, T>,
+        x: &ArrayViewD<'_, T>,
+        indices: &ArrayViewD<'_, I>,
+    ) -> crate::Result<ArrayD<T>> {
+        match self {
+            Unpooling::MaxPool(params) => crate::max_pool2d_with_indices_backward(grad, x, indices, &params),
+            Unpooling::Adaptive => crate::adaptive_max_pool2d_backward(grad, x, indices),
+        }
+    }
+}
