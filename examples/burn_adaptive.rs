@@ -19,18 +19,9 @@ const CHANNELS: usize = 3;
 const SIDE: usize = 12;
 const OUTPUTS: usize = 2;
 
-/// Deterministic values in [-1, 1) (xorshift), so every run prints the same losses.
-fn noise(len: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-        })
-        .collect()
-}
+#[path = "common/xorshift.rs"]
+mod xorshift;
+use xorshift::noise;
 
 fn f64_tensor<const D: usize>(values: Vec<f64>, shape: [usize; D], device: &Device) -> Tensor<D> {
     Tensor::from_data(

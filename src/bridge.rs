@@ -6,6 +6,18 @@ use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 use crate::{ArgmaxIndex, MaxPool2dParams, PoolFloat, Pooled};
 
+/// `mod name` of a bridge: one constant per public function, its full path (`$prefix` and the
+/// function's name), with which every error of that function begins.
+macro_rules! function_names {
+    ($prefix:literal: $($f:ident),+ $(,)?) => {
+        #[allow(non_upper_case_globals)]
+        mod name {
+            $(pub const $f: &str = concat!($prefix, stringify!($f));)+
+        }
+    };
+}
+pub(crate) use function_names;
+
 /// A forward with flat indices, with its parameters.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Pooling {

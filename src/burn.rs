@@ -58,18 +58,11 @@ use burn_ndarray::{NdArray, NdArrayTensor};
 use burn_tensor::{Int, Tensor};
 use ndarray::{ArcArray, ArrayViewD, IxDyn};
 
-use crate::bridge::{Pooling, Unpooling};
+use crate::bridge::{Pooling, Unpooling, function_names};
 use crate::{ArgmaxIndex, MaxPool2dParams, PoolFloat};
 
-/// The functions' names, which begin their messages: each names the function the user called.
-mod name {
-    pub const MAX_POOL2D: &str = "poolgrad::burn::max_pool2d";
-    pub const MAX_POOL2D_WITH_INDICES: &str = "poolgrad::burn::max_pool2d_with_indices";
-    pub const MAX_POOL2D_WITH_INDICES_BACKWARD: &str = "poolgrad::burn::max_pool2d_with_indices_backward";
-    pub const ADAPTIVE_MAX_POOL2D: &str = "poolgrad::burn::adaptive_max_pool2d";
-    pub const ADAPTIVE_MAX_POOL2D_WITH_INDICES: &str = "poolgrad::burn::adaptive_max_pool2d_with_indices";
-    pub const ADAPTIVE_MAX_POOL2D_BACKWARD: &str = "poolgrad::burn::adaptive_max_pool2d_backward";
-}
+// The functions' names, which begin their messages: each names the function the user called.
+function_names!("poolgrad::burn::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward);
 
 /// What can go wrong in [`poolgrad::burn`](self): poolgrad's own errors, and burn tensors this
 /// bridge cannot read.
@@ -115,7 +108,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// # Errors
 /// As [`crate::adaptive_max_pool2d`], plus [`Error::Backend`] and [`Error::DType`].
 pub fn adaptive_max_pool2d(x: Tensor<4>, output_size: [usize; 2]) -> Result<Tensor<4>> {
-    Ok(pool(name::ADAPTIVE_MAX_POOL2D, Pooling::Adaptive(output_size), x)?.0)
+    Ok(pool(name::adaptive_max_pool2d, Pooling::Adaptive(output_size), x)?.0)
 }
 
 /// [`adaptive_max_pool2d`] that also returns the flat index `ih * W + iw` of each maximum inside
@@ -127,7 +120,7 @@ pub fn adaptive_max_pool2d_with_indices(
     x: Tensor<4>,
     output_size: [usize; 2],
 ) -> Result<(Tensor<4>, Tensor<4, Int>)> {
-    pool(name::ADAPTIVE_MAX_POOL2D_WITH_INDICES, Pooling::Adaptive(output_size), x)
+    pool(name::adaptive_max_pool2d_with_indices, Pooling::Adaptive(output_size), x)
 }
 
 /// Gradient of [`adaptive_max_pool2d_with_indices`] for burn tensors
@@ -141,7 +134,7 @@ pub fn adaptive_max_pool2d_backward(
     x: Tensor<4>,
     indices: Tensor<4, Int>,
 ) -> Result<Tensor<4>> {
-    unpool(name::ADAPTIVE_MAX_POOL2D_BACKWARD, Unpooling::Adaptive, grad_output, x, indices)
+    unpool(name::adaptive_max_pool2d_backward, Unpooling::Adaptive, grad_output, x, indices)
 }
 
 /// 2-D max pooling with PyTorch's semantics (kernel, stride, padding, dilation, ceil mode),
@@ -150,7 +143,7 @@ pub fn adaptive_max_pool2d_backward(
 /// # Errors
 /// As [`crate::max_pool2d_with_indices`], plus [`Error::Backend`] and [`Error::DType`].
 pub fn max_pool2d(x: Tensor<4>, params: &MaxPool2dParams) -> Result<Tensor<4>> {
-    Ok(pool(name::MAX_POOL2D, Pooling::MaxPool(*params), x)?.0)
+    Ok(pool(name::max_pool2d, Pooling::MaxPool(*params), x)?.0)
 }
 
 /// [`max_pool2d`] that also returns the flat indices of the maxima as an I64 tensor, as burn's
@@ -179,7 +172,7 @@ pub fn max_pool2d_with_indices(
     x: Tensor<4>,
     params: &MaxPool2dParams,
 ) -> Result<(Tensor<4>, Tensor<4, Int>)> {
-    pool(name::MAX_POOL2D_WITH_INDICES, Pooling::MaxPool(*params), x)
+    pool(name::max_pool2d_with_indices, Pooling::MaxPool(*params), x)
 }
 
 /// Gradient of [`max_pool2d_with_indices`] for burn tensors. Not recorded by autodiff.
@@ -192,7 +185,7 @@ pub fn max_pool2d_with_indices_backward(
     indices: Tensor<4, Int>,
     params: &MaxPool2dParams,
 ) -> Result<Tensor<4>> {
-    unpool(name::MAX_POOL2D_WITH_INDICES_BACKWARD, Unpooling::MaxPool(*params), grad_output, x, indices)
+    unpool(name::max_pool2d_with_indices_backward, Unpooling::MaxPool(*params), grad_output, x, indices)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -53,21 +53,12 @@ use candle_core::{
 };
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 
-use crate::bridge::{Pooling, Unpooling};
+use crate::bridge::{Pooling, Unpooling, function_names};
 use crate::{Mask, MaskLayout, MaxPool2dParams};
 
-/// The functions' names, which begin their messages (and name the recorded operation in
-/// candle's): each message names the function the user called.
-mod name {
-    pub const MAX_POOL2D: &str = "poolgrad::candle::max_pool2d";
-    pub const MAX_POOL2D_WITH_INDICES: &str = "poolgrad::candle::max_pool2d_with_indices";
-    pub const MAX_POOL2D_WITH_INDICES_BACKWARD: &str = "poolgrad::candle::max_pool2d_with_indices_backward";
-    pub const ADAPTIVE_MAX_POOL2D: &str = "poolgrad::candle::adaptive_max_pool2d";
-    pub const ADAPTIVE_MAX_POOL2D_WITH_INDICES: &str = "poolgrad::candle::adaptive_max_pool2d_with_indices";
-    pub const ADAPTIVE_MAX_POOL2D_BACKWARD: &str = "poolgrad::candle::adaptive_max_pool2d_backward";
-    pub const MAX_POOL2D_WITH_MASK: &str = "poolgrad::candle::max_pool2d_with_mask";
-    pub const MAX_POOL2D_WITH_MASK_BACKWARD: &str = "poolgrad::candle::max_pool2d_with_mask_backward";
-}
+// The functions' names, which begin their messages (and name the recorded operation in
+// candle's): each message names the function the user called.
+function_names!("poolgrad::candle::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward);
 
 /// 2-D max pooling of `x` with PyTorch's semantics (kernel, stride, padding, dilation, ceil mode),
 /// differentiable through candle's autograd with PyTorch's gradient.
@@ -85,7 +76,7 @@ mod name {
 /// # Errors
 /// As [`crate::max_pool2d_with_indices`], and for a tensor that is not a CPU float tensor.
 pub fn max_pool2d(x: &Tensor, params: &MaxPool2dParams) -> candle_core::Result<Tensor> {
-    Ok(pool(name::MAX_POOL2D, x, Pooling::MaxPool(*params))?.0)
+    Ok(pool(name::max_pool2d, x, Pooling::MaxPool(*params))?.0)
 }
 
 /// [`max_pool2d`] that also returns the flat index `ih * W + iw` of each maximum inside its plane,
@@ -98,7 +89,7 @@ pub fn max_pool2d_with_indices(
     x: &Tensor,
     params: &MaxPool2dParams,
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    pool(name::MAX_POOL2D_WITH_INDICES, x, Pooling::MaxPool(*params))
+    pool(name::max_pool2d_with_indices, x, Pooling::MaxPool(*params))
 }
 
 /// Gradient of [`max_pool2d_with_indices`] for candle tensors: `grad_output[.., oh, ow]` added at
@@ -115,7 +106,7 @@ pub fn max_pool2d_with_indices_backward(
     params: &MaxPool2dParams,
 ) -> candle_core::Result<Tensor> {
     backward_with_indices(
-        name::MAX_POOL2D_WITH_INDICES_BACKWARD,
+        name::max_pool2d_with_indices_backward,
         grad_output,
         x,
         indices,
@@ -138,7 +129,7 @@ pub fn max_pool2d_with_indices_backward(
 /// # Errors
 /// As [`crate::adaptive_max_pool2d`], and for a tensor that is not a CPU float tensor.
 pub fn adaptive_max_pool2d(x: &Tensor, output_size: [usize; 2]) -> candle_core::Result<Tensor> {
-    Ok(pool(name::ADAPTIVE_MAX_POOL2D, x, Pooling::Adaptive(output_size))?.0)
+    Ok(pool(name::adaptive_max_pool2d, x, Pooling::Adaptive(output_size))?.0)
 }
 
 /// [`adaptive_max_pool2d`] that also returns the flat indices of the maxima, as an I64 tensor.
@@ -149,7 +140,7 @@ pub fn adaptive_max_pool2d_with_indices(
     x: &Tensor,
     output_size: [usize; 2],
 ) -> candle_core::Result<(Tensor, Tensor)> {
-    pool(name::ADAPTIVE_MAX_POOL2D_WITH_INDICES, x, Pooling::Adaptive(output_size))
+    pool(name::adaptive_max_pool2d_with_indices, x, Pooling::Adaptive(output_size))
 }
 
 /// Gradient of [`adaptive_max_pool2d_with_indices`] for candle tensors
@@ -163,7 +154,7 @@ pub fn adaptive_max_pool2d_backward(
     x: &Tensor,
     indices: &Tensor,
 ) -> candle_core::Result<Tensor> {
-    backward_with_indices(name::ADAPTIVE_MAX_POOL2D_BACKWARD, grad_output, x, indices, Unpooling::Adaptive)
+    backward_with_indices(name::adaptive_max_pool2d_backward, grad_output, x, indices, Unpooling::Adaptive)
 }
 
 /// Max pooling that records its arg-max as an Ascend int8 mask in `layout`
@@ -193,7 +184,7 @@ pub fn max_pool2d_with_mask<L: MaskLayout>(
     params: &MaxPool2dParams,
     layout: L,
 ) -> candle_core::Result<(Tensor, Mask<L, IxDyn>)> {
-    const OP: &str = name::MAX_POOL2D_WITH_MASK;
+    const OP: &str = name::max_pool2d_with_mask;
     let mask = Arc::new(OnceLock::new());
     let output = x.apply_op1(MaskOp { params: *params, layout, mask: Arc::clone(&mask) })?;
     Ok((output, stashed(&mask, OP)?.clone()))
@@ -209,7 +200,7 @@ pub fn max_pool2d_with_mask_backward<L: MaskLayout>(
     x: &Tensor,
     mask: &Mask<L, IxDyn>,
 ) -> candle_core::Result<Tensor> {
-    mask_backward(name::MAX_POOL2D_WITH_MASK_BACKWARD, grad_output, x, mask)
+    mask_backward(name::max_pool2d_with_mask_backward, grad_output, x, mask)
 }
 
 /// The forward with indices behind [`max_pool2d`], [`adaptive_max_pool2d`] and their
@@ -237,46 +228,32 @@ struct MaskOp<L: MaskLayout> {
     mask: Arc<OnceLock<Mask<L, IxDyn>>>,
 }
 
-/// Runs `$body` with `$t` the Rust type of candle's float dtype `$dtype`; another dtype is an
-/// error naming `$arg` of `$op`.
-macro_rules! with_float_type {
-    ($dtype:expr, $op:expr, $arg:expr, $t:ident => $body:expr) => {
+/// Runs `$body` with `$t` the Rust type of candle's dtype `$dtype`, one of the listed pairs;
+/// another dtype is an error naming `$arg` of `$op` and the dtypes `$expected`.
+macro_rules! with_type {
+    ($dtype:expr, $op:expr, $arg:expr, $expected:literal, [$($d:ident => $ty:ty),+], $t:ident => $body:expr) => {
         match $dtype {
-            DType::F32 => {
-                type $t = f32;
+            $(DType::$d => {
+                type $t = $ty;
                 $body
-            }
-            DType::F64 => {
-                type $t = f64;
-                $body
-            }
-            DType::F16 => {
-                type $t = half::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $t = half::bf16;
-                $body
-            }
-            other => Err(unsupported_dtype($op, $arg, "F32, F64, F16 or BF16", other)),
+            })+
+            other => Err(unsupported_dtype($op, $arg, $expected, other)),
         }
     };
 }
 
-/// As [`with_float_type`], for index dtypes (I64, I32).
+/// [`with_type`] over the float dtypes poolgrad pools (F32, F64, F16, BF16).
+macro_rules! with_float_type {
+    ($dtype:expr, $op:expr, $arg:expr, $t:ident => $body:expr) => {
+        with_type!($dtype, $op, $arg, "F32, F64, F16 or BF16",
+            [F32 => f32, F64 => f64, F16 => half::f16, BF16 => half::bf16], $t => $body)
+    };
+}
+
+/// [`with_type`] over the index dtypes (I64, I32).
 macro_rules! with_index_type {
     ($dtype:expr, $op:expr, $arg:expr, $t:ident => $body:expr) => {
-        match $dtype {
-            DType::I64 => {
-                type $t = i64;
-                $body
-            }
-            DType::I32 => {
-                type $t = i32;
-                $body
-            }
-            other => Err(unsupported_dtype($op, $arg, "I64 or I32", other)),
-        }
+        with_type!($dtype, $op, $arg, "I64 or I32", [I64 => i64, I32 => i32], $t => $body)
     };
 }
 
@@ -319,11 +296,11 @@ impl CustomOp1 for IndexedOp {
 
 impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
     fn name(&self) -> &'static str {
-        name::MAX_POOL2D_WITH_MASK
+        name::max_pool2d_with_mask
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK;
+        const OP: &str = name::max_pool2d_with_mask;
         with_float_type!(storage.dtype(), OP, "x", T => {
             let x = cpu_view::<T>(storage, layout, OP, "x")?;
             let pooled = crate::max_pool2d_with_mask(&x, &self.params, self.layout).map_err(wrap)?;
@@ -335,7 +312,7 @@ impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
     gpu_storage_is_an_error!();
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK;
+        const OP: &str = name::max_pool2d_with_mask;
         mask_backward(OP, grad_res, arg, stashed(&self.mask, OP)?).map(Some)
     }
 }
@@ -486,9 +463,9 @@ mod tests {
         let layout = Layout::contiguous((1, 1, 2, 2));
         let params = MaxPool2dParams::new([2, 2]);
         let max_pool =
-            IndexedOp { op: name::MAX_POOL2D, pooling: Pooling::MaxPool(params), indices: Arc::default() };
+            IndexedOp { op: name::max_pool2d, pooling: Pooling::MaxPool(params), indices: Arc::default() };
         let adaptive = IndexedOp {
-            op: name::ADAPTIVE_MAX_POOL2D_WITH_INDICES,
+            op: name::adaptive_max_pool2d_with_indices,
             pooling: Pooling::Adaptive([1, 1]),
             indices: Arc::default(),
         };

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_message, plan_adaptive_i32_indices};
+use common::{assert_message, plan_adaptive_i32_indices, with_global_pool_plan};
 
 use ndarray::{Array, Array1, Array3, Array4, ArrayView, IxDyn, ShapeBuilder};
 use poolgrad::device::cpu::Cpu;
@@ -286,26 +286,17 @@ fn a_small_workspace_is_rejected_before_running() {
     // A strided input must be staged: the plan needs workspace.
     let x = Array3::<f32>::from_shape_fn((1, 4, 8), |(_, h, w)| (h * 8 + w) as f32);
     let view = x.slice(ndarray::s![.., .., ..;2]);
-    let (mut out, mut idx) = (Array3::<f32>::zeros((1, 1, 1)), Array3::<i64>::zeros((1, 1, 1)));
-    let cpu = Cpu::sequential();
-    let plan = Plan::new(
-        &cpu,
-        AdaptiveMaxPool2d {
-            input: TensorRef::from_view(view).unwrap(),
-            output_size: [1, 1],
-            output: TensorMut::from_array(&mut out).unwrap(),
-            indices: TensorMut::from_array(&mut idx).unwrap(),
-        },
-    )
-    .unwrap();
-    let needed = plan.workspace_size();
-    assert!(needed >= 16 * 4, "staging 16 f32 needs at least 64 bytes, plan says {needed}");
-    // The CPU hands out whole 64-byte cache lines: one line fewer is too small.
-    let mut small = Workspace::new(&cpu, needed - 64).unwrap();
-    assert_eq!(small.len(), needed - 64);
-    let e = plan.bind(&mut small).unwrap_err();
-    assert_eq!(e, Error::WorkspaceTooSmall { op: FWD, expected: needed, got: needed - 64 });
-    assert_message(&e, &[&needed.to_string(), &(needed - 64).to_string()]);
+    with_global_pool_plan::<i64, _, _>(view, |plan, cpu| {
+        let plan = plan.unwrap();
+        let needed = plan.workspace_size();
+        assert!(needed >= 16 * 4, "staging 16 f32 needs at least 64 bytes, plan says {needed}");
+        // The CPU hands out whole 64-byte cache lines: one line fewer is too small.
+        let mut small = Workspace::new(cpu, needed - 64).unwrap();
+        assert_eq!(small.len(), needed - 64);
+        let e = plan.bind(&mut small).unwrap_err();
+        assert_eq!(e, Error::WorkspaceTooSmall { op: FWD, expected: needed, got: needed - 64 });
+        assert_message(&e, &[&needed.to_string(), &(needed - 64).to_string()]);
+    });
 }
 
 #[test]

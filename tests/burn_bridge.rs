@@ -297,23 +297,11 @@ fn bad_input_gives_typed_errors() {
     let (y, idx) = poolgrad::burn::max_pool2d_with_indices(x.clone(), &p).unwrap();
     let g64 = tensor_f64(&[1.0; 4], [1, 1, 2, 2], &plain());
     let e = poolgrad::burn::max_pool2d_with_indices_backward(g64, x.clone(), idx.clone(), &p).unwrap_err();
-    let m = e.to_string();
-    assert!(
-        matches!(&e, poolgrad::burn::Error::DType { arg: "grad_output", .. })
-            && m.contains("F32")
-            && m.contains("F64"),
-        "{m}"
-    );
+    expect_dtype_error(&e, "grad_output", ["F32", "F64"]);
 
     let idx16 = idx.clone().cast(burn_tensor::DType::I16);
     let e = poolgrad::burn::max_pool2d_with_indices_backward(y.clone(), x.clone(), idx16, &p).unwrap_err();
-    let m = e.to_string();
-    assert!(
-        matches!(&e, poolgrad::burn::Error::DType { arg: "indices", .. })
-            && m.contains("I64 or I32")
-            && m.contains("I16"),
-        "{m}"
-    );
+    expect_dtype_error(&e, "indices", ["I64 or I32", "I16"]);
 
     let wrong = Tensor::<4, Int>::from_data(TensorData::new(vec![0i64, 99, 0, 0], [1, 1, 2, 2]), &plain());
     let e = poolgrad::burn::max_pool2d_with_indices_backward(y, x, wrong, &p).unwrap_err();
@@ -334,4 +322,12 @@ fn each_backward_names_itself_in_its_errors() {
     assert!(e.to_string().starts_with("poolgrad::burn::max_pool2d_with_indices_backward: `indices`"), "{e}");
     let e = poolgrad::burn::adaptive_max_pool2d_backward(y, x, idx16).unwrap_err();
     assert!(e.to_string().starts_with("poolgrad::burn::adaptive_max_pool2d_backward: `indices`"), "{e}");
+}
+
+/// `e` is a dtype error about `arg` whose message names each of `words` (what was expected and
+/// what was given).
+fn expect_dtype_error(e: &poolgrad::burn::Error, arg: &str, words: [&str; 2]) {
+    let m = e.to_string();
+    assert!(matches!(e, poolgrad::burn::Error::DType { arg: a, .. } if *a == arg), "{m}");
+    assert!(words.iter().all(|w| m.contains(w)), "{m}");
 }

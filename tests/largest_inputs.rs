@@ -6,10 +6,9 @@
 
 mod common;
 
-use common::plan_adaptive_i32_indices;
+use common::{plan_adaptive_i32_indices, with_global_pool_plan};
 use ndarray::{Array4, ArrayViewD, IxDyn, ShapeBuilder};
 use poolgrad::device::cpu::Cpu;
-use poolgrad::op::AdaptiveMaxPool2d;
 use poolgrad::{DType, Error, I32Argmax, Mask, MaxPool2dParams, Plan, TensorMut, TensorRef, Workspace};
 
 fn broadcast(dims: &[usize]) -> ArrayViewD<'static, f32> {
@@ -160,19 +159,10 @@ fn workspaces_that_cannot_exist_are_errors() {
 #[test]
 fn staging_that_cannot_be_allocated_is_an_error() {
     let x = broadcast(&[1, 1, 1 << 30, 1 << 30]);
-    let (mut out, mut idx) = (Array4::<f32>::zeros((1, 1, 1, 1)), Array4::<i64>::zeros((1, 1, 1, 1)));
-    let cpu = Cpu::sequential();
-    let plan = Plan::new(
-        &cpu,
-        AdaptiveMaxPool2d {
-            input: TensorRef::from_view(x).unwrap(),
-            output_size: [1, 1],
-            output: TensorMut::from_array(&mut out).unwrap(),
-            indices: TensorMut::from_array(&mut idx).unwrap(),
-        },
-    )
-    .unwrap();
-    assert_eq!(plan.workspace_size(), 1 << 62);
-    let e = plan.run().unwrap_err();
-    assert_eq!(e, Error::Allocation { op: "Workspace::new", arg: "workspace", bytes: 1 << 62 });
+    with_global_pool_plan::<i64, _, _>(x, |plan, _| {
+        let plan = plan.unwrap();
+        assert_eq!(plan.workspace_size(), 1 << 62);
+        let e = plan.run().unwrap_err();
+        assert_eq!(e, Error::Allocation { op: "Workspace::new", arg: "workspace", bytes: 1 << 62 });
+    });
 }

@@ -383,44 +383,43 @@ fn draw<S: Strategy>(strategy: S, count: usize) -> Vec<S::Value> {
 /// The values and gradients of generated cases stay in the sets the kit documents, and fill them.
 #[test]
 fn generated_values_keep_their_documented_ranges() {
-    let cases = |values| {
-        draw(max_pool_cases::<f64, i64, Ix4>(Shapes::default(), ParamBounds::default(), values), 200)
+    // Every input value (or, with `grads`, every output gradient) of 200 cases of `values`.
+    let all = |values, grads: bool| -> Vec<f64> {
+        let cases =
+            draw(max_pool_cases::<f64, i64, Ix4>(Shapes::default(), ParamBounds::default(), values), 200);
+        cases
+            .iter()
+            .flat_map(|c| if grads { c.grad_output.iter() } else { c.input.iter() })
+            .copied()
+            .collect()
     };
+    // The share of `values` equal to each of `levels` is in `range`, and there is nothing else.
+    let shares_within = |values: &[f64], levels: &[f64], range: std::ops::Range<f64>, what: &str| {
+        for &v in levels {
+            let share = values.iter().filter(|&&x| x == v).count() as f64 / values.len() as f64;
+            assert!(range.contains(&share), "{what} {v}: {share}");
+        }
+        assert!(values.iter().all(|v| levels.contains(v)), "{what}: a value outside {levels:?}");
+    };
+    let tie_levels = [-2.0, -1.0, 0.0, 1.0];
     // Ties: -2, -1, 0, 1, each of them.
-    let ties: Vec<f64> =
-        cases(Values::Ties).iter().flat_map(|c| c.input.iter().copied().collect::<Vec<_>>()).collect();
-    for v in [-2.0, -1.0, 0.0, 1.0] {
-        let share = ties.iter().filter(|&&x| x == v).count() as f64 / ties.len() as f64;
-        assert!((0.2..0.3).contains(&share), "{v}: {share}");
-    }
-    assert!(ties.iter().all(|v| [-2.0, -1.0, 0.0, 1.0].contains(v)));
+    shares_within(&all(Values::Ties, false), &tie_levels, 0.2..0.3, "ties");
     // Distinct: multiples of 1/4 in [-125, 125), spread.
-    let distinct: Vec<f64> =
-        cases(Values::Distinct).iter().flat_map(|c| c.input.iter().copied().collect::<Vec<_>>()).collect();
+    let distinct = all(Values::Distinct, false);
     assert!(distinct.iter().all(|&v| (-125.0..125.0).contains(&v) && (v * 4.0).fract() == 0.0));
     let mut seen: Vec<i64> = distinct.iter().map(|&v| (v * 4.0) as i64).collect();
     seen.sort_unstable();
     seen.dedup();
     assert!(seen.len() > 900, "{} distinct values", seen.len());
     // WithNan: about one NaN in ten, the rest as Ties.
-    let with_nan: Vec<f64> =
-        cases(Values::WithNan).iter().flat_map(|c| c.input.iter().copied().collect::<Vec<_>>()).collect();
+    let with_nan = all(Values::WithNan, false);
     let nans = with_nan.iter().filter(|v| v.is_nan()).count() as f64 / with_nan.len() as f64;
     assert!((0.07..0.13).contains(&nans), "{nans}");
-    let numbers: Vec<f64> = with_nan.iter().copied().filter(|v| !v.is_nan()).collect();
-    for v in [-2.0, -1.0, 0.0, 1.0] {
-        let share = numbers.iter().filter(|&&x| x == v).count() as f64 / numbers.len() as f64;
-        assert!((0.2..0.3).contains(&share), "with NaN, {v}: {share}");
-    }
-    assert!(numbers.iter().all(|v| [-2.0, -1.0, 0.0, 1.0].contains(v)));
+    let numbers: Vec<f64> = with_nan.into_iter().filter(|v| !v.is_nan()).collect();
+    shares_within(&numbers, &tie_levels, 0.2..0.3, "with NaN");
     // Gradients: non-zero integers, every one of ±1..=8.
-    let grads: Vec<f64> =
-        cases(Values::Ties).iter().flat_map(|c| c.grad_output.iter().copied().collect::<Vec<_>>()).collect();
-    for g in (1..=8).flat_map(|m| [m as f64, -(m as f64)]) {
-        let share = grads.iter().filter(|&&x| x == g).count() as f64 / grads.len() as f64;
-        assert!((0.04..0.085).contains(&share), "{g}: {share}");
-    }
-    assert!(grads.iter().all(|&g| g != 0.0 && g.fract() == 0.0 && g.abs() <= 8.0));
+    let grad_levels: Vec<f64> = (1..=8).flat_map(|m| [m as f64, -(m as f64)]).collect();
+    shares_within(&all(Values::Ties, true), &grad_levels, 0.04..0.085, "gradient");
 }
 
 /// Padding is drawn in `0..=kernel/2`, every value of it.

@@ -8,6 +8,9 @@
 
 #![allow(dead_code)] // each bridge uses what its framework has (burn has no mask form)
 
+#[path = "../../examples/common/xorshift.rs"]
+mod xorshift;
+
 use ndarray::ArrayD;
 use poolgrad::{Bitmask, MaxPool2dParams, PoolFloat};
 
@@ -32,6 +35,7 @@ pub fn poolgrad_gradient<T: PoolFloat>(op: Op, x: &ArrayD<T>, grad_output: &Arra
 
 /// One hand-worked case: input, operation, gradient of the output, expected output and input
 /// gradient.
+#[derive(Clone)]
 pub struct Case {
     pub name: &'static str,
     pub x: Vec<f64>,
@@ -51,7 +55,7 @@ pub enum Op {
 
 pub fn hand_worked_cases() -> Vec<Case> {
     let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
-    vec![
+    let mut cases = vec![
         // Ties, kernel 2 = stride 2 (candle's own case): window 1 holds 3, 3, 0, 1 (flat 0, 1,
         // 4, 5): the first 3 (flat 0) takes the gradient 1. Window 2 holds 1, 2, 2, 0 (flat 2,
         // 3, 6, 7): the first 2 in row-major order is flat 3, which takes 2.
@@ -119,17 +123,12 @@ pub fn hand_worked_cases() -> Vec<Case> {
             y: vec![7.],
             gx: vec![0., 3., 0., 0.],
         },
-        // The mask form (Bitmask layout) on the ties case: the same gradient.
-        Case {
-            name: "mask ties",
-            x: vec![3., 3., 1., 2., 0., 1., 2., 0.],
-            shape: vec![1, 1, 2, 4],
-            op: Op::Mask(MaxPool2dParams::new([2, 2])),
-            w: vec![1., 2.],
-            y: vec![3., 2.],
-            gx: vec![1., 0., 0., 2., 0., 0., 0., 0.],
-        },
-    ]
+    ];
+    // The mask form (Bitmask layout) on the ties case: the same output and gradient.
+    let ties = &cases[0];
+    let mask_ties = Case { name: "mask ties", op: Op::Mask(MaxPool2dParams::new([2, 2])), ..ties.clone() };
+    cases.push(mask_ties);
+    cases
 }
 
 pub fn same_values(got: &[f64], want: &[f64]) -> bool {
@@ -138,15 +137,7 @@ pub fn same_values(got: &[f64], want: &[f64]) -> bool {
 
 /// Deterministic values with many ties (eight levels), NaN-free.
 pub fn values(len: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            f64::from((s % 8) as u32) - 3.0
-        })
-        .collect()
+    xorshift::draws(len, seed, |s| f64::from((s % 8) as u32) - 3.0)
 }
 
 /// Gradients with fractional parts, so that f16 and bf16 sums round.

@@ -125,12 +125,33 @@ pub fn assert_message(e: &poolgrad::Error, parts: &[&str]) {
 /// indices: the index-width check stops here, so a test whose check is missing fails at once
 /// instead of pooling a plane of 2^31 elements.
 pub fn plan_adaptive_i32_indices<D: PoolDim>(x: ndarray::ArrayView<'_, f32, D>) -> poolgrad::Result<()> {
-    let (mut out, mut idx) = (Array4::<f32>::zeros((1, 1, 1, 1)), Array4::<i32>::zeros((1, 1, 1, 1)));
-    let op = poolgrad::op::AdaptiveMaxPool2d {
-        input: poolgrad::TensorRef::from_view(x.view())?,
-        output_size: [1, 1],
-        output: poolgrad::TensorMut::from_array(&mut out)?,
-        indices: poolgrad::TensorMut::from_array(&mut idx)?,
-    };
-    poolgrad::Plan::new(&Cpu::sequential(), op).map(|_| ())
+    with_global_pool_plan::<i32, _, _>(x, |plan, _| plan.map(|_| ()))
+}
+
+/// The phase-1 plan of an adaptive max pooling of `x` (one plane) to 1x1 with indices `I`, on
+/// one thread, given to `f` with its device.
+pub fn with_global_pool_plan<I, D, R>(
+    x: ndarray::ArrayView<'_, f32, D>,
+    f: impl FnOnce(
+        poolgrad::Result<poolgrad::Plan<'_, Cpu, poolgrad::op::AdaptiveMaxPool2d<'_, f32, I>>>,
+        &Cpu,
+    ) -> R,
+) -> R
+where
+    I: poolgrad::ArgmaxIndex,
+    D: PoolDim,
+{
+    // 1x1 outputs of the input's rank.
+    let ones = ndarray::IxDyn(&vec![1; x.ndim()]);
+    let (mut out, mut idx) = (ndarray::ArrayD::<f32>::zeros(ones.clone()), ndarray::ArrayD::<I>::zeros(ones));
+    let cpu = Cpu::sequential();
+    let op = (|| {
+        Ok(poolgrad::op::AdaptiveMaxPool2d {
+            input: poolgrad::TensorRef::from_view(x)?,
+            output_size: [1, 1],
+            output: poolgrad::TensorMut::from_array(&mut out)?,
+            indices: poolgrad::TensorMut::from_array(&mut idx)?,
+        })
+    })();
+    f(op.and_then(|op| poolgrad::Plan::new(&cpu, op)), &cpu)
 }
