@@ -2,9 +2,14 @@
 //!
 //! Each accepts owned arrays or views of rank 3 (`[C, H, W]`) or 4 (`[N, C, H, W]`) with any
 //! strides, runs on the default [`Cpu`] device, and returns owned arrays of the input's rank. Each
-//! has an `_on` twin that takes the device as its first argument.
+//! has an `_on` twin that takes the device as its first argument, and an `_into` twin (PyTorch's
+//! `out=`) that writes into arrays or views the caller owns, of any strides, with the same checks:
+//! a training loop that reuses its buffers allocates nothing per step.
+//!
+//! Each operation has one private core that writes into views (`*_into_views`); the `_into`
+//! forms call it directly, and the allocating forms check what they read, allocate, and call it.
 
-use ndarray::{Array, ArrayBase, Data, Dimension};
+use ndarray::{Array, ArrayBase, ArrayView, ArrayViewMut, Data, DataMut, Dimension};
 
 use crate::device::Runs;
 use crate::device::cpu::Cpu;
@@ -130,7 +135,7 @@ where
     adaptive_forward(device, input, output_size)
 }
 
-/// The one adaptive forward behind the four public forms.
+/// The allocating adaptive forward behind the four public forms.
 fn adaptive_forward<Dev, T, I, S, D>(
     device: &Dev,
     input: &ArrayBase<S, D>,
@@ -144,18 +149,93 @@ where
     D: PoolDim,
 {
     const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-    let input = TensorRef::named(input.view(), OP, "input")?;
-    let dims = crate::op::adaptive_forward_shapes::<T, I>(&input, output_size)?.pooled_dims();
+    let checked = TensorRef::named(input.view(), OP, "input")?;
+    let dims = crate::op::adaptive_forward_shapes::<T, I>(&checked, output_size)?.pooled_dims();
     let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &dims)?;
     let mut indices = crate::alloc::zeroed_array::<I, D>(OP, "indices", &dims)?;
-    let op = AdaptiveMaxPool2d {
-        input,
-        output_size,
-        output: TensorMut::named(output.view_mut(), OP, "output")?,
-        indices: TensorMut::named(indices.view_mut(), OP, "indices")?,
-    };
-    Plan::new(device, op)?.run()?;
+    adaptive_into_views(device, input.view(), output_size, output.view_mut(), indices.view_mut())?;
     Ok(Pooled { output, indices })
+}
+
+/// The one adaptive forward: into the caller's views.
+fn adaptive_into_views<Dev, T, I, D>(
+    device: &Dev,
+    input: ArrayView<'_, T, D>,
+    output_size: [usize; 2],
+    output: ArrayViewMut<'_, T, D>,
+    indices: ArrayViewMut<'_, I, D>,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    D: PoolDim,
+{
+    const OP: &str = name::ADAPTIVE_MAX_POOL2D;
+    let op = AdaptiveMaxPool2d {
+        input: TensorRef::named(input, OP, "input")?,
+        output_size,
+        output: TensorMut::named(output, OP, "output")?,
+        indices: TensorMut::named(indices, OP, "indices")?,
+    };
+    Plan::new(device, op)?.run()
+}
+
+/// [`adaptive_max_pool2d`] into `output` and `indices` (PyTorch's `out=`): arrays or views of
+/// any strides, of the pooled shape `[N, C, Ho, Wo]` (the input's rank). The index type is the
+/// one `indices` holds, `i64` or `i32`. On an error nothing is promised about their contents.
+///
+/// ```
+/// use ndarray::{Array3, array};
+/// let x = array![[[0.0f32, 5.0, 1.0, 1.0], [2.0, 3.0, 7.0, 0.0], [9.0, 1.0, 6.0, 4.0], [0.0, 8.0, 6.0, 2.0]]];
+/// let (mut out, mut idx) = (Array3::<f32>::zeros((1, 2, 2)), Array3::<i32>::zeros((1, 2, 2)));
+/// poolgrad::adaptive_max_pool2d_into(&x, [2, 2], &mut out, &mut idx)?;
+/// assert_eq!(out, array![[[5.0, 7.0], [9.0, 6.0]]]);
+/// assert_eq!(idx, array![[[1, 6], [8, 10]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`adaptive_max_pool2d`], and [`Error::ShapeMismatch`] for an `output` or `indices` of
+/// another shape.
+pub fn adaptive_max_pool2d_into<T, I, S, So, Si, D>(
+    input: &ArrayBase<S, D>,
+    output_size: [usize; 2],
+    output: &mut ArrayBase<So, D>,
+    indices: &mut ArrayBase<Si, D>,
+) -> Result<()>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S: Data<Elem = T>,
+    So: DataMut<Elem = T>,
+    Si: DataMut<Elem = I>,
+    D: PoolDim,
+{
+    adaptive_into_views(&Cpu::default(), input.view(), output_size, output.view_mut(), indices.view_mut())
+}
+
+/// [`adaptive_max_pool2d_into`] on `device`.
+///
+/// # Errors
+/// As [`adaptive_max_pool2d_into`], and the device's own errors.
+pub fn adaptive_max_pool2d_into_on<Dev, T, I, S, So, Si, D>(
+    device: &Dev,
+    input: &ArrayBase<S, D>,
+    output_size: [usize; 2],
+    output: &mut ArrayBase<So, D>,
+    indices: &mut ArrayBase<Si, D>,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S: Data<Elem = T>,
+    So: DataMut<Elem = T>,
+    Si: DataMut<Elem = I>,
+    D: PoolDim,
+{
+    adaptive_into_views(device, input.view(), output_size, output.view_mut(), indices.view_mut())
 }
 
 /// Gradient of [`adaptive_max_pool2d`] (`aclnnAdaptiveMaxPool2dBackward`): each
@@ -218,20 +298,110 @@ where
     D: PoolDim,
 {
     const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
-    let self_ = TensorRef::named(self_.view(), OP, "self_")?;
-    let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
-    let indices = TensorRef::named(indices.view(), OP, "indices")?;
+    let (go, x, ix) = (grad_output.view(), self_.view(), indices.view());
     // Shape errors take precedence over the allocation of the result.
-    crate::op::adaptive_backward_shapes(&grad_output, &self_, &indices)?;
-    let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", &self_.dims())?;
-    let op = AdaptiveMaxPool2dBackward {
-        grad_output,
-        self_,
-        indices,
-        grad_input: TensorMut::named(grad_input.view_mut(), OP, "grad_input")?,
-    };
-    Plan::new(device, op)?.run()?;
+    crate::op::adaptive_backward_shapes(
+        &TensorRef::named(go.view(), OP, "grad_output")?,
+        &TensorRef::named(x.view(), OP, "self_")?,
+        &TensorRef::named(ix.view(), OP, "indices")?,
+    )?;
+    let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", x.shape())?;
+    adaptive_backward_into_views(device, go, x, ix, grad_input.view_mut())?;
     Ok(grad_input)
+}
+
+/// The one adaptive backward: into the caller's view.
+fn adaptive_backward_into_views<Dev, T, I, D>(
+    device: &Dev,
+    grad_output: ArrayView<'_, T, D>,
+    self_: ArrayView<'_, T, D>,
+    indices: ArrayView<'_, I, D>,
+    grad_input: ArrayViewMut<'_, T, D>,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<AdaptiveMaxPool2dBackward<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    D: PoolDim,
+{
+    const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
+    let op = AdaptiveMaxPool2dBackward {
+        grad_output: TensorRef::named(grad_output, OP, "grad_output")?,
+        self_: TensorRef::named(self_, OP, "self_")?,
+        indices: TensorRef::named(indices, OP, "indices")?,
+        grad_input: TensorMut::named(grad_input, OP, "grad_input")?,
+    };
+    Plan::new(device, op)?.run()
+}
+
+/// [`adaptive_max_pool2d_backward`] into `grad_input` (PyTorch's `out=`): an array or view of
+/// any strides, of `self_`'s shape. Its contents are replaced, not added to.
+///
+/// ```
+/// use ndarray::{Array3, array};
+/// let x = array![[[1.0f32, 2.0, 3.0], [4.0, 9.0, 5.0], [6.0, 7.0, 8.0]]];
+/// let p = poolgrad::adaptive_max_pool2d(&x, [2, 2])?;
+/// let mut gi = Array3::<f32>::from_elem((1, 3, 3), 7.0); // reused from an earlier step
+/// poolgrad::adaptive_max_pool2d_backward_into(&array![[[1.0f32, 2.0], [3.0, 4.0]]], &x, &p.indices, &mut gi)?;
+/// assert_eq!(gi, array![[[0.0, 0.0, 0.0], [0.0, 10.0, 0.0], [0.0, 0.0, 0.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`adaptive_max_pool2d_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of
+/// another shape.
+pub fn adaptive_max_pool2d_backward_into<T, I, S1, S2, S3, S4, D>(
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    indices: &ArrayBase<S3, D>,
+    grad_input: &mut ArrayBase<S4, D>,
+) -> Result<()>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    S3: Data<Elem = I>,
+    S4: DataMut<Elem = T>,
+    D: PoolDim,
+{
+    adaptive_backward_into_views(
+        &Cpu::default(),
+        grad_output.view(),
+        self_.view(),
+        indices.view(),
+        grad_input.view_mut(),
+    )
+}
+
+/// [`adaptive_max_pool2d_backward_into`] on `device`.
+///
+/// # Errors
+/// As [`adaptive_max_pool2d_backward_into`], and the device's own errors.
+pub fn adaptive_max_pool2d_backward_into_on<Dev, T, I, S1, S2, S3, S4, D>(
+    device: &Dev,
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    indices: &ArrayBase<S3, D>,
+    grad_input: &mut ArrayBase<S4, D>,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<AdaptiveMaxPool2dBackward<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    S3: Data<Elem = I>,
+    S4: DataMut<Elem = T>,
+    D: PoolDim,
+{
+    adaptive_backward_into_views(
+        device,
+        grad_output.view(),
+        self_.view(),
+        indices.view(),
+        grad_input.view_mut(),
+    )
 }
 
 /// The result of a max-pooling forward with an Ascend mask: pooled values and the mask.
@@ -335,7 +505,7 @@ where
     max_pool_forward(device, input, params)
 }
 
-/// The one max-pooling forward behind the four public forms.
+/// The allocating max-pooling forward behind the four public forms.
 fn max_pool_forward<Dev, T, I, S, D>(
     device: &Dev,
     input: &ArrayBase<S, D>,
@@ -349,18 +519,94 @@ where
     D: PoolDim,
 {
     const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-    let input = TensorRef::named(input.view(), OP, "input")?;
-    let g = crate::op::max_pool_forward_shapes::<T, I>(&input, params)?;
-    let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
-    let mut indices = crate::alloc::zeroed_array::<I, D>(OP, "indices", &g.pooled_dims())?;
-    let op = MaxPool2dWithIndices {
-        input,
-        params: *params,
-        output: TensorMut::named(output.view_mut(), OP, "output")?,
-        indices: TensorMut::named(indices.view_mut(), OP, "indices")?,
-    };
-    Plan::new(device, op)?.run()?;
+    let checked = TensorRef::named(input.view(), OP, "input")?;
+    let dims = crate::op::max_pool_forward_shapes::<T, I>(&checked, params)?.pooled_dims();
+    let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &dims)?;
+    let mut indices = crate::alloc::zeroed_array::<I, D>(OP, "indices", &dims)?;
+    max_pool_into_views(device, input.view(), params, output.view_mut(), indices.view_mut())?;
     Ok(Pooled { output, indices })
+}
+
+/// The one max-pooling forward with indices: into the caller's views.
+fn max_pool_into_views<Dev, T, I, D>(
+    device: &Dev,
+    input: ArrayView<'_, T, D>,
+    params: &MaxPool2dParams,
+    output: ArrayViewMut<'_, T, D>,
+    indices: ArrayViewMut<'_, I, D>,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    D: PoolDim,
+{
+    const OP: &str = name::MAX_POOL2D_WITH_INDICES;
+    let op = MaxPool2dWithIndices {
+        input: TensorRef::named(input, OP, "input")?,
+        params: *params,
+        output: TensorMut::named(output, OP, "output")?,
+        indices: TensorMut::named(indices, OP, "indices")?,
+    };
+    Plan::new(device, op)?.run()
+}
+
+/// [`max_pool2d_with_indices`] into `output` and `indices` (PyTorch's `out=`): arrays or views
+/// of any strides, of the pooled shape (the input's rank). The index type is the one `indices`
+/// holds, `i64` or `i32`. On an error nothing is promised about their contents.
+///
+/// ```
+/// use ndarray::{Array3, array};
+/// use poolgrad::MaxPool2dParams;
+/// let x = array![[[0.0f32, 5.0, 1.0, 1.0], [2.0, 3.0, 7.0, 0.0], [9.0, 1.0, 6.0, 4.0], [0.0, 8.0, 6.0, 2.0]]];
+/// let (mut out, mut idx) = (Array3::<f32>::zeros((1, 2, 2)), Array3::<i64>::zeros((1, 2, 2)));
+/// poolgrad::max_pool2d_with_indices_into(&x, &MaxPool2dParams::new([2, 2]), &mut out, &mut idx)?;
+/// assert_eq!(out, array![[[5.0, 7.0], [9.0, 6.0]]]);
+/// assert_eq!(idx, array![[[1, 6], [8, 10]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool2d_with_indices`], and [`Error::ShapeMismatch`] for an `output` or `indices` of
+/// another shape.
+pub fn max_pool2d_with_indices_into<T, I, S, So, Si, D>(
+    input: &ArrayBase<S, D>,
+    params: &MaxPool2dParams,
+    output: &mut ArrayBase<So, D>,
+    indices: &mut ArrayBase<Si, D>,
+) -> Result<()>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S: Data<Elem = T>,
+    So: DataMut<Elem = T>,
+    Si: DataMut<Elem = I>,
+    D: PoolDim,
+{
+    max_pool_into_views(&Cpu::default(), input.view(), params, output.view_mut(), indices.view_mut())
+}
+
+/// [`max_pool2d_with_indices_into`] on `device`.
+///
+/// # Errors
+/// As [`max_pool2d_with_indices_into`], and the device's own errors.
+pub fn max_pool2d_with_indices_into_on<Dev, T, I, S, So, Si, D>(
+    device: &Dev,
+    input: &ArrayBase<S, D>,
+    params: &MaxPool2dParams,
+    output: &mut ArrayBase<So, D>,
+    indices: &mut ArrayBase<Si, D>,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S: Data<Elem = T>,
+    So: DataMut<Elem = T>,
+    Si: DataMut<Elem = I>,
+    D: PoolDim,
+{
+    max_pool_into_views(device, input.view(), params, output.view_mut(), indices.view_mut())
 }
 
 /// Gradient of [`max_pool2d_with_indices`]: `grad_input[n, c, idx] += grad_output[n, c, oh, ow]`
@@ -419,20 +665,119 @@ where
     D: PoolDim,
 {
     const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-    let self_ = TensorRef::named(self_.view(), OP, "self_")?;
-    let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
-    let indices = TensorRef::named(indices.view(), OP, "indices")?;
-    crate::op::max_pool_indices_backward_shapes(&grad_output, &self_, &indices, params)?;
-    let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", &self_.dims())?;
-    let op = MaxPool2dWithIndicesBackward {
-        grad_output,
-        self_,
-        indices,
-        params: *params,
-        grad_input: TensorMut::named(grad_input.view_mut(), OP, "grad_input")?,
-    };
-    Plan::new(device, op)?.run()?;
+    let (go, x, ix) = (grad_output.view(), self_.view(), indices.view());
+    crate::op::max_pool_indices_backward_shapes(
+        &TensorRef::named(go.view(), OP, "grad_output")?,
+        &TensorRef::named(x.view(), OP, "self_")?,
+        &TensorRef::named(ix.view(), OP, "indices")?,
+        params,
+    )?;
+    let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", x.shape())?;
+    max_pool_backward_into_views(device, go, x, ix, params, grad_input.view_mut())?;
     Ok(grad_input)
+}
+
+/// The one max-pooling backward with indices: into the caller's view.
+fn max_pool_backward_into_views<Dev, T, I, D>(
+    device: &Dev,
+    grad_output: ArrayView<'_, T, D>,
+    self_: ArrayView<'_, T, D>,
+    indices: ArrayView<'_, I, D>,
+    params: &MaxPool2dParams,
+    grad_input: ArrayViewMut<'_, T, D>,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<MaxPool2dWithIndicesBackward<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    D: PoolDim,
+{
+    const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
+    let op = MaxPool2dWithIndicesBackward {
+        grad_output: TensorRef::named(grad_output, OP, "grad_output")?,
+        self_: TensorRef::named(self_, OP, "self_")?,
+        indices: TensorRef::named(indices, OP, "indices")?,
+        params: *params,
+        grad_input: TensorMut::named(grad_input, OP, "grad_input")?,
+    };
+    Plan::new(device, op)?.run()
+}
+
+/// [`max_pool2d_with_indices_backward`] into `grad_input` (PyTorch's `out=`): an array or view
+/// of any strides, of `self_`'s shape. Its contents are replaced, not added to.
+///
+/// ```
+/// use ndarray::{Array3, array};
+/// use poolgrad::MaxPool2dParams;
+/// let x = array![[[1.0f32, 2.0, 3.0], [4.0, 9.0, 5.0], [6.0, 7.0, 8.0]]];
+/// let params = MaxPool2dParams::new([2, 2]).with_stride([1, 1]);
+/// let p = poolgrad::max_pool2d_with_indices(&x, &params)?;
+/// let mut gx = Array3::<f32>::from_elem((1, 3, 3), 7.0);
+/// poolgrad::max_pool2d_with_indices_backward_into(&array![[[1.0f32, 2.0], [3.0, 4.0]]], &x, &p.indices, &params, &mut gx)?;
+/// assert_eq!(gx, array![[[0.0, 0.0, 0.0], [0.0, 10.0, 0.0], [0.0, 0.0, 0.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool2d_with_indices_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of
+/// another shape.
+pub fn max_pool2d_with_indices_backward_into<T, I, S1, S2, S3, S4, D>(
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    indices: &ArrayBase<S3, D>,
+    params: &MaxPool2dParams,
+    grad_input: &mut ArrayBase<S4, D>,
+) -> Result<()>
+where
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    S3: Data<Elem = I>,
+    S4: DataMut<Elem = T>,
+    D: PoolDim,
+{
+    let device = Cpu::default();
+    max_pool_backward_into_views(
+        &device,
+        grad_output.view(),
+        self_.view(),
+        indices.view(),
+        params,
+        grad_input.view_mut(),
+    )
+}
+
+/// [`max_pool2d_with_indices_backward_into`] on `device`.
+///
+/// # Errors
+/// As [`max_pool2d_with_indices_backward_into`], and the device's own errors.
+pub fn max_pool2d_with_indices_backward_into_on<Dev, T, I, S1, S2, S3, S4, D>(
+    device: &Dev,
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    indices: &ArrayBase<S3, D>,
+    params: &MaxPool2dParams,
+    grad_input: &mut ArrayBase<S4, D>,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<MaxPool2dWithIndicesBackward<'a, T, I>>,
+    T: PoolFloat,
+    I: ArgmaxIndex,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    S3: Data<Elem = I>,
+    S4: DataMut<Elem = T>,
+    D: PoolDim,
+{
+    max_pool_backward_into_views(
+        device,
+        grad_output.view(),
+        self_.view(),
+        indices.view(),
+        params,
+        grad_input.view_mut(),
+    )
 }
 
 /// 2-D max pooling that records its arg-max as an Ascend int8 mask in `layout`
@@ -487,18 +832,95 @@ where
     D: PoolDim,
 {
     const OP: &str = name::MAX_POOL2D_WITH_MASK;
-    let input = TensorRef::named(input.view(), OP, "input")?;
-    let g = crate::op::mask_forward_shapes::<T, L>(&input, params)?;
+    let g = crate::op::mask_forward_shapes::<T, L>(&TensorRef::named(input.view(), OP, "input")?, params)?;
     let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
     let mut mask = crate::alloc::zeroed_array::<i8, D>(OP, "mask", &g.dims())?;
-    let op = MaxPool2dWithMask {
-        input,
-        params: *params,
-        output: TensorMut::named(output.view_mut(), OP, "output")?,
-        mask: MaskMut::new(TensorMut::named(mask.view_mut(), OP, "mask")?, layout),
-    };
-    Plan::new(device, op)?.run()?;
+    mask_into_views(device, input.view(), params, output.view_mut(), mask.view_mut(), layout)?;
     Ok(PooledMask { output, mask: Mask::from_parts(mask, g) })
+}
+
+/// The one max-pooling forward with a mask: into the caller's views.
+fn mask_into_views<Dev, T, L, D>(
+    device: &Dev,
+    input: ArrayView<'_, T, D>,
+    params: &MaxPool2dParams,
+    output: ArrayViewMut<'_, T, D>,
+    mask: ArrayViewMut<'_, i8, D>,
+    layout: L,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<MaxPool2dWithMask<'a, T, L>>,
+    T: PoolFloat,
+    L: MaskLayout,
+    D: PoolDim,
+{
+    const OP: &str = name::MAX_POOL2D_WITH_MASK;
+    let op = MaxPool2dWithMask {
+        input: TensorRef::named(input, OP, "input")?,
+        params: *params,
+        output: TensorMut::named(output, OP, "output")?,
+        mask: MaskMut::new(TensorMut::named(mask, OP, "mask")?, layout),
+    };
+    Plan::new(device, op)?.run()
+}
+
+/// [`max_pool2d_with_mask`] into `output` and `mask` (PyTorch's `out=`), with the parameters the
+/// mask carries: `mask` comes from an earlier call (or [`Mask::zeros`]) for an input of this
+/// shape, and its bytes are replaced. `output` is an array or view of any strides, of the pooled
+/// shape. On an error nothing is promised about their contents.
+///
+/// ```
+/// use ndarray::{Array3, array};
+/// use poolgrad::{Bitmask, Mask, MaxPool2dParams};
+/// let x = array![[[0.0f32, 5.0, 1.0, 1.0], [2.0, 3.0, 7.0, 0.0], [9.0, 1.0, 6.0, 4.0], [0.0, 8.0, 6.0, 2.0]]];
+/// let mut mask = Mask::zeros(&MaxPool2dParams::new([2, 2]), &[1, 4, 4], Bitmask)?;
+/// let mut out = Array3::<f32>::zeros((1, 2, 2));
+/// poolgrad::max_pool2d_with_mask_into(&x, &mut out, &mut mask)?;
+/// assert_eq!(out, array![[[5.0, 7.0], [9.0, 6.0]]]);
+/// assert_eq!(mask.to_indices::<i64>()?, array![[[1, 6], [8, 10]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool2d_with_mask`], [`Error::ShapeMismatch`] for an `input` of another shape than the
+/// mask's or an `output` of another shape than the pooled one.
+pub fn max_pool2d_with_mask_into<T, L, S, So, D>(
+    input: &ArrayBase<S, D>,
+    output: &mut ArrayBase<So, D>,
+    mask: &mut Mask<L, D>,
+) -> Result<()>
+where
+    T: PoolFloat,
+    L: MaskLayout,
+    S: Data<Elem = T>,
+    So: DataMut<Elem = T>,
+    D: PoolDim,
+{
+    max_pool2d_with_mask_into_on(&Cpu::default(), input, output, mask)
+}
+
+/// [`max_pool2d_with_mask_into`] on `device`.
+///
+/// # Errors
+/// As [`max_pool2d_with_mask_into`], and the device's own errors.
+pub fn max_pool2d_with_mask_into_on<Dev, T, L, S, So, D>(
+    device: &Dev,
+    input: &ArrayBase<S, D>,
+    output: &mut ArrayBase<So, D>,
+    mask: &mut Mask<L, D>,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<MaxPool2dWithMask<'a, T, L>>,
+    T: PoolFloat,
+    L: MaskLayout,
+    S: Data<Elem = T>,
+    So: DataMut<Elem = T>,
+    D: PoolDim,
+{
+    const OP: &str = name::MAX_POOL2D_WITH_MASK;
+    crate::validate::same_shape(OP, "input", input.shape().to_vec(), mask.input_shape())?;
+    let params = *mask.params();
+    mask_into_views(device, input.view(), &params, output.view_mut(), mask.bytes_mut(), L::default())
 }
 
 /// Gradient of [`max_pool2d_with_mask`] (`aclnnMaxPool2dWithMaskBackward`), for either layout,
@@ -553,20 +975,99 @@ where
     D: PoolDim,
 {
     const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-    let self_ = TensorRef::named(self_.view(), OP, "self_")?;
-    let grad_output = TensorRef::named(grad_output.view(), OP, "grad_output")?;
-    let params = mask.params();
-    crate::validate::same_shape(OP, "self_", self_.dims(), mask.input_shape())?;
-    let mask = mask.view();
-    crate::op::mask_backward_shapes(&grad_output, &self_, &mask, params)?;
-    let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", &self_.dims())?;
-    let op = MaxPool2dWithMaskBackward {
-        grad_output,
-        self_,
-        mask,
-        params: *params,
-        grad_input: TensorMut::named(grad_input.view_mut(), OP, "grad_input")?,
-    };
-    Plan::new(device, op)?.run()?;
+    let (go, x) = (grad_output.view(), self_.view());
+    crate::validate::same_shape(OP, "self_", x.shape().to_vec(), mask.input_shape())?;
+    crate::op::mask_backward_shapes(
+        &TensorRef::named(go.view(), OP, "grad_output")?,
+        &TensorRef::named(x.view(), OP, "self_")?,
+        &mask.view(),
+        mask.params(),
+    )?;
+    let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", x.shape())?;
+    mask_backward_into_views(device, go, x, mask, grad_input.view_mut())?;
     Ok(grad_input)
+}
+
+/// The one max-pooling backward with a mask: into the caller's view, with the mask's parameters
+/// (the mask must have been made for an input of `self_`'s shape).
+fn mask_backward_into_views<Dev, T, L, D>(
+    device: &Dev,
+    grad_output: ArrayView<'_, T, D>,
+    self_: ArrayView<'_, T, D>,
+    mask: &Mask<L, D>,
+    grad_input: ArrayViewMut<'_, T, D>,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<MaxPool2dWithMaskBackward<'a, T, L>>,
+    T: PoolFloat,
+    L: MaskLayout,
+    D: PoolDim,
+{
+    const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
+    crate::validate::same_shape(OP, "self_", self_.shape().to_vec(), mask.input_shape())?;
+    let op = MaxPool2dWithMaskBackward {
+        grad_output: TensorRef::named(grad_output, OP, "grad_output")?,
+        self_: TensorRef::named(self_, OP, "self_")?,
+        mask: mask.view(),
+        params: *mask.params(),
+        grad_input: TensorMut::named(grad_input, OP, "grad_input")?,
+    };
+    Plan::new(device, op)?.run()
+}
+
+/// [`max_pool2d_with_mask_backward`] into `grad_input` (PyTorch's `out=`): an array or view of
+/// any strides, of `self_`'s shape. Its contents are replaced, not added to.
+///
+/// ```
+/// use ndarray::{Array3, array};
+/// use poolgrad::{I32Argmax, MaxPool2dParams};
+/// let x = array![[[0.0f32, 5.0, 1.0, 1.0], [2.0, 3.0, 7.0, 0.0], [9.0, 1.0, 6.0, 4.0], [0.0, 8.0, 6.0, 2.0]]];
+/// let p = poolgrad::max_pool2d_with_mask(&x, &MaxPool2dParams::new([2, 2]), I32Argmax)?;
+/// let mut gx = Array3::<f32>::from_elem((1, 4, 4), 7.0);
+/// poolgrad::max_pool2d_with_mask_backward_into(&array![[[1.0f32, 2.0], [3.0, 4.0]]], &x, &p.mask, &mut gx)?;
+/// assert_eq!(gx, array![[[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0], [3.0, 0.0, 4.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool2d_with_mask_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of
+/// another shape.
+pub fn max_pool2d_with_mask_backward_into<T, L, S1, S2, S4, D>(
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    mask: &Mask<L, D>,
+    grad_input: &mut ArrayBase<S4, D>,
+) -> Result<()>
+where
+    T: PoolFloat,
+    L: MaskLayout,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    S4: DataMut<Elem = T>,
+    D: PoolDim,
+{
+    mask_backward_into_views(&Cpu::default(), grad_output.view(), self_.view(), mask, grad_input.view_mut())
+}
+
+/// [`max_pool2d_with_mask_backward_into`] on `device`.
+///
+/// # Errors
+/// As [`max_pool2d_with_mask_backward_into`], and the device's own errors.
+pub fn max_pool2d_with_mask_backward_into_on<Dev, T, L, S1, S2, S4, D>(
+    device: &Dev,
+    grad_output: &ArrayBase<S1, D>,
+    self_: &ArrayBase<S2, D>,
+    mask: &Mask<L, D>,
+    grad_input: &mut ArrayBase<S4, D>,
+) -> Result<()>
+where
+    Dev: for<'a> Runs<MaxPool2dWithMaskBackward<'a, T, L>>,
+    T: PoolFloat,
+    L: MaskLayout,
+    S1: Data<Elem = T>,
+    S2: Data<Elem = T>,
+    S4: DataMut<Elem = T>,
+    D: PoolDim,
+{
+    mask_backward_into_views(device, grad_output.view(), self_.view(), mask, grad_input.view_mut())
 }

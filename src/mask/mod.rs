@@ -115,6 +115,34 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         Ok(Mask { data, geometry, layout: PhantomData })
     }
 
+    /// A mask of zero bytes for a pooling with `params` of an input of shape `input_shape` (the
+    /// rank of `D`), in `layout`: the buffer [`max_pool2d_with_mask_into`](crate::max_pool2d_with_mask_into)
+    /// refills.
+    ///
+    /// ```
+    /// use poolgrad::{I32Argmax, Mask, MaxPool2dParams};
+    /// let mask = Mask::<_, ndarray::Ix4>::zeros(&MaxPool2dParams::new([2, 2]), &[2, 3, 4, 4], I32Argmax)?;
+    /// assert_eq!(mask.as_array().shape(), &[2, 3, 4, 64]);
+    /// assert_eq!(mask.pooled_shape(), vec![2, 3, 2, 2]);
+    /// # Ok::<(), poolgrad::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The errors of the parameters and of the layout ([`Mask::from_raw`]'s), [`Error::Rank`]
+    /// for an `input_shape` of another rank than `D`'s, [`Error::Allocation`].
+    pub fn zeros(params: &MaxPool2dParams, input_shape: &[usize], _layout: L) -> Result<Self> {
+        const OP: &str = "Mask::zeros";
+        if let Some(rank) = D::NDIM.filter(|&rank| rank != input_shape.len()) {
+            let expected = if rank == 3 { "3 (the mask's Ix3)" } else { "4 (the mask's Ix4)" };
+            let (got, shape) = (input_shape.len(), input_shape.to_vec());
+            return Err(Error::Rank { op: OP, arg: "input_shape", expected, got, shape });
+        }
+        let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
+        check_layout::<L>(&geometry, OP)?;
+        let data = crate::alloc::zeroed_array::<i8, D>(OP, "mask", &geometry.dims())?;
+        Ok(Mask { data, geometry, layout: PhantomData })
+    }
+
     /// Encodes flat arg-max indices (shape `[N, C, Ho, Wo]`) as a mask.
     ///
     /// Indices in any memory layout (strided, broadcast, reversed) are read in place, in row-major
@@ -300,6 +328,11 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         encode(OP, "indices", L2::KIND, g, &indices, &mut data)?;
         let data = into_array(OP, "mask", data, &g.dims())?;
         Ok(Mask::from_parts(data, *g))
+    }
+
+    /// The mask bytes, writable, for a forward that refills them.
+    pub(crate) fn bytes_mut(&mut self) -> ndarray::ArrayViewMut<'_, i8, D> {
+        self.data.view_mut()
     }
 
     pub(crate) fn from_parts(data: Array<i8, D>, geometry: MaxPoolGeometry) -> Self {
