@@ -36,7 +36,7 @@ def merge(rounds):
     for name, first in rounds[0].items():
         rows = [r[name] for r in rounds if name in r]
         rec = dict(first)
-        for key in ("median_s", "median_fn_s", "floor_s", "gbps"):
+        for key in ("median_s", "median_fn_s", "floor_s", "alloc_floor_s", "median_seq_s", "median_into_s", "gbps"):
             if key in first:
                 rec[key] = statistics.median(r[key] for r in rows)
         if "tmin_bytes" in first:
@@ -97,6 +97,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     chart = []
     for name, a in anchor2.items():
+        if name.startswith("tiny_"):
+            continue
         o = ours2[name]
         t_out = extra[(name, "backward_out")]
         r1 = anchor1[name]["median_s"] / ours1[name]["median_s"]
@@ -108,14 +110,14 @@ def main():
     print("| backward without a PyTorch twin (2 threads) | poolgrad plan, ms | GB/s on T_min | of copy | memory floor, ms | plan / floor |")
     print("|---|---|---|---|---|---|")
     for name, o in ours2.items():
-        if not name.startswith("fwd_") and name != "copy" and name not in anchor2:
+        if not name.startswith(("fwd_", "tiny_")) and name != "copy" and name not in anchor2:
             print(f"| {name} | {ms(o['median_s'])} | {o['gbps_on_tmin']:.1f} | {o['gbps_on_tmin'] / copy2 * 100:.0f}% | "
                   f"{ms(o['floor_s'])} | {o['median_s'] / o['floor_s']:.2f}x |")
     print()
     print("| thread scaling (backward, plan) | poolgrad 1 thread, ms | poolgrad 2 threads, ms | poolgrad speed-up | PyTorch op 1 thread, ms | PyTorch op 2 threads, ms | PyTorch speed-up |")
     print("|---|---|---|---|---|---|---|")
     for name, o in ours2.items():
-        if name.startswith("fwd_") or name == "copy" or name not in ours1:
+        if name.startswith(("fwd_", "tiny_")) or name == "copy" or name not in ours1:
             continue
         one, two = ours1[name]["median_s"], o["median_s"]
         torch_cols = "| - | - | - |"
@@ -126,19 +128,35 @@ def main():
     print()
     print("| forward (2 threads) | PyTorch, ms | PyTorch `out=`, ms | poolgrad plan, ms | PyTorch / poolgrad |")
     print("|---|---|---|---|---|")
-    for name in anchor2:
+    for name in (n for n in anchor2 if not n.startswith("tiny_")):
         f = ours2["fwd_" + name]["median_s"]
         t, to = extra[(name, "forward")], extra[(name, "forward_out")]
         print(f"| {name} | {ms(t)} | {ms(to)} | {ms(f)} | {min(t, to) / f:.2f}x |")
     print()
     print("| mask forward (2 threads) | PyTorch `max_pool2d_with_indices`, ms | poolgrad plan, ms | PyTorch / poolgrad |")
     print("|---|---|---|---|")
-    for name in anchor2:
+    for name in (n for n in anchor2 if not n.startswith("tiny_")):
         for layout in ("i32argmax", "bitmask"):
             o = ours2.get(f"fwd_{name}_{layout}")
             if o is not None:
                 t = min(extra[(name, "forward")], extra[(name, "forward_out")])
                 print(f"| {name}_{layout} | {ms(t)} | {ms(o['median_s'])} | {t / o['median_s']:.2f}x |")
+    print()
+    print("| tiny case (f32, default device) | PyTorch op, us | poolgrad fn, us | PyTorch / poolgrad | `Cpu::sequential()`, us | fn / sequential | `_into`, us |")
+    print("|---|---|---|---|---|---|---|")
+    us = lambda s: f"{s * 1e6:.1f}"
+    for name, o in ours2.items():
+        if name.startswith("tiny_") and name in anchor2:
+            t = anchor2[name]["median_s"]
+            print(f"| {name} | {us(t)} | {us(o['median_s'])} | {t / o['median_s']:.1f}x | {us(o['median_seq_s'])} | "
+                  f"{o['median_s'] / o['median_seq_s']:.2f}x | {us(o['median_into_s'])} |")
+    print()
+    print("| allocating function (2 threads) | plan, ms | allocation floor, ms | fn, ms | fn / (plan + floor) |")
+    print("|---|---|---|---|---|")
+    for name, o in ours2.items():
+        if "alloc_floor_s" in o and "median_fn_s" in o:
+            bound = o["median_s"] + o["alloc_floor_s"]
+            print(f"| {name} | {ms(o['median_s'])} | {ms(o['alloc_floor_s'])} | {ms(o['median_fn_s'])} | {o['median_fn_s'] / bound:.2f}x |")
     svg_chart(chart, args.svg)
     print(f"\n(chart written to {os.path.relpath(args.svg, ROOT)})", file=sys.stderr)
 

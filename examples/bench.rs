@@ -164,21 +164,33 @@ fn time(reps: usize, mut f: impl FnMut()) -> f64 {
     )
 }
 
-fn report(
-    name: &str,
-    threads: usize,
-    median_s: f64,
-    median_fn_s: Option<f64>,
-    floor_s: Option<f64>,
-    tmin: f64,
-) {
-    let field = |key: &str, t: Option<f64>| t.map(|t| format!(", \"{key}\": {t:.6e}")).unwrap_or_default();
+/// One JSON line: `median_s`, each of `fields` that has a value, the minimum traffic and the
+/// bandwidth on it.
+fn report(name: &str, threads: usize, median_s: f64, fields: &[(&str, Option<f64>)], tmin: f64) {
+    let fields: String =
+        fields.iter().filter_map(|(key, t)| t.map(|t| format!(", \"{key}\": {t:.6e}"))).collect();
     println!(
-        "{{\"name\": \"{name}\", \"threads\": {threads}, \"median_s\": {median_s:.6e}{}{}, \"tmin_bytes\": {tmin:.0}, \"gbps_on_tmin\": {:.2}}}",
-        field("median_fn_s", median_fn_s),
-        field("floor_s", floor_s),
+        "{{\"name\": \"{name}\", \"threads\": {threads}, \"median_s\": {median_s:.6e}{fields}, \"tmin_bytes\": {tmin:.0}, \"gbps_on_tmin\": {:.2}}}",
         tmin / median_s / 1e9
     );
+}
+
+/// The allocation floor of a free function that returns `bytes` of fresh arrays: allocate them
+/// zeroed as the crate does (`calloc`: fresh pages from the kernel above glibc's mmap threshold,
+/// memory `calloc` clears itself below it), touch every page on the pool's threads (as the
+/// kernels first touch it), and free them, in this process. An allocating function can cost no
+/// less than its plan plus this.
+fn alloc_floor(reps: usize, bytes: usize) -> f64 {
+    use rayon::prelude::*;
+    let page = 4096;
+    time(reps, || {
+        let mut v = bytemuck::zeroed_vec::<u8>(bytes);
+        let per = bytes.div_ceil(pool().current_num_threads()).div_ceil(page).max(1) * page;
+        pool().install(|| {
+            v.par_chunks_mut(per).for_each(|part| part.iter_mut().step_by(page).for_each(|b| *b = 1))
+        });
+        std::hint::black_box(&v);
+    })
 }
 
 /// The memory floor of a backward: the memory traffic of a scatter that builds each plane in
@@ -320,7 +332,9 @@ fn run_case<T: PoolFloat>(
             bytemuck::cast_slice(pooled.indices.as_slice().unwrap()),
         ];
         let t_floor = floor(reps, gi.as_slice_mut().unwrap(), plane, reads);
-        report(name, threads, t, t_fn, Some(t_floor), tmin::<T>(shape, out, 8.0));
+        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(gi.as_slice().unwrap())));
+        let fields = [("median_fn_s", t_fn), ("floor_s", Some(t_floor)), ("alloc_floor_s", t_alloc)];
+        report(name, threads, t, &fields, tmin::<T>(shape, out, 8.0));
     }
 
     if let Kind::MaxPool { k, .. } = kind {
@@ -353,8 +367,24 @@ fn run_case<T: PoolFloat>(
                 run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
             }
         });
+        let t_fn = (!plan_only()).then(|| match kind {
+            Kind::Adaptive(out) => time(reps, || {
+                std::hint::black_box(poolgrad::adaptive_max_pool2d(&x, out).unwrap());
+            }),
+            Kind::MaxPool { .. } => time(reps, || {
+                std::hint::black_box(poolgrad::max_pool2d_with_indices(&x, &params(kind)).unwrap());
+            }),
+        });
+        let bytes = size_of_val(o.as_slice().unwrap()) + size_of_val(i.as_slice().unwrap());
+        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, bytes));
         // The forward reads the input once and writes values and indices.
-        report(&fwd, threads, t, None, None, tmin::<T>(shape, out, 8.0));
+        report(
+            &fwd,
+            threads,
+            t,
+            &[("median_fn_s", t_fn), ("alloc_floor_s", t_alloc)],
+            tmin::<T>(shape, out, 8.0),
+        );
     }
 }
 
@@ -393,9 +423,16 @@ fn mask_case<T: PoolFloat, L: MaskLayout>(
             };
             run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
         });
+        let t_fn = (!plan_only()).then(|| {
+            time(reps, || {
+                std::hint::black_box(poolgrad::max_pool2d_with_mask(x, &p, L::default()).unwrap());
+            })
+        });
+        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(o.as_slice().unwrap()) + m.len()));
         // The forward writes the whole mask (zeros included).
         let outputs = g.len() as f64;
-        report(&fwd, cpu.threads(), t, None, None, tmin::<T>(x.dim().into(), out, m.len() as f64 / outputs));
+        let tmin = tmin::<T>(x.dim().into(), out, m.len() as f64 / outputs);
+        report(&fwd, cpu.threads(), t, &[("median_fn_s", t_fn), ("alloc_floor_s", t_alloc)], tmin);
     }
 }
 
@@ -435,7 +472,9 @@ fn mask_backward_case<T: PoolFloat, L: MaskLayout>(
     let reads = [bytemuck::cast_slice(g.as_slice().unwrap()), &mask_bytes[..used]];
     let t_floor = floor(reps, gi.as_slice_mut().unwrap(), plane, reads);
     let out = [g.shape()[2], g.shape()[3]];
-    report(name, cpu.threads(), t, t_fn, Some(t_floor), tmin::<T>(x.dim().into(), out, index_bytes));
+    let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(gi.as_slice().unwrap())));
+    let fields = [("median_fn_s", t_fn), ("floor_s", Some(t_floor)), ("alloc_floor_s", t_alloc)];
+    report(name, cpu.threads(), t, &fields, tmin::<T>(x.dim().into(), out, index_bytes));
 }
 
 /// Grows the workspace if the plan needs more, then runs.
@@ -448,6 +487,76 @@ where
         *ws = Workspace::new(cpu, plan.workspace_size()).unwrap();
     }
     plan.bind(ws).unwrap().run().unwrap();
+}
+
+/// The tiny cases: the calls property-based tests make by the thousand. Shape, and the pooling
+/// (each shape with both operators).
+const TINY: [[usize; 4]; 3] = [[1, 4, 9, 9], [2, 3, 32, 32], [8, 16, 16, 16]];
+
+/// Seconds per call of `f`: the median over `reps` samples of `calls` calls each (a tiny call
+/// is too short to time alone), after a warm-up sample.
+fn time_per_call(reps: usize, calls: usize, mut f: impl FnMut()) -> f64 {
+    time(reps, || (0..calls).for_each(|_| f())) / calls as f64
+}
+
+/// The tiny cases, f32, as a user calls them: each operator's backward (`tiny_bwd_*`) and
+/// forward (`tiny_fwd_*`) through the allocating free function on the default device
+/// (`median_s`, rayon's global pool, the grain deciding), on `Cpu::sequential()`
+/// (`median_seq_s`), and the `_into` twin on the default device (`median_into_s`). The bench's
+/// `--threads` does not apply: the default device is the user's.
+fn tiny_cases(reps: usize, selected: &dyn Fn(&str) -> bool) {
+    let (seq, default) = (Cpu::sequential(), Cpu::default());
+    let calls = 200;
+    for shape in TINY {
+        let label = shape.map(|d| d.to_string()).join("x");
+        let x = to4(random::<f32>(&shape, 1));
+        for op in ["adaptive", "maxpool"] {
+            let (bwd, fwd) = (format!("tiny_bwd_{op}_{label}"), format!("tiny_fwd_{op}_{label}"));
+            if !selected(&bwd) && !selected(&fwd) {
+                continue;
+            }
+            let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+            let forward = |cpu: &Cpu| match op {
+                "adaptive" => poolgrad::adaptive_max_pool2d_on(cpu, &x, [3, 3]).unwrap(),
+                _ => poolgrad::max_pool2d_with_indices_on(cpu, &x, &stem).unwrap(),
+            };
+            let p = forward(&default);
+            let g = to4(random::<f32>(p.output.shape(), 2));
+            let out = [p.output.shape()[2], p.output.shape()[3]];
+            let tmin = tmin::<f32>(shape, out, 8.0);
+            if selected(&bwd) {
+                let backward = |cpu: &Cpu| match op {
+                    "adaptive" => poolgrad::adaptive_max_pool2d_backward_on(cpu, &g, &x, &p.indices).unwrap(),
+                    _ => {
+                        poolgrad::max_pool2d_with_indices_backward_on(cpu, &g, &x, &p.indices, &stem).unwrap()
+                    }
+                };
+                let t = time_per_call(reps, calls, || drop(std::hint::black_box(backward(&default))));
+                let t_seq = time_per_call(reps, calls, || drop(std::hint::black_box(backward(&seq))));
+                let mut gi = Array4::<f32>::zeros(x.raw_dim());
+                let t_into = time_per_call(reps, calls, || match op {
+                    "adaptive" => {
+                        poolgrad::adaptive_max_pool2d_backward_into(&g, &x, &p.indices, &mut gi).unwrap()
+                    }
+                    _ => poolgrad::max_pool2d_with_indices_backward_into(&g, &x, &p.indices, &stem, &mut gi)
+                        .unwrap(),
+                });
+                let fields = [("median_seq_s", Some(t_seq)), ("median_into_s", Some(t_into))];
+                report(&bwd, default.threads(), t, &fields, tmin);
+            }
+            if selected(&fwd) {
+                let t = time_per_call(reps, calls, || drop(std::hint::black_box(forward(&default))));
+                let t_seq = time_per_call(reps, calls, || drop(std::hint::black_box(forward(&seq))));
+                let (mut o, mut i) = (p.output.clone(), p.indices.clone());
+                let t_into = time_per_call(reps, calls, || match op {
+                    "adaptive" => poolgrad::adaptive_max_pool2d_into(&x, [3, 3], &mut o, &mut i).unwrap(),
+                    _ => poolgrad::max_pool2d_with_indices_into(&x, &stem, &mut o, &mut i).unwrap(),
+                });
+                let fields = [("median_seq_s", Some(t_seq)), ("median_into_s", Some(t_into))];
+                report(&fwd, default.threads(), t, &fields, tmin);
+            }
+        }
+    }
 }
 
 /// The machine's copy bandwidth with this pool: 2 x 256 MiB, counted as read + write.
@@ -488,6 +597,7 @@ fn main() {
     if selected("copy") {
         copy_case(&cpu, args.reps);
     }
+    tiny_cases(args.reps, &selected);
     for (name, dtype, shape, kind) in CASES {
         let wanted = |n: &str| selected(n);
         match dtype {

@@ -103,18 +103,8 @@ pub use element::{DType, Element, PoolFloat};
 #[cfg(feature = "ascend")]
 pub use error::AscendError;
 pub use error::{DeviceLimitKind, Error, Result};
-pub use functional::{
-    Pooled, PooledMask, adaptive_max_pool2d, adaptive_max_pool2d_backward, adaptive_max_pool2d_backward_into,
-    adaptive_max_pool2d_backward_into_on, adaptive_max_pool2d_backward_on, adaptive_max_pool2d_i32,
-    adaptive_max_pool2d_i32_on, adaptive_max_pool2d_into, adaptive_max_pool2d_into_on,
-    adaptive_max_pool2d_on, max_pool2d_with_indices, max_pool2d_with_indices_backward,
-    max_pool2d_with_indices_backward_into, max_pool2d_with_indices_backward_into_on,
-    max_pool2d_with_indices_backward_on, max_pool2d_with_indices_i32, max_pool2d_with_indices_i32_on,
-    max_pool2d_with_indices_into, max_pool2d_with_indices_into_on, max_pool2d_with_indices_on,
-    max_pool2d_with_mask, max_pool2d_with_mask_backward, max_pool2d_with_mask_backward_into,
-    max_pool2d_with_mask_backward_into_on, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_into,
-    max_pool2d_with_mask_into_on, max_pool2d_with_mask_on,
-};
+// Every free function, in every form, and the structs they return.
+pub use functional::*;
 pub use index::ArgmaxIndex;
 pub use mask::{Bitmask, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef};
 pub use params::MaxPool2dParams;
@@ -156,19 +146,10 @@ pub use ndarray;
 /// ```
 pub mod prelude {
     pub use crate::device::cpu::{Cpu, Parallelism};
+    pub use crate::functional::*;
     pub use crate::{
         ArgmaxIndex, Bitmask, Error, Executor, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef,
-        MaxPool2dParams, Plan, PoolFloat, Pooled, PooledMask, TensorMut, TensorRef, Workspace,
-        adaptive_max_pool2d, adaptive_max_pool2d_backward, adaptive_max_pool2d_backward_into,
-        adaptive_max_pool2d_backward_into_on, adaptive_max_pool2d_backward_on, adaptive_max_pool2d_i32,
-        adaptive_max_pool2d_i32_on, adaptive_max_pool2d_into, adaptive_max_pool2d_into_on,
-        adaptive_max_pool2d_on, max_pool2d_with_indices, max_pool2d_with_indices_backward,
-        max_pool2d_with_indices_backward_into, max_pool2d_with_indices_backward_into_on,
-        max_pool2d_with_indices_backward_on, max_pool2d_with_indices_i32, max_pool2d_with_indices_i32_on,
-        max_pool2d_with_indices_into, max_pool2d_with_indices_into_on, max_pool2d_with_indices_on,
-        max_pool2d_with_mask, max_pool2d_with_mask_backward, max_pool2d_with_mask_backward_into,
-        max_pool2d_with_mask_backward_into_on, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_into,
-        max_pool2d_with_mask_into_on, max_pool2d_with_mask_on,
+        MaxPool2dParams, Plan, PoolFloat, TensorMut, TensorRef, Workspace,
     };
 }
 

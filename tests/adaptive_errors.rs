@@ -347,7 +347,9 @@ fn bad_index_in_run<T: poolgrad::PoolFloat>(cpu: &Cpu) {
 
 #[test]
 fn bad_index_is_reported_by_run_and_zeroes_the_gradient() {
-    let seven = Cpu::new(poolgrad::device::cpu::Parallelism::Threads(7.try_into().unwrap())).unwrap();
+    // Grain 0: the small case is split among the seven threads.
+    let seven =
+        Cpu::new(poolgrad::device::cpu::Parallelism::Threads(7.try_into().unwrap())).unwrap().with_grain(0);
     for cpu in [Cpu::sequential(), seven] {
         bad_index_in_run::<f32>(&cpu);
         bad_index_in_run::<f64>(&cpu);

@@ -16,152 +16,146 @@ use proptest::prelude::*;
 /// cases draw (ties, quarters, small integers).
 const SENTINEL: f64 = 1234.5;
 
-/// A buffer twice as wide as `shape`, every element `fill`; the even columns are the strided view
-/// written into, the odd ones must keep `fill`.
-fn wide<E: Clone>(shape: Ix4, fill: E) -> Array4<E> {
-    let mut wide = shape;
-    wide[3] *= 2;
-    Array4::from_elem(wide, fill)
+/// The caller's buffers an `_into` form is tested with.
+#[derive(Clone, Copy, Debug)]
+enum Buffer {
+    /// An owned array holding garbage, written by the `_into` form on the default device.
+    Owned,
+    /// The even columns of an array twice as wide, written by the `_into_on` form on 2 threads;
+    /// the odd columns must keep their garbage.
+    Strided,
 }
 
-fn even_columns<E>(a: &mut Array4<E>) -> ArrayViewMut<'_, E, Ix4> {
-    a.slice_mut(s![.., .., .., ..;2])
+impl Buffer {
+    const BOTH: [Buffer; 2] = [Buffer::Owned, Buffer::Strided];
+
+    /// A buffer for a result of `shape`, every element `fill`.
+    fn filled<E: Clone>(self, shape: Ix4, fill: E) -> Array4<E> {
+        let mut dims = shape;
+        if let Buffer::Strided = self {
+            dims[3] *= 2;
+        }
+        Array4::from_elem(dims, fill)
+    }
+
+    /// The view the `_into` form writes.
+    fn view<'a, E>(self, a: &'a mut Array4<E>) -> ArrayViewMut<'a, E, Ix4> {
+        match self {
+            Buffer::Owned => a.view_mut(),
+            Buffer::Strided => a.slice_mut(s![.., .., .., ..;2]),
+        }
+    }
+
+    /// What was written, after checking (strided) that nothing outside the view changed.
+    fn written<E: bytemuck::Pod>(self, a: Array4<E>, fill: E) -> Array4<E> {
+        match self {
+            Buffer::Owned => a,
+            Buffer::Strided => {
+                let outside = a.slice(s![.., .., .., 1..;2]);
+                assert!(
+                    outside.iter().all(|v| bytemuck::bytes_of(v) == bytemuck::bytes_of(&fill)),
+                    "wrote outside the view"
+                );
+                a.slice(s![.., .., .., ..;2]).to_owned()
+            }
+        }
+    }
 }
 
-/// The odd columns still hold `fill` (bit for bit).
-fn untouched<T: PoolFloat>(a: &Array4<T>, fill: T) -> bool {
-    a.slice(s![.., .., .., 1..;2]).iter().all(|v| bytemuck::bytes_of(v) == bytemuck::bytes_of(&fill))
+fn two_threads() -> Cpu {
+    Cpu::with_threads(2).unwrap().with_grain(0)
 }
 
 fn adaptive_into_checks<T: PoolFloat, I: ArgmaxIndex>(
     case: AdaptiveCase<T, I, Ix4>,
 ) -> Result<(), TestCaseError> {
-    let fill = T::round_from_f64(SENTINEL);
-    // Forward into owned arrays holding garbage, and into strided views.
-    let mut out = Array4::from_elem(case.output.raw_dim(), fill);
-    let mut idx = Array4::<I>::zeros(case.output.raw_dim());
-    idx.fill(case.indices[[0, 0, 0, 0]]); // garbage in the valid range
-    adaptive_max_pool2d_into(&case.input, case.output_size, &mut out, &mut idx).unwrap();
-    case.check_forward(&out, &idx)?;
-    let (mut wide_out, mut wide_idx) =
-        (wide(case.output.raw_dim(), fill), wide(case.output.raw_dim(), idx[[0, 0, 0, 0]]));
-    adaptive_max_pool2d_into_on(
-        &Cpu::with_threads(2).unwrap(),
-        &case.input,
-        case.output_size,
-        &mut even_columns(&mut wide_out),
-        &mut even_columns(&mut wide_idx),
-    )
-    .unwrap();
-    case.check_forward(&even_columns(&mut wide_out).to_owned(), &even_columns(&mut wide_idx).to_owned())?;
-    prop_assert!(untouched(&wide_out, fill));
-    // Backward into garbage, owned and strided.
-    case.check_backward(|g| {
-        let mut gi = Array4::from_elem(case.input.raw_dim(), fill);
-        adaptive_max_pool2d_backward_into(g, &case.input, &case.indices, &mut gi).unwrap();
-        gi
-    })?;
-    case.check_backward(|g| {
-        let mut gi = wide(case.input.raw_dim(), fill);
-        adaptive_max_pool2d_backward_into_on(
-            &Cpu::sequential(),
-            g,
-            &case.input,
-            &case.indices,
-            &mut even_columns(&mut gi),
-        )
+    let (fill, ifill) = (T::round_from_f64(SENTINEL), case.indices[[0, 0, 0, 0]]);
+    let (x, size, shape) = (&case.input, case.output_size, case.output.raw_dim());
+    for b in Buffer::BOTH {
+        let (mut out, mut idx) = (b.filled(shape, fill), b.filled(shape, ifill));
+        let (o, i) = (&mut b.view(&mut out), &mut b.view(&mut idx));
+        match b {
+            Buffer::Owned => adaptive_max_pool2d_into(x, size, o, i),
+            Buffer::Strided => adaptive_max_pool2d_into_on(&two_threads(), x, size, o, i),
+        }
         .unwrap();
-        let result = even_columns(&mut gi).to_owned();
-        assert!(untouched(&gi, fill));
-        result
-    })?;
+        case.check_forward(&b.written(out, fill), &b.written(idx, ifill))?;
+        case.check_backward(|g| {
+            let mut gi = b.filled(x.raw_dim(), fill);
+            let view = &mut b.view(&mut gi);
+            match b {
+                Buffer::Owned => adaptive_max_pool2d_backward_into(g, x, &case.indices, view),
+                Buffer::Strided => {
+                    adaptive_max_pool2d_backward_into_on(&two_threads(), g, x, &case.indices, view)
+                }
+            }
+            .unwrap();
+            b.written(gi, fill)
+        })?;
+    }
     Ok(())
 }
 
 fn max_pool_into_checks<T: PoolFloat, I: ArgmaxIndex>(
     case: MaxPoolCase<T, I, Ix4>,
 ) -> Result<(), TestCaseError> {
-    let fill = T::round_from_f64(SENTINEL);
-    let mut out = Array4::from_elem(case.output.raw_dim(), fill);
-    let mut idx = Array4::<I>::zeros(case.output.raw_dim());
-    max_pool2d_with_indices_into(&case.input, &case.params, &mut out, &mut idx).unwrap();
-    case.check_forward(&out, &idx)?;
-    let (mut wide_out, mut wide_idx) =
-        (wide(case.output.raw_dim(), fill), wide(case.output.raw_dim(), idx[[0, 0, 0, 0]]));
-    max_pool2d_with_indices_into_on(
-        &Cpu::with_threads(2).unwrap(),
-        &case.input,
-        &case.params,
-        &mut even_columns(&mut wide_out),
-        &mut even_columns(&mut wide_idx),
-    )
-    .unwrap();
-    case.check_forward(&even_columns(&mut wide_out).to_owned(), &even_columns(&mut wide_idx).to_owned())?;
-    prop_assert!(untouched(&wide_out, fill));
-    case.check_backward(|g| {
-        let mut gi = Array4::from_elem(case.input.raw_dim(), fill);
-        max_pool2d_with_indices_backward_into(g, &case.input, &case.indices, &case.params, &mut gi).unwrap();
-        gi
-    })?;
-    case.check_backward(|g| {
-        let mut gi = wide(case.input.raw_dim(), fill);
-        let view = &mut even_columns(&mut gi);
-        max_pool2d_with_indices_backward_into_on(
-            &Cpu::sequential(),
-            g,
-            &case.input,
-            &case.indices,
-            &case.params,
-            view,
-        )
+    let (fill, ifill) = (T::round_from_f64(SENTINEL), case.indices[[0, 0, 0, 0]]);
+    let (x, params, shape) = (&case.input, &case.params, case.output.raw_dim());
+    for b in Buffer::BOTH {
+        let (mut out, mut idx) = (b.filled(shape, fill), b.filled(shape, ifill));
+        let (o, i) = (&mut b.view(&mut out), &mut b.view(&mut idx));
+        match b {
+            Buffer::Owned => max_pool2d_with_indices_into(x, params, o, i),
+            Buffer::Strided => max_pool2d_with_indices_into_on(&two_threads(), x, params, o, i),
+        }
         .unwrap();
-        let result = even_columns(&mut gi).to_owned();
-        assert!(untouched(&gi, fill));
-        result
-    })?;
+        case.check_forward(&b.written(out, fill), &b.written(idx, ifill))?;
+        case.check_backward(|g| {
+            let mut gi = b.filled(x.raw_dim(), fill);
+            let view = &mut b.view(&mut gi);
+            let ix = &case.indices;
+            match b {
+                Buffer::Owned => max_pool2d_with_indices_backward_into(g, x, ix, params, view),
+                Buffer::Strided => {
+                    max_pool2d_with_indices_backward_into_on(&two_threads(), g, x, ix, params, view)
+                }
+            }
+            .unwrap();
+            b.written(gi, fill)
+        })?;
+    }
     Ok(())
 }
 
 fn mask_into_checks<T: PoolFloat, L: MaskLayout>(case: MaskCase<T, L, Ix4>) -> Result<(), TestCaseError> {
     let fill = T::round_from_f64(SENTINEL);
-    let shape = case.input.shape().to_vec();
-    // A mask that held another result: the reference's mask of the input reversed along W.
-    let mut mask = Mask::zeros(&case.params, &shape, L::default()).unwrap();
-    let mut out = Array4::from_elem(case.output.raw_dim(), fill);
-    let reversed = case.input.slice(s![.., .., .., ..;-1]).to_owned();
-    max_pool2d_with_mask_into(&reversed, &mut out, &mut mask).unwrap();
-    max_pool2d_with_mask_into(&case.input, &mut out, &mut mask).unwrap();
-    case.check_forward(&out, &mask)?;
-    let mut wide_out = wide(case.output.raw_dim(), fill);
-    let mut mask2 = Mask::zeros(&case.params, &shape, L::default()).unwrap();
-    max_pool2d_with_mask_into_on(
-        &Cpu::with_threads(2).unwrap(),
-        &case.input,
-        &mut even_columns(&mut wide_out),
-        &mut mask2,
-    )
-    .unwrap();
-    case.check_forward(&even_columns(&mut wide_out).to_owned(), &mask2)?;
-    prop_assert!(untouched(&wide_out, fill));
-    case.check_backward(|g| {
-        let mut gi = Array4::from_elem(case.input.raw_dim(), fill);
-        max_pool2d_with_mask_backward_into(g, &case.input, &case.mask, &mut gi).unwrap();
-        gi
-    })?;
-    case.check_backward(|g| {
-        let mut gi = wide(case.input.raw_dim(), fill);
-        max_pool2d_with_mask_backward_into_on(
-            &Cpu::sequential(),
-            g,
-            &case.input,
-            &case.mask,
-            &mut even_columns(&mut gi),
-        )
+    let (x, shape) = (&case.input, case.output.raw_dim());
+    // A mask that held another result first: the input reversed along W.
+    let reversed = x.slice(s![.., .., .., ..;-1]).to_owned();
+    for b in Buffer::BOTH {
+        let mut mask = Mask::zeros(&case.params, x.shape(), L::default()).unwrap();
+        let mut out = b.filled(shape, fill);
+        let o = &mut b.view(&mut out);
+        max_pool2d_with_mask_into(&reversed, o, &mut mask).unwrap();
+        match b {
+            Buffer::Owned => max_pool2d_with_mask_into(x, o, &mut mask),
+            Buffer::Strided => max_pool2d_with_mask_into_on(&two_threads(), x, o, &mut mask),
+        }
         .unwrap();
-        let result = even_columns(&mut gi).to_owned();
-        assert!(untouched(&gi, fill));
-        result
-    })?;
+        case.check_forward(&b.written(out, fill), &mask)?;
+        case.check_backward(|g| {
+            let mut gi = b.filled(x.raw_dim(), fill);
+            let view = &mut b.view(&mut gi);
+            match b {
+                Buffer::Owned => max_pool2d_with_mask_backward_into(g, x, &case.mask, view),
+                Buffer::Strided => {
+                    max_pool2d_with_mask_backward_into_on(&two_threads(), g, x, &case.mask, view)
+                }
+            }
+            .unwrap();
+            b.written(gi, fill)
+        })?;
+    }
     Ok(())
 }
 
@@ -191,13 +185,16 @@ fn x() -> Array3<f32> {
     ]]
 }
 
+fn shape_error(op: &'static str, arg: &'static str, expected: &[usize], got: &[usize]) -> Error {
+    Error::ShapeMismatch { op, arg, expected: expected.to_vec(), got: got.to_vec() }
+}
+
 #[test]
 fn outputs_of_another_shape_are_errors_naming_them() {
     let (x, k2) = (x(), MaxPool2dParams::new([2, 2]));
     let (mut out, mut idx) = (Array3::<f32>::zeros((1, 2, 2)), Array3::<i64>::zeros((1, 2, 2)));
     let (mut bad_out, mut bad_idx) = (Array3::<f32>::zeros((1, 2, 3)), Array3::<i64>::zeros((1, 3, 2)));
-    let mismatch =
-        |op, arg, got: &[usize]| Error::ShapeMismatch { op, arg, expected: vec![1, 2, 2], got: got.to_vec() };
+    let mismatch = |op, arg, got: &[usize]| shape_error(op, arg, &[1, 2, 2], got);
     assert_eq!(
         adaptive_max_pool2d_into(&x, [2, 2], &mut bad_out, &mut idx),
         Err(mismatch("adaptive_max_pool2d", "output", &[1, 2, 3]))
@@ -218,8 +215,7 @@ fn outputs_of_another_shape_are_errors_naming_them() {
     // Backwards: grad_input must have self_'s shape.
     let g = Array3::<f32>::ones((1, 2, 2));
     let mut bad_gi = Array3::<f32>::zeros((1, 4, 5));
-    let gi_mismatch =
-        |op| Error::ShapeMismatch { op, arg: "grad_input", expected: vec![1, 4, 4], got: vec![1, 4, 5] };
+    let gi_mismatch = |op| shape_error(op, "grad_input", &[1, 4, 4], &[1, 4, 5]);
     let p = max_pool2d_with_indices(&x, &k2).unwrap();
     assert_eq!(
         adaptive_max_pool2d_backward_into(&g, &x, &p.indices, &mut bad_gi),
@@ -243,24 +239,14 @@ fn a_mask_made_for_another_input_is_an_error() {
     let mut mask = Mask::zeros(&k2, &[1, 4, 5], I32Argmax).unwrap();
     assert_eq!(
         max_pool2d_with_mask_into(&x, &mut out, &mut mask),
-        Err(Error::ShapeMismatch {
-            op: "max_pool2d_with_mask",
-            arg: "input",
-            expected: vec![1, 4, 5],
-            got: vec![1, 4, 4]
-        })
+        Err(shape_error("max_pool2d_with_mask", "input", &[1, 4, 5], &[1, 4, 4]))
     );
     let m = max_pool2d_with_mask(&x, &k2, I32Argmax).unwrap();
     let wider = Array3::<f32>::zeros((1, 4, 5));
     let mut gi = Array3::<f32>::zeros((1, 4, 5));
     assert_eq!(
         max_pool2d_with_mask_backward_into(&Array3::<f32>::ones((1, 2, 2)), &wider, &m.mask, &mut gi),
-        Err(Error::ShapeMismatch {
-            op: "max_pool2d_with_mask_backward",
-            arg: "self_",
-            expected: vec![1, 4, 4],
-            got: vec![1, 4, 5]
-        })
+        Err(shape_error("max_pool2d_with_mask_backward", "self_", &[1, 4, 4], &[1, 4, 5]))
     );
 }
 

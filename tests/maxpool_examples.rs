@@ -348,7 +348,8 @@ fn large_masks_encode_in_parts_on_every_thread_count() {
         let cpu = poolgrad::device::cpu::Cpu::new(poolgrad::device::cpu::Parallelism::Threads(
             threads.try_into().unwrap(),
         ))
-        .unwrap();
+        .unwrap()
+        .with_grain(0);
         let bits = poolgrad::max_pool2d_with_mask_on(&cpu, &x, &params, Bitmask).unwrap();
         assert_eq!(bits.mask.to_indices::<i64>().unwrap(), want, "Bitmask, {threads} threads");
         let values = poolgrad::max_pool2d_with_mask_on(&cpu, &big, &params, I32Argmax).unwrap();

@@ -99,11 +99,12 @@ pub fn pool_len(n: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) ->
         .count()
 }
 
-/// A CPU device with a dedicated pool of 2, 3 or 7 threads, built once per test binary.
+/// A CPU device with a dedicated pool of 2, 3 or 7 threads, built once per test binary, that
+/// splits every call however small (grain 0), so that small cases exercise the work splits.
 pub fn cpu_with_threads(threads: usize) -> &'static Cpu {
     static POOLS: OnceLock<[Cpu; 3]> = OnceLock::new();
     let pools = POOLS.get_or_init(|| {
-        [2usize, 3, 7].map(|t| Cpu::new(Parallelism::Threads(t.try_into().unwrap())).unwrap())
+        [2usize, 3, 7].map(|t| Cpu::new(Parallelism::Threads(t.try_into().unwrap())).unwrap().with_grain(0))
     });
     match threads {
         2 => &pools[0],

@@ -4,6 +4,7 @@
 use super::Cpu;
 use super::forward::{self, ForwardPrepared};
 use super::scatter::{self, ScatterPrepared};
+use super::schedule::{Work, sized};
 use super::windows::{Planes, adaptive_taps};
 use super::workspace::CacheLine;
 use crate::device::internal::Launch;
@@ -22,7 +23,16 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
     ) -> Result<(ForwardPrepared, usize)> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
         let (rows, cols) = adaptive_taps(OP, g)?;
-        forward::prepare_indexed(self, OP, &op.input, &op.output, &op.indices, rows, cols, Planes::from(g))
+        forward::prepare_indexed(
+            sized(self, Work::adaptive_forward(g)),
+            OP,
+            &op.input,
+            &op.output,
+            &op.indices,
+            rows,
+            cols,
+            Planes::from(g),
+        )
     }
 
     fn launch(
@@ -33,7 +43,14 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
-        forward::run_indexed(self, name::ADAPTIVE_MAX_POOL2D, views, Planes::from(g), &p, memory)
+        forward::run_indexed(
+            sized(self, Work::adaptive_forward(g)),
+            name::ADAPTIVE_MAX_POOL2D,
+            views,
+            Planes::from(g),
+            &p,
+            memory,
+        )
     }
 }
 
@@ -47,7 +64,13 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
     ) -> Result<(ScatterPrepared, usize)> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         let views = (&op.grad_output, &op.indices, &op.grad_input);
-        scatter::prepare_indexed(self, OP, views, Planes::from(g), &adaptive_taps(OP, g)?.0)
+        scatter::prepare_indexed(
+            sized(self, Work::backward(g)),
+            OP,
+            views,
+            Planes::from(g),
+            &adaptive_taps(OP, g)?.0,
+        )
     }
 
     fn launch(
@@ -59,6 +82,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
     ) -> Result<()> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         let views = (op.grad_output, op.indices, op.grad_input);
-        scatter::run_indexed(self, OP, views, &p, memory, |e, v| g.index_error(OP, "indices", e, v))
+        scatter::run_indexed(sized(self, Work::backward(g)), OP, views, &p, memory, |e, v| {
+            g.index_error(OP, "indices", e, v)
+        })
     }
 }

@@ -9,7 +9,7 @@ use super::bitmask::{self, BitmaskPrepared};
 use super::forward::{self, ForwardPrepared};
 use super::maxpool::{prepare_forward, prepare_scatter};
 use super::scatter::{self, ScatterPrepared};
-use super::schedule::{block_runs, runs, task_count};
+use super::schedule::{Work, block_runs, runs, sized, task_count};
 use super::windows::Planes;
 use super::workspace::{CacheLine, Carver, Sizer, task_share};
 use crate::device::internal::Launch;
@@ -39,15 +39,16 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         op: &MaxPool2dWithMask<'a, T, L>,
         g: &MaxPoolGeometry,
     ) -> Result<(MaskForwardPrepared, usize)> {
+        let cpu = sized(self, Work::max_pool_forward(g));
         let mut sizer = Sizer::new(name::MAX_POOL2D_WITH_MASK);
         sizer.stage(&op.input.view())?;
         sizer.stage(&op.output.as_ref().view())?;
         sizer.stage(&op.mask.bytes.as_ref().view())?;
         let blocks = g.n * g.channel_blocks();
-        let fused = L::KIND == LayoutKind::Bitmask && blocks > 0 && blocks >= self.threads();
-        let fused_tasks = fused.then(|| task_count(self, blocks));
+        let fused = L::KIND == LayoutKind::Bitmask && blocks > 0 && blocks >= cpu.threads();
+        let fused_tasks = fused.then(|| task_count(cpu, blocks));
         sizer.region::<i32>(index_count(g, fused_tasks)?)?;
-        let forward = prepare_forward::<T>(self, g, &mut sizer)?;
+        let forward = prepare_forward::<T>(cpu, g, &mut sizer)?;
         Ok((MaskForwardPrepared { forward, fused_tasks }, sizer.total()))
     }
 
@@ -59,6 +60,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
+        let cpu = sized(self, Work::max_pool_forward(g));
         let MaxPool2dWithMask { input, output, mask, .. } = op;
         let mut carver = Carver::new(OP, memory);
         let x = carver.stage(input.view())?;
@@ -68,7 +70,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         let scratch = p.forward.scratch::<T>(&mut carver)?;
         match p.fused_tasks {
             Some(tasks) => pool_and_encode_blocks(
-                self,
+                cpu,
                 OP,
                 g,
                 &p.forward,
@@ -80,8 +82,8 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
                 bytes.slice(),
             )?,
             None => {
-                forward::pool(self, Planes::from(g), &p.forward, x, out.slice(), idx, scratch);
-                encode(self, OP, L::KIND, g, idx, bytes.slice())?;
+                forward::pool(cpu, Planes::from(g), &p.forward, x, out.slice(), idx, scratch);
+                encode(cpu, OP, L::KIND, g, idx, bytes.slice())?;
             }
         }
         out.finish(OP, "output")?;
@@ -194,6 +196,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         op: &MaxPool2dWithMaskBackward<'a, T, L>,
         g: &MaxPoolGeometry,
     ) -> Result<(MaskBackwardPrepared, usize)> {
+        let cpu = sized(self, Work::backward(g));
         let mut sizer = Sizer::new(name::MAX_POOL2D_WITH_MASK_BACKWARD);
         sizer.stage(&op.grad_output.view())?;
         let count = g.planes() * g.positions();
@@ -205,13 +208,13 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                     sizer.region::<i32>(count)?;
                 }
                 sizer.stage(&op.grad_input.as_ref().view())?;
-                let scatter = prepare_scatter::<T>(self, g, &mut sizer)?;
+                let scatter = prepare_scatter::<T>(cpu, g, &mut sizer)?;
                 MaskBackwardPrepared::I32Argmax { scatter, copy_values: !in_place }
             }
             LayoutKind::Bitmask => {
                 sizer.stage(&op.mask.bytes.view())?;
                 sizer.stage(&op.grad_input.as_ref().view())?;
-                MaskBackwardPrepared::Bitmask(BitmaskPrepared::new::<T>(self, g, &mut sizer)?)
+                MaskBackwardPrepared::Bitmask(BitmaskPrepared::new::<T>(cpu, g, &mut sizer)?)
             }
         };
         Ok((prepared, sizer.total()))
@@ -225,6 +228,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
+        let cpu = sized(self, Work::backward(g));
         let MaxPool2dWithMaskBackward { grad_output, mask, grad_input, .. } = op;
         let mut carver = Carver::new(OP, memory);
         let go = carver.stage(grad_output.view())?;
@@ -241,14 +245,14 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                 };
                 let mut gi = carver.output(grad_input.into_view())?;
                 let scratch = scatter.scratch::<T>(&mut carver)?;
-                let checked = scatter::scatter(self, &scatter, go, values, gi.slice(), scratch);
+                let checked = scatter::scatter(cpu, &scatter, go, values, gi.slice(), scratch);
                 gi.finish(OP, "grad_input")?;
                 checked.map_err(|bad| g.index_error(OP, "mask", bad.element, bad.value))
             }
             MaskBackwardPrepared::Bitmask(p) => {
                 let bits = carver.stage(mask.bytes.view())?;
                 let mut gi = carver.output(grad_input.into_view())?;
-                let checked = bitmask::backward(self, g, &p, go, bits, gi.slice(), &mut carver);
+                let checked = bitmask::backward(cpu, g, &p, go, bits, gi.slice(), &mut carver);
                 gi.finish(OP, "grad_input")?;
                 // Decoded indices lie in their windows: no error is expected here.
                 checked?.map_err(|bad| g.index_error(OP, "mask", bad.element, bad.value))

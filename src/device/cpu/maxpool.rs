@@ -4,6 +4,7 @@
 use super::Cpu;
 use super::forward::{self, ForwardPrepared};
 use super::scatter::{self, ScatterPrepared};
+use super::schedule::{Work, sized};
 use super::windows::{Planes, max_pool_taps};
 use super::workspace::{CacheLine, Sizer};
 use crate::device::internal::Launch;
@@ -41,7 +42,16 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
     ) -> Result<(ForwardPrepared, usize)> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES;
         let (rows, cols) = max_pool_taps(OP, g)?;
-        forward::prepare_indexed(self, OP, &op.input, &op.output, &op.indices, rows, cols, Planes::from(g))
+        forward::prepare_indexed(
+            sized(self, Work::max_pool_forward(g)),
+            OP,
+            &op.input,
+            &op.output,
+            &op.indices,
+            rows,
+            cols,
+            Planes::from(g),
+        )
     }
 
     fn launch(
@@ -52,7 +62,14 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
-        forward::run_indexed(self, name::MAX_POOL2D_WITH_INDICES, views, Planes::from(g), &p, memory)
+        forward::run_indexed(
+            sized(self, Work::max_pool_forward(g)),
+            name::MAX_POOL2D_WITH_INDICES,
+            views,
+            Planes::from(g),
+            &p,
+            memory,
+        )
     }
 }
 
@@ -66,7 +83,13 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
     ) -> Result<(ScatterPrepared, usize)> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let views = (&op.grad_output, &op.indices, &op.grad_input);
-        scatter::prepare_indexed(self, OP, views, Planes::from(g), &max_pool_taps(OP, g)?.0)
+        scatter::prepare_indexed(
+            sized(self, Work::backward(g)),
+            OP,
+            views,
+            Planes::from(g),
+            &max_pool_taps(OP, g)?.0,
+        )
     }
 
     fn launch(
@@ -78,6 +101,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let views = (op.grad_output, op.indices, op.grad_input);
-        scatter::run_indexed(self, OP, views, &p, memory, |e, v| g.index_error(OP, "indices", e, v))
+        scatter::run_indexed(sized(self, Work::backward(g)), OP, views, &p, memory, |e, v| {
+            g.index_error(OP, "indices", e, v)
+        })
     }
 }

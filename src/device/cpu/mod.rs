@@ -84,6 +84,8 @@ impl fmt::Debug for Parallelism {
 #[derive(Clone)]
 pub struct Cpu {
     runner: Runner,
+    /// Work below which a call runs on the calling thread ([`Cpu::with_grain`]).
+    grain: u64,
 }
 
 /// How a [`Cpu`] runs its tasks: its one source of truth.
@@ -102,7 +104,7 @@ enum Runner {
 
 impl fmt::Debug for Cpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Cpu").field("parallelism", &self.parallelism()).finish()
+        f.debug_struct("Cpu").field("parallelism", &self.parallelism()).field("grain", &self.grain).finish()
     }
 }
 
@@ -110,7 +112,7 @@ impl Default for Cpu {
     /// rayon's global pool with the `rayon` feature, else sequential.
     fn default() -> Self {
         #[cfg(feature = "rayon")]
-        return Cpu { runner: Runner::GlobalPool };
+        return Cpu { runner: Runner::GlobalPool, grain: schedule::GRAIN };
         #[cfg(not(feature = "rayon"))]
         return Cpu::sequential();
     }
@@ -141,7 +143,7 @@ impl Cpu {
             let _ = parallelism;
             Runner::Sequential
         };
-        Ok(Cpu { runner })
+        Ok(Cpu { runner, grain: schedule::GRAIN })
     }
 
     /// A CPU device with a rayon pool of its own of `threads` threads
@@ -171,7 +173,7 @@ impl Cpu {
 
     /// Runs everything on the calling thread.
     pub fn sequential() -> Self {
-        Cpu { runner: Runner::Sequential }
+        Cpu { runner: Runner::Sequential, grain: schedule::GRAIN }
     }
 
     /// How this device runs: the setting it was made with (without the `rayon` feature, always
@@ -187,6 +189,33 @@ impl Cpu {
             Runner::OwnPool { pool, built_for: None } => Parallelism::Pool(Arc::clone(pool)),
         }
     }
+
+    /// This device with another grain: the work below which a call runs on the calling thread
+    /// rather than waiting for the pool, in units of about a nanosecond of one thread's time
+    /// (a forward counts one per window tap it reads, a backward one per four elements it zeroes
+    /// or adds). The default, [`Cpu::DEFAULT_GRAIN`], is where the pool started to pay on this
+    /// project's 2-thread machine; `0` splits every call among the threads (as the tests of the
+    /// work splits do). Results do not depend on it.
+    ///
+    /// ```
+    /// use poolgrad::device::cpu::Cpu;
+    /// let cpu = Cpu::default();
+    /// assert_eq!(cpu.grain(), Cpu::DEFAULT_GRAIN);
+    /// assert_eq!(cpu.with_grain(0).grain(), 0);
+    /// ```
+    #[must_use]
+    pub fn with_grain(self, grain: u64) -> Self {
+        Cpu { grain, ..self }
+    }
+
+    /// The work below which a call runs on the calling thread ([`Cpu::with_grain`]).
+    pub fn grain(&self) -> u64 {
+        self.grain
+    }
+
+    /// The grain of every device until [`Cpu::with_grain`] changes it: 2^17 units, about 130 us
+    /// of one thread's work.
+    pub const DEFAULT_GRAIN: u64 = schedule::GRAIN;
 
     /// Threads that kernels will use (1 without the `rayon` feature).
     pub fn threads(&self) -> usize {
@@ -257,7 +286,7 @@ mod tests {
         assert_eq!(cpu.threads(), 3);
         let Parallelism::Pool(reported) = cpu.parallelism() else { panic!("{cpu:?}") };
         assert!(Arc::ptr_eq(&reported, &pool));
-        assert_eq!(format!("{cpu:?}"), "Cpu { parallelism: Pool(3 threads) }");
+        assert_eq!(format!("{cpu:?}"), "Cpu { parallelism: Pool(3 threads), grain: 131072 }");
         // Tasks run on that pool's threads.
         let on_pool = cpu.map_tasks(vec![0, 1, 2, 3], |_| pool.current_thread_index().is_some());
         assert_eq!(on_pool, [true; 4]);

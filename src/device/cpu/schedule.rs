@@ -11,6 +11,16 @@
 //! The counts all come from [`task_count`] (one task per thread, at most one per unit of
 //! work), [`planes_per_task`] and [`rows_per_band`].
 //!
+//! **Small work stays on the calling thread.** Every operation first asks [`sized`] which device
+//! it runs on, in both phases, from its sizes alone ([`Work`]): a call with less work than
+//! [`GRAIN`] is planned and run as on `Cpu::sequential()`, so it never waits for a pool; above
+//! it every thread gets work as the table says. The grain was set from the crossover of
+//! `Cpu::sequential()` and the default device (2 threads) measured here, f32, medians of 31
+//! runs of 50 calls: the adaptive forward (3x3 of 32x32 planes) was faster on the pool from
+//! about 150 000 taps; the max-pooling forward (k3 s2 p1) from about 100 000; the backwards only
+//! from about 500 000 elements (they stream memory at 0.1 to 0.4 ns an element, so their
+//! tasks are short), which the quarter unit per element puts at the grain.
+//!
 //! **Why no result depends on the thread count.** Every output element (a pooled value and its
 //! index, a gradient, a mask byte) is written by exactly one task, by the same operations in the
 //! same order whichever task it is:
@@ -29,7 +39,68 @@ use super::Cpu;
 use super::windows::Planes;
 use crate::alloc::collect_exact;
 use crate::error::Result;
-use crate::validate::MaxPoolGeometry;
+use crate::validate::{AdaptiveGeometry, MaxPoolGeometry};
+
+/// The default grain: work below which a call runs on the calling thread, in [`Work::units`] (about a nanosecond
+/// each of one thread's time on this project's machine). Handing tasks to a pool and waiting
+/// for them cost 20 to 40 us there (2 threads, rayon's global pool); with less work than about
+/// twice that, the calling thread alone finishes first. Measured crossovers, f32, medians: see
+/// the module doc.
+pub(super) const GRAIN: u64 = 1 << 17;
+
+/// How much a call does, estimated from its sizes alone (so both phases agree), for [`sized`].
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Work {
+    /// A forward whose every output reads at most `taps` input positions.
+    Forward { planes: Planes, taps: usize },
+    /// A backward: every input position zeroed, every gradient added.
+    Backward(Planes),
+}
+
+impl Work {
+    /// A forward of adaptive windows: the largest window has `ceil(H / Ho) + 1` rows (and
+    /// likewise columns) at most.
+    pub(super) fn adaptive_forward(g: &AdaptiveGeometry) -> Self {
+        let most = |input: usize, output: usize| input.div_ceil(output.max(1)) + 1;
+        Work::Forward { planes: Planes::from(g), taps: most(g.h, g.ho).saturating_mul(most(g.w, g.wo)) }
+    }
+
+    /// A forward of max-pooling windows: `kernel` taps at most.
+    pub(super) fn max_pool_forward(g: &MaxPoolGeometry) -> Self {
+        let [kh, kw] = g.params.kernel();
+        Work::Forward { planes: Planes::from(g), taps: kh.saturating_mul(kw) }
+    }
+
+    /// A backward over the planes of `g`.
+    pub(super) fn backward(g: impl Into<Planes>) -> Self {
+        Work::Backward(g.into())
+    }
+
+    /// The estimate: one unit per tap a forward reads (a comparison and a branch, about 1.2 ns
+    /// here); a quarter unit per element a backward zeroes or adds (streaming, 0.1 to 0.4 ns).
+    pub(super) fn units(&self) -> u64 {
+        let per_plane = match *self {
+            Work::Forward { planes: p, taps } => {
+                (p.ho as u64).saturating_mul(p.wo as u64).saturating_mul(taps as u64)
+            }
+            Work::Backward(p) => {
+                ((p.h as u64).saturating_mul(p.w as u64).saturating_add((p.ho as u64) * (p.wo as u64))) / 4
+            }
+        };
+        let planes = match *self {
+            Work::Forward { planes, .. } | Work::Backward(planes) => planes.count as u64,
+        };
+        per_plane.saturating_mul(planes)
+    }
+}
+
+/// The device a call runs on: `cpu`, or, for less [`Work`] than its grain ([`GRAIN`] unless
+/// `Cpu::with_grain` set another), the calling thread alone (no pool round trip). Results are
+/// the same either way (module doc).
+pub(super) fn sized(cpu: &Cpu, work: Work) -> &Cpu {
+    static CALLING_THREAD: Cpu = Cpu { runner: super::Runner::Sequential, grain: GRAIN };
+    if work.units() < cpu.grain { &CALLING_THREAD } else { cpu }
+}
 
 /// Planes handled by each of `tasks` tasks (at least 1, so chunk sizes are never zero).
 pub(super) fn planes_per_task(planes: usize, tasks: usize) -> usize {
@@ -184,6 +255,47 @@ impl InputBands {
 mod tests {
     use super::*;
     use crate::device::cpu::windows::Taps;
+
+    /// Hand-counted: 2 planes of 10x10 pooled to 5x5.
+    #[test]
+    fn work_counts_forward_taps_and_a_quarter_of_backward_elements() {
+        let p = Planes { count: 2, h: 10, w: 10, ho: 5, wo: 5 };
+        assert_eq!(Work::Forward { planes: p, taps: 9 }.units(), 2 * 25 * 9);
+        // (100 zeroed + 25 added) / 4 = 31 per plane.
+        assert_eq!(Work::Backward(p).units(), 62);
+    }
+
+    /// The window bounds: 32 rows to 3 take at most ceil(32 / 3) + 1 = 12 rows (windows 0..11,
+    /// 10..22, 21..32 have 11 or 12), 7 columns to 7 take 2; a 3x2 kernel takes 6 taps.
+    #[test]
+    fn forwards_count_their_largest_windows() {
+        let a = AdaptiveGeometry { n: 1, c: 2, h: 32, w: 7, ho: 3, wo: 7, ndim: 4 };
+        let Work::Forward { taps, .. } = Work::adaptive_forward(&a) else { panic!() };
+        assert_eq!(taps, 12 * 2);
+        let params = crate::MaxPool2dParams::new([3, 2]);
+        let m = MaxPoolGeometry::new("t", "x", &params, &[1, 2, 9, 8]).unwrap();
+        let Work::Forward { planes, taps } = Work::max_pool_forward(&m) else { panic!() };
+        assert_eq!((planes.count, planes.ho, planes.wo, taps), (2, 3, 4, 6));
+    }
+
+    /// Less work than the grain runs on the calling thread; the grain itself on the device.
+    #[test]
+    fn small_work_runs_on_the_calling_thread() {
+        let two = Cpu::with_threads(2).unwrap();
+        let one_tap = Planes { count: 1, h: 1, w: 1, ho: 1, wo: 1 };
+        let work = |taps: u64| Work::Forward { planes: one_tap, taps: taps as usize };
+        let below = sized(&two, work(GRAIN - 1));
+        assert!(!core::ptr::eq(below, &two));
+        assert!(matches!(below.parallelism(), super::super::Parallelism::Sequential));
+        assert!(core::ptr::eq(sized(&two, work(GRAIN)), &two));
+        // Grain 0: every call on the device, even one with no work.
+        let eager = two.clone().with_grain(0);
+        assert!(core::ptr::eq(sized(&eager, work(0)), &eager));
+        // A custom grain is the threshold.
+        let g100 = two.with_grain(100);
+        assert!(!core::ptr::eq(sized(&g100, work(99)), &g100));
+        assert!(core::ptr::eq(sized(&g100, work(100)), &g100));
+    }
 
     /// Kernel 3, stride 2, padding 1 on 10 rows: output row `o` pools input rows
     /// `2o - 1 ..= 2o + 1`, clipped to `0..10`.
