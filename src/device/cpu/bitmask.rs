@@ -9,7 +9,7 @@ use core::ops::Range;
 use num_traits::Zero;
 
 use super::Cpu;
-use super::maxpool::prepare_scatter;
+use super::indexed::prepare_scatter;
 use super::scatter::{self, BadIndex, Direct, Rounded, ScatterPrepared, Sums};
 use super::schedule::{block_runs, rows_per_band, task_count};
 use super::windows::{Taps, max_pool_taps};

@@ -7,7 +7,7 @@
 use super::Cpu;
 use super::bitmask::{self, BitmaskPrepared};
 use super::forward::{self, ForwardPrepared};
-use super::maxpool::{prepare_forward, prepare_scatter};
+use super::indexed::{prepare_forward, prepare_scatter};
 use super::scatter::{self, ScatterPrepared};
 use super::schedule::{Work, block_runs, runs, sized, task_count};
 use super::windows::Planes;

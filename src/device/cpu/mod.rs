@@ -14,11 +14,10 @@ use crate::device::{Device, DeviceLimits, internal::DeviceImpl};
 use crate::error::Result;
 use workspace::CacheLine;
 
-mod adaptive;
 mod bitmask;
 mod forward;
+mod indexed;
 mod mask;
-mod maxpool;
 mod scatter;
 mod schedule;
 mod windows;
