@@ -291,6 +291,16 @@ mod tests {
         // Grain 0: every call on the device, even one with no work.
         let eager = two.clone().with_grain(0);
         assert!(core::ptr::eq(sized(&eager, work(0)), &eager));
+        // The default grain, 2^17 units as documented: a [1, 4, 9, 9] backward to 5x5
+        // (4 * (81 + 25) / 4 = 104 units) and a forward of 2^17 - 1 taps stay on the calling
+        // thread; 2^17 taps go to the pool.
+        assert_eq!(Cpu::DEFAULT_GRAIN, 1 << 17);
+        let tiny = Work::Backward(Planes { count: 4, h: 9, w: 9, ho: 5, wo: 5 });
+        assert_eq!(tiny.units(), 104);
+        let default = Cpu::with_threads(2).unwrap();
+        assert!(!core::ptr::eq(sized(&default, tiny), &default));
+        assert!(!core::ptr::eq(sized(&default, work((1 << 17) - 1)), &default));
+        assert!(core::ptr::eq(sized(&default, work(1 << 17)), &default));
         // A custom grain is the threshold.
         let g100 = two.with_grain(100);
         assert!(!core::ptr::eq(sized(&g100, work(99)), &g100));
