@@ -918,7 +918,7 @@ where
     D: PoolDim,
 {
     const OP: &str = name::MAX_POOL2D_WITH_MASK;
-    crate::validate::same_shape(OP, "input", input.shape().to_vec(), mask.input_shape())?;
+    crate::validate::same_shape(OP, "input", input.shape(), &mask.input_shape())?;
     let params = *mask.params();
     mask_into_views(device, input.view(), &params, output.view_mut(), mask.bytes_mut(), L::default())
 }
@@ -976,7 +976,7 @@ where
 {
     const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
     let (go, x) = (grad_output.view(), self_.view());
-    crate::validate::same_shape(OP, "self_", x.shape().to_vec(), mask.input_shape())?;
+    crate::validate::same_shape(OP, "self_", x.shape(), &mask.input_shape())?;
     crate::op::mask_backward_shapes(
         &TensorRef::named(go.view(), OP, "grad_output")?,
         &TensorRef::named(x.view(), OP, "self_")?,
@@ -1004,7 +1004,7 @@ where
     D: PoolDim,
 {
     const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-    crate::validate::same_shape(OP, "self_", self_.shape().to_vec(), mask.input_shape())?;
+    crate::validate::same_shape(OP, "self_", self_.shape(), &mask.input_shape())?;
     let op = MaxPool2dWithMaskBackward {
         grad_output: TensorRef::named(grad_output, OP, "grad_output")?,
         self_: TensorRef::named(self_, OP, "self_")?,

@@ -109,8 +109,8 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d
     fn validate(&self) -> Result<AdaptiveGeometry> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
         let g = adaptive_forward_shapes::<T, I>(&self.input, self.output_size)?;
-        validate::output_shape(OP, "output", &self.output, g.pooled_dims())?;
-        validate::output_shape(OP, "indices", &self.indices, g.pooled_dims())?;
+        validate::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
+        validate::output_shape(OP, "indices", &self.indices, &g.pooled_dims())?;
         Ok(g)
     }
 
@@ -176,7 +176,7 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d
     fn validate(&self) -> Result<AdaptiveGeometry> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         let g = adaptive_backward_shapes(&self.grad_output, &self.self_, &self.indices)?;
-        validate::output_shape(OP, "grad_input", &self.grad_input, self.self_.dims())?;
+        validate::output_shape(OP, "grad_input", &self.grad_input, self.self_.user_shape())?;
         Ok(g)
     }
 
@@ -207,8 +207,8 @@ pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
         }
     }
     let g = AdaptiveGeometry { n, c, h, w, ho, wo, ndim: self_.ndim() };
-    validate::input_shape(OP, "grad_output", grad_output, g.pooled_dims())?;
-    validate::input_shape(OP, "indices", indices, g.pooled_dims())?;
+    validate::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
+    validate::input_shape(OP, "indices", indices, &g.pooled_dims())?;
     validate::plane_size(OP, "self_", h, w)?;
     Ok(g)
 }
@@ -267,8 +267,8 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndi
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES;
         let g = max_pool_forward_shapes::<T, I>(&self.input, &self.params)?;
-        validate::output_shape(OP, "output", &self.output, g.pooled_dims())?;
-        validate::output_shape(OP, "indices", &self.indices, g.pooled_dims())?;
+        validate::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
+        validate::output_shape(OP, "indices", &self.indices, &g.pooled_dims())?;
         Ok(g)
     }
 
@@ -313,7 +313,7 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndi
         const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let g =
             max_pool_indices_backward_shapes(&self.grad_output, &self.self_, &self.indices, &self.params)?;
-        validate::output_shape(OP, "grad_input", &self.grad_input, g.input_dims())?;
+        validate::output_shape(OP, "grad_input", &self.grad_input, &g.input_dims())?;
         Ok(g)
     }
 
@@ -333,8 +333,8 @@ pub(crate) fn max_pool_indices_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
     let g = MaxPoolGeometry::new(OP, "self_", params, &self_.dims())?;
-    validate::input_shape(OP, "grad_output", grad_output, g.pooled_dims())?;
-    validate::input_shape(OP, "indices", indices, g.pooled_dims())?;
+    validate::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
+    validate::input_shape(OP, "indices", indices, &g.pooled_dims())?;
     Ok(g)
 }
 
@@ -397,8 +397,8 @@ impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMask<
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
         let g = mask_forward_shapes::<T, L>(&self.input, &self.params)?;
-        validate::output_shape(OP, "output", &self.output, g.pooled_dims())?;
-        validate::output_shape(OP, "mask", &self.mask.bytes, g.dims())?;
+        validate::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
+        validate::output_shape(OP, "mask", &self.mask.bytes, &g.dims())?;
         Ok(g)
     }
 
@@ -447,7 +447,7 @@ impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMaskB
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         let g = mask_backward_shapes::<T, L>(&self.grad_output, &self.self_, &self.mask, &self.params)?;
-        validate::output_shape(OP, "grad_input", &self.grad_input, g.input_dims())?;
+        validate::output_shape(OP, "grad_input", &self.grad_input, &g.input_dims())?;
         Ok(g)
     }
 
@@ -467,9 +467,9 @@ pub(crate) fn mask_backward_shapes<T: PoolFloat, L: MaskLayout>(
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
     let g = MaxPoolGeometry::for_mask(OP, "self_", params, &self_.dims())?;
-    validate::input_shape(OP, "grad_output", grad_output, g.pooled_dims())?;
+    validate::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
     check_layout::<L>(&g, OP)?;
-    validate::input_shape(OP, "mask", &mask.bytes, g.dims())?;
+    validate::input_shape(OP, "mask", &mask.bytes, &g.dims())?;
     Ok(g)
 }
 

@@ -7,7 +7,7 @@
 //! [`TensorMut`]) strides that make two elements share memory are errors, never panics.
 
 use ndarray::{ArrayBase, ArrayView, ArrayView4, ArrayViewMut, ArrayViewMut4, Axis, Data, DataMut};
-use ndarray::{Dimension, Ix3, Ix4, IxDyn, ShapeBuilder};
+use ndarray::{Dimension, Ix3, Ix4, IxDyn, RawData, ShapeBuilder};
 
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -80,6 +80,28 @@ fn check_rank(op: &'static str, arg: &'static str, shape: &[usize]) -> Result<()
         3 | 4 => Ok(()),
         got => Err(Error::Rank { op, arg, expected: RANKS, got, shape: shape.to_vec() }),
     }
+}
+
+/// `view` as `[N, C, H, W]` (a 3-D view gains `N = 1`), with the rank it had; another rank is
+/// an error naming `arg` of `op`. Views of a static rank convert without a dynamic shape (no
+/// allocation: the tiny calls of property tests pay this on every tensor).
+fn as_nchw<S: RawData, D: Dimension>(
+    view: ArrayBase<S, D>,
+    op: &'static str,
+    arg: &'static str,
+) -> Result<(ArrayBase<S, Ix4>, usize)> {
+    check_rank(op, arg, view.shape())?;
+    let ndim = view.ndim();
+    let nchw = match D::NDIM {
+        Some(4) => view.into_dimensionality::<Ix4>(),
+        Some(3) => view.into_dimensionality::<Ix3>().map(|v| v.insert_axis(Axis(0))),
+        _ => {
+            let view = view.into_dyn();
+            let view = if ndim == 3 { view.insert_axis(Axis(0)) } else { view };
+            view.into_dimensionality::<Ix4>()
+        }
+    };
+    Ok((nchw.map_err(|e| Error::from_shape(op, arg, e))?, ndim))
 }
 
 fn as_4d(shape: &[usize]) -> [usize; 4] {
@@ -367,11 +389,7 @@ impl<'a, E: Element> TensorRef<'a, E> {
         op: &'static str,
         arg: &'static str,
     ) -> Result<Self> {
-        let view = view.into_dyn();
-        check_rank(op, arg, view.shape())?;
-        let ndim = view.ndim();
-        let view = if ndim == 3 { view.insert_axis(Axis(0)) } else { view };
-        let view = view.into_dimensionality().map_err(|e| Error::from_shape(op, arg, e))?;
+        let (view, ndim) = as_nchw(view, op, arg)?;
         Ok(Self { view, ndim })
     }
 
@@ -390,6 +408,11 @@ impl<'a, E: Element> TensorRef<'a, E> {
     /// The shape in the rank the view was built with.
     pub fn dims(&self) -> Vec<usize> {
         user_dims(self.view.shape(), self.ndim)
+    }
+
+    /// [`TensorRef::dims`], borrowed.
+    pub(crate) fn user_shape(&self) -> &[usize] {
+        &self.view.shape()[4 - self.ndim..]
     }
 
     /// The rank the view was built with: 3 or 4.
@@ -468,11 +491,7 @@ impl<'a, E: Element> TensorMut<'a, E> {
         op: &'static str,
         arg: &'static str,
     ) -> Result<Self> {
-        let view = view.into_dyn();
-        check_rank(op, arg, view.shape())?;
-        let ndim = view.ndim();
-        let view = if ndim == 3 { view.insert_axis(Axis(0)) } else { view };
-        let view = view.into_dimensionality().map_err(|e| Error::from_shape(op, arg, e))?;
+        let (view, ndim) = as_nchw(view, op, arg)?;
         Ok(Self { view, ndim })
     }
 
@@ -484,6 +503,11 @@ impl<'a, E: Element> TensorMut<'a, E> {
     /// The shape in the rank the view was built with.
     pub fn dims(&self) -> Vec<usize> {
         user_dims(self.view.shape(), self.ndim)
+    }
+
+    /// [`TensorMut::dims`], borrowed.
+    pub(crate) fn user_shape(&self) -> &[usize] {
+        &self.view.shape()[4 - self.ndim..]
     }
 
     /// The rank the view was built with: 3 or 4.

@@ -61,10 +61,14 @@ pub(crate) fn output_size(op: &'static str, arg: &'static str, size: [usize; 2])
 pub(crate) fn same_shape(
     op: &'static str,
     arg: &'static str,
-    got: Vec<usize>,
-    expected: Vec<usize>,
+    got: &[usize],
+    expected: &[usize],
 ) -> Result<()> {
-    if got == expected { Ok(()) } else { Err(Error::ShapeMismatch { op, arg, expected, got }) }
+    if got == expected {
+        Ok(())
+    } else {
+        Err(Error::ShapeMismatch { op, arg, expected: expected.to_vec(), got: got.to_vec() })
+    }
 }
 
 /// Shape check for an input view.
@@ -72,9 +76,9 @@ pub(crate) fn input_shape<E: Element>(
     op: &'static str,
     arg: &'static str,
     t: &TensorRef<'_, E>,
-    expected: Vec<usize>,
+    expected: &[usize],
 ) -> Result<()> {
-    same_shape(op, arg, t.dims(), expected)
+    same_shape(op, arg, t.user_shape(), expected)
 }
 
 /// Shape check for an output view.
@@ -82,9 +86,9 @@ pub(crate) fn output_shape<E: Element>(
     op: &'static str,
     arg: &'static str,
     t: &TensorMut<'_, E>,
-    expected: Vec<usize>,
+    expected: &[usize],
 ) -> Result<()> {
-    same_shape(op, arg, t.dims(), expected)
+    same_shape(op, arg, t.user_shape(), expected)
 }
 
 /// The index type `I` must hold every flat position of an `h * w` plane.

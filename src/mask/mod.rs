@@ -111,7 +111,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         const OP: &str = "Mask::from_raw";
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
         check_layout::<L>(&geometry, OP)?;
-        crate::validate::same_shape(OP, "data", data.shape().to_vec(), geometry.dims())?;
+        crate::validate::same_shape(OP, "data", data.shape(), &geometry.dims())?;
         Ok(Mask { data, geometry, layout: PhantomData })
     }
 
@@ -165,7 +165,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         const OP: &str = "Mask::from_indices";
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
         check_layout::<L>(&geometry, OP)?;
-        crate::validate::same_shape(OP, "indices", indices.shape().to_vec(), geometry.pooled_dims())?;
+        crate::validate::same_shape(OP, "indices", indices.shape(), &geometry.pooled_dims())?;
         let bytes = geometry.bytes().unwrap_or(0);
         let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", bytes)?;
         match indices.as_slice() {

@@ -213,8 +213,8 @@ where
     let [n, c, h, w] = self_.shape();
     let [ho, wo] = pooling.output_size([h, w])?;
     let pooled = crate::tensor::with_spatial([n, c, h, w], [ho, wo], self_.ndim());
-    crate::validate::input_shape("reference", "grad_output", &grad_output, pooled.clone())?;
-    crate::validate::input_shape("reference", "indices", &indices, pooled)?;
+    crate::validate::input_shape("reference", "grad_output", &grad_output, &pooled)?;
+    crate::validate::input_shape("reference", "indices", &indices, &pooled)?;
     let pairs = index_pairs(&indices, h * w)?;
     restore(backward4(grad_output.view(), [n, c, h, w], pairs)?, self_.ndim())
 }
@@ -404,8 +404,8 @@ where
 {
     let go = view4(grad_output, "grad_output")?;
     let x = view4(self_, "self_")?;
-    crate::validate::same_shape("reference", "self_", x.dims(), mask.input_shape())?;
-    crate::validate::input_shape("reference", "grad_output", &go, mask.pooled_shape())?;
+    crate::validate::same_shape("reference", "self_", &x.dims(), &mask.input_shape())?;
+    crate::validate::input_shape("reference", "grad_output", &go, &mask.pooled_shape())?;
     let selected = mask.selected()?;
     restore(backward4(go.view(), x.shape(), selected.into_iter())?, x.ndim())
 }

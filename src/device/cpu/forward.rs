@@ -289,23 +289,21 @@ enum ColumnGroup {
 }
 
 impl ColumnGroup {
-    /// The groups of columns `cols` of operation `op`.
+    /// The groups of columns `cols` of operation `op`. Fewer than [`LANES`] columns left at the
+    /// end go in one last group of the final [`LANES`] columns when those are regular: it
+    /// overlaps the group before it, whose columns it computes again to the same values.
     fn plan(op: &'static str, cols: &[Taps]) -> Result<Vec<ColumnGroup>> {
         let mut groups = crate::alloc::collect_exact(op, "column groups", cols.len(), core::iter::empty())?;
         let mut ow = 0;
         while ow < cols.len() {
-            let group = &cols[ow..(ow + LANES).min(cols.len())];
-            let stride = group.get(1).map_or(0, |c| c.start.wrapping_sub(group[0].start));
-            let regular = group.len() == LANES
-                && (stride == 1 || stride == 2)
-                && group.iter().enumerate().all(|(l, c)| {
-                    c.count == group[0].count
-                        && c.step == group[0].step
-                        && c.start == group[0].start + l * stride
-                });
-            if regular {
+            if let Some(stride) = lanes_stride(&cols[ow..(ow + LANES).min(cols.len())]) {
                 groups.push(ColumnGroup::Lanes { first: ow, stride });
                 ow += LANES;
+            } else if let Some(last) = cols.len().checked_sub(LANES).filter(|&last| last < ow)
+                && let Some(stride) = lanes_stride(&cols[last..])
+            {
+                groups.push(ColumnGroup::Lanes { first: last, stride });
+                ow = cols.len();
             } else {
                 groups.push(ColumnGroup::Single(ow));
                 ow += 1;
@@ -313,6 +311,18 @@ impl ColumnGroup {
         }
         Ok(groups)
     }
+}
+
+/// The stride of `group` if it is [`LANES`] windows of the same taps starting 1 or 2 columns
+/// apart (so the loads vectorise).
+fn lanes_stride(group: &[Taps]) -> Option<usize> {
+    let stride = group.get(1).map_or(0, |c| c.start.wrapping_sub(group[0].start));
+    let regular = group.len() == LANES
+        && (stride == 1 || stride == 2)
+        && group.iter().enumerate().all(|(l, c)| {
+            c.count == group[0].count && c.step == group[0].step && c.start == group[0].start + l * stride
+        });
+    regular.then_some(stride)
 }
 
 /// Some output rows of one plane: for each window, the first maximum in row-major order; a NaN is
@@ -515,12 +525,24 @@ mod tests {
         // 16 windows of 3 taps, one column apart: two groups.
         let unit: Vec<_> = (0..16).map(|o| taps(o, 3, 1)).collect();
         assert_eq!(groups(&unit), [Lanes { first: 0, stride: 1 }, Lanes { first: 8, stride: 1 }]);
-        // 10 windows two columns apart: a group, then the 2 left over one at a time.
+        // 10 windows two columns apart: a group, then the 2 left over in the last 8 (columns 2
+        // to 7 computed twice).
         let two: Vec<_> = (0..10).map(|o| taps(2 * o, 2, 1)).collect();
-        assert_eq!(groups(&two), [Lanes { first: 0, stride: 2 }, Single(8), Single(9)]);
+        assert_eq!(groups(&two), [Lanes { first: 0, stride: 2 }, Lanes { first: 2, stride: 2 }]);
         // A first window clipped by padding: alone, then a group from the next.
         let padded: Vec<_> = (0..9).map(|o| if o == 0 { taps(0, 2, 1) } else { taps(o - 1, 3, 1) }).collect();
         assert_eq!(groups(&padded), [Single(0), Lanes { first: 1, stride: 1 }]);
+        // The ResNet stem on 32 columns (k3 s2 p1, 16 windows): the clipped first alone, a group
+        // from column 1, and the last 8 (from 8) again.
+        let stem: Vec<_> =
+            (0..16).map(|o| if o == 0 { taps(0, 2, 1) } else { taps(2 * o - 1, 3, 1) }).collect();
+        assert_eq!(groups(&stem), [Single(0), Lanes { first: 1, stride: 2 }, Lanes { first: 8, stride: 2 }]);
+        // The same on 31 columns: the last window is clipped too, so the last 8 are not regular.
+        let mut clipped = stem.clone();
+        clipped[15] = taps(29, 2, 1);
+        let tail: Vec<_> = (9..16).map(Single).collect();
+        assert_eq!(groups(&clipped)[..2], [Single(0), Lanes { first: 1, stride: 2 }]);
+        assert_eq!(groups(&clipped)[2..], tail[..]);
     }
 
     #[test]

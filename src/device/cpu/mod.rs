@@ -279,6 +279,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_sequential_device_runs_on_one_thread_with_the_default_grain() {
+        let seq = Cpu::sequential();
+        assert_eq!(seq.threads(), 1);
+        assert!(matches!(seq.parallelism(), Parallelism::Sequential));
+        assert_eq!(seq.grain(), 1 << 17);
+        let coarse = seq.with_grain(5);
+        assert_eq!(coarse.grain(), 5);
+        assert_eq!(format!("{coarse:?}"), "Cpu { parallelism: Sequential, grain: 5 }");
+    }
+
+    #[test]
     fn a_callers_pool_is_used_and_reported() {
         let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap());
         let cpu = Cpu::new(Parallelism::Pool(Arc::clone(&pool))).unwrap();
