@@ -471,3 +471,37 @@ fn the_forward_zeroes_the_mask_bytes_after_the_values() {
     assert_eq!(bytes.iter().copied().collect::<Vec<_>>(), expected);
     assert_eq!(output, Array4::from_elem((1, 1, 2, 2), 1.0));
 }
+
+/// The `Bitmask` forward's workspace, worked by hand (f32, kernel 2 on 8x8 planes: 4x4 = 16
+/// outputs per plane). With at least one 16-channel block per thread it pools and encodes block
+/// by block: each task keeps one block's `i32` indices (16 channels x 16 outputs = 256, 1024
+/// bytes), and the forward's blocked kernel (runs of 8 or more planes of at most 2048 inputs)
+/// keeps 8 interleaved planes of 64 f32 per task (2048 bytes). With fewer blocks than threads it
+/// keeps every plane's indices instead (16 per plane).
+#[test]
+fn the_bitmask_forward_sizes_its_workspace_by_blocks_per_thread() {
+    use poolgrad::{MaskMut, Plan, TensorMut, TensorRef};
+    let k2 = MaxPool2dParams::new([2, 2]);
+    let two = Cpu::with_threads(2).unwrap().with_grain(0);
+    let size = |cpu: &Cpu, n: usize, c: usize| {
+        let x = Array4::<f32>::zeros((n, c, 8, 8));
+        let mut out = Array4::<f32>::zeros((n, c, 4, 4));
+        let mut bytes =
+            Mask::<Bitmask, ndarray::Ix4>::zeros(&k2, &[n, c, 8, 8], Bitmask).unwrap().into_array();
+        let op = poolgrad::op::MaxPool2dWithMask {
+            input: TensorRef::from_array(&x).unwrap(),
+            params: k2,
+            output: TensorMut::from_array(&mut out).unwrap(),
+            mask: MaskMut::new(TensorMut::from_array(&mut bytes).unwrap(), Bitmask),
+        };
+        Plan::new(cpu, op).unwrap().workspace_size()
+    };
+    // 2 x 20 channels: 4 blocks (16 + 4 channels per batch), 40 planes, 20 a task.
+    assert_eq!(size(&two, 2, 20), 2 * 1024 + 2 * 2048);
+    assert_eq!(size(&Cpu::sequential(), 2, 20), 1024 + 2048);
+    // 1 x 16 channels: 1 block for 2 threads, so every plane's indices (16 x 16 x 4 bytes) and
+    // 2 tasks of 8 planes (bands are for fewer planes than threads).
+    assert_eq!(size(&two, 1, 16), 16 * 16 * 4 + 2 * 2048);
+    // No planes, no workspace.
+    assert_eq!(size(&two, 0, 20), 0);
+}

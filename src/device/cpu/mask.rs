@@ -44,8 +44,9 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         sizer.stage(&op.input.view())?;
         sizer.stage(&op.output.as_ref().view())?;
         sizer.stage(&op.mask.bytes.as_ref().view())?;
+        // Fused when every thread gets a block (so never without blocks: threads >= 1).
         let blocks = g.n * g.channel_blocks();
-        let fused = L::KIND == LayoutKind::Bitmask && blocks > 0 && blocks >= cpu.threads();
+        let fused = L::KIND == LayoutKind::Bitmask && blocks >= cpu.threads();
         let fused_tasks = fused.then(|| task_count(cpu, blocks));
         sizer.region::<i32>(index_count(g, fused_tasks)?)?;
         let forward = prepare_forward::<T>(cpu, g, &mut sizer)?;
