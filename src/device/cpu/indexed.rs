@@ -7,7 +7,7 @@ use super::Cpu;
 use super::forward::{self, ForwardPrepared};
 use super::scatter::{self, ScatterPrepared};
 use super::schedule::{Work, sized};
-use super::windows::{Planes, adaptive_taps, max_pool_taps};
+use super::windows::{Planes, Taps, adaptive_taps, max_pool_taps};
 use super::workspace::{CacheLine, Sizer};
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
@@ -17,6 +17,7 @@ use crate::op::{
     AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
     MaxPool2dWithIndicesBackward, MaxPoolGeometry, name,
 };
+use crate::tensor::{TensorMut, TensorRef};
 
 /// The forward state of a max pooling, with its scratch added to `sizer`.
 pub(super) fn prepare_forward<T: PoolFloat>(
@@ -37,6 +38,92 @@ pub(super) fn prepare_scatter<T: PoolFloat>(
     ScatterPrepared::new::<T>(cpu, Planes::from(g), &max_pool_taps(sizer.op(), g)?.0, sizer)
 }
 
+/// What the four operations need of their geometry: the planes, each output's window taps, how
+/// much a forward reads (for [`sized`]), and the error for a bad index.
+trait Windowed {
+    fn planes(&self) -> Planes;
+    fn taps(&self, op: &'static str) -> Result<(Vec<Taps>, Vec<Taps>)>;
+    fn forward_work(&self) -> Work;
+    fn bad_index(&self, op: &'static str, element: usize, value: i64) -> crate::Error;
+}
+
+impl Windowed for AdaptiveGeometry {
+    fn planes(&self) -> Planes {
+        Planes::from(self)
+    }
+    fn taps(&self, op: &'static str) -> Result<(Vec<Taps>, Vec<Taps>)> {
+        adaptive_taps(op, self)
+    }
+    fn forward_work(&self) -> Work {
+        Work::adaptive_forward(self)
+    }
+    fn bad_index(&self, op: &'static str, element: usize, value: i64) -> crate::Error {
+        self.index_error(op, "indices", element, value)
+    }
+}
+
+impl Windowed for MaxPoolGeometry {
+    fn planes(&self) -> Planes {
+        Planes::from(self)
+    }
+    fn taps(&self, op: &'static str) -> Result<(Vec<Taps>, Vec<Taps>)> {
+        max_pool_taps(op, self)
+    }
+    fn forward_work(&self) -> Work {
+        Work::max_pool_forward(self)
+    }
+    fn bad_index(&self, op: &'static str, element: usize, value: i64) -> crate::Error {
+        self.index_error(op, "indices", element, value)
+    }
+}
+
+/// Phase 1 of a forward with indices (operation `op`) on the device its size deserves.
+fn prepare_forward_indexed<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    op: &'static str,
+    g: &impl Windowed,
+    (input, output, indices): (&TensorRef<'_, T>, &TensorMut<'_, T>, &TensorMut<'_, I>),
+) -> Result<(ForwardPrepared, usize)> {
+    let (rows, cols) = g.taps(op)?;
+    forward::prepare_indexed(sized(cpu, g.forward_work()), op, input, output, indices, rows, cols, g.planes())
+}
+
+/// Phase 2 of [`prepare_forward_indexed`].
+fn run_forward_indexed<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    op: &'static str,
+    g: &impl Windowed,
+    views: (TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
+    p: &ForwardPrepared,
+    memory: &mut [CacheLine],
+) -> Result<()> {
+    forward::run_indexed(sized(cpu, g.forward_work()), op, views, g.planes(), p, memory)
+}
+
+/// Phase 1 of a backward with indices (operation `op`) on the device its size deserves.
+fn prepare_backward_indexed<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    op: &'static str,
+    g: &impl Windowed,
+    views: (&TensorRef<'_, T>, &TensorRef<'_, I>, &TensorMut<'_, T>),
+) -> Result<(ScatterPrepared, usize)> {
+    let work = Work::backward(g.planes());
+    scatter::prepare_indexed(sized(cpu, work), op, views, g.planes(), &g.taps(op)?.0)
+}
+
+/// Phase 2 of [`prepare_backward_indexed`].
+fn run_backward_indexed<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    op: &'static str,
+    g: &impl Windowed,
+    views: (TensorRef<'_, T>, TensorRef<'_, I>, TensorMut<'_, T>),
+    p: &ScatterPrepared,
+    memory: &mut [CacheLine],
+) -> Result<()> {
+    let work = Work::backward(g.planes());
+    scatter::run_indexed(sized(cpu, work), op, views, p, memory, |e, v| g.bad_index(op, e, v))
+}
+
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> for Cpu {
     type Prepared = ForwardPrepared;
 
@@ -45,18 +132,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         op: &MaxPool2dWithIndices<'a, T, I>,
         g: &MaxPoolGeometry,
     ) -> Result<(ForwardPrepared, usize)> {
-        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-        let (rows, cols) = max_pool_taps(OP, g)?;
-        forward::prepare_indexed(
-            sized(self, Work::max_pool_forward(g)),
-            OP,
-            &op.input,
-            &op.output,
-            &op.indices,
-            rows,
-            cols,
-            Planes::from(g),
-        )
+        let views = (&op.input, &op.output, &op.indices);
+        prepare_forward_indexed(self, name::MAX_POOL2D_WITH_INDICES, g, views)
     }
 
     fn launch(
@@ -67,14 +144,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
-        forward::run_indexed(
-            sized(self, Work::max_pool_forward(g)),
-            name::MAX_POOL2D_WITH_INDICES,
-            views,
-            Planes::from(g),
-            &p,
-            memory,
-        )
+        run_forward_indexed(self, name::MAX_POOL2D_WITH_INDICES, g, views, &p, memory)
     }
 }
 
@@ -86,15 +156,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         op: &MaxPool2dWithIndicesBackward<'a, T, I>,
         g: &MaxPoolGeometry,
     ) -> Result<(ScatterPrepared, usize)> {
-        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let views = (&op.grad_output, &op.indices, &op.grad_input);
-        scatter::prepare_indexed(
-            sized(self, Work::backward(g)),
-            OP,
-            views,
-            Planes::from(g),
-            &max_pool_taps(OP, g)?.0,
-        )
+        prepare_backward_indexed(self, name::MAX_POOL2D_WITH_INDICES_BACKWARD, g, views)
     }
 
     fn launch(
@@ -104,11 +167,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         p: ScatterPrepared,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
-        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let views = (op.grad_output, op.indices, op.grad_input);
-        scatter::run_indexed(sized(self, Work::backward(g)), OP, views, &p, memory, |e, v| {
-            g.index_error(OP, "indices", e, v)
-        })
+        run_backward_indexed(self, name::MAX_POOL2D_WITH_INDICES_BACKWARD, g, views, &p, memory)
     }
 }
 
@@ -120,18 +180,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         op: &AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
     ) -> Result<(ForwardPrepared, usize)> {
-        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-        let (rows, cols) = adaptive_taps(OP, g)?;
-        forward::prepare_indexed(
-            sized(self, Work::adaptive_forward(g)),
-            OP,
-            &op.input,
-            &op.output,
-            &op.indices,
-            rows,
-            cols,
-            Planes::from(g),
-        )
+        let views = (&op.input, &op.output, &op.indices);
+        prepare_forward_indexed(self, name::ADAPTIVE_MAX_POOL2D, g, views)
     }
 
     fn launch(
@@ -142,14 +192,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
-        forward::run_indexed(
-            sized(self, Work::adaptive_forward(g)),
-            name::ADAPTIVE_MAX_POOL2D,
-            views,
-            Planes::from(g),
-            &p,
-            memory,
-        )
+        run_forward_indexed(self, name::ADAPTIVE_MAX_POOL2D, g, views, &p, memory)
     }
 }
 
@@ -161,15 +204,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         op: &AdaptiveMaxPool2dBackward<'a, T, I>,
         g: &AdaptiveGeometry,
     ) -> Result<(ScatterPrepared, usize)> {
-        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         let views = (&op.grad_output, &op.indices, &op.grad_input);
-        scatter::prepare_indexed(
-            sized(self, Work::backward(g)),
-            OP,
-            views,
-            Planes::from(g),
-            &adaptive_taps(OP, g)?.0,
-        )
+        prepare_backward_indexed(self, name::ADAPTIVE_MAX_POOL2D_BACKWARD, g, views)
     }
 
     fn launch(
@@ -179,10 +215,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         p: ScatterPrepared,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
-        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         let views = (op.grad_output, op.indices, op.grad_input);
-        scatter::run_indexed(sized(self, Work::backward(g)), OP, views, &p, memory, |e, v| {
-            g.index_error(OP, "indices", e, v)
-        })
+        run_backward_indexed(self, name::ADAPTIVE_MAX_POOL2D_BACKWARD, g, views, &p, memory)
     }
 }
