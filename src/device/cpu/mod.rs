@@ -171,7 +171,7 @@ impl Cpu {
     }
 
     /// Runs everything on the calling thread.
-    pub fn sequential() -> Self {
+    pub const fn sequential() -> Self {
         Cpu { runner: Runner::Sequential, grain: schedule::GRAIN }
     }
 

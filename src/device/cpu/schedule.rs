@@ -79,18 +79,16 @@ impl Work {
     /// The estimate: one unit per tap a forward reads (a comparison and a branch, about 1.2 ns
     /// here); a quarter unit per element a backward zeroes or adds (streaming, 0.1 to 0.4 ns).
     pub(super) fn units(&self) -> u64 {
-        let per_plane = match *self {
+        let (p, per_plane) = match *self {
             Work::Forward { planes: p, taps } => {
-                (p.ho as u64).saturating_mul(p.wo as u64).saturating_mul(taps as u64)
+                (p, (p.ho as u64).saturating_mul(p.wo as u64).saturating_mul(taps as u64))
             }
-            Work::Backward(p) => {
-                ((p.h as u64).saturating_mul(p.w as u64).saturating_add((p.ho as u64) * (p.wo as u64))) / 4
-            }
+            Work::Backward(p) => (
+                p,
+                ((p.h as u64).saturating_mul(p.w as u64).saturating_add((p.ho as u64) * (p.wo as u64))) / 4,
+            ),
         };
-        let planes = match *self {
-            Work::Forward { planes, .. } | Work::Backward(planes) => planes.count as u64,
-        };
-        per_plane.saturating_mul(planes)
+        per_plane.saturating_mul(p.count as u64)
     }
 }
 
@@ -98,7 +96,7 @@ impl Work {
 /// `Cpu::with_grain` set another), the calling thread alone (no pool round trip). Results are
 /// the same either way (module doc).
 pub(super) fn sized(cpu: &Cpu, work: Work) -> &Cpu {
-    static CALLING_THREAD: Cpu = Cpu { runner: super::Runner::Sequential, grain: GRAIN };
+    static CALLING_THREAD: Cpu = Cpu::sequential();
     if work.units() < cpu.grain { &CALLING_THREAD } else { cpu }
 }
 
