@@ -513,7 +513,7 @@ fn wide_window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
         let ragged = !groups.remainder().is_empty();
         for group in groups {
             scan(group, base);
-            base = base + step;
+            base += step;
         }
         if ragged {
             scan(&xs[c.count - N..], position::<A>(row + c.count - N));
