@@ -1,5 +1,6 @@
 //! The max-pooling forward kernel shared by adaptive and regular max pooling: each output reads
-//! a window given by its row and column taps.
+//! a window given by its row and column taps. Each task runs in the copy of the kernels compiled
+//! for the widest vector instructions the processor has ([`pool_task`]).
 
 use super::Cpu;
 use super::schedule::PlaneSplit;
@@ -163,8 +164,24 @@ pub(super) fn pool_planes<T: PoolFloat, I: ArgmaxIndex>(
     pool_task(planes, p, Task { x, row0: 0, rows: planes.ho, out, idx, acc });
 }
 
-/// One task of [`pool`]: its whole planes, or its band of output rows of one plane.
-fn pool_task<T: PoolFloat, I: ArgmaxIndex>(planes: Planes, p: &ForwardPrepared, mut t: Task<'_, T, I>) {
+/// One task of [`pool`]: its whole planes, or its band of output rows of one plane, through
+/// `pulp`'s run-time dispatch. The kernels below ([`pool_task_body`] and what it calls, all
+/// inlined) are compiled into one copy for each level of vector instructions `pulp` knows (on
+/// x86-64, AVX2 with FMA, "x86-64-v3", besides the baseline's SSE2), and the processor picks
+/// its copy when the task runs. The code is the same in every copy, and so are the results: the
+/// compiler vectorises the same lane loops wider, and contracts nothing (Rust never fuses
+/// floating-point operations on its own). A direct call of [`pool_task_body`] is the baseline
+/// copy, which the tests hold the dispatched one to, bit for bit.
+fn pool_task<T: PoolFloat, I: ArgmaxIndex>(planes: Planes, p: &ForwardPrepared, t: Task<'_, T, I>) {
+    pulp::Arch::new().dispatch(
+        #[inline(always)]
+        || pool_task_body(planes, p, t),
+    )
+}
+
+/// [`pool_task`]'s work, inlined into each of its copies.
+#[inline(always)]
+fn pool_task_body<T: PoolFloat, I: ArgmaxIndex>(planes: Planes, p: &ForwardPrepared, mut t: Task<'_, T, I>) {
     let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
     if p.blocked {
         // Whole planes: BLOCK at a time, then the rest one by one.
@@ -225,6 +242,7 @@ const BLOCK_PLANE_MAX: usize = 2048;
 /// of `scratch`), and the windows of the [`BLOCK`] planes are scanned together,
 /// each lane keeping its best value and its position (as a float, exact for these small planes,
 /// so that both are selected by the same vector blend).
+#[inline(always)]
 fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
     x: &[T],
     planes: Planes,
@@ -331,6 +349,7 @@ fn lanes_stride(group: &[Taps]) -> Option<usize> {
 /// the accumulator type, exact) and copied from `x`; data-dependent choices are made without
 /// branches.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
     x: &[T],
     xa: &[T::Acc],
@@ -405,7 +424,7 @@ fn last_tap_offset(r: &Taps, c: &Taps, w: usize) -> usize {
 }
 
 /// The arg-max of one window, scanning its taps in row-major order.
-#[inline]
+#[inline(always)]
 fn window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
     let mut best = A::neg_infinity();
     let mut best_at = r.start * w + c.start;
@@ -428,7 +447,7 @@ fn window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
 /// S * lane`). Each lane keeps the offset of its best tap, the same for every lane at each step,
 /// so the loop vectorises (on 32-bit lanes: the offsets stay `u32` until the caller widens
 /// them). `None` when a window spans 2^32 positions or more.
-#[inline(never)]
+#[inline(always)]
 fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps) -> Option<[u32; LANES]> {
     let origin = r.start * w + first.start;
     u32::try_from(last_tap_offset(r, first, w)).ok()?;
@@ -455,7 +474,7 @@ fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps
 /// the lanes then agree on the first maximum (the smallest position among equal values) or the
 /// last NaN (the largest position). Positions are kept as floats (exact below
 /// [`EXACT_POSITIONS`]), so that values and positions are selected by the same vector blend.
-#[inline]
+#[inline(always)]
 fn span<A: AccFloat>(xa: &[A]) -> usize {
     let mut best = [xa[0]; LANES];
     let mut best_at = [A::zero(); LANES];
@@ -489,7 +508,7 @@ fn span<A: AccFloat>(xa: &[A]) -> usize {
 /// last group reads again by two, which agree), so the result is [`window`]'s. For the windows
 /// of adaptive pooling, which have too few neighbours with the same taps to be computed
 /// [`LANES`] columns at a time.
-#[inline(never)]
+#[inline(always)]
 fn wide_window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
     const N: usize = WIDE_LANES;
     let first = r.start * w + c.start;
@@ -636,6 +655,119 @@ mod tests {
     fn the_last_tap_lies_rows_and_columns_on() {
         assert_eq!(last_tap_offset(&taps(5, 3, 2), &taps(1, 4, 3), 10), 49);
         assert_eq!(last_tap_offset(&taps(5, 1, 2), &taps(1, 1, 3), 10), 0);
+    }
+
+    /// The taps of every output of an axis: adaptive from `input` to `output`, or max pooling
+    /// `[kernel, stride, padding, dilation]` (from the crate's two window formulas).
+    fn axis(input: usize, output: usize, pooling: Option<[usize; 4]>) -> Vec<Taps> {
+        (0..output)
+            .map(|o| match pooling {
+                None => {
+                    let r = crate::geometry::adaptive_window(o, input, output);
+                    taps(r.start, r.len(), 1)
+                }
+                Some([k, s, p, d]) => {
+                    let (start, count) = crate::geometry::pool_window_taps(o, input, k, s, p, d);
+                    taps(start, count, d)
+                }
+            })
+            .collect()
+    }
+
+    /// One forward task over all of `x`, through the dispatched kernels or the baseline build.
+    fn forward<T: PoolFloat>(
+        dispatched: bool,
+        planes: Planes,
+        rows: &[Taps],
+        cols: &[Taps],
+        x: &[T],
+    ) -> (Vec<u16>, Vec<i64>) {
+        let cpu = Cpu::sequential();
+        let mut sizer = Sizer::new("test");
+        let p = ForwardPrepared::new::<T>(&cpu, rows.to_vec(), cols.to_vec(), planes, &mut sizer).unwrap();
+        let mut acc = vec![<T::Acc as num_traits::Zero>::zero(); p.acc_per_task()];
+        let outputs = planes.count * planes.ho * planes.wo;
+        let (mut out, mut idx) = (vec![T::default(); outputs], vec![0i64; outputs]);
+        let t = Task { x, row0: 0, rows: planes.ho, out: &mut out, idx: &mut idx, acc: &mut acc };
+        if dispatched {
+            pool_task(planes, &p, t)
+        } else {
+            pool_task_body(planes, &p, t)
+        }
+        (bytemuck::cast_slice::<T, u16>(&out).to_vec(), idx)
+    }
+
+    /// Planes, their input height and width, output height and width, and the max-pooling
+    /// `[kernel, stride, padding, dilation]` (adaptive pooling without).
+    type Case = (usize, usize, usize, usize, usize, Option<[usize; 4]>);
+
+    /// The kernels dispatched for the processor's vector instructions (`pulp`: AVX2 where it
+    /// has them) store the same values and indices, bit for bit, as the same kernels compiled
+    /// for the baseline processor, which stay the reference: on every path (the blocked kernel
+    /// and the planes after it, columns 8 at a time 1 and 2 apart, wide windows, one window at
+    /// a time, dilated windows, whole planes), in all four element types, on values with ties,
+    /// both zeros, infinities, NaNs and subnormals.
+    #[test]
+    fn dispatched_kernels_equal_the_baseline_build() {
+        fn check<T: PoolFloat>() {
+            let values = [
+                0.0,
+                -0.0,
+                1.0,
+                1.0,
+                2.0,
+                -3.5,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::NAN,
+                1e-40,
+                6e-8,
+                7.25,
+            ];
+            // (planes, h, w, ho, wo, pooling)
+            let cases: [Case; 8] = [
+                (6, 32, 32, 3, 3, None),                 // wide windows
+                (9, 16, 16, 3, 3, None),                 // blocked, then one plane
+                (10, 30, 30, 7, 7, None),                // blocked, overlapping windows
+                (3, 7, 7, 1, 1, None),                   // whole planes
+                (6, 32, 32, 16, 16, Some([3, 2, 1, 1])), // 8 columns 2 apart, one alone
+                (3, 20, 20, 19, 19, Some([2, 1, 0, 1])), // 8 columns 1 apart
+                (2, 12, 12, 4, 4, Some([3, 2, 2, 2])),   // dilated, one at a time
+                (4, 9, 9, 5, 5, Some([3, 2, 1, 1])),     // few columns, one at a time
+            ];
+            let mut state = 0x2545_F491_4F6C_DD1Du64;
+            for (count, h, w, ho, wo, pooling) in cases {
+                for round in 0..20 {
+                    let x: Vec<T> = (0..count * h * w)
+                        .map(|_| {
+                            state ^= state << 13;
+                            state ^= state >> 7;
+                            state ^= state << 17;
+                            // Every other round, NaNs and infinities only now and then.
+                            let pick = (state % values.len() as u64) as usize;
+                            let pick = if round % 2 == 0 && (6..=8).contains(&pick) { 11 } else { pick };
+                            T::round_from_f64(
+                                values[pick] + (state >> 40) as f64 % 3.0 * f64::from(round % 3 == 0),
+                            )
+                        })
+                        .collect();
+                    let planes = Planes { count, h, w, ho, wo };
+                    let (rows, cols) = (axis(h, ho, pooling), axis(w, wo, pooling));
+                    let want = forward(false, planes, &rows, &cols, &x);
+                    let got = forward(true, planes, &rows, &cols, &x);
+                    assert_eq!(
+                        got,
+                        want,
+                        "{} {count}x{h}x{w} to {ho}x{wo}, {pooling:?}, round {round}",
+                        T::DTYPE
+                    );
+                }
+            }
+        }
+        check::<f32>();
+        check::<f64>();
+        check::<half::f16>();
+        check::<half::bf16>();
     }
 
     /// The lanes of [`wide_window`] find [`window`]'s tap (the scalar scan, one tap at a time, is
