@@ -173,15 +173,36 @@ pub(super) fn pool_planes<T: PoolFloat, I: ArgmaxIndex>(
 /// floating-point operations on its own). A direct call of [`pool_task_body`] is the baseline
 /// copy, which the tests hold the dispatched one to, bit for bit.
 fn pool_task<T: PoolFloat, I: ArgmaxIndex>(planes: Planes, p: &ForwardPrepared, t: Task<'_, T, I>) {
-    pulp::Arch::new().dispatch(
-        #[inline(always)]
-        || pool_task_body(planes, p, t),
-    )
+    pulp::Arch::new().dispatch(PoolTask { planes, p, t })
 }
 
-/// [`pool_task`]'s work, inlined into each of its copies.
+/// The arguments of [`pool_task`], for `pulp` to hand to each copy.
+struct PoolTask<'p, 's, T: PoolFloat, I> {
+    planes: Planes,
+    p: &'p ForwardPrepared,
+    t: Task<'s, T, I>,
+}
+
+impl<T: PoolFloat, I: ArgmaxIndex> pulp::WithSimd for PoolTask<'_, '_, T, I> {
+    type Output = ();
+
+    /// [`pool_task_body`] in the copy for `S`, whose registers of 8 `f32` or more (AVX2) let
+    /// [`wide_window`] take 8 columns at a time.
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        pool_task_body(self.planes, self.p, self.t, S::F32_LANES >= 2 * WIDE_LANES)
+    }
+}
+
+/// [`pool_task`]'s work, inlined into each of its copies; `wide` when the copy's registers hold
+/// 8 `f32` or more.
 #[inline(always)]
-fn pool_task_body<T: PoolFloat, I: ArgmaxIndex>(planes: Planes, p: &ForwardPrepared, mut t: Task<'_, T, I>) {
+fn pool_task_body<T: PoolFloat, I: ArgmaxIndex>(
+    planes: Planes,
+    p: &ForwardPrepared,
+    mut t: Task<'_, T, I>,
+    wide: bool,
+) {
     let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
     if p.blocked {
         // Whole planes: BLOCK at a time, then the rest one by one.
@@ -219,11 +240,11 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex>(planes: Planes, p: &ForwardPrepa
     let rows = &p.rows[t.row0..t.row0 + t.rows];
     for ((x, out), idx) in t.x.chunks(hw).zip(t.out.chunks_mut(chunk)).zip(t.idx.chunks_mut(chunk)) {
         match T::as_acc(x) {
-            Some(xa) => pool_plane(x, xa, planes.w, rows, &p.cols, &p.groups, out, idx),
+            Some(xa) => pool_plane(x, xa, planes.w, (rows, &p.cols, &p.groups), out, idx, wide),
             None => {
                 let xa = &mut t.acc[..hw];
                 T::to_acc_slice(x, xa);
-                pool_plane(x, xa, planes.w, rows, &p.cols, &p.groups, out, idx);
+                pool_plane(x, xa, planes.w, (rows, &p.cols, &p.groups), out, idx, wide);
             }
         }
     }
@@ -354,11 +375,10 @@ fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
     x: &[T],
     xa: &[T::Acc],
     w: usize,
-    rows: &[Taps],
-    cols: &[Taps],
-    groups: &[ColumnGroup],
+    (rows, cols, groups): (&[Taps], &[Taps], &[ColumnGroup]),
     out: &mut [T],
     idx: &mut [I],
+    wide: bool,
 ) {
     let wo = cols.len();
     for (r, (out, idx)) in rows.iter().zip(out.chunks_mut(wo).zip(idx.chunks_mut(wo))) {
@@ -397,7 +417,11 @@ fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
                         // Whole rows: one contiguous span.
                         r.start * w + span(&xa[r.start * w..(r.start + r.count) * w])
                     } else if c.step == 1 && c.count >= WIDE_LANES && xa.len() <= EXACT_POSITIONS {
-                        wide_window(xa, w, r, c)
+                        if wide && c.count >= 2 * WIDE_LANES {
+                            wide_window::<_, { 2 * WIDE_LANES }>(xa, w, r, c)
+                        } else {
+                            wide_window::<_, WIDE_LANES>(xa, w, r, c)
+                        }
                     } else {
                         window(xa, w, r, c)
                     };
@@ -499,18 +523,17 @@ fn span<A: AccFloat>(xa: &[A]) -> usize {
     agree(best, best_at)
 }
 
-/// The arg-max of a window whose rows read at least [`WIDE_LANES`] consecutive columns, in a
-/// plane of at most [`EXACT_POSITIONS`] elements, with the rule of [`pool_plane`]: each row is
-/// scanned [`WIDE_LANES`] columns at a time, then (when its length is not a multiple of them)
-/// its last [`WIDE_LANES`] columns again, by lanes that keep their best value and its position
+/// The arg-max of a window whose rows read at least `N` consecutive columns, in a plane of at
+/// most [`EXACT_POSITIONS`] elements, with the rule of [`pool_plane`]: each row is scanned `N`
+/// columns at a time, then (when its length is not a multiple of `N`) its last `N` columns
+/// again, by lanes that keep their best value and its position
 /// (every lane starts from the window's first tap); the lanes then agree as in [`span`]. Each
 /// lane meets its positions in increasing order, and every tap is met by some lane (those the
 /// last group reads again by two, which agree), so the result is [`window`]'s. For the windows
 /// of adaptive pooling, which have too few neighbours with the same taps to be computed
 /// [`LANES`] columns at a time.
 #[inline(always)]
-fn wide_window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
-    const N: usize = WIDE_LANES;
+fn wide_window<A: AccFloat, const N: usize>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
     let first = r.start * w + c.start;
     let mut best = [xa[first]; N];
     let mut best_at = [position::<A>(first); N];
@@ -541,8 +564,9 @@ fn wide_window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
     agree(best, best_at)
 }
 
-/// The lanes of [`wide_window`]: one vector of `f32` on every x86-64 (eight, as in [`span`],
-/// took 1.2 times the instructions there, in shuffles between the halves of their masks).
+/// The lanes of [`wide_window`]: one vector of `f32` on every x86-64, or twice as many in the
+/// copy for registers of 8 (AVX2). Eight in two SSE2 vectors took 1.2 times the instructions of
+/// four (shuffles between the halves of their masks); in AVX2 eight took 0.88 times.
 const WIDE_LANES: usize = 4;
 
 /// The position `N` lanes agree on, each holding its best value and that value's position (met
@@ -692,7 +716,7 @@ mod tests {
         if dispatched {
             pool_task(planes, &p, t)
         } else {
-            pool_task_body(planes, &p, t)
+            pool_task_body(planes, &p, t, false)
         }
         (bytemuck::cast_slice::<T, u16>(&out).to_vec(), idx)
     }
@@ -770,8 +794,8 @@ mod tests {
         check::<half::bf16>();
     }
 
-    /// The lanes of [`wide_window`] find [`window`]'s tap (the scalar scan, one tap at a time, is
-    /// the reference) on every window of 4 to 19 consecutive columns and 1 to 4 rows (1 or 2
+    /// The lanes of [`wide_window`], 4 or 8 of them, find [`window`]'s tap (the scalar scan, one
+    /// tap at a time, is the reference) on every window of 4 (or 8) to 19 consecutive columns and 1 to 4 rows (1 or 2
     /// apart) of planes whose values are drawn from a few, with ties, infinities, NaNs and both
     /// zeros: every row length against the lane count, overlaps of the last group included.
     #[test]
@@ -791,11 +815,13 @@ mod tests {
                 for (count, rows, step) in (WIDE_LANES..20).flat_map(|n| [(n, 1, 1), (n, 3, 1), (n, 4, 2)]) {
                     for start in [0, w - count] {
                         let (r, c) = (taps(plane % 2, rows, step), taps(start, count, 1));
-                        assert_eq!(
-                            wide_window(&xa, w, &r, &c),
-                            window(&xa, w, &r, &c),
-                            "plane {plane}: rows {r:?}, columns {c:?}"
-                        );
+                        let want = window(&xa, w, &r, &c);
+                        let four = wide_window::<A, WIDE_LANES>(&xa, w, &r, &c);
+                        assert_eq!(four, want, "4 lanes, plane {plane}: rows {r:?}, columns {c:?}");
+                        if count >= 2 * WIDE_LANES {
+                            let eight = wide_window::<A, { 2 * WIDE_LANES }>(&xa, w, &r, &c);
+                            assert_eq!(eight, want, "8 lanes, plane {plane}: rows {r:?}, columns {c:?}");
+                        }
                     }
                 }
             }
