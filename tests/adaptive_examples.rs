@@ -212,7 +212,10 @@ fn f32_sums_in_row_major_output_order() {
 
 /// A window of more than 2^24 inputs (where f32 no longer holds every position exactly) keeps
 /// its index exact: global pooling of a 4097 x 4097 plane (16785409 inputs) whose maximum is
-/// at position 2^24 + 1 = 4095 * 4097 + 2, which f32 would round to 2^24.
+/// at position 2^24 + 1 = 4095 * 4097 + 2, which f32 would round to 2^24. So do windows of
+/// part of the rows in such a plane (pooled to 1 x 2: two windows of 2049 columns, scanned
+/// alone): the first holds the maximum, the second only zeros, so its index is its first tap,
+/// column 2048 of row 0.
 #[test]
 fn windows_beyond_exact_f32_positions_keep_exact_indices() {
     let mut x = Array3::<f32>::zeros((1, 4097, 4097));
@@ -220,4 +223,7 @@ fn windows_beyond_exact_f32_positions_keep_exact_indices() {
     let p = adaptive_max_pool2d(&x, [1, 1]).unwrap();
     assert_eq!(p.indices[[0, 0, 0]], (1 << 24) + 1);
     assert_eq!(p.output[[0, 0, 0]], 1.0);
+    let p = adaptive_max_pool2d(&x, [1, 2]).unwrap();
+    assert_eq!(p.indices, ndarray::array![[[(1 << 24) + 1, 2048]]]);
+    assert_eq!(p.output, ndarray::array![[[1.0, 0.0]]]);
 }
