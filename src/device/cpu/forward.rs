@@ -29,6 +29,8 @@ pub struct ForwardPrepared {
     /// else one widened input plane for the half types, else 0; in whole cache lines
     /// ([`task_share`]).
     acc_per_task: usize,
+    /// The vector instructions the tasks run in ([`pool_task`]), detected once, in phase 1.
+    arch: pulp::Arch,
 }
 
 impl ForwardPrepared {
@@ -53,7 +55,8 @@ impl ForwardPrepared {
         let acc_per_task = task_share::<T::Acc>(if blocked { BLOCK * hw + widened } else { widened });
         sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
         let groups = ColumnGroup::plan(sizer.op(), &cols)?;
-        Ok(ForwardPrepared { rows, cols, groups, split, blocked, whole_plane, acc_per_task })
+        let arch = pulp::Arch::new();
+        Ok(ForwardPrepared { rows, cols, groups, split, blocked, whole_plane, acc_per_task, arch })
     }
 
     /// Accumulator-type scratch each task needs.
@@ -167,13 +170,13 @@ pub(super) fn pool_planes<T: PoolFloat, I: ArgmaxIndex>(
 /// One task of [`pool`]: its whole planes, or its band of output rows of one plane, through
 /// `pulp`'s run-time dispatch. The kernels below ([`pool_task_body`] and what it calls, all
 /// inlined) are compiled into one copy for each level of vector instructions `pulp` knows (on
-/// x86-64, AVX2 with FMA, "x86-64-v3", besides the baseline's SSE2), and the processor picks
-/// its copy when the task runs. The code is the same in every copy, and so are the results: the
+/// x86-64, AVX2 with FMA, "x86-64-v3", besides the baseline's SSE2), and the task runs in the
+/// copy for the instructions the plan found ([`ForwardPrepared`]'s `arch`). The code is the same in every copy, and so are the results: the
 /// compiler vectorises the same lane loops wider, and contracts nothing (Rust never fuses
 /// floating-point operations on its own). A direct call of [`pool_task_body`] is the baseline
 /// copy, which the tests hold the dispatched one to, bit for bit.
 fn pool_task<T: PoolFloat, I: ArgmaxIndex>(planes: Planes, p: &ForwardPrepared, t: Task<'_, T, I>) {
-    pulp::Arch::new().dispatch(PoolTask { planes, p, t })
+    p.arch.dispatch(PoolTask { planes, p, t })
 }
 
 /// The arguments of [`pool_task`], for `pulp` to hand to each copy.
