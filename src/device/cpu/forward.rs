@@ -503,27 +503,14 @@ fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps
 /// [`EXACT_POSITIONS`]), so that values and positions are selected by the same vector blend.
 #[inline(always)]
 fn span<A: AccFloat>(xa: &[A]) -> usize {
-    let mut best = [xa[0]; LANES];
-    let mut best_at = [A::zero(); LANES];
-    let lane: [A; LANES] = core::array::from_fn(|l| position::<A>(l));
+    let mut lanes = LaneBests::<A, LANES>::from(xa[0], 0);
     let chunks = xa.chunks_exact(LANES);
     let tail = chunks.remainder();
     for (i, chunk) in chunks.enumerate() {
-        let base = position::<A>(i * LANES);
-        for l in 0..LANES {
-            let v = chunk[l];
-            let take = replaces_best(v, best[l]);
-            best[l] = A::choose(take, v, best[l]);
-            best_at[l] = A::choose(take, base + lane[l], best_at[l]);
-        }
+        lanes.take(chunk, position::<A>(i * LANES));
     }
-    let base = position::<A>(xa.len() - tail.len());
-    for (l, &v) in tail.iter().enumerate() {
-        let take = replaces_best(v, best[l]);
-        best[l] = A::choose(take, v, best[l]);
-        best_at[l] = A::choose(take, base + lane[l], best_at[l]);
-    }
-    agree(best, best_at)
+    lanes.take(tail, position::<A>(xa.len() - tail.len()));
+    lanes.agree()
 }
 
 /// The arg-max of a window whose rows read at least `N` consecutive columns, in a plane of at
@@ -538,17 +525,7 @@ fn span<A: AccFloat>(xa: &[A]) -> usize {
 #[inline(always)]
 fn wide_window<A: AccFloat, const N: usize>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
     let first = r.start * w + c.start;
-    let mut best = [xa[first]; N];
-    let mut best_at = [position::<A>(first); N];
-    let lane: [A; N] = core::array::from_fn(|l| position::<A>(l));
-    let mut scan = |group: &[A], base: A| {
-        for l in 0..N {
-            let v = group[l];
-            let take = replaces_best(v, best[l]);
-            best[l] = A::choose(take, v, best[l]);
-            best_at[l] = A::choose(take, base + lane[l], best_at[l]);
-        }
-    };
+    let mut lanes = LaneBests::<A, N>::from(xa[first], first);
     let step = position::<A>(N);
     for a in 0..r.count {
         let row = (r.start + a * r.step) * w + c.start;
@@ -557,14 +534,14 @@ fn wide_window<A: AccFloat, const N: usize>(xa: &[A], w: usize, r: &Taps, c: &Ta
         let groups = xs.chunks_exact(N);
         let ragged = !groups.remainder().is_empty();
         for group in groups {
-            scan(group, base);
+            lanes.take(group, base);
             base += step;
         }
         if ragged {
-            scan(&xs[c.count - N..], position::<A>(row + c.count - N));
+            lanes.take(&xs[c.count - N..], position::<A>(row + c.count - N));
         }
     }
-    agree(best, best_at)
+    lanes.agree()
 }
 
 /// The lanes of [`wide_window`]: one vector of `f32` on every x86-64, or twice as many in the
@@ -572,21 +549,50 @@ fn wide_window<A: AccFloat, const N: usize>(xa: &[A], w: usize, r: &Taps, c: &Ta
 /// four (shuffles between the halves of their masks); in AVX2 eight took 0.88 times.
 const WIDE_LANES: usize = 4;
 
-/// The position `N` lanes agree on, each holding its best value and that value's position (met
-/// in increasing order): the first maximum (the smallest position among equal values) or the
-/// last NaN (the largest position).
-#[inline(always)]
-fn agree<A: AccFloat, const N: usize>(best: [A; N], best_at: [A; N]) -> usize {
-    let (mut v, mut at) = (best[0], best_at[0]);
-    for l in 1..N {
-        let (u, p) = (best[l], best_at[l]);
-        let take =
-            if u.is_nan() { !v.is_nan() || p > at } else { !v.is_nan() && (u > v || (u == v && p < at)) };
-        if take {
-            (v, at) = (u, p);
+/// `N` lanes of a scan ([`span`], [`wide_window`]), each keeping its best value and that value's
+/// position (as a float, exact below [`EXACT_POSITIONS`]), so that both are selected by the same
+/// vector blend.
+struct LaneBests<A, const N: usize> {
+    best: [A; N],
+    best_at: [A; N],
+}
+
+impl<A: AccFloat, const N: usize> LaneBests<A, N> {
+    /// Every lane starting from `value` at position `at`.
+    #[inline(always)]
+    fn from(value: A, at: usize) -> Self {
+        LaneBests { best: [value; N], best_at: [position::<A>(at); N] }
+    }
+
+    /// Lane `l` meets `group[l]` (for the first `group.len()` lanes, at most `N`), at position
+    /// `base + l`, and takes it where it replaces its best ([`replaces_best`]).
+    #[inline(always)]
+    fn take(&mut self, group: &[A], base: A) {
+        for l in 0..N {
+            let Some(&v) = group.get(l) else { break };
+            let take = replaces_best(v, self.best[l]);
+            self.best[l] = A::choose(take, v, self.best[l]);
+            self.best_at[l] = A::choose(take, base + position::<A>(l), self.best_at[l]);
         }
     }
-    at.to_usize().unwrap_or(0)
+
+    /// The position the lanes agree on, each having met its positions in increasing order: the
+    /// first maximum (the smallest position among equal values) or the last NaN (the largest
+    /// position).
+    #[inline(always)]
+    fn agree(self) -> usize {
+        let LaneBests { best, best_at } = self;
+        let (mut v, mut at) = (best[0], best_at[0]);
+        for l in 1..N {
+            let (u, p) = (best[l], best_at[l]);
+            let take =
+                if u.is_nan() { !v.is_nan() || p > at } else { !v.is_nan() && (u > v || (u == v && p < at)) };
+            if take {
+                (v, at) = (u, p);
+            }
+        }
+        at.to_usize().unwrap_or(0)
+    }
 }
 
 /// Positions below this are exact in every accumulator type (`f32` has a 24-bit significand).
