@@ -65,6 +65,9 @@ pub(crate) mod internal {
         /// `if take { yes } else { no }` without a branch (a conditional move on the bits), for
         /// data-dependent choices in hot loops.
         fn choose(take: bool, yes: Self, no: Self) -> Self;
+
+        /// `self` if `keep`, else `+0` (a mask on the bits, which vectorises).
+        fn kept_if(self, keep: bool) -> Self;
     }
 
     /// What the kernels need of a [`PoolFloat`](super::PoolFloat): gradients are accumulated in
@@ -164,12 +167,22 @@ impl AccFloat for f32 {
     fn choose(take: bool, yes: f32, no: f32) -> f32 {
         f32::from_bits(core::hint::select_unpredictable(take, yes.to_bits(), no.to_bits()))
     }
+
+    #[inline(always)]
+    fn kept_if(self, keep: bool) -> f32 {
+        f32::from_bits(self.to_bits() & 0u32.wrapping_sub(u32::from(keep)))
+    }
 }
 
 impl AccFloat for f64 {
     #[inline(always)]
     fn choose(take: bool, yes: f64, no: f64) -> f64 {
         f64::from_bits(core::hint::select_unpredictable(take, yes.to_bits(), no.to_bits()))
+    }
+
+    #[inline(always)]
+    fn kept_if(self, keep: bool) -> f64 {
+        f64::from_bits(self.to_bits() & 0u64.wrapping_sub(u64::from(keep)))
     }
 }
 

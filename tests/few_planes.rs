@@ -237,8 +237,8 @@ fn check<T: PoolFloat>(
                     let by_mask = poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &mask).unwrap();
                     prop_assert!(same_bits(&arr_f64(by_mask.view()), &want), "mask, {threads} threads");
                 }
-                // With every index in its window, a `Bitmask` too: its decoded blocks are
-                // scattered by their own kernel (bands of a block with more threads than blocks).
+                // With every index in its window, a `Bitmask` too: its blocks are decoded and
+                // scattered, or gathered in bands of rows with more threads than blocks.
                 if matches!((draw, edit), (Draw::InWindows, Edit::None)) {
                     let mask = Mask::<Bitmask, _>::from_indices(&idx, params, &[1, planes, h, w]).unwrap();
                     for (threads, cpu) in [(1, &Cpu::sequential()), (2, common::cpu_with_threads(2))] {
@@ -470,11 +470,11 @@ impl BitsOf {
     }
 }
 
-/// With fewer `Bitmask` blocks than threads, blocks are decoded in bands of output rows; a block
-/// that does not decode is then scattered bit by bit, into its own planes. Here the second and
-/// third of three blocks (N = 3, C = 2) do not decode: a position whose channel has a second
-/// bit, and one whose channel has none. On 1, 2, 3 and 7 threads the gradient is the plain f64
-/// sum over every set bit inside the plane, the mask read by its documented layout.
+/// Blocks that do not decode: a position whose channel has a second bit, and one whose channel
+/// has none, in the second and third of three blocks (N = 3, C = 2). On 1, 2 and 3 threads those
+/// blocks are scattered bit by bit, into their own planes; on 7 threads (fewer blocks than
+/// threads) every element gathers its sum from the bits. Either way the gradient is the
+/// plain f64 sum over every set bit inside the plane, the mask read by its documented layout.
 #[test]
 fn undecodable_blocks_after_the_first_are_scattered_into_their_own_planes() {
     BitsOf::new([3, 2, 9, 11]).check(|m, bytes| {

@@ -2,7 +2,11 @@
 //! decoded into every channel's window offset (without a branch per bit) and scattered channel
 //! by channel like the flat-index backward; a block that is not one bit per channel and position
 //! takes a bit-by-bit kernel. With fewer blocks than threads, blocks are decoded in bands of
-//! output rows into flat indices, which the shared scatter kernel then adds.
+//! output rows into flat indices, which the shared scatter kernel then adds; or, when the blocks
+//! have at most 4 channels (which the decoder handles one at a time), each input element
+//! gathers its sum instead ([`gather`]), in bands of input rows.
+
+mod gather;
 
 use core::ops::Range;
 
@@ -47,7 +51,19 @@ enum BlockSplit {
     /// planes, or bands of a plane's input rows). Blocks that do not decode take the bit-by-bit
     /// kernel afterwards, one at a time.
     Bands { rows: usize, scatter: ScatterPrepared },
+    /// Fewer blocks than threads, of at most [`GATHERED_CHANNELS`] channels: every input
+    /// element gathers its sum, in bands of input rows of each block, one band per task.
+    Gather(gather::GatherPrepared),
 }
+
+/// Blocks of at most this many channels are gathered rather than decoded when there are fewer
+/// blocks than threads. The decoder takes such blocks a channel at a time (`decode_few`),
+/// while the gather's cost per channel does not depend on the block. Measured (2 threads,
+/// plan, medians of 7 alternating rounds, time gathered / decoded): k3 s2 p1, one block of 1
+/// channel (`[1, 1, 2048, 2048]`) 0.54, 4 channels (`[1, 4, 1024, 1024]`) 0.71; k3 s1 p1 ceil,
+/// 2 channels (`[1, 2, 1024, 1024]`) 0.51; but 16 channels 1.46 (`[1, 16, 448, 448]`, k3 s2 p1)
+/// and 1.14 (`[1, 16, 264, 264]`, k3 s1 p1 ceil), where decoding serves 16 channels at once.
+const GATHERED_CHANNELS: usize = 4;
 
 impl BlockSplit {
     /// Band tasks and decoded bytes per task of [`BlockSplit::Bands`].
@@ -142,8 +158,10 @@ impl BitmaskPrepared {
         };
         let (threads, blocks) = (cpu.threads(), g.n * g.channel_blocks());
         let flat_fits = i32::try_from(g.h * g.w).is_ok();
-        let (split, acc_tasks) = if windows.decoding.is_some() && blocks > 0 && blocks < threads && flat_fits
-        {
+        let few_blocks = blocks > 0 && blocks < threads;
+        let (split, acc_tasks) = if few_blocks && widest_block(g) <= GATHERED_CHANNELS {
+            (BlockSplit::Gather(gather::GatherPrepared::new::<T>(cpu, g, sizer)?), 0)
+        } else if few_blocks && windows.decoding.is_some() && flat_fits {
             let rows = rows_per_band(threads, blocks, g.ho);
             let (tasks, taps_per_task) = BlockSplit::bands(g, rows);
             sizer.region::<T::Acc>(acc_per_task)?;
@@ -200,6 +218,7 @@ pub(super) fn backward<T: PoolFloat>(
             }
             Ok(checked)
         }
+        BlockSplit::Gather(p) => gather::backward(cpu, g, p, go, bits, gi, carver),
     }
 }
 
@@ -280,6 +299,14 @@ impl Block {
             first_word: mask::word_offset(g, n, c1, 0, 0),
             row_bytes: mask::word_offset(g, 0, 0, 1, 0),
         }
+    }
+
+    /// The bytes of the words `(k, p..p + len)`. Phase 1 checked the mask's length against its
+    /// shape, and `(k, p)` are those of a window that exists.
+    #[inline(always)]
+    fn words<'b>(&self, bits: &'b [i8], k: usize, p: usize, len: usize) -> &'b [i8] {
+        let first = self.first_word + k * self.row_bytes + 2 * p;
+        &bits[first..first + 2 * len]
     }
 
     /// The bits of the existing channels in word `(k, p)`.

@@ -1,0 +1,413 @@
+//! The `Bitmask` backward as a gather: each input element of a channel sums the gradients of
+//! the windows whose bit for that channel is set at the element's tap, in row-major output
+//! order, and is written once (no zeroing pass). A window whose bit is clear adds `+0`, which
+//! changes no sum (a sum that starts at `+0` is never `-0`), so the result is the scatter's, bit
+//! for bit, whatever the mask holds (no bit, one, or several per window).
+//!
+//! An input row is computed a residue of the column stride at a time: columns
+//! `iw = sw * m + r - pw` take tap `j = sw * t + r` of window `ow = m - t`, so for one output
+//! row and one `t` the windows of consecutive `m` are consecutive: their mask words and
+//! gradients are read as contiguous runs and added run by run (vectorised), in order of output
+//! row, then of `t` downwards (window column upwards). The block's words for the rows' windows
+//! serve its 16 channels while they are in cache.
+//!
+//! Used when there are fewer `(n, 16-channel)` blocks than threads: the units of work are bands
+//! of input rows, which need no bookkeeping between them (each element is written by one band).
+//! With short rows and many channels, the per-row overhead makes it slower than decoding and
+//! scattering whole blocks, which the other split does.
+
+use core::ops::Range;
+
+use num_traits::Zero;
+
+use super::Block;
+use crate::alloc::collect_exact;
+use crate::device::cpu::Cpu;
+use crate::device::cpu::scatter::BadIndex;
+use crate::device::cpu::schedule::{rows_per_band, runs, task_count};
+use crate::device::cpu::workspace::{Carver, Sizer, task_share};
+use crate::element::{AccFloat, PoolFloat};
+use crate::error::Result;
+use crate::op::MaxPoolGeometry;
+use crate::op::name;
+
+/// Phase-1 state of a gathered `Bitmask` backward: what every input row does (its column runs and
+/// where its sums go), and how the `(n, 16-channel block, band of input rows)` units are
+/// shared among tasks.
+#[derive(Debug)]
+pub(super) struct GatherPrepared {
+    columns: Columns,
+    /// Input rows per band of a block: all of them unless there are fewer blocks than threads.
+    rows: usize,
+    tasks: usize,
+    /// Each task's scratch, in `T::Acc`: the sums of one input row and, for the half types,
+    /// one gradient row widened; in whole cache lines.
+    scratch_per_task: usize,
+    /// The processor's vector instructions, found once (the kernels are dispatched on them).
+    arch: pulp::Arch,
+}
+
+/// The column structure shared by every input row. The columns `iw = sw * m + r - pw` of a
+/// residue `r` of the column stride `sw` take tap `j = sw * t + r` of window `ow = m - t`: for
+/// one window row, a run of consecutive windows and of consecutive sums. A row's sums are kept
+/// residue after residue (each residue's columns in order).
+#[derive(Debug)]
+struct Columns {
+    /// Each residue's runs, `t` downwards (window columns upwards): at most `kW` runs.
+    runs: Vec<ColumnRun>,
+    /// Where each residue's sums go in the input row: at most `min(sW, W)` of them.
+    stores: Vec<Store>,
+    /// Sums per row: one per input column.
+    sums: usize,
+    /// The column stride.
+    stride: usize,
+}
+
+/// Tap column `j` of the windows `ow..ow + len`, added to the row's sums from `sums_at`.
+#[derive(Debug)]
+struct ColumnRun {
+    j: usize,
+    ow: usize,
+    len: usize,
+    sums_at: usize,
+}
+
+/// The sums `sums` of one residue are input columns `first, first + sW, ...`.
+#[derive(Debug)]
+struct Store {
+    sums: Range<usize>,
+    first: usize,
+}
+
+impl Columns {
+    fn new(g: &MaxPoolGeometry) -> Result<Self> {
+        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
+        let ([_, kw], [_, sw], [_, pw]) = (g.params.kernel(), g.params.stride(), g.params.padding());
+        // The residues of the input columns `0..min(sW, W)` (every column's residue is one of them),
+        // with the `m` of their columns.
+        let residues = (0..sw.min(g.w)).map(|iw| {
+            let r = (iw + pw) % sw;
+            (r, pw.saturating_sub(r).div_ceil(sw)..(g.w + pw).saturating_sub(r).div_ceil(sw))
+        });
+        let residues = collect_exact(OP, "residues", sw.min(g.w), residues)?;
+        let mut sums = 0;
+        let stores = residues.iter().map(|(r, ms)| {
+            let store = Store { sums: sums..sums + ms.len(), first: sw * ms.start + r - pw };
+            sums += ms.len();
+            store
+        });
+        let stores = collect_exact(OP, "residues", residues.len(), stores)?;
+        let runs = || {
+            residues.iter().zip(&stores).flat_map(|((r, ms), store)| {
+                let taps = if *r < kw { (kw - r).div_ceil(sw) } else { 0 };
+                (0..taps).rev().filter_map(move |t| {
+                    // The columns whose window `ow = m - t` exists.
+                    let run = ms.start.max(t)..ms.end.min(g.wo + t);
+                    let sums_at = store.sums.start + run.start.checked_sub(ms.start)?;
+                    (!run.is_empty()).then(|| ColumnRun {
+                        j: sw * t + r,
+                        ow: run.start - t,
+                        len: run.len(),
+                        sums_at,
+                    })
+                })
+            })
+        };
+        let runs = collect_exact(OP, "column runs", runs().count(), runs())?;
+        Ok(Columns { runs, stores, sums, stride: sw })
+    }
+}
+
+impl Columns {
+    /// Stores a row's `sums` into its input row `gi`, each rounded once.
+    #[inline(always)]
+    fn store<T: PoolFloat>(&self, sums: &[T::Acc], gi: &mut [T]) {
+        match &self.stores[..] {
+            [one] => T::from_acc_slice(&sums[one.sums.clone()], &mut gi[one.first..]),
+            // Stride 2: the even columns' sums, then the odd ones', interleaved.
+            [a, b] if a.first + b.first == 1 => {
+                let (even, odd) = if a.first == 0 { (a, b) } else { (b, a) };
+                let (even, odd) = (&sums[even.sums.clone()], &sums[odd.sums.clone()]);
+                let (pairs, last) = gi.as_chunks_mut::<2>();
+                for ((pair, &e), &o) in pairs.iter_mut().zip(even).zip(odd) {
+                    *pair = [T::from_acc(e), T::from_acc(o)];
+                }
+                if let ([out], Some(&e)) = (last, even.get(pairs.len())) {
+                    *out = T::from_acc(e);
+                }
+            }
+            stores => {
+                let sw = self.stride;
+                for Store { sums: at, first } in stores {
+                    for (out, &sum) in gi[*first..].chunks_mut(sw).zip(&sums[at.clone()]) {
+                        out[0] = T::from_acc(sum);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl GatherPrepared {
+    /// Plans the backward of `g` and adds its scratch to `sizer`.
+    pub(super) fn new<T: PoolFloat>(cpu: &Cpu, g: &MaxPoolGeometry, sizer: &mut Sizer) -> Result<Self> {
+        let columns = Columns::new(g)?;
+        let blocks = g.n * g.channel_blocks();
+        let rows = rows_per_band(cpu.threads(), blocks, g.h);
+        let tasks = task_count(cpu, blocks * g.h.div_ceil(rows));
+        let widened = if T::as_acc(&[]).is_some() { 0 } else { g.wo };
+        let scratch_per_task = task_share::<T::Acc>(columns.sums + widened);
+        sizer.region::<T::Acc>(tasks * scratch_per_task)?;
+        Ok(GatherPrepared { columns, rows, tasks, scratch_per_task, arch: pulp::Arch::new() })
+    }
+}
+
+/// A band of input rows of one block: the rows of each of its channels' gradients.
+struct Unit<'s, T> {
+    block: Block,
+    /// The planes of the block's channels.
+    planes: Range<usize>,
+    rows: Range<usize>,
+    grad_input: Vec<&'s mut [T]>,
+}
+
+/// Runs a backward planned by [`GatherPrepared::new`], its scratch carved from `carver`.
+/// The inner result is always `Ok`: any mask has a gradient (the forward's, one bit per
+/// window; no bit adds nothing; several bits add the gradient at each).
+pub(super) fn backward<T: PoolFloat>(
+    cpu: &Cpu,
+    g: &MaxPoolGeometry,
+    p: &GatherPrepared,
+    go: &[T],
+    bits: &[i8],
+    gi: &mut [T],
+    carver: &mut Carver<'_>,
+) -> Result<core::result::Result<(), BadIndex>> {
+    let scratch = carver.region::<T::Acc>(p.tasks * p.scratch_per_task)?;
+    let band = p.rows * g.w;
+    let mut planes = gi.chunks_mut((g.h * g.w).max(1));
+    let mut units = Vec::new();
+    for b in 0..g.n * g.channel_blocks() {
+        let block_planes = g.block_planes(b);
+        let mut channels: Vec<_> =
+            block_planes.clone().map(|_| planes.next().unwrap_or_default().chunks_mut(band.max(1))).collect();
+        for first in (0..g.h).step_by(p.rows.max(1)) {
+            let grad_input = channels.iter_mut().map(|c| c.next().unwrap_or_default()).collect();
+            let rows = first..(first + p.rows).min(g.h);
+            units.push(Unit { block: Block::new(g, b), planes: block_planes.clone(), rows, grad_input });
+        }
+    }
+    let mut scratches = scratch.chunks_mut(p.scratch_per_task.max(1));
+    let mut units = units.into_iter();
+    let tasks: Vec<_> = runs(units.len(), p.tasks)
+        .map(|run| (units.by_ref().take(run.len()).collect::<Vec<_>>(), scratches.next().unwrap_or_default()))
+        .collect();
+    cpu.for_each_task(tasks, |(units, scratch)| {
+        p.arch.dispatch(GatherTask { g, p, units, go, bits, scratch })
+    });
+    Ok(Ok(()))
+}
+
+/// One task's units, for `pulp`'s run-time dispatch: the kernels below, all inlined, are compiled
+/// once for each level of vector instructions `pulp` knows and run in the copy for the
+/// instructions the plan found. Same code, so the same results in every copy.
+struct GatherTask<'a, 's, T: PoolFloat> {
+    g: &'a MaxPoolGeometry,
+    p: &'a GatherPrepared,
+    units: Vec<Unit<'s, T>>,
+    go: &'a [T],
+    bits: &'a [i8],
+    scratch: &'a mut [T::Acc],
+}
+
+impl<T: PoolFloat> pulp::WithSimd for GatherTask<'_, '_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let GatherTask { g, p, units, go, bits, scratch } = self;
+        for unit in units {
+            gather_unit(g, p, unit, go, bits, scratch);
+        }
+    }
+}
+
+/// Every row of a unit, the block's channels one after the other for each row (so that the
+/// mask words of the rows' windows, shared by the block's channels, stay in cache).
+#[inline(always)]
+fn gather_unit<T: PoolFloat>(
+    g: &MaxPoolGeometry,
+    p: &GatherPrepared,
+    unit: Unit<'_, T>,
+    go: &[T],
+    bits: &[i8],
+    scratch: &mut [T::Acc],
+) {
+    let (w, positions) = (g.w, g.positions());
+    let Unit { block, planes, rows, mut grad_input } = unit;
+    let ([kh, _], [sh, _], [ph, _]) = (g.params.kernel(), g.params.stride(), g.params.padding());
+    for (local, ih) in rows.enumerate() {
+        // The output rows whose windows reach `ih` (at window row `i = ih + ph - oh * sh`), in
+        // order: a sum takes its additions in row-major output order.
+        let ohs = (ih + ph + 1).saturating_sub(kh).div_ceil(sh)..((ih + ph) / sh + 1).min(g.ho);
+        for (ch, (plane, gi)) in planes.clone().zip(&mut grad_input).enumerate() {
+            let row = Row { g, columns: &p.columns, block, bit: 1 << ch, ih, ohs: ohs.clone() };
+            let go = &go[plane * positions..(plane + 1) * positions];
+            row.gather(go, bits, &mut gi[local * w..(local + 1) * w], scratch);
+        }
+    }
+}
+
+/// Input row `ih` of the channel whose mask bit is `bit` in `block`.
+struct Row<'a> {
+    g: &'a MaxPoolGeometry,
+    columns: &'a Columns,
+    block: Block,
+    bit: u16,
+    ih: usize,
+    /// The output rows whose windows reach `ih`, in order.
+    ohs: Range<usize>,
+}
+
+impl Row<'_> {
+    /// Writes the row's sums to `gi` (one row of the channel's gradient), from the channel's
+    /// gradient `go`; `scratch` holds the row's sums and, for the half types, a widened
+    /// gradient row.
+    #[inline(always)]
+    fn gather<T: PoolFloat>(&self, go: &[T], bits: &[i8], gi: &mut [T], scratch: &mut [T::Acc]) {
+        let Row { g, columns, block, bit, ih, ref ohs } = *self;
+        let ([_, kw], [sh, _], [ph, _]) = (g.params.kernel(), g.params.stride(), g.params.padding());
+        let wo = g.wo;
+        let (sums, widened) = scratch.split_at_mut(columns.sums);
+        sums.fill(T::Acc::zero());
+        for oh in ohs.clone() {
+            let i = ih + ph - oh * sh;
+            let row = &go[oh * wo..(oh + 1) * wo];
+            let go_row: &[T::Acc] = match T::as_acc(row) {
+                Some(row) => row,
+                None => {
+                    T::to_acc_slice(row, &mut widened[..wo]);
+                    &widened[..wo]
+                }
+            };
+            for &ColumnRun { j, ow, len, sums_at } in &columns.runs {
+                let words = block.words(bits, i * kw + j, oh * wo + ow, len);
+                add_run(&mut sums[sums_at..sums_at + len], &go_row[ow..ow + len], words, bit);
+            }
+        }
+        columns.store(sums, gi);
+    }
+}
+
+/// Adds each gradient of `go` whose mask word (two bytes of `words`, little-endian) has `bit`
+/// to its sum, and `+0` to the others: a mask on the bits, which the compiler vectorises.
+#[inline(always)]
+fn add_run<A: AccFloat>(sums: &mut [A], go: &[A], words: &[i8], bit: u16) {
+    let (words, _) = words.as_chunks::<2>();
+    for ((sum, &g), word) in sums.iter_mut().zip(go).zip(words) {
+        *sum += g.kept_if(u16::from_le_bytes([word[0] as u8, word[1] as u8]) & bit != 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Windows, scatter_bits};
+    use super::*;
+    use crate::MaxPool2dParams;
+    use crate::device::cpu::workspace::CacheLine;
+    use half::{bf16, f16};
+
+    /// Gradient values with both zeros, infinities, a NaN, subnormals of every type, and values
+    /// whose sums round (in the half types too).
+    const VALUES: [f64; 12] = [
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        0.1,
+        3.0e-3,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        1.0e-40,
+        6.0e-8,
+        65504.0,
+    ];
+
+    struct Draws(u64);
+
+    impl Draws {
+        fn next(&mut self, below: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 11) as usize % below
+        }
+    }
+
+    /// The gather equals the bit-by-bit scatter (the reference kernel) element for element, bits
+    /// and all (NaN as NaN), for any mask bytes (no bit, one or several per window, bits in
+    /// padding), every element type, strides 1 to 4 in each axis, kernels 1 to 4, paddings,
+    /// ceil mode, 1 to 33 channels (partial blocks), and bands of every height.
+    #[test]
+    fn gather_equals_the_bit_by_bit_scatter() {
+        fn case<T: PoolFloat>(draws: &mut Draws, cpus: &[Cpu]) {
+            let (kh, kw) = (1 + draws.next(4), 1 + draws.next(4));
+            let params = MaxPool2dParams::new([kh, kw])
+                .with_stride([1 + draws.next(4), 1 + draws.next(4)])
+                .with_padding([draws.next(kh / 2 + 1), draws.next(kw / 2 + 1)])
+                .with_ceil_mode(draws.next(2) == 1);
+            let shape = [
+                1 + draws.next(2),
+                [1, 3, 16, 17, 33][draws.next(5)],
+                kh + draws.next(12),
+                kw + draws.next(12),
+            ];
+            let Ok(g) = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape) else { return };
+            let bytes = g.bytes().unwrap();
+            let bits: Vec<i8> = (0..bytes).map(|_| draws.next(256) as u8 as i8).collect();
+            let go: Vec<T> = (0..g.planes() * g.positions())
+                .map(|_| T::round_from_f64(VALUES[draws.next(VALUES.len())]))
+                .collect();
+            // The reference, block by block.
+            let (hw, positions) = (g.h * g.w, g.positions());
+            let windows = Windows::new(&g).unwrap();
+            let mut want = vec![T::default(); g.planes() * hw];
+            let mut acc = vec![T::Acc::zero(); 16 * hw];
+            for b in 0..g.n * g.channel_blocks() {
+                let planes = g.block_planes(b);
+                let go = &go[planes.start * positions..planes.end * positions];
+                let gi = &mut want[planes.start * hw..planes.end * hw];
+                scatter_bits(&g, &windows, &Block::new(&g, b), go, &bits, gi, &mut acc);
+            }
+            for cpu in cpus {
+                let mut sizer = Sizer::new("test");
+                let p = GatherPrepared::new::<T>(cpu, &g, &mut sizer).unwrap();
+                let mut memory =
+                    vec![<CacheLine as bytemuck::Zeroable>::zeroed(); sizer.total().div_ceil(64)];
+                let mut got = vec![T::round_from_f64(7.0); want.len()];
+                let mut carver = Carver::new("test", &mut memory);
+                backward(cpu, &g, &p, &go, &bits, &mut got, &mut carver).unwrap().unwrap();
+                for (e, (got, want)) in got.iter().zip(&want).enumerate() {
+                    let same = bytemuck::bytes_of(got) == bytemuck::bytes_of(want)
+                        || (num_traits::Float::is_nan(got.to_acc())
+                            && num_traits::Float::is_nan(want.to_acc()));
+                    assert!(
+                        same,
+                        "{:?} {params:?} {shape:?}, {} rows a band: element {e}: {got:?}, want {want:?}",
+                        T::DTYPE,
+                        p.rows
+                    );
+                }
+            }
+        }
+        let cpus = [1, 2, 3, 7].map(|t| Cpu::with_threads(t).unwrap());
+        let mut draws = Draws(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..150 {
+            case::<f32>(&mut draws, &cpus);
+            case::<f64>(&mut draws, &cpus);
+            case::<f16>(&mut draws, &cpus);
+            case::<bf16>(&mut draws, &cpus);
+        }
+    }
+}
