@@ -9,12 +9,13 @@
 //! row and one `t` the windows of consecutive `m` are consecutive: their mask words and
 //! gradients are read as contiguous runs and added run by run (vectorised), in order of output
 //! row, then of `t` downwards (window column upwards). The block's words for the rows' windows
-//! serve its 16 channels while they are in cache.
+//! serve all its channels while they are in cache.
 //!
-//! Used when there are fewer `(n, 16-channel)` blocks than threads: the units of work are bands
-//! of input rows, which need no bookkeeping between them (each element is written by one band).
-//! With short rows and many channels, the per-row overhead makes it slower than decoding and
-//! scattering whole blocks, which the other split does.
+//! Used when there are fewer `(n, 16-channel)` blocks than threads and the blocks are narrow
+//! (`GATHERED_CHANNELS`): the units of work are bands of input rows, which need no bookkeeping
+//! between them (each element is written by one band). With many channels a block, the set-up
+//! of each row's runs and the words read again for every channel make it slower than decoding
+//! the block once for all its channels, which the other splits do.
 
 use core::ops::Range;
 
