@@ -117,9 +117,7 @@ impl Columns {
         let runs = collect_exact(OP, "column runs", runs().count(), runs())?;
         Ok(Columns { runs, stores, sums, stride: sw })
     }
-}
 
-impl Columns {
     /// Stores a row's `sums` into its input row `gi`, each rounded once.
     #[inline(always)]
     fn store<T: PoolFloat>(&self, sums: &[T::Acc], gi: &mut [T]) {
