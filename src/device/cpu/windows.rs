@@ -3,6 +3,8 @@
 //! [`crate::geometry`] (the adaptive one and the max-pooling one). The kernels index these
 //! tables; none recomputes a window.
 
+use core::ops::Range;
+
 use crate::alloc::collect_exact;
 use crate::error::Result;
 use crate::geometry::{adaptive_window, pool_window_taps};
@@ -75,4 +77,77 @@ pub(super) fn max_pool_taps(op: &'static str, g: &MaxPoolGeometry) -> Result<(Ve
         collect_exact(op, "windows", len, taps)
     };
     Ok((axis(0, g.h, g.ho)?, axis(1, g.w, g.wo)?))
+}
+
+/// The outputs that read each input position `0..input` along one axis, in order: the inverse of
+/// `taps` (every output's taps, in output order), operation `op`. The spans of successive outputs
+/// start and end in order along an axis (both window formulas move forward with the output), so
+/// the outputs whose span holds a position are a range; with step 1 (no dilation) each of them
+/// reads the position. Built in one pass over the taps.
+pub(super) fn readers(
+    op: &'static str,
+    taps: impl Iterator<Item = Taps>,
+    input: usize,
+) -> Result<Vec<Range<usize>>> {
+    let mut readers = collect_exact(op, "windows", input, (0..input).map(|_| 0..0))?;
+    for (o, taps) in taps.enumerate() {
+        for x in taps.span() {
+            let reading = &mut readers[x];
+            // (`0..0` until the first reader.)
+            if reading.end == 0 {
+                reading.start = o;
+            }
+            reading.end = o + 1;
+        }
+    }
+    Ok(readers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `readers` inverts the taps: output `o` is in the range of input `x` exactly when its window
+    /// covers `x` (window `o` of a max pooling covers `o*s - p .. o*s - p + k`, clipped to the
+    /// input; an adaptive one its formula's range), for every kernel, stride and padding up to 5,
+    /// inputs up to 12, with floor mode's output count and one more (ceil mode's at most).
+    #[test]
+    fn readers_are_the_outputs_whose_window_covers_the_input() {
+        let check = |taps: &[Taps], covers: &dyn Fn(usize, usize) -> bool, input: usize, what: &str| {
+            let got = readers("test", taps.iter().copied(), input).unwrap();
+            for (x, got) in got.iter().enumerate() {
+                let want: Vec<usize> = (0..taps.len()).filter(|&o| covers(o, x)).collect();
+                assert_eq!(got.clone().collect::<Vec<_>>(), want, "{what}: input {x}");
+            }
+        };
+        for n in 1..=12usize {
+            for k in 1..=5 {
+                for s in 1..=5 {
+                    for p in 0..=k / 2 {
+                        let floor = (n + 2 * p).saturating_sub(k) / s + 1;
+                        for outputs in [floor, floor + 1] {
+                            let taps: Vec<Taps> = (0..outputs)
+                                .map(|o| {
+                                    let (start, count) = pool_window_taps(o, n, k, s, p, 1);
+                                    Taps { start, count, step: 1 }
+                                })
+                                .collect();
+                            let covers = |o: usize, x: usize| (o * s..o * s + k).contains(&(x + p));
+                            check(&taps, &covers, n, &format!("n{n} k{k} s{s} p{p} outputs {outputs}"));
+                        }
+                    }
+                }
+            }
+            for outputs in 1..=n + 2 {
+                let taps: Vec<Taps> = (0..outputs)
+                    .map(|o| {
+                        let r = adaptive_window(o, n, outputs);
+                        Taps { start: r.start, count: r.len(), step: 1 }
+                    })
+                    .collect();
+                let covers = |o: usize, x: usize| adaptive_window(o, n, outputs).contains(&x);
+                check(&taps, &covers, n, &format!("adaptive n{n} outputs {outputs}"));
+            }
+        }
+    }
 }

@@ -21,11 +21,12 @@ use core::ops::Range;
 
 use num_traits::Zero;
 
-use super::Block;
+use super::{Block, Windows};
 use crate::alloc::collect_exact;
 use crate::device::cpu::Cpu;
 use crate::device::cpu::scatter::BadIndex;
 use crate::device::cpu::schedule::{rows_per_band, runs, task_count};
+use crate::device::cpu::windows::{Taps, readers};
 use crate::device::cpu::workspace::{Carver, Sizer, task_share};
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::Result;
@@ -37,6 +38,8 @@ use crate::op::name;
 /// shared among tasks.
 #[derive(Debug)]
 pub(super) struct GatherPrepared {
+    /// The output rows whose windows read each input row, in order.
+    row_readers: Vec<Range<usize>>,
     columns: Columns,
     /// Input rows per band of a block: all of them unless there are fewer blocks than threads.
     rows: usize,
@@ -65,7 +68,7 @@ struct Columns {
 }
 
 /// Tap column `j` of the windows `ow..ow + len`, added to the row's sums from `sums_at`.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct ColumnRun {
     j: usize,
     ow: usize,
@@ -81,40 +84,39 @@ struct Store {
 }
 
 impl Columns {
-    fn new(g: &MaxPoolGeometry) -> Result<Self> {
+    /// The runs and stores of every input row, from the windows' column taps `cols`.
+    fn new(g: &MaxPoolGeometry, cols: &[(Taps, usize)]) -> Result<Self> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        let ([_, kw], [_, sw], [_, pw]) = (g.params.kernel(), g.params.stride(), g.params.padding());
-        // The residues of the input columns `0..min(sW, W)` (every column's residue is one of them),
-        // with the `m` of their columns.
-        let residues = (0..sw.min(g.w)).map(|iw| {
-            let r = (iw + pw) % sw;
-            (r, pw.saturating_sub(r).div_ceil(sw)..(g.w + pw).saturating_sub(r).div_ceil(sw))
-        });
-        let residues = collect_exact(OP, "residues", sw.min(g.w), residues)?;
+        let ([_, kw], [_, sw]) = (g.params.kernel(), g.params.stride());
+        // Input columns `c, c + sW, ...` for each residue `c` of the column stride that exists.
+        let residues = sw.min(g.w);
         let mut sums = 0;
-        let stores = residues.iter().map(|(r, ms)| {
-            let store = Store { sums: sums..sums + ms.len(), first: sw * ms.start + r - pw };
-            sums += ms.len();
+        let stores = (0..residues).map(|c| {
+            let columns = (g.w - c).div_ceil(sw);
+            let store = Store { sums: sums..sums + columns, first: c };
+            sums += columns;
             store
         });
-        let stores = collect_exact(OP, "residues", residues.len(), stores)?;
-        let runs = || {
-            residues.iter().zip(&stores).flat_map(|((r, ms), store)| {
-                let taps = if *r < kw { (kw - r).div_ceil(sw) } else { 0 };
-                (0..taps).rev().filter_map(move |t| {
-                    // The columns whose window `ow = m - t` exists.
-                    let run = ms.start.max(t)..ms.end.min(g.wo + t);
-                    let sums_at = store.sums.start + run.start.checked_sub(ms.start)?;
-                    (!run.is_empty()).then(|| ColumnRun {
-                        j: sw * t + r,
-                        ow: run.start - t,
-                        len: run.len(),
-                        sums_at,
-                    })
-                })
-            })
-        };
-        let runs = collect_exact(OP, "column runs", runs().count(), runs())?;
+        let stores = collect_exact(OP, "residues", residues, stores)?;
+        // The windows that read a residue's columns at window column `j`: the windows of
+        // consecutive columns are consecutive (a window starts `sW` columns after the one before),
+        // and the `j` of one residue differ by multiples of `sW`, so run `(c, j)` is kept at
+        // `c * per_residue + j / sW`: O(kW + min(sW, W)) slots in all.
+        let per_residue = kw.div_ceil(sw);
+        let mut slots = collect_exact(OP, "column runs", residues * per_residue, core::iter::repeat(None))?;
+        for (ow, (taps, first)) in cols.iter().enumerate() {
+            for iw in taps.span() {
+                let j = first + (iw - taps.start);
+                let (c, m) = (iw % sw, iw / sw);
+                match &mut slots[c * per_residue + j / sw] {
+                    Some(ColumnRun { len, .. }) => *len += 1,
+                    slot => *slot = Some(ColumnRun { j, ow, len: 1, sums_at: stores[c].sums.start + m }),
+                }
+            }
+        }
+        // Each residue's runs by window column downwards: the windows of a column upwards.
+        let runs = || slots.chunks(per_residue.max(1)).flat_map(|slots| slots.iter().rev().flatten());
+        let runs = collect_exact(OP, "column runs", runs().count(), runs().copied())?;
         Ok(Columns { runs, stores, sums, stride: sw })
     }
 
@@ -148,16 +150,23 @@ impl Columns {
 }
 
 impl GatherPrepared {
-    /// Plans the backward of `g` and adds its scratch to `sizer`.
-    pub(super) fn new<T: PoolFloat>(cpu: &Cpu, g: &MaxPoolGeometry, sizer: &mut Sizer) -> Result<Self> {
-        let columns = Columns::new(g)?;
+    /// Plans the backward of `g`, whose windows are `windows`, and adds its scratch to `sizer`.
+    pub(super) fn new<T: PoolFloat>(
+        cpu: &Cpu,
+        g: &MaxPoolGeometry,
+        windows: &Windows,
+        sizer: &mut Sizer,
+    ) -> Result<Self> {
+        let row_taps = windows.rows.iter().map(|(taps, _)| *taps);
+        let row_readers = readers(name::MAX_POOL2D_WITH_MASK_BACKWARD, row_taps, g.h)?;
+        let columns = Columns::new(g, &windows.cols)?;
         let blocks = g.n * g.channel_blocks();
         let rows = rows_per_band(cpu.threads(), blocks, g.h);
         let tasks = task_count(cpu, blocks * g.h.div_ceil(rows));
         let widened = if T::as_acc(&[]).is_some() { 0 } else { g.wo };
         let scratch_per_task = task_share::<T::Acc>(columns.sums + widened);
         sizer.region::<T::Acc>(tasks * scratch_per_task)?;
-        Ok(GatherPrepared { columns, rows, tasks, scratch_per_task, arch: pulp::Arch::new() })
+        Ok(GatherPrepared { row_readers, columns, rows, tasks, scratch_per_task, arch: pulp::Arch::new() })
     }
 }
 
@@ -170,12 +179,15 @@ struct Unit<'s, T> {
     grad_input: Vec<&'s mut [T]>,
 }
 
-/// Runs a backward planned by [`GatherPrepared::new`], its scratch carved from `carver`.
+/// Runs a backward planned by [`GatherPrepared::new`] for `windows`, its scratch carved from
+/// `carver`.
 /// The inner result is always `Ok`: any mask has a gradient (the forward's, one bit per
 /// window; no bit adds nothing; several bits add the gradient at each).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn backward<T: PoolFloat>(
     cpu: &Cpu,
     g: &MaxPoolGeometry,
+    windows: &Windows,
     p: &GatherPrepared,
     go: &[T],
     bits: &[i8],
@@ -202,7 +214,7 @@ pub(super) fn backward<T: PoolFloat>(
         .map(|run| (units.by_ref().take(run.len()).collect::<Vec<_>>(), scratches.next().unwrap_or_default()))
         .collect();
     cpu.for_each_task(tasks, |(units, scratch)| {
-        p.arch.dispatch(GatherTask { g, p, units, go, bits, scratch })
+        p.arch.dispatch(GatherTask { g, windows, p, units, go, bits, scratch })
     });
     Ok(Ok(()))
 }
@@ -212,6 +224,7 @@ pub(super) fn backward<T: PoolFloat>(
 /// instructions the plan found. Same code, so the same results in every copy.
 struct GatherTask<'a, 's, T: PoolFloat> {
     g: &'a MaxPoolGeometry,
+    windows: &'a Windows,
     p: &'a GatherPrepared,
     units: Vec<Unit<'s, T>>,
     go: &'a [T],
@@ -224,9 +237,9 @@ impl<T: PoolFloat> pulp::WithSimd for GatherTask<'_, '_, T> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
-        let GatherTask { g, p, units, go, bits, scratch } = self;
+        let GatherTask { g, windows, p, units, go, bits, scratch } = self;
         for unit in units {
-            gather_unit(g, p, unit, go, bits, scratch);
+            gather_unit(g, windows, p, unit, go, bits, scratch);
         }
     }
 }
@@ -236,6 +249,7 @@ impl<T: PoolFloat> pulp::WithSimd for GatherTask<'_, '_, T> {
 #[inline(always)]
 fn gather_unit<T: PoolFloat>(
     g: &MaxPoolGeometry,
+    windows: &Windows,
     p: &GatherPrepared,
     unit: Unit<'_, T>,
     go: &[T],
@@ -244,13 +258,11 @@ fn gather_unit<T: PoolFloat>(
 ) {
     let (w, positions) = (g.w, g.positions());
     let Unit { block, planes, rows, mut grad_input } = unit;
-    let ([kh, _], [sh, _], [ph, _]) = (g.params.kernel(), g.params.stride(), g.params.padding());
     for (local, ih) in rows.enumerate() {
-        // The output rows whose windows reach `ih` (at window row `i = ih + ph - oh * sh`), in
-        // order: a sum takes its additions in row-major output order.
-        let ohs = (ih + ph + 1).saturating_sub(kh).div_ceil(sh)..((ih + ph) / sh + 1).min(g.ho);
+        // In order of output row: a sum takes its additions in row-major output order.
+        let ohs = &p.row_readers[ih];
         for (ch, (plane, gi)) in planes.clone().zip(&mut grad_input).enumerate() {
-            let row = Row { g, columns: &p.columns, block, bit: 1 << ch, ih, ohs: ohs.clone() };
+            let row = Row { g, windows, columns: &p.columns, block, bit: 1 << ch, ih, ohs: ohs.clone() };
             let go = &go[plane * positions..(plane + 1) * positions];
             row.gather(go, bits, &mut gi[local * w..(local + 1) * w], scratch);
         }
@@ -260,11 +272,12 @@ fn gather_unit<T: PoolFloat>(
 /// Input row `ih` of the channel whose mask bit is `bit` in `block`.
 struct Row<'a> {
     g: &'a MaxPoolGeometry,
+    windows: &'a Windows,
     columns: &'a Columns,
     block: Block,
     bit: u16,
     ih: usize,
-    /// The output rows whose windows reach `ih`, in order.
+    /// The output rows whose windows read `ih`, in order.
     ohs: Range<usize>,
 }
 
@@ -274,13 +287,14 @@ impl Row<'_> {
     /// gradient row.
     #[inline(always)]
     fn gather<T: PoolFloat>(&self, go: &[T], bits: &[i8], gi: &mut [T], scratch: &mut [T::Acc]) {
-        let Row { g, columns, block, bit, ih, ref ohs } = *self;
-        let ([_, kw], [sh, _], [ph, _]) = (g.params.kernel(), g.params.stride(), g.params.padding());
-        let wo = g.wo;
+        let Row { g, windows, columns, block, bit, ih, ref ohs } = *self;
+        let ([_, kw], wo) = (g.params.kernel(), g.wo);
         let (sums, widened) = scratch.split_at_mut(columns.sums);
         sums.fill(T::Acc::zero());
         for oh in ohs.clone() {
-            let i = ih + ph - oh * sh;
+            // The window row at which `ih` is read: its first valid tap's, plus the distance.
+            let (taps, first) = windows.rows[oh];
+            let i = first + (ih - taps.start);
             let row = &go[oh * wo..(oh + 1) * wo];
             let go_row: &[T::Acc] = match T::as_acc(row) {
                 Some(row) => row,
@@ -310,7 +324,7 @@ fn add_run<A: AccFloat>(sums: &mut [A], go: &[A], words: &[i8], bit: u16) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Windows, scatter_bits};
+    use super::super::scatter_bits;
     use super::*;
     use crate::MaxPool2dParams;
     use crate::device::cpu::workspace::CacheLine;
@@ -381,12 +395,12 @@ mod tests {
             }
             for cpu in cpus {
                 let mut sizer = Sizer::new("test");
-                let p = GatherPrepared::new::<T>(cpu, &g, &mut sizer).unwrap();
+                let p = GatherPrepared::new::<T>(cpu, &g, &windows, &mut sizer).unwrap();
                 let mut memory =
                     vec![<CacheLine as bytemuck::Zeroable>::zeroed(); sizer.total().div_ceil(64)];
                 let mut got = vec![T::round_from_f64(7.0); want.len()];
                 let mut carver = Carver::new("test", &mut memory);
-                backward(cpu, &g, &p, &go, &bits, &mut got, &mut carver).unwrap().unwrap();
+                backward(cpu, &g, &windows, &p, &go, &bits, &mut got, &mut carver).unwrap().unwrap();
                 for (e, (got, want)) in got.iter().zip(&want).enumerate() {
                     let same = bytemuck::bytes_of(got) == bytemuck::bytes_of(want)
                         || (num_traits::Float::is_nan(got.to_acc())

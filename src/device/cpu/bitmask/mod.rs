@@ -160,7 +160,7 @@ impl BitmaskPrepared {
         let flat_fits = i32::try_from(g.h * g.w).is_ok();
         let few_blocks = blocks > 0 && blocks < threads;
         let (split, acc_tasks) = if few_blocks && widest_block(g) <= GATHERED_CHANNELS {
-            (BlockSplit::Gather(gather::GatherPrepared::new::<T>(cpu, g, sizer)?), 0)
+            (BlockSplit::Gather(gather::GatherPrepared::new::<T>(cpu, g, &windows, sizer)?), 0)
         } else if few_blocks && windows.decoding.is_some() && flat_fits {
             let rows = rows_per_band(threads, blocks, g.ho);
             let (tasks, taps_per_task) = BlockSplit::bands(g, rows);
@@ -218,7 +218,7 @@ pub(super) fn backward<T: PoolFloat>(
             }
             Ok(checked)
         }
-        BlockSplit::Gather(p) => gather::backward(cpu, g, p, go, bits, gi, carver),
+        BlockSplit::Gather(gather) => gather::backward(cpu, g, &p.windows, gather, go, bits, gi, carver),
     }
 }
 
