@@ -616,6 +616,7 @@ fn position<A: AccFloat>(p: usize) -> A {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::cpu::draws::Draws;
 
     fn taps(start: usize, count: usize, step: usize) -> Taps {
         Taps { start, count, step }
@@ -768,14 +769,12 @@ mod tests {
                 (2, 12, 12, 4, 4, Some([3, 2, 2, 2])),   // dilated, one at a time
                 (4, 9, 9, 5, 5, Some([3, 2, 1, 1])),     // few columns, one at a time
             ];
-            let mut state = 0x2545_F491_4F6C_DD1Du64;
+            let mut draws = Draws::new(0x2545_F491_4F6C_DD1D);
             for (count, h, w, ho, wo, pooling) in cases {
                 for round in 0..20 {
                     let x: Vec<T> = (0..count * h * w)
                         .map(|_| {
-                            state ^= state << 13;
-                            state ^= state >> 7;
-                            state ^= state << 17;
+                            let state = draws.next_u64();
                             // Every other round, NaNs and infinities only now and then.
                             let pick = (state % values.len() as u64) as usize;
                             let pick = if round % 2 == 0 && (6..=8).contains(&pick) { 11 } else { pick };
@@ -811,15 +810,10 @@ mod tests {
     fn wide_windows_find_the_scalar_scans_tap() {
         fn check<A: AccFloat>(values: &[f64]) {
             let (h, w) = (9, 23);
-            let mut state = 0x9E37_79B9_7F4A_7C15u64;
+            let mut draws = Draws::new(0x9E37_79B9_7F4A_7C15);
             for plane in 0..200 {
                 let xa: Vec<A> = (0..h * w)
-                    .map(|_| {
-                        state ^= state << 13;
-                        state ^= state >> 7;
-                        state ^= state << 17;
-                        A::from(values[(state % values.len() as u64) as usize]).unwrap()
-                    })
+                    .map(|_| A::from(values[(draws.next_u64() % values.len() as u64) as usize]).unwrap())
                     .collect();
                 for (count, rows, step) in (WIDE_LANES..20).flat_map(|n| [(n, 1, 1), (n, 3, 1), (n, 4, 2)]) {
                     for start in [0, w - count] {

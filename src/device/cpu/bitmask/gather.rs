@@ -327,6 +327,7 @@ mod tests {
     use super::super::scatter_bits;
     use super::*;
     use crate::MaxPool2dParams;
+    use crate::device::cpu::draws::Draws;
     use crate::device::cpu::workspace::CacheLine;
     use half::{bf16, f16};
 
@@ -347,17 +348,6 @@ mod tests {
         65504.0,
     ];
 
-    struct Draws(u64);
-
-    impl Draws {
-        fn next(&mut self, below: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 >> 11) as usize % below
-        }
-    }
-
     /// The gather equals the bit-by-bit scatter (the reference kernel) element for element, bits
     /// and all (NaN as NaN), for any mask bytes (no bit, one or several per window, bits in
     /// padding), every element type, strides 1 to 4 in each axis, kernels 1 to 4, paddings,
@@ -365,22 +355,22 @@ mod tests {
     #[test]
     fn gather_equals_the_bit_by_bit_scatter() {
         fn case<T: PoolFloat>(draws: &mut Draws, cpus: &[Cpu]) {
-            let (kh, kw) = (1 + draws.next(4), 1 + draws.next(4));
+            let (kh, kw) = (1 + draws.below(4), 1 + draws.below(4));
             let params = MaxPool2dParams::new([kh, kw])
-                .with_stride([1 + draws.next(4), 1 + draws.next(4)])
-                .with_padding([draws.next(kh / 2 + 1), draws.next(kw / 2 + 1)])
-                .with_ceil_mode(draws.next(2) == 1);
+                .with_stride([1 + draws.below(4), 1 + draws.below(4)])
+                .with_padding([draws.below(kh / 2 + 1), draws.below(kw / 2 + 1)])
+                .with_ceil_mode(draws.below(2) == 1);
             let shape = [
-                1 + draws.next(2),
-                [1, 3, 16, 17, 33][draws.next(5)],
-                kh + draws.next(12),
-                kw + draws.next(12),
+                1 + draws.below(2),
+                [1, 3, 16, 17, 33][draws.below(5)],
+                kh + draws.below(12),
+                kw + draws.below(12),
             ];
             let Ok(g) = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape) else { return };
             let bytes = g.bytes().unwrap();
-            let bits: Vec<i8> = (0..bytes).map(|_| draws.next(256) as u8 as i8).collect();
+            let bits: Vec<i8> = (0..bytes).map(|_| draws.below(256) as u8 as i8).collect();
             let go: Vec<T> = (0..g.planes() * g.positions())
-                .map(|_| T::round_from_f64(VALUES[draws.next(VALUES.len())]))
+                .map(|_| T::round_from_f64(VALUES[draws.below(VALUES.len())]))
                 .collect();
             // The reference, block by block.
             let (hw, positions) = (g.h * g.w, g.positions());
@@ -415,7 +405,7 @@ mod tests {
             }
         }
         let cpus = [1, 2, 3, 7].map(|t| Cpu::with_threads(t).unwrap());
-        let mut draws = Draws(0x9e37_79b9_7f4a_7c15);
+        let mut draws = Draws::new(0x9e37_79b9_7f4a_7c15);
         for _ in 0..150 {
             case::<f32>(&mut draws, &cpus);
             case::<f64>(&mut draws, &cpus);
