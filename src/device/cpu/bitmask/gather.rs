@@ -11,11 +11,11 @@
 //! row, then of `t` downwards (window column upwards). The block's words for the rows' windows
 //! serve all its channels while they are in cache.
 //!
-//! Used when there are fewer `(n, 16-channel)` blocks than threads and the blocks are narrow
-//! (`GATHERED_CHANNELS`): the units of work are bands of input rows, which need no bookkeeping
-//! between them (each element is written by one band). With many channels a block, the set-up
-//! of each row's runs and the words read again for every channel make it slower than decoding
-//! the block once for all its channels, which the other splits do.
+//! Used when the blocks are narrow (`GATHERED_CHANNELS`), however many there are: the units of
+//! work are whole blocks, or bands of input rows when there are fewer blocks than threads, which
+//! need no bookkeeping between them (each element is written by one band). With many channels a
+//! block, the set-up of each row's runs and the words read again for every channel make it
+//! slower than decoding the block once for all its channels, which the other splits do.
 
 use core::ops::Range;
 
@@ -59,7 +59,8 @@ pub(super) struct GatherPrepared {
 struct Columns {
     /// Each residue's runs, `t` downwards (window columns upwards): at most `kW` runs.
     runs: Vec<ColumnRun>,
-    /// Where each residue's sums go in the input row: at most `min(sW, W)` of them.
+    /// Where each residue's sums go in the input row, residue `c` (columns `c, c + sW, ...`) at
+    /// index `c`: `min(sW, W)` of them.
     stores: Vec<Store>,
     /// Sums per row: one per input column.
     sums: usize,
@@ -125,9 +126,9 @@ impl Columns {
     fn store<T: PoolFloat>(&self, sums: &[T::Acc], gi: &mut [T]) {
         match &self.stores[..] {
             [one] => T::from_acc_slice(&sums[one.sums.clone()], &mut gi[one.first..]),
-            // Stride 2: the even columns' sums, then the odd ones', interleaved.
-            [a, b] if a.first + b.first == 1 => {
-                let (even, odd) = if a.first == 0 { (a, b) } else { (b, a) };
+            // Two residues (stride 2, or a wider stride over two columns): the sums of columns
+            // 0, 2, ... and of columns 1, 3, ..., interleaved.
+            [even, odd] => {
                 let (even, odd) = (&sums[even.sums.clone()], &sums[odd.sums.clone()]);
                 let (pairs, last) = gi.as_chunks_mut::<2>();
                 for ((pair, &e), &o) in pairs.iter_mut().zip(even).zip(odd) {

@@ -1,10 +1,11 @@
-//! The `Bitmask` backward on the CPU: the mask is read in `(n, 16-channel)` blocks. A block is
-//! decoded into every channel's window offset (without a branch per bit) and scattered channel
-//! by channel like the flat-index backward; a block that is not one bit per channel and position
-//! takes a bit-by-bit kernel. With fewer blocks than threads, blocks are decoded in bands of
-//! output rows into flat indices, which the shared scatter kernel then adds; or, when the blocks
-//! have at most 4 channels (which the decoder handles one at a time), each input element
-//! gathers its sum instead ([`gather`]), in bands of input rows.
+//! The `Bitmask` backward on the CPU: the mask is read in `(n, 16-channel)` blocks. Blocks of
+//! at most 4 channels (which a decoder would take a channel at a time) are gathered
+//! ([`gather`]): each input element sums its gradient from the bits, in bands of input rows.
+//! Wider blocks are decoded into every channel's window offset (without a branch per bit) and
+//! scattered channel by channel like the flat-index backward; a block that is not one bit per
+//! channel and position takes a bit-by-bit kernel. With fewer wide blocks than threads, blocks
+//! are decoded in bands of output rows into flat indices, which the shared scatter kernel then
+//! adds.
 
 mod gather;
 
@@ -51,18 +52,22 @@ enum BlockSplit {
     /// planes, or bands of a plane's input rows). Blocks that do not decode take the bit-by-bit
     /// kernel afterwards, one at a time.
     Bands { rows: usize, scatter: ScatterPrepared },
-    /// Fewer blocks than threads, of at most [`GATHERED_CHANNELS`] channels: every input
-    /// element gathers its sum, in bands of input rows of each block, one band per task.
+    /// Blocks of at most [`GATHERED_CHANNELS`] channels: every input element gathers its sum,
+    /// in bands of input rows of each block (whole blocks unless there are fewer blocks than
+    /// threads), shared among tasks in runs.
     Gather(gather::GatherPrepared),
 }
 
-/// Blocks of at most this many channels are gathered rather than decoded when there are fewer
-/// blocks than threads. The decoder takes such blocks a channel at a time (`decode_few`),
-/// while the gather's cost per channel does not depend on the block. Measured (2 threads,
-/// plan, medians of 7 alternating rounds, time gathered / decoded): k3 s2 p1, one block of 1
-/// channel (`[1, 1, 2048, 2048]`) 0.54, 4 channels (`[1, 4, 1024, 1024]`) 0.71; k3 s1 p1 ceil,
-/// 2 channels (`[1, 2, 1024, 1024]`) 0.51; but 16 channels 1.46 (`[1, 16, 448, 448]`, k3 s2 p1)
-/// and 1.14 (`[1, 16, 264, 264]`, k3 s1 p1 ceil), where decoding serves 16 channels at once.
+/// Blocks of at most this many channels are gathered rather than decoded, however many blocks
+/// there are. The decoder takes such blocks a channel at a time (`decode_few`), while the
+/// gather's cost per channel does not depend on the block. Measured (plan, medians of 5 to 7
+/// alternating rounds, time gathered / decoded), fewer blocks than threads (2 threads): k3 s2
+/// p1, one block of 1 channel (`[1, 1, 2048, 2048]`) 0.54, 4 channels (`[1, 4, 1024, 1024]`)
+/// 0.71; k3 s1 p1 ceil, 2 channels (`[1, 2, 1024, 1024]`) 0.51; many blocks, on 1 and 2
+/// threads: `[32, 3, 224, 224]` k3 s2 p1 0.45 and 0.72 (bf16: 0.63 on 2), `[8, 4, 256, 256]` k2
+/// s2 0.33 and 0.78, `[16, 1, 256, 256]` k3 s1 p1 ceil 0.45 and 0.70, and `[1, 1, 2048, 2048]`
+/// on 1 thread 0.69. But 16 channels: 1.46 (`[1, 16, 448, 448]`, k3 s2 p1) and 1.14
+/// (`[1, 16, 264, 264]`, k3 s1 p1 ceil), where decoding serves 16 channels at once.
 const GATHERED_CHANNELS: usize = 4;
 
 impl BlockSplit {
@@ -159,7 +164,7 @@ impl BitmaskPrepared {
         let (threads, blocks) = (cpu.threads(), g.n * g.channel_blocks());
         let flat_fits = i32::try_from(g.h * g.w).is_ok();
         let few_blocks = blocks > 0 && blocks < threads;
-        let (split, acc_tasks) = if few_blocks && widest_block(g) <= GATHERED_CHANNELS {
+        let (split, acc_tasks) = if blocks > 0 && widest_block(g) <= GATHERED_CHANNELS {
             (BlockSplit::Gather(gather::GatherPrepared::new::<T>(cpu, g, &windows, sizer)?), 0)
         } else if few_blocks && windows.decoding.is_some() && flat_fits {
             let rows = rows_per_band(threads, blocks, g.ho);
