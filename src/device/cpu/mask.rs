@@ -215,7 +215,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
             LayoutKind::Bitmask => {
                 sizer.stage(&op.mask.bytes.view())?;
                 sizer.stage(&op.grad_input.as_ref().view())?;
-                MaskBackwardPrepared::Bitmask(BitmaskPrepared::new::<T>(cpu, g, &mut sizer)?)
+                MaskBackwardPrepared::Bitmask(BitmaskPrepared::plan::<T>(cpu, g, &mut sizer)?)
             }
         };
         Ok((prepared, sizer.total()))

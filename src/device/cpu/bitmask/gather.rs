@@ -86,7 +86,7 @@ struct Store {
 
 impl Columns {
     /// The runs and stores of every input row, from the windows' column taps `cols`.
-    fn new(g: &MaxPoolGeometry, cols: &[(Taps, usize)]) -> Result<Self> {
+    fn of_windows(g: &MaxPoolGeometry, cols: &[(Taps, usize)]) -> Result<Self> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         let ([_, kw], [_, sw]) = (g.params.kernel(), g.params.stride());
         // Input columns `c, c + sW, ...` for each residue `c` of the column stride that exists.
@@ -152,7 +152,7 @@ impl Columns {
 
 impl GatherPrepared {
     /// Plans the backward of `g`, whose windows are `windows`, and adds its scratch to `sizer`.
-    pub(super) fn new<T: PoolFloat>(
+    pub(super) fn plan<T: PoolFloat>(
         cpu: &Cpu,
         g: &MaxPoolGeometry,
         windows: &Windows,
@@ -160,7 +160,7 @@ impl GatherPrepared {
     ) -> Result<Self> {
         let row_taps = windows.rows.iter().map(|(taps, _)| *taps);
         let row_readers = readers(name::MAX_POOL2D_WITH_MASK_BACKWARD, row_taps, g.h)?;
-        let columns = Columns::new(g, &windows.cols)?;
+        let columns = Columns::of_windows(g, &windows.cols)?;
         let blocks = g.n * g.channel_blocks();
         let rows = rows_per_band(cpu.threads(), blocks, g.h);
         let tasks = task_count(cpu, blocks * g.h.div_ceil(rows));
@@ -180,7 +180,7 @@ struct Unit<'s, T> {
     grad_input: Vec<&'s mut [T]>,
 }
 
-/// Runs a backward planned by [`GatherPrepared::new`] for `windows`, its scratch carved from
+/// Runs a backward planned by [`GatherPrepared::plan`] for `windows`, its scratch carved from
 /// `carver`.
 /// The inner result is always `Ok`: any mask has a gradient (the forward's, one bit per
 /// window; no bit adds nothing; several bits add the gradient at each).
@@ -206,7 +206,7 @@ pub(super) fn backward<T: PoolFloat>(
         for first in (0..g.h).step_by(p.rows.max(1)) {
             let grad_input = channels.iter_mut().map(|c| c.next().unwrap_or_default()).collect();
             let rows = first..(first + p.rows).min(g.h);
-            units.push(Unit { block: Block::new(g, b), planes: block_planes.clone(), rows, grad_input });
+            units.push(Unit { block: Block::at(g, b), planes: block_planes.clone(), rows, grad_input });
         }
     }
     let mut scratches = scratch.chunks_mut(p.scratch_per_task.max(1));
@@ -375,18 +375,18 @@ mod tests {
                 .collect();
             // The reference, block by block.
             let (hw, positions) = (g.h * g.w, g.positions());
-            let windows = Windows::new(&g).unwrap();
+            let windows = Windows::of(&g).unwrap();
             let mut want = vec![T::default(); g.planes() * hw];
             let mut acc = vec![T::Acc::zero(); 16 * hw];
             for b in 0..g.n * g.channel_blocks() {
                 let planes = g.block_planes(b);
                 let go = &go[planes.start * positions..planes.end * positions];
                 let gi = &mut want[planes.start * hw..planes.end * hw];
-                scatter_bits(&g, &windows, &Block::new(&g, b), go, &bits, gi, &mut acc);
+                scatter_bits(&g, &windows, &Block::at(&g, b), go, &bits, gi, &mut acc);
             }
             for cpu in cpus {
                 let mut sizer = Sizer::new("test");
-                let p = GatherPrepared::new::<T>(cpu, &g, &windows, &mut sizer).unwrap();
+                let p = GatherPrepared::plan::<T>(cpu, &g, &windows, &mut sizer).unwrap();
                 let mut memory =
                     vec![<CacheLine as bytemuck::Zeroable>::zeroed(); sizer.total().div_ceil(64)];
                 let mut got = vec![T::round_from_f64(7.0); want.len()];

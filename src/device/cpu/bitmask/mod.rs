@@ -113,7 +113,7 @@ struct Decoding {
 
 impl Windows {
     /// (None when there are no planes: the output is empty, whatever its other sizes.)
-    fn new(g: &MaxPoolGeometry) -> Result<Self> {
+    fn of(g: &MaxPoolGeometry) -> Result<Self> {
         let p = &g.params;
         // (Dilation 1: checked for the mask operations in phase 1.)
         let (row_taps, col_taps) = max_pool_taps(name::MAX_POOL2D_WITH_MASK_BACKWARD, g)?;
@@ -152,8 +152,8 @@ impl Windows {
 
 impl BitmaskPrepared {
     /// Plans the backward of `g` and adds its scratch to `sizer`.
-    pub(super) fn new<T: PoolFloat>(cpu: &Cpu, g: &MaxPoolGeometry, sizer: &mut Sizer) -> Result<Self> {
-        let windows = Windows::new(g)?;
+    pub(super) fn plan<T: PoolFloat>(cpu: &Cpu, g: &MaxPoolGeometry, sizer: &mut Sizer) -> Result<Self> {
+        let windows = Windows::of(g)?;
         // Half types: a block's planes of f32 sums (the bit-by-bit kernel sums a block at once)
         // and one channel's widened gradients (the decoded scatter).
         let acc_per_task = if T::as_acc_mut(&mut []).is_some() {
@@ -165,7 +165,7 @@ impl BitmaskPrepared {
         let flat_fits = i32::try_from(g.h * g.w).is_ok();
         let few_blocks = blocks > 0 && blocks < threads;
         let (split, acc_tasks) = if blocks > 0 && widest_block(g) <= GATHERED_CHANNELS {
-            (BlockSplit::Gather(gather::GatherPrepared::new::<T>(cpu, g, &windows, sizer)?), 0)
+            (BlockSplit::Gather(gather::GatherPrepared::plan::<T>(cpu, g, &windows, sizer)?), 0)
         } else if few_blocks && windows.decoding.is_some() && flat_fits {
             let rows = rows_per_band(threads, blocks, g.ho);
             let (tasks, taps_per_task) = BlockSplit::bands(g, rows);
@@ -188,7 +188,7 @@ impl BitmaskPrepared {
     }
 }
 
-/// Runs a backward planned by [`BitmaskPrepared::new`], its scratch carved from `carver`. The
+/// Runs a backward planned by [`BitmaskPrepared::plan`], its scratch carved from `carver`. The
 /// inner result is the shared scatter's (with fewer blocks than threads), which decoded indices
 /// never fail.
 pub(super) fn backward<T: PoolFloat>(
@@ -215,7 +215,7 @@ pub(super) fn backward<T: PoolFloat>(
             let undecoded = decode_to_indices(cpu, g, &p.windows, *rows, bits, flat, taps);
             let checked = scatter::scatter(cpu, scatter, go, flat, gi, scratch);
             for b in undecoded {
-                let block = Block::new(g, b);
+                let block = Block::at(g, b);
                 let planes = g.block_planes(b);
                 let go = &go[planes.start * g.positions()..planes.end * g.positions()];
                 let gi = &mut gi[planes.start * g.h * g.w..planes.end * g.h * g.w];
@@ -269,7 +269,7 @@ fn by_blocks<T: PoolFloat>(
     cpu.for_each_task(list, |t| {
         let (mut gi, mut go) = (t.gi, t.go);
         for b in t.blocks {
-            let block = Block::new(g, b);
+            let block = Block::at(g, b);
             let (gi_block, gi_tail) = gi.split_at_mut(block.channels * hw);
             let (go_block, go_tail) = go.split_at(block.channels * positions);
             (gi, go) = (gi_tail, go_tail);
@@ -295,7 +295,7 @@ struct Block {
 
 impl Block {
     /// Block `b = n * channel_blocks + c1`.
-    fn new(g: &MaxPoolGeometry, b: usize) -> Self {
+    fn at(g: &MaxPoolGeometry, b: usize) -> Self {
         let (n, c1) = (b / g.channel_blocks(), b % g.channel_blocks());
         let channels = g.block_planes(b).len();
         Block {
@@ -412,7 +412,7 @@ fn decode_to_indices(
     let mut tapss = taps.chunks_mut(widest_block(g) * band.max(1));
     let mut tasks = Vec::with_capacity(blocks * g.ho.div_ceil(rows));
     for b in 0..blocks {
-        let block = Block::new(g, b);
+        let block = Block::at(g, b);
         let mut channels: Vec<_> =
             (0..block.channels).map(|_| planes.next().unwrap_or_default().chunks_mut(band.max(1))).collect();
         for oh in (0..g.ho).step_by(rows) {
@@ -747,7 +747,7 @@ mod tests {
         let indices = crate::max_pool2d_with_indices(&x, &params).unwrap().indices;
         let mask = Mask::<Bitmask, _>::from_indices(&indices, &params, &shape).unwrap();
         let g = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape).unwrap();
-        let windows = Windows::new(&g).unwrap();
+        let windows = Windows::of(&g).unwrap();
         let mut bits = mask.as_array().as_slice().unwrap().to_vec();
         let want: Vec<i32> = indices.iter().map(|&i| i as i32).collect();
         for rows in [1, 2, 5] {
@@ -780,7 +780,7 @@ mod tests {
             let indices = crate::max_pool2d_with_indices(&x, &params).unwrap().indices;
             let mask = Mask::<Bitmask, _>::from_indices(&indices, &params, &shape).unwrap();
             let g = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape).unwrap();
-            let (windows, block) = (Windows::new(&g).unwrap(), Block::new(&g, 0));
+            let (windows, block) = (Windows::of(&g).unwrap(), Block::at(&g, 0));
             let bits = mask.as_array().as_slice().unwrap().to_vec();
             let decodes = |bits: &[i8]| {
                 let mut taps = vec![0u8; widest_block(&g) * g.positions()];
