@@ -737,6 +737,75 @@ mod tests {
     use crate::{Bitmask, Mask, MaxPool2dParams};
     use ndarray::Array4;
 
+    /// Windows of up to 256 taps (an offset fits a byte) are decoded, with as many binary digits
+    /// as the largest offset needs; larger ones are not, whatever the shape of the kernel.
+    #[test]
+    fn windows_of_more_than_256_taps_have_no_decoder() {
+        for (kernel, digits) in [
+            ([16, 16], Some(8)),
+            ([15, 17], Some(8)),
+            ([1, 256], Some(8)),
+            ([3, 3], Some(4)),
+            ([1, 2], Some(1)),
+            ([1, 1], Some(0)),
+            ([16, 17], None),
+            ([17, 17], None),
+            ([1, 257], None),
+            ([257, 1], None),
+        ] {
+            let params = MaxPool2dParams::new(kernel);
+            let shape = [1, 3, kernel[0] + 2, kernel[1] + 2];
+            let g = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape).unwrap();
+            let decoding = Windows::of(&g).unwrap().decoding;
+            assert_eq!(decoding.map(|d| d.digits), digits, "kernel {kernel:?}");
+        }
+    }
+
+    /// The split rule, as measured and documented at [`GATHERED_CHANNELS`] and [`BlockSplit`]
+    /// (every split gives the same sums; the rule is about speed and, for empty batches, about
+    /// planning no tables): narrow blocks gather, however many; wide blocks fewer than threads
+    /// decode in bands when a decoder exists and a plane's flat indices fit `i32`; otherwise
+    /// whole blocks. Planned only (no tensor), so planes of 2^31 elements cost nothing.
+    #[test]
+    fn the_split_follows_the_measured_rule() {
+        #[derive(Debug, PartialEq)]
+        enum Split {
+            Blocks,
+            Bands,
+            Gather,
+        }
+        let k3s2 = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+        let k17 = MaxPool2dParams::new([17, 17]);
+        let cases = [
+            ([1, 1, 64, 64], &k3s2, 2, Split::Gather),
+            ([1, 4, 64, 64], &k3s2, 2, Split::Gather),
+            ([32, 3, 64, 64], &k3s2, 1, Split::Gather),
+            ([32, 3, 64, 64], &k3s2, 2, Split::Gather),
+            ([1, 20, 64, 64], &k3s2, 3, Split::Bands),
+            ([1, 5, 64, 64], &k3s2, 2, Split::Bands),
+            ([1, 16, 64, 64], &k3s2, 2, Split::Bands),
+            ([2, 16, 64, 64], &k3s2, 2, Split::Blocks),
+            ([4, 16, 64, 64], &k3s2, 2, Split::Blocks),
+            ([1, 16, 64, 64], &k3s2, 1, Split::Blocks),
+            ([1, 16, 64, 64], &k17, 2, Split::Blocks),
+            ([1, 16, 46340, 46340], &k3s2, 2, Split::Bands),
+            ([1, 16, 46341, 46341], &k3s2, 2, Split::Blocks),
+            ([0, 3, 64, 64], &k3s2, 2, Split::Blocks),
+            ([0, 16, 64, 64], &k3s2, 2, Split::Blocks),
+        ];
+        for (shape, params, threads, want) in cases {
+            let g = MaxPoolGeometry::for_mask("test", "input_shape", params, &shape).unwrap();
+            let cpu = Cpu::with_threads(threads).unwrap();
+            let p = BitmaskPrepared::plan::<f32>(&cpu, &g, &mut Sizer::new("test")).unwrap();
+            let got = match p.split {
+                BlockSplit::Blocks { .. } => Split::Blocks,
+                BlockSplit::Bands { .. } => Split::Bands,
+                BlockSplit::Gather(_) => Split::Gather,
+            };
+            assert_eq!(got, want, "{shape:?} {params:?} on {threads} threads");
+        }
+    }
+
     /// Decoding in bands of output rows gives back the indices the mask was made from, whatever
     /// the band height; a block with a cleared word does not decode and is reported.
     #[test]
