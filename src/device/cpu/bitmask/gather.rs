@@ -349,6 +349,25 @@ mod tests {
         65504.0,
     ];
 
+    /// An input row's sums are one per column, kept residue after residue of the column stride:
+    /// residue `c`'s store holds the columns `iw < W` with `iw % sW == c`, counted one by one.
+    #[test]
+    fn columns_keep_one_sum_per_input_column_by_residue() {
+        for (k, s, w) in (1..=4).flat_map(|k| (1..=5).flat_map(move |s| (k..=12).map(move |w| (k, s, w)))) {
+            let params = MaxPool2dParams::new([1, k]).with_stride([1, s]);
+            let g = MaxPoolGeometry::for_mask("test", "input_shape", &params, &[1, 1, 1, w]).unwrap();
+            let columns = Columns::of_windows(&g, &Windows::of(&g).unwrap().cols).unwrap();
+            assert_eq!(columns.sums, w, "k{k} s{s} w{w}");
+            let mut at = 0;
+            for (c, store) in columns.stores.iter().enumerate() {
+                let count = (0..w).filter(|iw| iw % s == c).count();
+                assert_eq!((store.first, store.sums.clone()), (c, at..at + count), "k{k} s{s} w{w}");
+                at += count;
+            }
+            assert_eq!(columns.stores.len(), s.min(w), "k{k} s{s} w{w}");
+        }
+    }
+
     /// The gather equals the bit-by-bit scatter (the reference kernel) element for element, bits
     /// and all (NaN as NaN), for any mask bytes (no bit, one or several per window, bits in
     /// padding), every element type, strides 1 to 4 in each axis, kernels 1 to 4, paddings,
