@@ -368,6 +368,30 @@ mod tests {
         }
     }
 
+    /// With fewer blocks than threads, a block's input rows are cut into bands so that every
+    /// thread gets one; otherwise blocks stay whole, a run of them per thread. (Rows a band and
+    /// tasks, worked by hand: 64 rows of 1 block on 2 threads are 2 bands of 32; on 7 threads,
+    /// 7 bands of 10 (the last of 4); 2 blocks on 3 threads, 2 bands of 32 each, 4 units among
+    /// 3 tasks.)
+    #[test]
+    fn fewer_blocks_than_threads_are_cut_into_a_band_for_every_thread() {
+        let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
+        for (shape, threads, rows, tasks) in [
+            ([1, 1, 64, 64], 2, 32, 2),
+            ([1, 3, 64, 64], 7, 10, 7),
+            ([2, 4, 64, 64], 3, 32, 3),
+            ([3, 1, 64, 64], 2, 64, 2),
+            ([32, 3, 64, 64], 2, 64, 2),
+            ([1, 2, 64, 64], 1, 64, 1),
+        ] {
+            let g = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape).unwrap();
+            let cpu = Cpu::with_threads(threads).unwrap();
+            let windows = Windows::of(&g).unwrap();
+            let p = GatherPrepared::plan::<f32>(&cpu, &g, &windows, &mut Sizer::new("test")).unwrap();
+            assert_eq!((p.rows, p.tasks), (rows, tasks), "{shape:?} on {threads} threads");
+        }
+    }
+
     /// The gather equals the bit-by-bit scatter (the reference kernel) element for element, bits
     /// and all (NaN as NaN), for any mask bytes (no bit, one or several per window, bits in
     /// padding), every element type, strides 1 to 4 in each axis, kernels 1 to 4, paddings,
