@@ -372,7 +372,7 @@ mod tests {
     /// thread gets one; otherwise blocks stay whole, a run of them per thread. (Rows a band and
     /// tasks, worked by hand: 64 rows of 1 block on 2 threads are 2 bands of 32; on 7 threads,
     /// 7 bands of 10 (the last of 4); 2 blocks on 3 threads, 2 bands of 32 each, 4 units among
-    /// 3 tasks.)
+    /// 3 tasks; 2 blocks of 3 rows on 7 threads, bands of a row, 6 tasks.)
     #[test]
     fn fewer_blocks_than_threads_are_cut_into_a_band_for_every_thread() {
         let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
@@ -383,6 +383,9 @@ mod tests {
             ([3, 1, 64, 64], 2, 64, 2),
             ([32, 3, 64, 64], 2, 64, 2),
             ([1, 2, 64, 64], 1, 64, 1),
+            // Fewer rows than threads: a band a row, a task a band.
+            ([1, 1, 4, 64], 7, 1, 4),
+            ([2, 1, 3, 64], 7, 1, 6),
         ] {
             let g = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape).unwrap();
             let cpu = Cpu::with_threads(threads).unwrap();
