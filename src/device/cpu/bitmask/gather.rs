@@ -373,6 +373,8 @@ mod tests {
     /// tasks, worked by hand: 64 rows of 1 block on 2 threads are 2 bands of 32; on 7 threads,
     /// 7 bands of 10 (the last of 4); 2 blocks on 3 threads, 2 bands of 32 each, 4 units among
     /// 3 tasks; 2 blocks of 3 rows on 7 threads, bands of a row, 6 tasks.)
+    /// (Threads need the `rayon` feature: without it every `Cpu` runs on the calling thread.)
+    #[cfg(feature = "rayon")]
     #[test]
     fn fewer_blocks_than_threads_are_cut_into_a_band_for_every_thread() {
         let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);

@@ -766,6 +766,8 @@ mod tests {
     /// planning no tables): narrow blocks gather, however many; wide blocks fewer than threads
     /// decode in bands when a decoder exists and a plane's flat indices fit `i32`; otherwise
     /// whole blocks. Planned only (no tensor), so planes of 2^31 elements cost nothing.
+    /// (Threads need the `rayon` feature: without it every `Cpu` runs on the calling thread.)
+    #[cfg(feature = "rayon")]
     #[test]
     fn the_split_follows_the_measured_rule() {
         #[derive(Debug, PartialEq)]
