@@ -59,9 +59,9 @@ pub(super) struct GatherPrepared {
 struct Columns {
     /// Each residue's runs, `t` downwards (window columns upwards): at most `kW` runs.
     runs: Vec<ColumnRun>,
-    /// Where each residue's sums go in the input row, residue `c` (columns `c, c + sW, ...`) at
-    /// index `c`: `min(sW, W)` of them.
-    stores: Vec<Store>,
+    /// Each residue's sums, residue `c` (input columns `c, c + sW, ...`) at index `c`:
+    /// `min(sW, W)` of them.
+    stores: Vec<Range<usize>>,
     /// Sums per row: one per input column.
     sums: usize,
     /// The column stride.
@@ -77,13 +77,6 @@ struct ColumnRun {
     sums_at: usize,
 }
 
-/// The sums `sums` of one residue are input columns `first, first + sW, ...`.
-#[derive(Debug)]
-struct Store {
-    sums: Range<usize>,
-    first: usize,
-}
-
 impl Columns {
     /// The runs and stores of every input row, from the windows' column taps `cols`.
     fn of_windows(g: &MaxPoolGeometry, cols: &[(Taps, usize)]) -> Result<Self> {
@@ -94,7 +87,7 @@ impl Columns {
         let mut sums = 0;
         let stores = (0..residues).map(|c| {
             let columns = (g.w - c).div_ceil(sw);
-            let store = Store { sums: sums..sums + columns, first: c };
+            let store = sums..sums + columns;
             sums += columns;
             store
         });
@@ -111,7 +104,7 @@ impl Columns {
                 let (c, m) = (iw % sw, iw / sw);
                 match &mut slots[c * per_residue + j / sw] {
                     Some(ColumnRun { len, .. }) => *len += 1,
-                    slot => *slot = Some(ColumnRun { j, ow, len: 1, sums_at: stores[c].sums.start + m }),
+                    slot => *slot = Some(ColumnRun { j, ow, len: 1, sums_at: stores[c].start + m }),
                 }
             }
         }
@@ -125,11 +118,11 @@ impl Columns {
     #[inline(always)]
     fn store<T: PoolFloat>(&self, sums: &[T::Acc], gi: &mut [T]) {
         match &self.stores[..] {
-            [one] => T::from_acc_slice(&sums[one.sums.clone()], &mut gi[one.first..]),
+            [one] => T::from_acc_slice(&sums[one.clone()], gi),
             // Two residues (stride 2, or a wider stride over two columns): the sums of columns
             // 0, 2, ... and of columns 1, 3, ..., interleaved.
             [even, odd] => {
-                let (even, odd) = (&sums[even.sums.clone()], &sums[odd.sums.clone()]);
+                let (even, odd) = (&sums[even.clone()], &sums[odd.clone()]);
                 let (pairs, last) = gi.as_chunks_mut::<2>();
                 for ((pair, &e), &o) in pairs.iter_mut().zip(even).zip(odd) {
                     *pair = [T::from_acc(e), T::from_acc(o)];
@@ -140,8 +133,8 @@ impl Columns {
             }
             stores => {
                 let sw = self.stride;
-                for Store { sums: at, first } in stores {
-                    for (out, &sum) in gi[*first..].chunks_mut(sw).zip(&sums[at.clone()]) {
+                for (c, at) in stores.iter().enumerate() {
+                    for (out, &sum) in gi[c..].chunks_mut(sw).zip(&sums[at.clone()]) {
                         out[0] = T::from_acc(sum);
                     }
                 }
@@ -361,7 +354,7 @@ mod tests {
             let mut at = 0;
             for (c, store) in columns.stores.iter().enumerate() {
                 let count = (0..w).filter(|iw| iw % s == c).count();
-                assert_eq!((store.first, store.sums.clone()), (c, at..at + count), "k{k} s{s} w{w}");
+                assert_eq!(store.clone(), at..at + count, "k{k} s{s} w{w}, residue {c}");
                 at += count;
             }
             assert_eq!(columns.stores.len(), s.min(w), "k{k} s{s} w{w}");
