@@ -12,7 +12,9 @@
 //! `(n, c, h, w)` position, so when a failing case shrinks to fewer batches, channels, rows or
 //! columns, the elements that remain keep their values, and a failure that depends on a few
 //! elements keeps failing as the rest of the case goes away. Seeds shrink too (towards 0), which
-//! changes every value at once.
+//! changes every value at once. A drawn kernel too large for the drawn input is not rejected
+//! but fitted (see [`ParamBounds`]), so a kernel shrinks all the way to the smallest the bounds
+//! allow.
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -80,8 +82,12 @@ pub enum Values {
     WithNan,
 }
 
-/// Bounds of generated max-pooling parameters. Padding is drawn in `0..=kernel/2`; parameters
-/// that leave no window, or a dilated window with no input, are not generated.
+/// Bounds of generated max-pooling parameters. Padding is drawn in `0..=kernel/2`. Along an axis
+/// where the drawn window does not fit the drawn input (no window, or a dilated window that reads
+/// only padding), the case pools by the smallest kernel of the bounds, padded by half of it,
+/// instead: a 1-wide kernel without padding under the default bounds, which fits every input.
+/// So the smallest kernel is a little more frequent than the bounds alone make it, and a failing
+/// case's kernel shrinks to it on any input. Where even that does not fit, no case is generated.
 ///
 /// ```
 /// use ndarray::Ix4;
@@ -259,6 +265,38 @@ fn params_strategy(bounds: &ParamBounds) -> impl Strategy<Value = MaxPool2dParam
     })
 }
 
+/// `params` with `axis` pooled by a `kernel`-wide window padded by half of it (stride, dilation
+/// and ceil mode kept).
+fn refit(params: MaxPool2dParams, axis: usize, kernel: usize) -> MaxPool2dParams {
+    let (mut kernels, mut padding) = (params.kernel(), params.padding());
+    kernels[axis] = kernel;
+    padding[axis] = kernel / 2;
+    MaxPool2dParams::new(kernels)
+        .with_stride(params.stride())
+        .with_padding(padding)
+        .with_dilation(params.dilation())
+        .with_ceil_mode(params.ceil_mode())
+}
+
+/// The drawn `params` fitted to the drawn input, with `forward`'s result for them: the first of
+/// `params`, `params` refitted in height, in width, in both, to the `smallest` kernel the bounds
+/// allow (padded by half of it), that `forward` accepts.
+///
+/// Fitting instead of rejecting keeps shrinking going. proptest shrinks a kernel by binary
+/// search from its drawn size towards the smallest; a rejected step counts as a step that stopped
+/// failing, so a kernel of 4 on a 1-wide input (allowed by a padding of 2) whose tries at 2 and 3
+/// left no window would stay at 4, when 1 fails just as well. Fitted, those tries become the
+/// smallest kernel, and the search goes on down to it.
+fn fitted<R>(
+    params: MaxPool2dParams,
+    smallest: usize,
+    forward: impl Fn(&MaxPool2dParams) -> Option<R>,
+) -> Option<(MaxPool2dParams, R)> {
+    let both = refit(refit(params, 0, smallest), 1, smallest);
+    let candidates = [params, refit(params, 0, smallest), refit(params, 1, smallest), both];
+    candidates.into_iter().find_map(|p| Some((p, forward(&p)?)))
+}
+
 /// Max-pooling cases with flat indices (any dilation in `params.dilation`), of rank `D`.
 ///
 /// ```
@@ -274,12 +312,14 @@ pub fn max_pool_cases<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
     bounds: ParamBounds,
     values: Values,
 ) -> impl Strategy<Value = MaxPoolCase<T, I, D>> {
+    let smallest = *bounds.kernel.start();
     (params_strategy(&bounds), sizes_strategy::<D>(&shapes), any::<u64>(), any::<u64>()).prop_filter_map(
-        "parameters leave no window on this input",
+        "even the smallest kernel leaves no window on this input",
         move |(params, sizes, seed, grad_seed)| {
             let [_, _, h, w] = sizes.nchw;
             let input = sizes.array::<T, D>([h, w], |p| value_at(values, seed, p));
-            let (output, indices) = reference::max_pool2d_with_indices(&input, &params).ok()?;
+            let (params, (output, indices)) =
+                fitted(params, smallest, |p| reference::max_pool2d_with_indices(&input, p).ok())?;
             let pooled = params.output_size([h, w]).ok()?;
             let grad_output = sizes.array::<T, D>(pooled, |p| grad_at(grad_seed, p));
             Some(MaxPoolCase { input, params, output, indices: to_index(&indices), grad_output })
@@ -326,8 +366,9 @@ impl<T: Clone, L: MaskLayout, D: Dimension> Clone for MaskCase<T, L, D> {
     }
 }
 
-/// Max-pooling cases with an Ascend mask (dilation 1; `I32Argmax` cases whose mask could not
-/// hold the values, 1x1 kernels on large outputs, are not generated), of rank `D`.
+/// Max-pooling cases with an Ascend mask (dilation 1; fitted to the input as [`ParamBounds`]
+/// says; `I32Argmax` cases whose mask could not hold the values, 1x1 kernels on large outputs,
+/// are not generated), of rank `D`.
 ///
 /// ```
 /// use ndarray::Ix4;
@@ -344,12 +385,14 @@ pub fn mask_cases<T: PoolFloat, L: MaskLayout, D: PoolDim>(
     values: Values,
 ) -> impl Strategy<Value = MaskCase<T, L, D>> {
     let bounds = ParamBounds { dilation: 1..=1, ..bounds };
+    let smallest = *bounds.kernel.start();
     (params_strategy(&bounds), sizes_strategy::<D>(&shapes), any::<u64>(), any::<u64>()).prop_filter_map(
-        "parameters leave no window, or the mask cannot hold the values",
+        "even the smallest kernel leaves no window, or the mask cannot hold the values",
         move |(params, sizes, seed, grad_seed)| {
             let [_, _, h, w] = sizes.nchw;
             let input = sizes.array::<T, D>([h, w], |p| value_at(values, seed, p));
-            let (output, mask) = reference::max_pool2d_with_mask(&input, &params, L::default()).ok()?;
+            let (params, (output, mask)) =
+                fitted(params, smallest, |p| reference::max_pool2d_with_mask(&input, p, L::default()).ok())?;
             let pooled = params.output_size([h, w]).ok()?;
             let grad_output = sizes.array::<T, D>(pooled, |p| grad_at(grad_seed, p));
             Some(MaskCase { input, params, output, mask, grad_output, layout: PhantomData })
@@ -542,5 +585,58 @@ fn reference_failed(e: crate::Error) -> Mismatch {
         expected: f64::NAN,
         actual: f64::NAN,
         detail: format!("the reference rejected the case: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::Array4;
+
+    use super::*;
+
+    /// `fitted` with the reference forward on an `[h, w]` plane of zeros: the parameters it keeps.
+    fn fit_with(params: MaxPool2dParams, smallest: usize, [h, w]: [usize; 2]) -> Option<MaxPool2dParams> {
+        let input = Array4::<f32>::zeros((1, 1, h, w));
+        Some(fitted(params, smallest, |p| reference::max_pool2d_with_indices(&input, p).ok())?.0)
+    }
+
+    fn fit_on(params: MaxPool2dParams, hw: [usize; 2]) -> MaxPool2dParams {
+        fit_with(params, 1, hw).expect("a 1x1 kernel fits")
+    }
+
+    /// Worked by hand with the output size `(n + 2p - d(k-1) - 1) / s + 1` (at least 1, and a
+    /// padding of at most half the kernel).
+    #[test]
+    fn a_window_too_large_for_the_input_becomes_one_wide_on_its_axis_only() {
+        let p = |k, pad| MaxPool2dParams::new(k).with_stride([1, 1]).with_padding(pad);
+        // [1, 4] without padding on a 1x1 plane: (1 - 3 - 1) / 1 + 1 < 1 in width.
+        assert_eq!(fit_on(p([1, 4], [0, 0]), [1, 1]), p([1, 1], [0, 0]));
+        // A padding of 2 lets the 4-wide kernel fit: (1 + 4 - 3 - 1) / 1 + 1 = 2 outputs.
+        assert_eq!(fit_on(p([4, 1], [2, 0]), [1, 1]), p([4, 1], [2, 0]));
+        // [2, 4] on [2, 1]: the height fits (one output), the width does not.
+        assert_eq!(fit_on(p([2, 4], [1, 0]), [2, 1]), p([2, 1], [1, 0]));
+        // [3, 3] on [1, 5]: the width fits (three outputs), the height does not.
+        assert_eq!(fit_on(p([3, 3], [0, 0]), [1, 5]), p([1, 3], [0, 0]));
+        // Dilation 2 spans 5 inputs with a 3-wide kernel: (4 - 4 - 1) / 2 rounds down to -1, no
+        // window on 4 inputs; stride and dilation are kept.
+        let dilated = MaxPool2dParams::new([3, 3]).with_stride([2, 3]).with_dilation([2, 2]);
+        let one_by_one = MaxPool2dParams::new([1, 1]).with_stride([2, 3]).with_dilation([2, 2]);
+        assert_eq!(fit_on(dilated, [4, 4]), one_by_one);
+        // In ceil mode the quotient rounds up to 0: one window (inputs 0 and 2), kept.
+        assert_eq!(fit_on(dilated.with_ceil_mode(true), [4, 4]), dilated.with_ceil_mode(true));
+        assert_eq!(fit_on(dilated, [5, 5]), dilated);
+    }
+
+    /// Bounds whose smallest kernel is 3: the refit kernel is 3, padded by 1, and where even that
+    /// leaves no window, no case.
+    #[test]
+    fn the_refit_kernel_is_the_smallest_of_the_bounds() {
+        let p = |k, pad| MaxPool2dParams::new(k).with_stride([1, 1]).with_padding(pad);
+        // [4, 4] unpadded on 1x1: no window; [3, 3] padded by 1: (1 + 2 - 2 - 1) / 1 + 1 = 1.
+        assert_eq!(fit_with(p([4, 4], [0, 0]), 3, [1, 1]), Some(p([3, 3], [1, 1])));
+        // On [1, 4] only the height is refit: 4 unpadded fits 4 columns once.
+        assert_eq!(fit_with(p([4, 4], [0, 0]), 3, [1, 4]), Some(p([3, 4], [1, 0])));
+        // Dilation 2: a 3-wide window spans 5, more than 1 + 2 * 1.
+        assert_eq!(fit_with(p([4, 4], [0, 0]).with_dilation([2, 2]), 3, [1, 1]), None);
     }
 }
