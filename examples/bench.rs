@@ -45,7 +45,7 @@ enum DType {
 }
 
 /// The anchor's cases, then ours alone: name, kind, dtype, shape.
-const CASES: [(&str, DType, [usize; 4], Kind); 12] = [
+const CASES: [(&str, DType, [usize; 4], Kind); 13] = [
     ("adaptive_div_f32", DType::F32, [32, 256, 28, 28], Kind::Adaptive([7, 7])),
     ("adaptive_ovl_f32", DType::F32, [32, 256, 30, 30], Kind::Adaptive([7, 7])),
     ("adaptive_ovl_bf16", DType::BF16, [32, 256, 30, 30], Kind::Adaptive([7, 7])),
@@ -61,6 +61,9 @@ const CASES: [(&str, DType, [usize; 4], Kind); 12] = [
     // per-plane costs and scratch shared between threads would show first.
     ("adaptive_global_bf16", DType::BF16, [64, 2048, 7, 7], Kind::Adaptive([1, 1])),
     ("adaptive_global_f16", DType::F16, [64, 2048, 7, 7], Kind::Adaptive([1, 1])),
+    // Not in the anchor: a batch of 3-channel planes, whose `Bitmask` blocks are narrow enough to
+    // gather, in a half type.
+    ("maxpool_rgb_bf16", DType::BF16, [32, 3, 224, 224], Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false }),
 ];
 
 struct Args {

@@ -9,7 +9,9 @@
 //! row and one `t` the windows of consecutive `m` are consecutive: their mask words and
 //! gradients are read as contiguous runs and added run by run (vectorised), in order of output
 //! row, then of `t` downwards (window column upwards). The block's words for the rows' windows
-//! serve all its channels while they are in cache.
+//! serve all its channels while they are in cache. In the half types each channel keeps its
+//! gradient rows widened to `f32` in a ring of as many rows as one input row reads, so a
+//! gradient row is widened once, not once for every input row that reads it.
 //!
 //! Used when the blocks are narrow (`GATHERED_CHANNELS`), however many there are: the units of
 //! work are whole blocks, or bands of input rows when there are fewer blocks than threads, which
@@ -21,7 +23,7 @@ use core::ops::Range;
 
 use num_traits::Zero;
 
-use super::{Block, Windows};
+use super::{Block, Windows, widest_block};
 use crate::alloc::collect_exact;
 use crate::device::cpu::Cpu;
 use crate::device::cpu::scatter::BadIndex;
@@ -29,7 +31,7 @@ use crate::device::cpu::schedule::{rows_per_band, runs, task_count};
 use crate::device::cpu::windows::{Taps, readers};
 use crate::device::cpu::workspace::{Carver, Sizer, task_share};
 use crate::element::{AccFloat, PoolFloat};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::op::MaxPoolGeometry;
 use crate::op::name;
 
@@ -44,8 +46,11 @@ pub(super) struct GatherPrepared {
     /// Input rows per band of a block: all of them unless there are fewer blocks than threads.
     rows: usize,
     tasks: usize,
-    /// Each task's scratch, in `T::Acc`: the sums of one input row and, for the half types,
-    /// one gradient row widened; in whole cache lines.
+    /// Rows of each channel's ring of widened gradient rows (the half types): the most output
+    /// rows that read one input row; 0 for `f32` and `f64`, read where they are.
+    ring_rows: usize,
+    /// Each task's scratch, in `T::Acc`: the sums of one input row and, for the half types, a
+    /// ring of widened gradient rows per channel of a block; in whole cache lines.
     scratch_per_task: usize,
     /// The processor's vector instructions, found once (the kernels are dispatched on them).
     arch: pulp::Arch,
@@ -157,10 +162,24 @@ impl GatherPrepared {
         let blocks = g.n * g.channel_blocks();
         let rows = rows_per_band(cpu.threads(), blocks, g.h);
         let tasks = task_count(cpu, blocks * g.h.div_ceil(rows));
-        let widened = if T::as_acc(&[]).is_some() { 0 } else { g.wo };
-        let scratch_per_task = task_share::<T::Acc>(columns.sums + widened);
+        let ring_rows = match T::as_acc(&[]) {
+            Some(_) => 0,
+            None => row_readers.iter().map(ExactSizeIterator::len).max().unwrap_or(0),
+        };
+        let rings = widest_block(g).checked_mul(ring_rows).and_then(|rows| rows.checked_mul(g.wo));
+        let scratch = rings.and_then(|rings| rings.checked_add(columns.sums));
+        let scratch_per_task = task_share::<T::Acc>(scratch.ok_or_else(|| Error::Overflow {
+            op: name::MAX_POOL2D_WITH_MASK_BACKWARD,
+            arg: "workspace",
+            what: format!(
+                "{ring_rows} widened gradient rows of {} for each of {} channels",
+                g.wo,
+                widest_block(g)
+            ),
+        })?);
         sizer.region::<T::Acc>(tasks * scratch_per_task)?;
-        Ok(GatherPrepared { row_readers, columns, rows, tasks, scratch_per_task, arch: pulp::Arch::new() })
+        let arch = pulp::Arch::new();
+        Ok(GatherPrepared { row_readers, columns, rows, tasks, ring_rows, scratch_per_task, arch })
     }
 }
 
@@ -250,16 +269,77 @@ fn gather_unit<T: PoolFloat>(
     bits: &[i8],
     scratch: &mut [T::Acc],
 ) {
-    let (w, positions) = (g.w, g.positions());
+    let (w, wo, positions) = (g.w, g.wo, g.positions());
     let Unit { block, planes, rows, mut grad_input } = unit;
+    let (sums, rings) = scratch.split_at_mut(p.columns.sums);
+    let mut rings: Vec<_> = match p.ring_rows {
+        0 => Vec::new(),
+        slots => {
+            rings.chunks_mut((slots * wo).max(1)).map(|rows| Ring { rows, slots, wo, filled: 0..0 }).collect()
+        }
+    };
     for (local, ih) in rows.enumerate() {
         // In order of output row: a sum takes its additions in row-major output order.
         let ohs = &p.row_readers[ih];
         for (ch, (plane, gi)) in planes.clone().zip(&mut grad_input).enumerate() {
-            let row = Row { g, windows, columns: &p.columns, block, bit: 1 << ch, ih, ohs: ohs.clone() };
             let go = &go[plane * positions..(plane + 1) * positions];
-            row.gather(go, bits, &mut gi[local * w..(local + 1) * w], scratch);
+            let go_rows = match T::as_acc(go) {
+                Some(go) => GradRows { rows: go, slots: g.ho, wo },
+                None => {
+                    let ring = &mut rings[ch];
+                    ring.fill(go, ohs.clone());
+                    GradRows { rows: ring.rows, slots: ring.slots, wo }
+                }
+            };
+            let row = Row { g, windows, columns: &p.columns, block, bit: 1 << ch, ih, ohs: ohs.clone() };
+            row.gather(go_rows, bits, &mut gi[local * w..(local + 1) * w], sums);
         }
+    }
+}
+
+/// A channel's gradient rows in `T::Acc`: row `oh` at slot `oh % slots`.
+#[derive(Clone, Copy)]
+struct GradRows<'a, A> {
+    rows: &'a [A],
+    slots: usize,
+    wo: usize,
+}
+
+impl<'a, A> GradRows<'a, A> {
+    #[inline(always)]
+    fn row(self, oh: usize) -> &'a [A] {
+        let at = oh % self.slots * self.wo;
+        &self.rows[at..at + self.wo]
+    }
+}
+
+/// A ring of `slots` widened gradient rows of one channel (the half types), row `oh` in slot
+/// `oh % slots`: the input rows of a band read overlapping ranges of output rows, and each row
+/// is widened once, not once for each input row that reads it.
+struct Ring<'s, A> {
+    rows: &'s mut [A],
+    slots: usize,
+    wo: usize,
+    /// The rows the ring holds: at most `slots` consecutive ones.
+    filled: Range<usize>,
+}
+
+impl<A: AccFloat> Ring<'_, A> {
+    /// Makes the ring hold the rows `ohs` (at most `slots` of them) of the channel's gradient `go`,
+    /// widening those it does not hold.
+    #[inline(always)]
+    fn fill<T: PoolFloat<Acc = A>>(&mut self, go: &[T], ohs: Range<usize>) {
+        let Ring { slots, wo, .. } = *self;
+        if !(self.filled.start..=self.filled.end).contains(&ohs.start) {
+            self.filled = ohs.start..ohs.start;
+        }
+        for oh in self.filled.end..ohs.end {
+            let at = oh % slots * wo;
+            T::to_acc_slice(&go[oh * wo..(oh + 1) * wo], &mut self.rows[at..at + wo]);
+        }
+        // The last `slots` rows widened are the ones still in their slots.
+        let end = self.filled.end.max(ohs.end);
+        self.filled = self.filled.start.max(end.saturating_sub(slots))..end;
     }
 }
 
@@ -277,26 +357,23 @@ struct Row<'a> {
 
 impl Row<'_> {
     /// Writes the row's sums to `gi` (one row of the channel's gradient), from the channel's
-    /// gradient `go`; `scratch` holds the row's sums and, for the half types, a widened
-    /// gradient row.
+    /// gradient rows `go_rows`, summing in `sums`.
     #[inline(always)]
-    fn gather<T: PoolFloat>(&self, go: &[T], bits: &[i8], gi: &mut [T], scratch: &mut [T::Acc]) {
+    fn gather<T: PoolFloat>(
+        &self,
+        go_rows: GradRows<'_, T::Acc>,
+        bits: &[i8],
+        gi: &mut [T],
+        sums: &mut [T::Acc],
+    ) {
         let Row { g, windows, columns, block, bit, ih, ref ohs } = *self;
         let ([_, kw], wo) = (g.params.kernel(), g.wo);
-        let (sums, widened) = scratch.split_at_mut(columns.sums);
         sums.fill(T::Acc::zero());
         for oh in ohs.clone() {
             // The window row at which `ih` is read: its first valid tap's, plus the distance.
             let (taps, first) = windows.rows[oh];
             let i = first + (ih - taps.start);
-            let row = &go[oh * wo..(oh + 1) * wo];
-            let go_row: &[T::Acc] = match T::as_acc(row) {
-                Some(row) => row,
-                None => {
-                    T::to_acc_slice(row, &mut widened[..wo]);
-                    &widened[..wo]
-                }
-            };
+            let go_row = go_rows.row(oh);
             for &ColumnRun { j, ow, len, sums_at } in &columns.runs {
                 let words = block.words(bits, i * kw + j, oh * wo + ow, len);
                 add_run(&mut sums[sums_at..sums_at + len], &go_row[ow..ow + len], words, bit);
@@ -359,6 +436,50 @@ mod tests {
             }
             assert_eq!(columns.stores.len(), s.min(w), "k{k} s{s} w{w}");
         }
+    }
+
+    /// A ring holds, after each fill, every row asked for, widened from the gradient: rows that
+    /// slide forward (kept rows not widened again), a jump ahead past the ring, a step back to
+    /// rows whose slots were reused, and no rows. The ring's rows are compared with each
+    /// gradient row converted on its own.
+    #[test]
+    fn a_ring_holds_the_rows_asked_for_however_they_move() {
+        let (ho, wo, slots) = (12, 5, 3);
+        let go: Vec<bf16> = (0..ho * wo).map(|e| bf16::from_f32(e as f32 - 7.25)).collect();
+        let mut rows = vec![f32::NAN; slots * wo];
+        let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0 };
+        for ohs in [0..2, 0..3, 1..4, 2..5, 4..5, 5..5, 5..7, 10..12, 3..6, 0..1, 11..12] {
+            ring.fill(&go, ohs.clone());
+            let held = GradRows { rows: ring.rows, slots, wo };
+            for oh in ohs.clone() {
+                let want: Vec<f32> = go[oh * wo..(oh + 1) * wo].iter().map(|v| v.to_f32()).collect();
+                assert_eq!(held.row(oh), &want[..], "row {oh} after filling {ohs:?}");
+            }
+            assert!(
+                ring.filled.start <= ohs.start && ohs.end <= ring.filled.end,
+                "{ohs:?}: {:?}",
+                ring.filled
+            );
+            assert!(ring.filled.len() <= slots, "{ohs:?}: {:?}", ring.filled);
+        }
+    }
+
+    /// A row the ring holds is not widened again: changed in the gradient after it was widened,
+    /// it keeps its first value while the ring holds it, and is read anew once its slot was
+    /// reused.
+    #[test]
+    fn a_ring_widens_each_row_once_while_it_holds_it() {
+        let (wo, slots) = (2, 3);
+        let mut go = vec![f16::ONE; 8 * wo];
+        let mut rows = vec![f32::NAN; slots * wo];
+        let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0 };
+        ring.fill(&go, 0..3);
+        go[wo..2 * wo].fill(f16::from_f32(2.0));
+        ring.fill(&go, 1..4);
+        assert_eq!(GradRows { rows: ring.rows, slots, wo }.row(1), [1.0, 1.0]);
+        ring.fill(&go, 4..5);
+        ring.fill(&go, 1..2);
+        assert_eq!(GradRows { rows: ring.rows, slots, wo }.row(1), [2.0, 2.0]);
     }
 
     /// With fewer blocks than threads, a block's input rows are cut into bands so that every
