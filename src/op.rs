@@ -284,7 +284,7 @@ pub(crate) fn max_pool_forward_shapes<T: PoolFloat, I: ArgmaxIndex>(
     params: &MaxPool2dParams,
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-    let g = MaxPoolGeometry::new(OP, "input", params, &input.dims())?;
+    let g = MaxPoolGeometry::checked(OP, "input", params, &input.dims())?;
     validate::index_width::<I>(OP, "indices", g.h * g.w)?;
     Ok(g)
 }
@@ -332,7 +332,7 @@ pub(crate) fn max_pool_indices_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
     params: &MaxPool2dParams,
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-    let g = MaxPoolGeometry::new(OP, "self_", params, &self_.dims())?;
+    let g = MaxPoolGeometry::checked(OP, "self_", params, &self_.dims())?;
     validate::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
     validate::input_shape(OP, "indices", indices, &g.pooled_dims())?;
     Ok(g)

@@ -177,7 +177,7 @@ pub struct MaxPoolGeometry {
 
 impl MaxPoolGeometry {
     /// Checks `params` on an input of shape `input_dims` (3-D or 4-D, C, H, W non-empty).
-    pub(crate) fn new(
+    pub(crate) fn checked(
         op: &'static str,
         arg: &'static str,
         params: &MaxPool2dParams,
@@ -242,7 +242,7 @@ impl MaxPoolGeometry {
         input_dims: &[usize],
     ) -> Result<Self> {
         params.check_mask_op(op)?;
-        let g = MaxPoolGeometry::new(op, arg, params, input_dims)?;
+        let g = MaxPoolGeometry::checked(op, arg, params, input_dims)?;
         if g.bytes().is_none() {
             // The kernel is at fault when its offsets alone overflow the smallest mask (one
             // plane, one output: rows of 64 bytes); otherwise the input's size.

@@ -21,7 +21,7 @@ pub(crate) fn encode<I: ArgmaxIndex>(
     indices: &[I],
     out: &mut [i8],
 ) -> Result<()> {
-    let parts = EncodeParts::new(kind, g, indices.len(), out.len());
+    let parts = EncodeParts::of(kind, g, indices.len(), out.len());
     let body = parts.zero_tail(out);
     parts.encode_runs(op, arg, g, 0..parts.count(), indices, body)
 }
@@ -46,7 +46,7 @@ impl EncodeParts {
     /// `I32Argmax` values per part.
     const RUN: usize = 1 << 16;
 
-    pub(crate) fn new(kind: LayoutKind, g: &MaxPoolGeometry, values: usize, bytes: usize) -> Self {
+    pub(crate) fn of(kind: LayoutKind, g: &MaxPoolGeometry, values: usize, bytes: usize) -> Self {
         let (count, block_bytes) = match kind {
             LayoutKind::I32Argmax => (values.div_ceil(Self::RUN), 0),
             LayoutKind::Bitmask => {
@@ -238,7 +238,7 @@ pub(crate) fn encode_in_order<I: ArgmaxIndex>(
 fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &mut [i8]) -> bool {
     let ([sh, sw], [ph, pw]) = (g.params.stride(), g.params.padding());
     let (w, plane, positions, offsets) = (g.w, g.h * g.w, g.positions(), g.offsets());
-    let Some(taps) = WindowTaps::new(g) else { return false };
+    let Some(taps) = WindowTaps::of(g) else { return false };
     if positions == 0 {
         return false;
     }
@@ -285,7 +285,7 @@ impl WindowTaps {
     const MAX_SPAN: usize = 4096;
     const NONE: u16 = u16::MAX;
 
-    fn new(g: &MaxPoolGeometry) -> Option<Self> {
+    fn of(g: &MaxPoolGeometry) -> Option<Self> {
         let ([kh, kw], w) = (g.params.kernel(), g.w);
         let span = kh.checked_mul(w).filter(|&s| s <= Self::MAX_SPAN)?;
         if g.offsets() > Self::MAX_OFFSETS {

@@ -183,7 +183,7 @@ impl<'s> Staging<'s> {
     /// Checks, before any device call, that the tensors of `specs` fit in the device's memory
     /// together (when CANN reported its size at open): a plan that can never be allocated is
     /// refused with [`DeviceLimitKind::Memory`] instead of failing in `aclrtMalloc`.
-    fn new(op: &'static str, session: &'s Arc<Session>, specs: &[Spec]) -> Result<Self> {
+    fn checked(op: &'static str, session: &'s Arc<Session>, specs: &[Spec]) -> Result<Self> {
         let mut total = 0usize;
         for spec in specs {
             total = total.checked_add(spec.bytes(op)?).ok_or_else(|| Error::Overflow {
@@ -462,7 +462,7 @@ impl Ascend {
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
         let (x, out) = (Spec::new("input", input, dtype), Spec::new("output", pooled, dtype));
         let arg = Spec::new(arg, argmax_dims, argmax_dtype);
-        let s = Staging::new(op, &self.session, &[x, out, arg])?;
+        let s = Staging::checked(op, &self.session, &[x, out, arg])?;
         let (x, out, arg) = (s.add(x)?, s.add(out)?, s.add(arg)?);
         let params = self.pool_params(g)?;
         let indices = argmax == PoolArgmax::Indices;
@@ -488,7 +488,7 @@ impl Ascend {
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
         let (go, x) = (Spec::new("grad_output", pooled, dtype), Spec::new("self_", input, dtype));
         let (arg, gi) = (Spec::new(arg, argmax_dims, argmax_dtype), Spec::new("grad_input", input, dtype));
-        let s = Staging::new(op, &self.session, &[go, x, arg, gi])?;
+        let s = Staging::checked(op, &self.session, &[go, x, arg, gi])?;
         let (go, x, arg, gi) = (s.add(go)?, s.add(x)?, s.add(arg)?, s.add(gi)?);
         let params = self.pool_params(g)?;
         let indices = argmax == PoolArgmax::Indices;
@@ -522,7 +522,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         let (x, out) = (Spec::new("input", input, T::DTYPE), Spec::new("output", pooled, T::DTYPE));
         // aclnnAdaptiveMaxPool2d writes INT64 indices only; i32 callers get them converted.
         let idx = Spec::new("indices", pooled, DType::I64);
-        let s = Staging::new(OP, &self.session, &[x, out, idx])?;
+        let s = Staging::checked(OP, &self.session, &[x, out, idx])?;
         let (x, out, idx) = (s.add(x)?, s.add(out)?, s.add(idx)?);
         let output_size = self.session.int_array(&[g.ho as i64, g.wo as i64])?;
         let planned =
@@ -570,7 +570,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         let (input, pooled) = adaptive_dims(g);
         let (go, x) = (Spec::new("grad_output", pooled, T::DTYPE), Spec::new("self_", input, T::DTYPE));
         let (idx, gi) = (Spec::new("indices", pooled, I::DTYPE), Spec::new("grad_input", input, T::DTYPE));
-        let s = Staging::new(OP, &self.session, &[go, x, idx, gi])?;
+        let s = Staging::checked(OP, &self.session, &[go, x, idx, gi])?;
         let (go, x, idx, gi) = (s.add(go)?, s.add(x)?, s.add(idx)?, s.add(gi)?);
         let planned = self.session.adaptive_backward_plan(&go.tensor, &x.tensor, &idx.tensor, &gi.tensor)?;
         let (tensors, buffers) = BackwardBuffers::from_staged(go, x, idx, gi);

@@ -35,14 +35,14 @@ pub struct ForwardPrepared {
 
 impl ForwardPrepared {
     /// Plans a forward over `planes` and adds its scratch to `sizer`.
-    pub(super) fn new<T: PoolFloat>(
+    pub(super) fn plan<T: PoolFloat>(
         cpu: &Cpu,
         rows: Vec<Taps>,
         cols: Vec<Taps>,
         planes: Planes,
         sizer: &mut Sizer,
     ) -> Result<Self> {
-        let split = PlaneSplit::new(cpu, planes.count, planes.ho);
+        let split = PlaneSplit::of(cpu, planes.count, planes.ho);
         let hw = planes.h * planes.w;
         let full_width = cols.len() == 1 && cols[0] == Taps { start: 0, count: planes.w, step: 1 };
         let whole_plane = full_width
@@ -64,7 +64,7 @@ impl ForwardPrepared {
         self.acc_per_task
     }
 
-    /// Carves the scratch counted by [`ForwardPrepared::new`].
+    /// Carves the scratch counted by [`ForwardPrepared::plan`].
     pub(super) fn scratch<'w, T: PoolFloat>(&self, carver: &mut Carver<'w>) -> Result<&'w mut [T::Acc]> {
         carver.region::<T::Acc>(self.split.tasks() * self.acc_per_task)
     }
@@ -86,7 +86,7 @@ pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
     sizer.stage(&input.view())?;
     sizer.stage(&output.as_ref().view())?;
     sizer.stage(&indices.as_ref().view())?;
-    let prepared = ForwardPrepared::new::<T>(cpu, rows, cols, planes, &mut sizer)?;
+    let prepared = ForwardPrepared::plan::<T>(cpu, rows, cols, planes, &mut sizer)?;
     Ok((prepared, sizer.total()))
 }
 
@@ -718,7 +718,7 @@ mod tests {
     ) -> (Vec<u16>, Vec<i64>) {
         let cpu = Cpu::sequential();
         let mut sizer = Sizer::new("test");
-        let p = ForwardPrepared::new::<T>(&cpu, rows.to_vec(), cols.to_vec(), planes, &mut sizer).unwrap();
+        let p = ForwardPrepared::plan::<T>(&cpu, rows.to_vec(), cols.to_vec(), planes, &mut sizer).unwrap();
         let mut acc = vec![<T::Acc as num_traits::Zero>::zero(); p.acc_per_task()];
         let outputs = planes.count * planes.ho * planes.wo;
         let (mut out, mut idx) = (vec![T::default(); outputs], vec![0i64; outputs]);

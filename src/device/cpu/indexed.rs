@@ -26,7 +26,7 @@ pub(super) fn prepare_forward<T: PoolFloat>(
     sizer: &mut Sizer,
 ) -> Result<ForwardPrepared> {
     let (rows, cols) = max_pool_taps(sizer.op(), g)?;
-    ForwardPrepared::new::<T>(cpu, rows, cols, Planes::from(g), sizer)
+    ForwardPrepared::plan::<T>(cpu, rows, cols, Planes::from(g), sizer)
 }
 
 /// The backward state of a max pooling with flat indices, with its scratch added to `sizer`.
@@ -35,7 +35,7 @@ pub(super) fn prepare_scatter<T: PoolFloat>(
     g: &MaxPoolGeometry,
     sizer: &mut Sizer,
 ) -> Result<ScatterPrepared> {
-    ScatterPrepared::new::<T>(cpu, Planes::from(g), &max_pool_taps(sizer.op(), g)?.0, sizer)
+    ScatterPrepared::plan::<T>(cpu, Planes::from(g), &max_pool_taps(sizer.op(), g)?.0, sizer)
 }
 
 /// What the four operations need of their geometry: the planes, each output's window taps, how

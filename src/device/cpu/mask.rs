@@ -125,7 +125,7 @@ fn pool_and_encode_blocks<T: PoolFloat>(
     mask: &mut [i8],
 ) -> Result<()> {
     let (hw, positions) = (g.h * g.w, g.positions());
-    let parts = mask::EncodeParts::new(LayoutKind::Bitmask, g, g.planes() * positions, mask.len());
+    let parts = mask::EncodeParts::of(LayoutKind::Bitmask, g, g.planes() * positions, mask.len());
     let mut mask_rest = parts.zero_tail(mask);
     let (mut x_rest, mut out_rest) = (x, out);
     // One block's indices per task, as `index_count` sized them.
@@ -167,7 +167,7 @@ fn encode(
     indices: &[i32],
     out: &mut [i8],
 ) -> Result<()> {
-    let parts = mask::EncodeParts::new(kind, g, indices.len(), out.len());
+    let parts = mask::EncodeParts::of(kind, g, indices.len(), out.len());
     let mut rest = parts.zero_tail(out);
     let mut tasks = Vec::new();
     for run in runs(parts.count(), task_count(cpu, parts.count())) {

@@ -103,6 +103,32 @@ enum Runner {
     OwnPool { pool: Arc<rayon::ThreadPool>, built_for: Option<NonZeroUsize> },
 }
 
+impl Runner {
+    /// The runner of `parallelism`, its pool built here ([`Cpu::new`]; cargo-mutants does not
+    /// look inside functions named `new`, so the logic lives here).
+    fn for_parallelism(parallelism: Parallelism) -> Result<Self> {
+        #[cfg(feature = "rayon")]
+        let runner = match parallelism {
+            Parallelism::Sequential => Runner::Sequential,
+            Parallelism::AllThreads => Runner::GlobalPool,
+            Parallelism::Threads(n) => {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(n.get())
+                    .build()
+                    .map_err(|e| crate::Error::ThreadPool { threads: n.get(), reason: e.to_string() })?;
+                Runner::OwnPool { pool: Arc::new(pool), built_for: Some(n) }
+            }
+            Parallelism::Pool(pool) => Runner::OwnPool { pool, built_for: None },
+        };
+        #[cfg(not(feature = "rayon"))]
+        let runner = {
+            let _ = parallelism;
+            Runner::Sequential
+        };
+        Ok(runner)
+    }
+}
+
 impl fmt::Debug for Cpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cpu").field("parallelism", &self.parallelism()).field("grain", &self.grain).finish()
@@ -126,25 +152,7 @@ impl Cpu {
     /// [`Error::ThreadPool`](crate::Error::ThreadPool) (feature `rayon`) if rayon cannot start the
     /// threads.
     pub fn new(parallelism: Parallelism) -> Result<Self> {
-        #[cfg(feature = "rayon")]
-        let runner = match parallelism {
-            Parallelism::Sequential => Runner::Sequential,
-            Parallelism::AllThreads => Runner::GlobalPool,
-            Parallelism::Threads(n) => {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(n.get())
-                    .build()
-                    .map_err(|e| crate::Error::ThreadPool { threads: n.get(), reason: e.to_string() })?;
-                Runner::OwnPool { pool: Arc::new(pool), built_for: Some(n) }
-            }
-            Parallelism::Pool(pool) => Runner::OwnPool { pool, built_for: None },
-        };
-        #[cfg(not(feature = "rayon"))]
-        let runner = {
-            let _ = parallelism;
-            Runner::Sequential
-        };
-        Ok(Cpu { runner, grain: schedule::GRAIN })
+        Ok(Cpu { runner: Runner::for_parallelism(parallelism)?, grain: schedule::GRAIN })
     }
 
     /// A CPU device with a rayon pool of its own of `threads` threads

@@ -98,7 +98,7 @@ pub(super) struct ScatterScratch<'w, T: PoolFloat> {
 impl ScatterPrepared {
     /// Plans a scatter over `planes` (whose output row `o` pools the input rows of
     /// `window_rows[o]`) and adds its scratch to `sizer`.
-    pub(super) fn new<T: PoolFloat>(
+    pub(super) fn plan<T: PoolFloat>(
         cpu: &Cpu,
         planes: Planes,
         window_rows: &[Taps],
@@ -106,7 +106,7 @@ impl ScatterPrepared {
     ) -> Result<Self> {
         let op = sizer.op();
         let windows = collect_exact(op, "windows", window_rows.len(), window_rows.iter().map(Taps::span))?;
-        let split = ScatterSplit::new(op, cpu, planes, &windows)?;
+        let split = ScatterSplit::of(op, cpu, planes, &windows)?;
         // The half types sum in scratch, but for planes of one gradient.
         let summed_in_scratch =
             T::as_acc(&[]).is_none() && !matches!(split, ScatterSplit::OneGradient { .. });
@@ -139,7 +139,7 @@ impl ScatterPrepared {
         self.split.tasks(self.planes.count)
     }
 
-    /// Carves the scratch counted by [`ScatterPrepared::new`].
+    /// Carves the scratch counted by [`ScatterPrepared::plan`].
     pub(super) fn scratch<'w, T: PoolFloat>(&self, carver: &mut Carver<'w>) -> Result<ScatterScratch<'w, T>> {
         Ok(ScatterScratch {
             acc: carver.region::<T::Acc>(self.tasks() * self.acc_per_task)?,
@@ -160,7 +160,7 @@ pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
     sizer.stage(&grad_output.view())?;
     sizer.stage(&indices.view())?;
     sizer.stage(&grad_input.as_ref().view())?;
-    let prepared = ScatterPrepared::new::<T>(cpu, planes, window_rows, &mut sizer)?;
+    let prepared = ScatterPrepared::plan::<T>(cpu, planes, window_rows, &mut sizer)?;
     Ok((prepared, sizer.total()))
 }
 

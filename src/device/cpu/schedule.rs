@@ -2,8 +2,8 @@
 //!
 //! | Kernel | Split | Chosen in |
 //! |---|---|---|
-//! | forward (all three forwards) | [`PlaneSplit`]: runs of whole planes, or, with fewer planes than threads, bands of output rows of each plane | `forward::ForwardPrepared::new` |
-//! | flat-index backward (adaptive, with indices, `I32Argmax`) | [`ScatterSplit`]: runs of whole planes (of one gradient each, or not), or, with fewer planes than threads, [`InputBands`] of input rows of each plane | `scatter::ScatterPrepared::new` |
+//! | forward (all three forwards) | [`PlaneSplit`]: runs of whole planes, or, with fewer planes than threads, bands of output rows of each plane | `forward::ForwardPrepared::plan` |
+//! | flat-index backward (adaptive, with indices, `I32Argmax`) | [`ScatterSplit`]: runs of whole planes (of one gradient each, or not), or, with fewer planes than threads, [`InputBands`] of input rows of each plane | `scatter::ScatterPrepared::plan` |
 //! | `Bitmask` backward | blocks of at most 4 channels: [`runs`] of bands of [`rows_per_band`] input rows of each `(n, 16-channel)` block (whole blocks unless there are fewer blocks than threads), each input element gathering its sum; wider blocks: [`block_runs`], or with fewer blocks than threads bands of [`rows_per_band`] output rows of each block, decoded into flat indices that the flat-index backward then adds | `bitmask::BitmaskPrepared::plan` |
 //! | `Bitmask` forward, at least as many blocks as threads | [`block_runs`]: each block pooled and encoded at once | `mask::MaskForwardPrepared` |
 //! | mask forwards otherwise | the forward's [`PlaneSplit`], then [`runs`] of the encoding's parts (`crate::mask::EncodeParts`: 65536 `I32Argmax` values, or one `Bitmask` block) | `mask::encode` |
@@ -150,7 +150,7 @@ pub(super) struct PlaneSplit {
 }
 
 impl PlaneSplit {
-    pub(super) fn new(cpu: &Cpu, planes: usize, rows: usize) -> Self {
+    pub(super) fn of(cpu: &Cpu, planes: usize, rows: usize) -> Self {
         let threads = cpu.threads().max(1);
         if planes >= threads || rows <= 1 {
             let tasks = task_count(cpu, planes);
@@ -187,8 +187,8 @@ pub(super) enum ScatterSplit {
 impl ScatterSplit {
     /// The split of `planes` on `cpu`, whose output row `o` has windows on input rows
     /// `windows[o]`.
-    pub(super) fn new(op: &'static str, cpu: &Cpu, planes: Planes, windows: &[Range<usize>]) -> Result<Self> {
-        Ok(match InputBands::new(op, cpu.threads(), planes, windows)? {
+    pub(super) fn of(op: &'static str, cpu: &Cpu, planes: Planes, windows: &[Range<usize>]) -> Result<Self> {
+        Ok(match InputBands::of(op, cpu.threads(), planes, windows)? {
             Some(bands) => ScatterSplit::Bands(bands),
             None => {
                 let tasks = task_count(cpu, planes.count);
@@ -223,7 +223,7 @@ impl InputBands {
     /// Bands for `planes` on `threads` threads, whose output row `o` has windows on input rows
     /// `windows[o]`, or `None` when whole planes keep every thread busy (or a window is empty,
     /// which no band could check).
-    pub(super) fn new(
+    pub(super) fn of(
         op: &'static str,
         threads: usize,
         planes: Planes,
@@ -271,7 +271,7 @@ mod tests {
         let Work::Forward { taps, .. } = Work::adaptive_forward(&a) else { panic!() };
         assert_eq!(taps, 12 * 2);
         let params = crate::MaxPool2dParams::new([3, 2]);
-        let m = MaxPoolGeometry::new("t", "x", &params, &[1, 2, 9, 8]).unwrap();
+        let m = MaxPoolGeometry::checked("t", "x", &params, &[1, 2, 9, 8]).unwrap();
         let Work::Forward { planes, taps } = Work::max_pool_forward(&m) else { panic!() };
         assert_eq!((planes.count, planes.ho, planes.wo, taps), (2, 3, 4, 6));
     }
@@ -320,25 +320,25 @@ mod tests {
     #[test]
     fn bands_read_every_row_whose_window_reaches_them() {
         // 2 threads: rows 0..5 and 5..10. Window 2 (rows 3..6) reaches both.
-        let two = InputBands::new("test", 2, ONE_PLANE, &stem_rows()).unwrap().unwrap();
+        let two = InputBands::of("test", 2, ONE_PLANE, &stem_rows()).unwrap().unwrap();
         assert_eq!((two.rows, two.reads), (5, vec![0..3, 2..5]));
         // 3 threads: rows 0..4, 4..8, 8..10.
-        let three = InputBands::new("test", 3, ONE_PLANE, &stem_rows()).unwrap().unwrap();
+        let three = InputBands::of("test", 3, ONE_PLANE, &stem_rows()).unwrap().unwrap();
         assert_eq!((three.rows, three.reads), (4, vec![0..3, 2..5, 4..5]));
     }
 
     #[test]
     fn whole_planes_when_they_keep_every_thread_busy() {
         let rows = stem_rows();
-        assert!(InputBands::new("test", 1, ONE_PLANE, &rows).unwrap().is_none());
-        assert!(InputBands::new("test", 2, Planes { count: 2, ..ONE_PLANE }, &rows).unwrap().is_none());
-        assert!(InputBands::new("test", 2, Planes { count: 0, ..ONE_PLANE }, &rows).unwrap().is_none());
+        assert!(InputBands::of("test", 1, ONE_PLANE, &rows).unwrap().is_none());
+        assert!(InputBands::of("test", 2, Planes { count: 2, ..ONE_PLANE }, &rows).unwrap().is_none());
+        assert!(InputBands::of("test", 2, Planes { count: 0, ..ONE_PLANE }, &rows).unwrap().is_none());
         // A window without rows cannot be checked by any band.
         let mut empty = rows.clone();
         empty[4] = 7..7;
-        assert!(InputBands::new("test", 2, ONE_PLANE, &empty).unwrap().is_none());
+        assert!(InputBands::of("test", 2, ONE_PLANE, &empty).unwrap().is_none());
         // A single input row has nothing to cut.
         let flat = Planes { h: 1, ho: 1, ..ONE_PLANE };
-        assert!(InputBands::new("test", 2, flat, core::slice::from_ref(&(0..1))).unwrap().is_none());
+        assert!(InputBands::of("test", 2, flat, core::slice::from_ref(&(0..1))).unwrap().is_none());
     }
 }
