@@ -440,6 +440,43 @@ mod tests {
         assert!(checked > 10_000, "{checked}");
     }
 
+    /// The position-by-position encoder covers windows of at most 64 offsets and 4096
+    /// distances `kH · W`, and leaves larger ones to the exact encoder (worked from the limits:
+    /// 8x8 and 16x4 are 64 offsets, 5x13 is 65; 16 rows of a 256-wide plane span 4096, of a
+    /// 257-wide one 4112).
+    #[test]
+    fn window_taps_cover_64_offsets_and_4096_distances() {
+        let covered = |kernel: [usize; 2], w: usize| {
+            let params = MaxPool2dParams::new(kernel).with_stride([1, 1]);
+            let g = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 1, kernel[0], w]).unwrap();
+            WindowTaps::of(&g).is_some()
+        };
+        assert!(covered([8, 8], 8));
+        assert!(!covered([5, 13], 13));
+        assert!(!covered([13, 5], 5));
+        assert!(covered([16, 4], 256));
+        assert!(!covered([16, 4], 257));
+    }
+
+    /// Windows too large for [`WindowTaps`] (9x9, 81 offsets) are encoded all the same: a
+    /// `Bitmask` made from indices decodes to those indices (every window's maximum at a
+    /// different tap, walking the window).
+    #[test]
+    fn masks_of_windows_past_64_offsets_round_trip() {
+        use crate::mask::{Bitmask, Mask};
+        let params = MaxPool2dParams::new([9, 9]).with_stride([2, 3]).with_padding([4, 4]);
+        let g = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 3, 11, 12]).unwrap();
+        let indices = ndarray::Array4::from_shape_fn((1, 3, g.ho, g.wo), |(_, c, oh, ow)| {
+            let p = oh * g.wo + ow;
+            // The first tap inside the plane at or after offset `7 p + c`, cyclically.
+            let k =
+                (0..g.offsets()).map(|t| (7 * p + c + t) % g.offsets()).find(|&k| g.flat_of(p, k).is_some());
+            g.flat_of(p, k.unwrap()).unwrap() as i64
+        });
+        let mask = Mask::<Bitmask, _>::from_indices(&indices, &params, &[1, 3, 11, 12]).unwrap();
+        assert_eq!(mask.to_indices::<i64>().unwrap(), indices);
+    }
+
     /// Kernels 1 to 3, strides 1 and 2, floor and ceil mode.
     fn itertools_like() -> impl Iterator<Item = (usize, usize, usize, usize, bool)> {
         (1..=3).flat_map(|kh| {
