@@ -273,7 +273,8 @@ fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &
 /// outside the plane, is not in the window; a tap in a column `j >= W` (kernels wider than the
 /// plane) is not found here, and is left to the exact encoder.
 struct WindowTaps {
-    /// `k | j << 8` per distance, or [`WindowTaps::NONE`].
+    /// `k` and `j`, a byte each (`u16::from_le_bytes([k, j])`), per distance, or
+    /// [`WindowTaps::NONE`].
     taps: [u16; WindowTaps::MAX_SPAN],
     span: usize,
 }
@@ -295,7 +296,7 @@ impl WindowTaps {
         for i in 0..kh {
             for j in 0..kw.min(w) {
                 // Both below 64 (checked above): a byte each.
-                taps[i * w + j] = (i * kw + j) as u16 | (j as u16) << 8;
+                taps[i * w + j] = u16::from_le_bytes([(i * kw + j) as u8, j as u8]);
             }
         }
         Some(WindowTaps { taps, span })
@@ -306,7 +307,10 @@ impl WindowTaps {
     fn at(&self, d: usize) -> Option<(usize, usize)> {
         match *self.taps[..self.span].get(d)? {
             Self::NONE => None,
-            t => Some((usize::from(t & 0xff), usize::from(t >> 8))),
+            t => {
+                let [k, j] = t.to_le_bytes();
+                Some((usize::from(k), usize::from(j)))
+            }
         }
     }
 }

@@ -21,7 +21,8 @@ pub struct ForwardPrepared {
     pub(super) cols: Vec<Taps>,
     groups: Vec<ColumnGroup>,
     pub(super) split: PlaneSplit,
-    /// Whether planes are pooled [`BLOCK`] at a time (small planes, whole planes per task).
+    /// Whether planes are pooled [`BLOCK`] at a time: tasks of at least [`BLOCK`] planes of at
+    /// most [`BLOCK_PLANE_MAX`] elements, whose windows do not span the width.
     blocked: bool,
     /// Whether each plane has one window covering all of it (global pooling): one span per plane.
     whole_plane: bool,
@@ -45,12 +46,11 @@ impl ForwardPrepared {
         let split = PlaneSplit::of(cpu, planes.count, planes.ho);
         let hw = planes.h * planes.w;
         let full_width = cols.len() == 1 && cols[0] == Taps { start: 0, count: planes.w, step: 1 };
-        let whole_plane = full_width
-            && split.bands == 1
-            && hw <= EXACT_POSITIONS
-            && rows == [Taps { start: 0, count: planes.h, step: 1 }];
-        let blocked =
-            split.bands == 1 && hw <= BLOCK_PLANE_MAX && split.planes_per_task >= BLOCK && !full_width;
+        // (A single output row is never cut into bands, and bands give a task one plane, so
+        // neither kernel needs to ask for whole planes.)
+        let whole_plane =
+            full_width && hw <= EXACT_POSITIONS && rows == [Taps { start: 0, count: planes.h, step: 1 }];
+        let blocked = hw <= BLOCK_PLANE_MAX && split.planes_per_task >= BLOCK && !full_width;
         let widened = if T::as_acc(&[]).is_some() { 0 } else { hw };
         let acc_per_task = task_share::<T::Acc>(if blocked { BLOCK * hw + widened } else { widened });
         sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
@@ -706,6 +706,29 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// Which kernel a plan takes, worked from the rules of the fields' docs: [`BLOCK`] planes a
+    /// task of at most [`BLOCK_PLANE_MAX`] elements (45² = 2025, 46² = 2116), windows narrower
+    /// than the plane, for the blocked kernel; one window over the whole plane (global pooling)
+    /// for the whole-plane kernel.
+    #[test]
+    fn the_kernel_follows_the_documented_rule() {
+        let plan = |threads: usize, count: usize, [h, w]: [usize; 2], [ho, wo]: [usize; 2]| {
+            let cpu = Cpu::with_threads(threads).unwrap();
+            let planes = Planes { count, h, w, ho, wo };
+            let (rows, cols) = (axis(h, ho, None), axis(w, wo, None));
+            let p = ForwardPrepared::plan::<f32>(&cpu, rows, cols, planes, &mut Sizer::new("test")).unwrap();
+            (p.blocked, p.whole_plane)
+        };
+        assert_eq!(plan(1, 8, [10, 10], [3, 3]), (true, false));
+        assert_eq!(plan(1, 7, [10, 10], [3, 3]), (false, false));
+        assert_eq!(plan(1, 8, [45, 45], [3, 3]), (true, false));
+        assert_eq!(plan(1, 8, [46, 46], [3, 3]), (false, false));
+        // Windows over the whole width: neither blocked nor, with two output rows, whole-plane.
+        assert_eq!(plan(1, 8, [10, 10], [2, 1]), (false, false));
+        assert_eq!(plan(1, 8, [10, 10], [1, 1]), (false, true));
+        assert_eq!(plan(1, 1, [10, 10], [1, 1]), (false, true));
     }
 
     /// One forward task over all of `x`, through the dispatched kernels or the baseline build.
