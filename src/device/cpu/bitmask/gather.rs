@@ -166,16 +166,13 @@ impl GatherPrepared {
             Some(_) => 0,
             None => row_readers.iter().map(ExactSizeIterator::len).max().unwrap_or(0),
         };
-        let rings = widest_block(g).checked_mul(ring_rows).and_then(|rows| rows.checked_mul(g.wo));
+        let channels = widest_block(g);
+        let rings = channels.checked_mul(ring_rows).and_then(|rows| rows.checked_mul(g.wo));
         let scratch = rings.and_then(|rings| rings.checked_add(columns.sums));
         let scratch_per_task = task_share::<T::Acc>(scratch.ok_or_else(|| Error::Overflow {
             op: name::MAX_POOL2D_WITH_MASK_BACKWARD,
             arg: "workspace",
-            what: format!(
-                "{ring_rows} widened gradient rows of {} for each of {} channels",
-                g.wo,
-                widest_block(g)
-            ),
+            what: format!("{ring_rows} widened gradient rows of {} for each of {channels} channels", g.wo),
         })?);
         sizer.region::<T::Acc>(tasks * scratch_per_task)?;
         let arch = pulp::Arch::new();
@@ -251,14 +248,25 @@ impl<T: PoolFloat> pulp::WithSimd for GatherTask<'_, '_, T> {
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
         let GatherTask { g, windows, p, units, go, bits, scratch } = self;
+        // The task's scratch: one row of sums, then (the half types) a ring per channel.
+        let (sums, rings) = scratch.split_at_mut(p.columns.sums);
+        let mut rings: Vec<_> = match p.ring_rows {
+            0 => Vec::new(),
+            slots => rings
+                .chunks_mut((slots * g.wo).max(1))
+                .map(|rows| Ring { rows, slots, wo: g.wo, filled: 0..0 })
+                .collect(),
+        };
         for unit in units {
-            gather_unit(g, windows, p, unit, go, bits, scratch);
+            gather_unit(g, windows, p, unit, go, bits, sums, &mut rings);
         }
     }
 }
 
 /// Every row of a unit, the block's channels one after the other for each row (so that the
 /// mask words of the rows' windows, shared by the block's channels, stay in cache).
+/// `sums` holds a row's sums; `rings` (the half types) a ring per channel of the block.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn gather_unit<T: PoolFloat>(
     g: &MaxPoolGeometry,
@@ -267,17 +275,15 @@ fn gather_unit<T: PoolFloat>(
     unit: Unit<'_, T>,
     go: &[T],
     bits: &[i8],
-    scratch: &mut [T::Acc],
+    sums: &mut [T::Acc],
+    rings: &mut [Ring<'_, T::Acc>],
 ) {
     let (w, wo, positions) = (g.w, g.wo, g.positions());
     let Unit { block, planes, rows, mut grad_input } = unit;
-    let (sums, rings) = scratch.split_at_mut(p.columns.sums);
-    let mut rings: Vec<_> = match p.ring_rows {
-        0 => Vec::new(),
-        slots => {
-            rings.chunks_mut((slots * wo).max(1)).map(|rows| Ring { rows, slots, wo, filled: 0..0 }).collect()
-        }
-    };
+    // The rings held another block's rows.
+    for ring in rings.iter_mut() {
+        ring.filled = 0..0;
+    }
     for (local, ih) in rows.enumerate() {
         // In order of output row: a sum takes its additions in row-major output order.
         let ohs = &p.row_readers[ih];
@@ -285,11 +291,7 @@ fn gather_unit<T: PoolFloat>(
             let go = &go[plane * positions..(plane + 1) * positions];
             let go_rows = match T::as_acc(go) {
                 Some(go) => GradRows { rows: go, slots: g.ho, wo },
-                None => {
-                    let ring = &mut rings[ch];
-                    ring.fill(go, ohs.clone());
-                    GradRows { rows: ring.rows, slots: ring.slots, wo }
-                }
+                None => rings[ch].fill(go, ohs.clone()),
             };
             let row = Row { g, windows, columns: &p.columns, block, bit: 1 << ch, ih, ohs: ohs.clone() };
             row.gather(go_rows, bits, &mut gi[local * w..(local + 1) * w], sums);
@@ -326,9 +328,9 @@ struct Ring<'s, A> {
 
 impl<A: AccFloat> Ring<'_, A> {
     /// Makes the ring hold the rows `ohs` (at most `slots` of them) of the channel's gradient `go`,
-    /// widening those it does not hold.
+    /// widening those it does not hold, and returns the rows it holds.
     #[inline(always)]
-    fn fill<T: PoolFloat<Acc = A>>(&mut self, go: &[T], ohs: Range<usize>) {
+    fn fill<T: PoolFloat<Acc = A>>(&mut self, go: &[T], ohs: Range<usize>) -> GradRows<'_, A> {
         let Ring { slots, wo, .. } = *self;
         if !(self.filled.start..=self.filled.end).contains(&ohs.start) {
             self.filled = ohs.start..ohs.start;
@@ -340,6 +342,7 @@ impl<A: AccFloat> Ring<'_, A> {
         // The last `slots` rows widened are the ones still in their slots.
         let end = self.filled.end.max(ohs.end);
         self.filled = self.filled.start.max(end.saturating_sub(slots))..end;
+        GradRows { rows: self.rows, slots, wo }
     }
 }
 
@@ -449,8 +452,7 @@ mod tests {
         let mut rows = vec![f32::NAN; slots * wo];
         let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0 };
         for ohs in [0..2, 0..3, 1..4, 2..5, 4..5, 5..5, 5..7, 10..12, 3..6, 0..1, 11..12] {
-            ring.fill(&go, ohs.clone());
-            let held = GradRows { rows: ring.rows, slots, wo };
+            let held = ring.fill(&go, ohs.clone());
             for oh in ohs.clone() {
                 let want: Vec<f32> = go[oh * wo..(oh + 1) * wo].iter().map(|v| v.to_f32()).collect();
                 assert_eq!(held.row(oh), &want[..], "row {oh} after filling {ohs:?}");
@@ -475,11 +477,9 @@ mod tests {
         let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0 };
         ring.fill(&go, 0..3);
         go[wo..2 * wo].fill(f16::from_f32(2.0));
-        ring.fill(&go, 1..4);
-        assert_eq!(GradRows { rows: ring.rows, slots, wo }.row(1), [1.0, 1.0]);
+        assert_eq!(ring.fill(&go, 1..4).row(1), [1.0, 1.0]);
         ring.fill(&go, 4..5);
-        ring.fill(&go, 1..2);
-        assert_eq!(GradRows { rows: ring.rows, slots, wo }.row(1), [2.0, 2.0]);
+        assert_eq!(ring.fill(&go, 1..2).row(1), [2.0, 2.0]);
     }
 
     /// With fewer blocks than threads, a block's input rows are cut into bands so that every
