@@ -13,6 +13,10 @@ pub(crate) mod repr {
         /// too large for a narrower `usize`) becomes larger than `isize::MAX`, past every range
         /// of positions.
         fn to_usize_wrapping(self) -> usize;
+        /// The index as `u32` where it lies in `0..2^31`; any other index becomes at least
+        /// 2^31, past every plane of the 32-bit kernels (for loops that vectorise in 32-bit
+        /// lanes).
+        fn to_u32_wrapping(self) -> u32;
 
         /// The flat position if it lies in `0..plane`.
         #[inline(always)]
@@ -71,6 +75,11 @@ impl repr::IndexRepr for i32 {
         // Sign extension: a negative index becomes at least `usize::MAX / 2 + 1`.
         self as isize as usize
     }
+    #[inline(always)]
+    fn to_u32_wrapping(self) -> u32 {
+        // A negative index becomes at least 2^31.
+        self as u32
+    }
 }
 
 impl repr::IndexRepr for i64 {
@@ -86,6 +95,10 @@ impl repr::IndexRepr for i64 {
         } else {
             usize::try_from(self).unwrap_or(usize::MAX)
         }
+    }
+    #[inline(always)]
+    fn to_u32_wrapping(self) -> u32 {
+        u32::try_from(self).unwrap_or(u32::MAX)
     }
 }
 

@@ -83,6 +83,8 @@ pub mod burn;
 #[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
 pub mod candle;
 pub mod device;
+#[cfg(test)]
+mod draws;
 mod element;
 mod error;
 mod functional;

@@ -232,39 +232,156 @@ pub(crate) fn encode_in_order<I: ArgmaxIndex>(
 }
 
 /// Encodes one block's indices (channel-major, at most 16 channels) position by position: the
-/// channels set their bits in the position's window words, which are then stored. `out` must
-/// start zeroed. False, with `out` partly written, when some index is not in its window, or
-/// when the windows are larger than [`WindowTaps`] covers.
+/// channels set their bits in the position's window words, which are then stored. Output
+/// columns whose windows lie inside the plane's columns go [`LANES`] at a time
+/// ([`Block::encode_lanes`]), the others one at a time ([`Block::encode_position`]). `out`
+/// must start zeroed. False, with `out` partly written, when some index is not in its window, or when the windows
+/// are larger than [`WindowTaps`] covers.
 fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &mut [i8]) -> bool {
-    let ([sh, sw], [ph, pw]) = (g.params.stride(), g.params.padding());
-    let (w, plane, positions, offsets) = (g.w, g.h * g.w, g.positions(), g.offsets());
+    let ([sh, sw], ph) = (g.params.stride(), g.params.padding()[0]);
+    let (w, positions) = (g.w, g.positions());
     let Some(taps) = WindowTaps::of(g) else { return false };
     if positions == 0 {
         return false;
     }
-    let (channels, row_bytes) = (indices.len() / positions, word_offset(g, 0, 0, 1, 0));
+    let block = Block {
+        g,
+        taps: &taps,
+        indices,
+        channels: (indices.len() / positions).min(16),
+        row_bytes: word_offset(g, 0, 0, 1, 0),
+    };
+    // Columns whose windows lie inside the plane's columns, `LANES` at a time (the last group
+    // ending at the last of them, overlapping the one before: its words are written again, the
+    // same); the others, and all of them when they are fewer than `LANES`, one at a time.
+    let inner = block.lane_columns();
+    let lanes = if inner.len() >= LANES { inner } else { inner.start..inner.start };
     for oh in 0..g.ho {
-        // The flat position of the window's origin `(oh·sh - ph, ow·sw - pw)`, modulo 2^64.
+        // The flat position of the row's window origin `oh·sh - ph`, modulo 2^64.
         let row_origin = (oh * sh).wrapping_sub(ph).wrapping_mul(w);
-        for ow in 0..g.wo {
-            let (p, col_origin) = (oh * g.wo + ow, (ow * sw).wrapping_sub(pw));
-            let origin = row_origin.wrapping_add(col_origin);
-            let mut words = [0u16; WindowTaps::MAX_OFFSETS];
-            for bit in 0..channels.min(16) {
-                let Some(flat) = indices[bit * positions + p].flat_in(plane) else { return false };
-                let Some((k, j)) = taps.at(flat.wrapping_sub(origin)) else { return false };
-                // A tap whose column is outside the plane: the index is in another row.
-                if col_origin.wrapping_add(j) >= w {
-                    return false;
-                }
-                words[k] |= 1 << bit;
+        let p = oh * g.wo;
+        for ow in lanes.clone().step_by(LANES) {
+            let ow = ow.min(lanes.end - LANES);
+            if !block.encode_lanes(row_origin, p + ow, ow * sw, out) {
+                return false;
             }
-            for (k, &word) in words[..offsets].iter().enumerate() {
-                write_word(out, k * row_bytes + 2 * p, word);
+        }
+        for ow in (0..lanes.start).chain(lanes.end..g.wo) {
+            if !block.encode_position(row_origin, p + ow, ow * sw, out) {
+                return false;
             }
         }
     }
     true
+}
+
+/// Output positions encoded together by [`Block::encode_lanes`].
+const LANES: usize = 8;
+
+/// One block's indices and what [`encode_by_position`] needs to encode them.
+struct Block<'a, I> {
+    g: &'a MaxPoolGeometry,
+    taps: &'a WindowTaps,
+    /// Channel-major: `channels` runs of `g.positions()` indices.
+    indices: &'a [I],
+    channels: usize,
+    /// Bytes from one window offset's row of words to the next.
+    row_bytes: usize,
+}
+
+impl<I: ArgmaxIndex> Block<'_, I> {
+    /// The output columns whose windows read only columns inside the plane (so that a distance
+    /// from the window's origin is a tap exactly when it is one of the window's distances), if
+    /// the plane is small enough for distances in `u32` (see [`Block::encode_lanes`]); empty
+    /// otherwise.
+    fn lane_columns(&self) -> core::ops::Range<usize> {
+        let g = self.g;
+        let (kw, sw, pw) = (g.params.kernel()[1], g.params.stride()[1], g.params.padding()[1]);
+        if g.h * g.w > u32::MAX as usize / 4 || g.w + pw < kw {
+            return 0..0;
+        }
+        // `ow·sw >= pw` and `ow·sw - pw + kw <= w`.
+        let first = pw.div_ceil(sw);
+        first..((g.w + pw - kw) / sw + 1).min(g.wo).max(first)
+    }
+
+    /// Encodes position `p`, whose window starts at row origin `row_origin` (flat, modulo
+    /// 2^64) and column `col + pad` (`col` is `ow·sw`). False when some channel's index is not
+    /// in its window (or is a tap [`WindowTaps`] leaves to the exact encoder).
+    fn encode_position(&self, row_origin: usize, p: usize, col: usize, out: &mut [i8]) -> bool {
+        let (g, plane, positions) = (self.g, self.g.h * self.g.w, self.g.positions());
+        let col_origin = col.wrapping_sub(g.params.padding()[1]);
+        let origin = row_origin.wrapping_add(col_origin);
+        let mut words = [0u16; WindowTaps::MAX_OFFSETS];
+        for bit in 0..self.channels {
+            let Some(flat) = self.indices[bit * positions + p].flat_in(plane) else { return false };
+            let Some((k, j)) = self.taps.at(flat.wrapping_sub(origin)) else { return false };
+            // A tap whose column is outside the plane: the index is in another row.
+            if col_origin.wrapping_add(j) >= g.w {
+                return false;
+            }
+            words[k] |= 1 << bit;
+        }
+        for (k, &word) in words[..g.offsets()].iter().enumerate() {
+            write_word(out, k * self.row_bytes + 2 * p, word);
+        }
+        true
+    }
+
+    /// Encodes the [`LANES`] positions from `p` on, in one output row, whose windows lie inside
+    /// the plane's columns ([`Block::lane_columns`]); `col` is the first one's `ow·sw`. Each
+    /// lane compares every channel's distance from its window's origin with each of the
+    /// window's distances, and sets the channel's bit in the word of the one it equals (at
+    /// most one: the distances differ), in loops over the lanes that the compiler vectorises.
+    /// Distances are taken modulo 2^32: with planes below 2^30 elements an index in the plane
+    /// lies less than 2^31 from any window origin, so only a true tap's distance equals one.
+    /// False when some channel's index is outside the plane or its window: its bit is then
+    /// missing from all of the lane's words.
+    fn encode_lanes(&self, row_origin: usize, p: usize, col: usize, out: &mut [i8]) -> bool {
+        let (g, positions) = (self.g, self.g.positions());
+        // Below 2^30 ([`Block::lane_columns`]).
+        let plane = (g.h * g.w) as u32;
+        let [_, sw] = g.params.stride();
+        let origin = row_origin.wrapping_add(col.wrapping_sub(g.params.padding()[1])) as u32;
+        let origins: [u32; LANES] = core::array::from_fn(|l| origin.wrapping_add((l * sw) as u32));
+        // Each channel's distance from each lane's window origin, where it is below
+        // `MAX_SPAN` (every tap's is); `u16::MAX`, which is no tap's, where it is not, or where
+        // the index is outside the plane.
+        let mut d = [[0u16; LANES]; 16];
+        for (bit, d) in d[..self.channels].iter_mut().enumerate() {
+            let Some(run) = self.indices.get(bit * positions + p..bit * positions + p + LANES) else {
+                return false;
+            };
+            for l in 0..LANES {
+                let flat = run[l].to_u32_wrapping();
+                let at = flat.wrapping_sub(origins[l]);
+                d[l] = if flat < plane && at < WindowTaps::MAX_SPAN as u32 { at as u16 } else { u16::MAX };
+            }
+        }
+        let mut seen = [0u16; LANES];
+        for (k, &tap) in self.taps.distances[..g.offsets()].iter().enumerate() {
+            let tap = tap as u16;
+            // Channel `c`'s bit shifted in last but `c` (a shift by a variable would not
+            // vectorise on 16-bit lanes).
+            let mut word = [0u16; LANES];
+            for d in d[..self.channels].iter().rev() {
+                for l in 0..LANES {
+                    word[l] = word[l] << 1 | u16::from(d[l] == tap);
+                }
+            }
+            for l in 0..LANES {
+                seen[l] |= word[l];
+            }
+            let at = k * self.row_bytes + 2 * p;
+            let Some(words) = out.get_mut(at..at + 2 * LANES) else { return false };
+            for (pair, &s) in words.chunks_exact_mut(2).zip(&word) {
+                let [lo, hi] = s.to_le_bytes();
+                pair.copy_from_slice(&[lo as i8, hi as i8]);
+            }
+        }
+        let every = ((1u32 << self.channels) - 1) as u16;
+        seen.iter().all(|&s| s == every)
+    }
 }
 
 /// The taps of a pooling window by their distance `d` (flat, row-major) from the window's
@@ -277,6 +394,9 @@ struct WindowTaps {
     /// [`WindowTaps::NONE`].
     taps: [u16; WindowTaps::MAX_SPAN],
     span: usize,
+    /// The distance `i·W + j` of window offset `k = i·kW + j`, for windows no wider than the
+    /// plane (`kW <= W`; [`Block::encode_lanes`] reads no other).
+    distances: [u32; WindowTaps::MAX_OFFSETS],
 }
 
 impl WindowTaps {
@@ -293,13 +413,16 @@ impl WindowTaps {
             return None;
         }
         let mut taps = [Self::NONE; Self::MAX_SPAN];
+        let mut distances = [u32::MAX; Self::MAX_OFFSETS];
         for i in 0..kh {
             for j in 0..kw.min(w) {
                 // Both below 64 (checked above): a byte each.
                 taps[i * w + j] = u16::from_le_bytes([(i * kw + j) as u8, j as u8]);
+                // Below `MAX_SPAN`.
+                distances[i * kw + j] = (i * w + j) as u32;
             }
         }
-        Some(WindowTaps { taps, span })
+        Some(WindowTaps { taps, span, distances })
     }
 
     /// The window offset `k` and column `j` of the tap at distance `d`, if it is one.
@@ -374,6 +497,7 @@ pub(crate) fn decode<I: ArgmaxIndex>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::draws::Draws;
     use crate::params::MaxPool2dParams;
 
     /// Every index of every plane at every position of small poolings (kernels wider than the
@@ -479,6 +603,107 @@ mod tests {
         });
         let mask = Mask::<Bitmask, _>::from_indices(&indices, &params, &[1, 3, 11, 12]).unwrap();
         assert_eq!(mask.to_indices::<i64>().unwrap(), indices);
+    }
+
+    /// The lane encoder ([`Block::encode_lanes`]) against the exact encoder, which reads the
+    /// indices in row-major order and finds each window offset from rows and columns
+    /// ([`encode_in_order`]), and against the position-by-position encoder
+    /// ([`Block::encode_position`], the lanes' scalar reference), bit for bit, on drawn
+    /// geometries wide enough for lanes (planes 8 to 40 wide, kernels 1 to 4, strides 1 to 3,
+    /// padding up to half the kernel, floor and ceil mode, 1 to 16 channels), in `i64` and
+    /// `i32`. Half the cases hold one bad index (half of them in the first or last output
+    /// column, where windows meet the padding): a neighbour of its tap (a column or a row away:
+    /// in the window or not, the element a row before or after an edge window's first or last
+    /// column among them), outside the plane (negative, past its end), or a tap plus or minus
+    /// 2^32 (equal to a tap in 32-bit lanes). Accepted, with the same bytes, exactly when the
+    /// exact encoder accepts.
+    #[test]
+    fn lanes_encode_as_the_exact_encoder() {
+        let mut draws = Draws::new(0x5DEE_CE66_D1CE_4E5B);
+        let (mut by_lanes, mut refused) = (0, 0);
+        for _ in 0..2000 {
+            let (kh, kw) = (1 + draws.below(4), 1 + draws.below(4));
+            let (sh, sw) = (1 + draws.below(3), 1 + draws.below(3));
+            let (ph, pw) = (draws.below(kh / 2 + 1), draws.below(kw / 2 + 1));
+            let (h, w, c) = (kh + draws.below(6), 8 + draws.below(33), 1 + draws.below(16));
+            let params = MaxPool2dParams::new([kh, kw])
+                .with_stride([sh, sw])
+                .with_padding([ph, pw])
+                .with_ceil_mode(draws.below(2) == 1);
+            let Ok(g) = MaxPoolGeometry::for_mask("test", "input", &params, &[1, c, h, w]) else { continue };
+            let (positions, plane) = (g.positions(), (h * w) as i64);
+            let mut indices: Vec<i64> = (0..c * positions)
+                .map(|e| {
+                    let taps: Vec<usize> =
+                        (0..g.offsets()).filter_map(|k| g.flat_of(e % positions, k)).collect();
+                    taps[draws.below(taps.len())] as i64
+                })
+                .collect();
+            if draws.below(2) == 0 {
+                // At an edge column half the time, where windows meet padding.
+                let e = match draws.below(4) {
+                    0 => draws.below(c * g.ho) * g.wo,
+                    1 => draws.below(c * g.ho) * g.wo + g.wo - 1,
+                    _ => draws.below(indices.len()),
+                };
+                let v = indices[e];
+                indices[e] = match draws.below(8) {
+                    0 => v + 1,
+                    1 => v - 1,
+                    2 => v + w as i64,
+                    3 => v - w as i64,
+                    4 => -1 - draws.below(3) as i64,
+                    5 => plane + draws.below(3) as i64,
+                    6 => v + (1 << 32),
+                    _ => v - (1 << 32),
+                };
+            }
+            let bytes = g.bytes().unwrap();
+            let mut exact = vec![0i8; bytes];
+            let values = indices.iter().copied();
+            let accepted =
+                encode_in_order("test", "mask", LayoutKind::Bitmask, &g, 0, 0, values, &mut exact).is_ok();
+            let block = Block {
+                g: &g,
+                taps: &WindowTaps::of(&g).unwrap(),
+                indices: &indices[..],
+                channels: c,
+                row_bytes: word_offset(&g, 0, 0, 1, 0),
+            };
+            let mut alone = vec![0i8; bytes];
+            let one_by_one = (0..positions).all(|p| {
+                let (oh, ow) = (p / g.wo, p % g.wo);
+                let row_origin = (oh * sh).wrapping_sub(ph).wrapping_mul(w);
+                block.encode_position(row_origin, p, ow * sw, &mut alone)
+            });
+            let case = format!("{params:?} on [1, {c}, {h}, {w}]");
+            assert_eq!(one_by_one, accepted, "{case}: position by position");
+            let narrow: Option<Vec<i32>> = indices.iter().map(|&v| i32::try_from(v).ok()).collect();
+            for fast in [Some(&indices[..]).map(|i| encoded(&g, i)), narrow.map(|i| encoded(&g, &i))]
+                .into_iter()
+                .flatten()
+            {
+                match fast {
+                    Some(fast) => {
+                        assert!(accepted, "{case}: accepted by lanes, refused by the exact encoder");
+                        assert_eq!(fast, exact, "{case}");
+                        assert_eq!(fast, alone, "{case}");
+                    }
+                    None => assert!(!accepted, "{case}: refused by lanes, accepted by the exact encoder"),
+                }
+            }
+            by_lanes += usize::from(accepted && block.lane_columns().len() >= LANES);
+            refused += usize::from(!accepted);
+        }
+        // Both outcomes, and the lanes, drawn often (worked out from the draws: most of the
+        // planes are wide enough, half the cases hold a bad index, most of which is refused).
+        assert!(by_lanes > 500 && refused > 300, "{by_lanes} accepted through lanes, {refused} refused");
+    }
+
+    /// [`encode_by_position`] into a zeroed mask: the bytes, or `None` where it refuses.
+    fn encoded<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I]) -> Option<Vec<i8>> {
+        let mut out = vec![0i8; g.bytes().unwrap()];
+        encode_by_position(g, indices, &mut out).then_some(out)
     }
 
     /// Kernels 1 to 3, strides 1 and 2, floor and ceil mode.

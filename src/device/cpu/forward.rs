@@ -616,7 +616,7 @@ fn position<A: AccFloat>(p: usize) -> A {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::cpu::draws::Draws;
+    use crate::draws::Draws;
 
     fn taps(start: usize, count: usize, step: usize) -> Taps {
         Taps { start, count, step }

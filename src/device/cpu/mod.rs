@@ -15,8 +15,6 @@ use crate::error::Result;
 use workspace::CacheLine;
 
 mod bitmask;
-#[cfg(test)]
-mod draws;
 mod forward;
 mod indexed;
 mod mask;

@@ -401,8 +401,8 @@ mod tests {
     use super::super::scatter_bits;
     use super::*;
     use crate::MaxPool2dParams;
-    use crate::device::cpu::draws::Draws;
     use crate::device::cpu::workspace::CacheLine;
+    use crate::draws::Draws;
     use half::{bf16, f16};
 
     /// Gradient values with both zeros, infinities, a NaN, subnormals of every type, and values
