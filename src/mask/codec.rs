@@ -235,8 +235,8 @@ pub(crate) fn encode_in_order<I: ArgmaxIndex>(
 /// channels set their bits in the position's window words, which are then stored. Output
 /// columns whose windows lie inside the plane's columns go [`LANES`] at a time
 /// ([`Block::encode_lanes`]), the others one at a time ([`Block::encode_position`]). `out`
-/// must start zeroed. False, with `out` partly written, when some index is not in its window, or when the windows
-/// are larger than [`WindowTaps`] covers.
+/// must start zeroed. False, with `out` partly written, when some index is not in its window,
+/// or when the windows are larger than [`WindowTaps`] covers.
 fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &mut [i8]) -> bool {
     let ([sh, sw], ph) = (g.params.stride(), g.params.padding()[0]);
     let (w, positions) = (g.w, g.positions());
@@ -360,7 +360,6 @@ impl<I: ArgmaxIndex> Block<'_, I> {
         }
         let mut seen = [0u16; LANES];
         for (k, &tap) in self.taps.distances[..g.offsets()].iter().enumerate() {
-            let tap = tap as u16;
             // Channel `c`'s bit shifted in last but `c` (a shift by a variable would not
             // vectorise on 16-bit lanes).
             let mut word = [0u16; LANES];
@@ -394,9 +393,10 @@ struct WindowTaps {
     /// [`WindowTaps::NONE`].
     taps: [u16; WindowTaps::MAX_SPAN],
     span: usize,
-    /// The distance `i·W + j` of window offset `k = i·kW + j`, for windows no wider than the
-    /// plane (`kW <= W`; [`Block::encode_lanes`] reads no other).
-    distances: [u32; WindowTaps::MAX_OFFSETS],
+    /// The distance `i·W + j` of window offset `k = i·kW + j` (below [`WindowTaps::MAX_SPAN`]),
+    /// or [`WindowTaps::NOT_A_DISTANCE`] for a tap in a column past the plane's width (which
+    /// [`Block::encode_lanes`] never meets: it takes windows inside the plane's columns).
+    distances: [u16; WindowTaps::MAX_OFFSETS],
 }
 
 impl WindowTaps {
@@ -405,6 +405,9 @@ impl WindowTaps {
     /// Distances up to this (`kH · W`).
     const MAX_SPAN: usize = 4096;
     const NONE: u16 = u16::MAX;
+    /// Equal to no distance [`Block::encode_lanes`] compares: those are below
+    /// [`WindowTaps::MAX_SPAN`], or `u16::MAX`.
+    const NOT_A_DISTANCE: u16 = u16::MAX - 1;
 
     fn of(g: &MaxPoolGeometry) -> Option<Self> {
         let ([kh, kw], w) = (g.params.kernel(), g.w);
@@ -413,13 +416,13 @@ impl WindowTaps {
             return None;
         }
         let mut taps = [Self::NONE; Self::MAX_SPAN];
-        let mut distances = [u32::MAX; Self::MAX_OFFSETS];
+        let mut distances = [Self::NOT_A_DISTANCE; Self::MAX_OFFSETS];
         for i in 0..kh {
             for j in 0..kw.min(w) {
                 // Both below 64 (checked above): a byte each.
                 taps[i * w + j] = u16::from_le_bytes([(i * kw + j) as u8, j as u8]);
-                // Below `MAX_SPAN`.
-                distances[i * kw + j] = (i * w + j) as u32;
+                // Below `MAX_SPAN`, 4096: a `u16`.
+                distances[i * kw + j] = (i * w + j) as u16;
             }
         }
         Some(WindowTaps { taps, span, distances })
