@@ -6,7 +6,7 @@ use crate::index::ArgmaxIndex;
 use crate::validate::MaxPoolGeometry;
 
 use super::layout::layout_repr::LayoutKind;
-use super::layout::{MaskBytes, read_word, word_offset, write_word};
+use super::layout::{MaskBytes, read_word, word_offset, write_word, write_words};
 use crate::geometry::mask_block_planes;
 
 /// Writes `indices` (`N·C·Ho·Wo` flat arg-max values, row-major) into the contiguous mask `out`
@@ -238,28 +238,16 @@ pub(crate) fn encode_in_order<I: ArgmaxIndex>(
 /// must start zeroed. False, with `out` partly written, when some index is not in its window,
 /// or when the windows are larger than [`WindowTaps`] covers.
 fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &mut [i8]) -> bool {
-    let ([sh, sw], ph) = (g.params.stride(), g.params.padding()[0]);
-    let (w, positions) = (g.w, g.positions());
     let Some(taps) = WindowTaps::of(g) else { return false };
-    if positions == 0 {
-        return false;
-    }
-    let block = Block {
-        g,
-        taps: &taps,
-        indices,
-        channels: (indices.len() / positions).min(16),
-        row_bytes: word_offset(g, 0, 0, 1, 0),
-    };
+    let Some(block) = Block::of(g, &taps, indices) else { return false };
+    let sw = g.params.stride()[1];
     // Columns whose windows lie inside the plane's columns, `LANES` at a time (the last group
     // ending at the last of them, overlapping the one before: its words are written again, the
     // same); the others, and all of them when they are fewer than `LANES`, one at a time.
     let inner = block.lane_columns();
     let lanes = if inner.len() >= LANES { inner } else { inner.start..inner.start };
     for oh in 0..g.ho {
-        // The flat position of the row's window origin `oh·sh - ph`, modulo 2^64.
-        let row_origin = (oh * sh).wrapping_sub(ph).wrapping_mul(w);
-        let p = oh * g.wo;
+        let (row_origin, p) = (block.row_origin(oh), oh * g.wo);
         for ow in lanes.clone().step_by(LANES) {
             let ow = ow.min(lanes.end - LANES);
             if !block.encode_lanes(row_origin, p + ow, ow * sw, out) {
@@ -289,7 +277,21 @@ struct Block<'a, I> {
     row_bytes: usize,
 }
 
-impl<I: ArgmaxIndex> Block<'_, I> {
+impl<'a, I: ArgmaxIndex> Block<'a, I> {
+    /// The block of `indices` (at most 16 channels are encoded) with its windows' `taps`, if it
+    /// has positions.
+    fn of(g: &'a MaxPoolGeometry, taps: &'a WindowTaps, indices: &'a [I]) -> Option<Self> {
+        let positions = Some(g.positions()).filter(|&p| p > 0)?;
+        let (channels, row_bytes) = ((indices.len() / positions).min(16), word_offset(g, 0, 0, 1, 0));
+        Some(Block { g, taps, indices, channels, row_bytes })
+    }
+
+    /// The flat position of the window origin row `oh·sh - ph` of output row `oh`, modulo 2^64.
+    fn row_origin(&self, oh: usize) -> usize {
+        let g = self.g;
+        (oh * g.params.stride()[0]).wrapping_sub(g.params.padding()[0]).wrapping_mul(g.w)
+    }
+
     /// The output columns whose windows read only columns inside the plane (so that a distance
     /// from the window's origin is a tap exactly when it is one of the window's distances), if
     /// the plane is small enough for distances in `u32` (see [`Block::encode_lanes`]); empty
@@ -371,11 +373,8 @@ impl<I: ArgmaxIndex> Block<'_, I> {
             for l in 0..LANES {
                 seen[l] |= word[l];
             }
-            let at = k * self.row_bytes + 2 * p;
-            let Some(words) = out.get_mut(at..at + 2 * LANES) else { return false };
-            for (pair, &s) in words.chunks_exact_mut(2).zip(&word) {
-                let [lo, hi] = s.to_le_bytes();
-                pair.copy_from_slice(&[lo as i8, hi as i8]);
+            if write_words(out, k * self.row_bytes + 2 * p, &word).is_none() {
+                return false;
             }
         }
         let every = ((1u32 << self.channels) - 1) as u16;
@@ -666,19 +665,11 @@ mod tests {
             let values = indices.iter().copied();
             let accepted =
                 encode_in_order("test", "mask", LayoutKind::Bitmask, &g, 0, 0, values, &mut exact).is_ok();
-            let block = Block {
-                g: &g,
-                taps: &WindowTaps::of(&g).unwrap(),
-                indices: &indices[..],
-                channels: c,
-                row_bytes: word_offset(&g, 0, 0, 1, 0),
-            };
+            let taps = WindowTaps::of(&g).unwrap();
+            let block = Block::of(&g, &taps, &indices[..]).unwrap();
             let mut alone = vec![0i8; bytes];
-            let one_by_one = (0..positions).all(|p| {
-                let (oh, ow) = (p / g.wo, p % g.wo);
-                let row_origin = (oh * sh).wrapping_sub(ph).wrapping_mul(w);
-                block.encode_position(row_origin, p, ow * sw, &mut alone)
-            });
+            let one_by_one = (0..positions)
+                .all(|p| block.encode_position(block.row_origin(p / g.wo), p, p % g.wo * sw, &mut alone));
             let case = format!("{params:?} on [1, {c}, {h}, {w}]");
             assert_eq!(one_by_one, accepted, "{case}: position by position");
             let narrow: Option<Vec<i32>> = indices.iter().map(|&v| i32::try_from(v).ok()).collect();

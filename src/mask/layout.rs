@@ -134,6 +134,18 @@ pub(crate) fn read_words<const N: usize>(bytes: &[i8], offset: usize) -> Option<
     Some(core::array::from_fn(|l| u16::from_le_bytes([run[2 * l] as u8, run[2 * l + 1] as u8])))
 }
 
+/// Stores `N` consecutive `Bitmask` words from byte `offset` (as [`read_words`] reads them), or
+/// `None`, storing nothing, past the end of `bytes`.
+#[inline(always)]
+pub(crate) fn write_words<const N: usize>(bytes: &mut [i8], offset: usize, words: &[u16; N]) -> Option<()> {
+    let run = bytes.get_mut(offset..offset.checked_add(2 * N)?)?;
+    for (pair, word) in run.chunks_exact_mut(2).zip(words) {
+        let [lo, hi] = word.to_le_bytes();
+        pair.copy_from_slice(&[lo as i8, hi as i8]);
+    }
+    Some(())
+}
+
 /// [`read_words`] four to a `u64`: word `4 * q + l` of the run in bits `16 * l..16 * l + 16` of
 /// element `q`, so that the lanes of one word can be worked on four at a time.
 #[inline(always)]
