@@ -281,9 +281,8 @@ impl<'a, I: ArgmaxIndex> Block<'a, I> {
     /// The block of `indices` (at most 16 channels are encoded) with its windows' `taps`, if it
     /// has positions.
     fn of(g: &'a MaxPoolGeometry, taps: &'a WindowTaps, indices: &'a [I]) -> Option<Self> {
-        let positions = Some(g.positions()).filter(|&p| p > 0)?;
-        let (channels, row_bytes) = ((indices.len() / positions).min(16), word_offset(g, 0, 0, 1, 0));
-        Some(Block { g, taps, indices, channels, row_bytes })
+        let channels = indices.len().checked_div(g.positions())?.min(16);
+        Some(Block { g, taps, indices, channels, row_bytes: word_offset(g, 0, 0, 1, 0) })
     }
 
     /// The flat position of the window origin row `oh·sh - ph` of output row `oh`, modulo 2^64.
@@ -299,12 +298,13 @@ impl<'a, I: ArgmaxIndex> Block<'a, I> {
     fn lane_columns(&self) -> core::ops::Range<usize> {
         let g = self.g;
         let (kw, sw, pw) = (g.params.kernel()[1], g.params.stride()[1], g.params.padding()[1]);
-        if g.h * g.w > u32::MAX as usize / 4 || g.w + pw < kw {
+        // (`w + pw - kw` below zero: no window fits in the plane's columns.)
+        let Some(room) = (g.w + pw).checked_sub(kw).filter(|_| g.h * g.w <= u32::MAX as usize / 4) else {
             return 0..0;
-        }
+        };
         // `ow·sw >= pw` and `ow·sw - pw + kw <= w`.
         let first = pw.div_ceil(sw);
-        first..((g.w + pw - kw) / sw + 1).min(g.wo).max(first)
+        first..(room / sw + 1).min(g.wo).max(first)
     }
 
     /// Encodes position `p`, whose window starts at row origin `row_origin` (flat, modulo
@@ -692,6 +692,91 @@ mod tests {
         // Both outcomes, and the lanes, drawn often (worked out from the draws: most of the
         // planes are wide enough, half the cases hold a bad index, most of which is refused).
         assert!(by_lanes > 500 && refused > 300, "{by_lanes} accepted through lanes, {refused} refused");
+    }
+
+    /// An index one past the plane (`H·W`) lies at the distance of a tap in the row below the
+    /// plane, which a window reaching into the bottom padding has: every encoder refuses it
+    /// there, through the lanes too (the window of output row 3, column 1, of a k3 s1 p1 pooling
+    /// of 4x16 planes starts at input row 2, column 0; its tap (2, 0) would be element 64).
+    #[test]
+    fn an_index_one_past_the_plane_is_refused_in_the_bottom_padding() {
+        let params = MaxPool2dParams::new([3, 3]).with_stride([1, 1]).with_padding([1, 1]);
+        let g = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 2, 4, 16]).unwrap();
+        let taps = WindowTaps::of(&g).unwrap();
+        let lanes = Block::<i64>::of(&g, &taps, &[]).unwrap().lane_columns();
+        assert!(lanes.contains(&1) && lanes.len() >= LANES, "{lanes:?}");
+        let (positions, wo) = (g.positions(), g.wo);
+        for (channel, at) in [(0, 3 * wo + 1), (1, 3 * wo + 1)] {
+            let mut indices: Vec<i64> =
+                (0..2 * positions).map(|e| g.flat_of(e % positions, 4).unwrap() as i64).collect();
+            assert!(encoded(&g, &indices).is_some(), "the window centres encode");
+            indices[channel * positions + at] = 64;
+            let exact = encode_in_order(
+                "test",
+                "mask",
+                LayoutKind::Bitmask,
+                &g,
+                0,
+                0,
+                indices.iter().copied(),
+                &mut vec![0i8; g.bytes().unwrap()],
+            );
+            assert!(exact.is_err(), "the exact encoder refuses 64 at position {at}");
+            assert_eq!(encoded(&g, &indices), None, "channel {channel}, position {at} (i64)");
+            let narrow: Vec<i32> = indices.iter().map(|&v| v as i32).collect();
+            assert_eq!(encoded(&g, &narrow), None, "channel {channel}, position {at} (i32)");
+        }
+    }
+
+    /// Lanes take distances modulo 2^32 only on planes below 2^30 elements (see
+    /// [`Block::encode_lanes`]): a plane of 2^30 - 1 elements still has lane columns, one of
+    /// 2^30 none. (Geometry only: no tensor is made. 2^30 - 1 = 294903 · 3641, a width whose
+    /// 1x1 windows [`WindowTaps`] covers.)
+    #[test]
+    fn lane_columns_stop_at_planes_of_2_pow_30() {
+        let lane_columns = |h: usize, w: usize| {
+            let params = MaxPool2dParams::new([1, 1]);
+            let g = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 1, h, w]).unwrap();
+            let taps = WindowTaps::of(&g).expect("1x1 windows of a plane at most 4096 wide");
+            Block::<i64>::of(&g, &taps, &[]).unwrap().lane_columns()
+        };
+        assert_eq!(294903 * 3641, (1 << 30) - 1);
+        assert_eq!(lane_columns(294903, 3641), 0..3641);
+        assert_eq!(lane_columns(1 << 18, 1 << 12), 0..0);
+        // Below the bound the range is the inner columns, whatever the height.
+        assert_eq!(lane_columns((1 << 18) - 1, 1 << 12), 0..4096);
+    }
+
+    /// The lane columns are exactly the output columns `ow` whose windows lie inside the plane's
+    /// columns, `ow·sw >= pw` and `ow·sw - pw + kW <= W`, found here by trying every column
+    /// (kernels 1 to 5 wide, as wide as the plane or wider, strides 1 to 3, every padding up to
+    /// half the kernel, floor and ceil). A range too narrow would only slow the encoder (the
+    /// other columns give the same bytes), one too wide would read taps past the plane's edge.
+    #[test]
+    fn lane_columns_are_the_windows_inside_the_plane() {
+        let mut checked = 0;
+        for (kw, sw, ceil) in (1..=5).flat_map(|k| (1..=3).flat_map(move |s| [(k, s, false), (k, s, true)])) {
+            for (pw, w) in (0..=kw / 2).flat_map(|p| (1..=30).map(move |w| (p, w))) {
+                let params = MaxPool2dParams::new([2, kw])
+                    .with_stride([1, sw])
+                    .with_padding([0, pw])
+                    .with_ceil_mode(ceil);
+                let Ok(g) = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 1, 2, w]) else {
+                    continue;
+                };
+                let taps = WindowTaps::of(&g).unwrap();
+                let got = Block::<i32>::of(&g, &taps, &[]).unwrap().lane_columns();
+                let inside = |ow: usize| ow * sw >= pw && ow * sw - pw + kw <= w;
+                let want: Vec<usize> = (0..g.wo).filter(|&ow| inside(ow)).collect();
+                assert_eq!(
+                    got.clone().collect::<Vec<_>>(),
+                    want,
+                    "kernel {kw}, stride {sw}, pad {pw}, width {w}"
+                );
+                checked += usize::from(!want.is_empty());
+            }
+        }
+        assert!(checked > 1500, "{checked} geometries with lane columns");
     }
 
     /// [`encode_by_position`] into a zeroed mask: the bytes, or `None` where it refuses.
