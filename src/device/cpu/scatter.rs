@@ -628,3 +628,29 @@ fn add_within<G: Copy, I: ArgmaxIndex>(sums: &mut impl Sums<G>, go: &[G], ix: &[
     }
     go.len()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the half types sum in scratch (a plane of f32 sums and one of widened gradients per
+    /// task); f32 and f64 sum straight into `grad_input`, and planes of one gradient need none
+    /// in any type (the gradient is stored where its index points).
+    #[test]
+    fn only_the_half_types_reserve_accumulator_scratch() {
+        fn reserved<T: PoolFloat>(ho: usize) -> (usize, usize) {
+            let cpu = Cpu::with_threads(2).unwrap();
+            let planes = Planes { count: 4, h: 8, w: 8, ho, wo: ho };
+            let rows = vec![Taps { start: 0, count: 8, step: 1 }; ho];
+            let p = ScatterPrepared::plan::<T>(&cpu, planes, &rows, &mut Sizer::new("test")).unwrap();
+            (p.acc_per_task, p.grad_per_task)
+        }
+        assert_eq!(reserved::<f32>(4), (0, 0));
+        assert_eq!(reserved::<f64>(4), (0, 0));
+        for (acc, grad) in [reserved::<half::f16>(4), reserved::<half::bf16>(4)] {
+            assert!(acc >= 64 && grad >= 16, "{acc} sums and {grad} gradients per task");
+        }
+        assert_eq!(reserved::<half::bf16>(1), (0, 0));
+        assert_eq!(reserved::<f32>(1), (0, 0));
+    }
+}

@@ -340,5 +340,51 @@ mod tests {
         // A single input row has nothing to cut.
         let flat = Planes { h: 1, ho: 1, ..ONE_PLANE };
         assert!(InputBands::of("test", 2, flat, core::slice::from_ref(&(0..1))).unwrap().is_none());
+        // Windows that are not one per output row describe no band.
+        assert!(InputBands::of("test", 2, ONE_PLANE, &rows[..4]).unwrap().is_none());
+    }
+
+    /// Two input rows are already enough to cut: a band of one row each on 2 threads.
+    #[test]
+    fn two_input_rows_make_two_bands() {
+        let two_rows = Planes { count: 1, h: 2, w: 4, ho: 2, wo: 2 };
+        let bands = InputBands::of("test", 2, two_rows, &[0..1, 1..2]).unwrap().unwrap();
+        assert_eq!((bands.rows, bands.reads), (1, vec![0..1, 1..2]));
+    }
+
+    /// Fewer planes than threads: a forward cuts its plane into bands of output rows, one task
+    /// each, so that batch 1 uses every thread; a single output row is not cut.
+    #[test]
+    fn a_forward_of_fewer_planes_than_threads_is_cut_into_bands() {
+        let two = Cpu::with_threads(2).unwrap();
+        let one_plane = PlaneSplit::of(&two, 1, 10);
+        assert_eq!((one_plane.planes_per_task, one_plane.bands, one_plane.rows_per_band), (1, 2, 5));
+        assert_eq!(one_plane.tasks(), 2);
+        let one_row = PlaneSplit::of(&two, 1, 1);
+        assert_eq!((one_row.bands, one_row.tasks()), (1, 1));
+        let busy = PlaneSplit::of(&two, 4, 10);
+        assert_eq!((busy.planes_per_task, busy.bands, busy.tasks()), (2, 1, 2));
+    }
+
+    /// Planes of one gradient each (a 1x1 output: global pooling) take the split that needs no
+    /// scratch, whatever their shape; planes with more gradients, or with no element to store
+    /// one in, do not.
+    #[test]
+    fn global_pooling_takes_the_one_gradient_split() {
+        let two = Cpu::with_threads(2).unwrap();
+        let split = |h: usize, w: usize, ho: usize, wo: usize| {
+            let planes = Planes { count: 4, h, w, ho, wo };
+            let windows = vec![0..h; ho];
+            ScatterSplit::of("test", &two, planes, &windows).unwrap()
+        };
+        for (h, w) in [(7, 7), (3, 7), (7, 3), (1, 1)] {
+            assert!(
+                matches!(split(h, w, 1, 1), ScatterSplit::OneGradient { tasks: 2, per_task: 2 }),
+                "{h}x{w} to 1x1"
+            );
+        }
+        assert!(matches!(split(7, 7, 1, 2), ScatterSplit::Planes { tasks: 2, per_task: 2 }));
+        assert!(matches!(split(7, 7, 2, 1), ScatterSplit::Planes { .. }));
+        assert!(matches!(split(0, 5, 1, 1), ScatterSplit::Planes { .. }));
     }
 }
