@@ -354,6 +354,8 @@ mod tests {
 
     /// Fewer planes than threads: a forward cuts its plane into bands of output rows, one task
     /// each, so that batch 1 uses every thread; a single output row is not cut.
+    /// (Threads need the `rayon` feature: without it every `Cpu` runs on the calling thread.)
+    #[cfg(feature = "rayon")]
     #[test]
     fn a_forward_of_fewer_planes_than_threads_is_cut_into_bands() {
         let two = Cpu::with_threads(2).unwrap();
@@ -369,6 +371,8 @@ mod tests {
     /// Planes of one gradient each (a 1x1 output: global pooling) take the split that needs no
     /// scratch, whatever their shape; planes with more gradients, or with no element to store
     /// one in, do not.
+    /// (Threads need the `rayon` feature: without it every `Cpu` runs on the calling thread.)
+    #[cfg(feature = "rayon")]
     #[test]
     fn global_pooling_takes_the_one_gradient_split() {
         let two = Cpu::with_threads(2).unwrap();
