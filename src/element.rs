@@ -68,6 +68,11 @@ pub(crate) mod internal {
 
         /// `self` if `keep`, else `+0` (a mask on the bits, which vectorises).
         fn kept_if(self, keep: bool) -> Self;
+
+        /// A position kept as this type (a whole number below 2^24, exact in every
+        /// accumulator type) back as `usize`: a plain conversion, without `num_traits`' range
+        /// tests.
+        fn to_position(self) -> usize;
     }
 
     /// What the kernels need of a [`PoolFloat`](super::PoolFloat): gradients are accumulated in
@@ -172,6 +177,11 @@ impl AccFloat for f32 {
     fn kept_if(self, keep: bool) -> f32 {
         f32::from_bits(self.to_bits() & 0u32.wrapping_sub(u32::from(keep)))
     }
+
+    #[inline(always)]
+    fn to_position(self) -> usize {
+        self as usize
+    }
 }
 
 impl AccFloat for f64 {
@@ -183,6 +193,11 @@ impl AccFloat for f64 {
     #[inline(always)]
     fn kept_if(self, keep: bool) -> f64 {
         f64::from_bits(self.to_bits() & 0u64.wrapping_sub(u64::from(keep)))
+    }
+
+    #[inline(always)]
+    fn to_position(self) -> usize {
+        self as usize
     }
 }
 

@@ -6,7 +6,6 @@ use super::Cpu;
 use super::schedule::PlaneSplit;
 use super::windows::{Planes, Taps};
 use super::workspace::{CacheLine, Carver, Sizer, task_share};
-use num_traits::ToPrimitive;
 
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::Result;
@@ -21,14 +20,18 @@ pub struct ForwardPrepared {
     pub(super) cols: Vec<Taps>,
     groups: Vec<ColumnGroup>,
     pub(super) split: PlaneSplit,
-    /// Whether planes are pooled [`BLOCK`] at a time: tasks of at least [`BLOCK`] planes of at
-    /// most [`BLOCK_PLANE_MAX`] elements, whose windows do not span the width.
+    /// Whether planes are pooled [`BLOCK`] at a time: planes of at most [`BLOCK_PLANE_MAX`]
+    /// elements, whose windows do not span the width, in tasks of whole planes, at least
+    /// [`BLOCK`] of them or `partial_from`.
     blocked: bool,
+    /// The fewest planes the blocked kernel takes in a block of their own (the planes left
+    /// after whole blocks, or a task of fewer than [`BLOCK`]): [`partial_blocks_from`].
+    partial_from: usize,
+    /// The most input rows a window spans: the rows the blocked kernel interleaves at a time.
+    band_rows: usize,
     /// Whether each plane has one window covering all of it (global pooling): one span per plane.
     whole_plane: bool,
-    /// Accumulator-type scratch per task: [`BLOCK`] interleaved planes for the blocked kernel,
-    /// else one widened input plane for the half types, else 0; in whole cache lines
-    /// ([`task_share`]).
+    /// Accumulator-type scratch per task ([`acc_per_task`]).
     acc_per_task: usize,
     /// The vector instructions the tasks run in ([`pool_task`]), detected once, in phase 1.
     arch: pulp::Arch,
@@ -50,13 +53,28 @@ impl ForwardPrepared {
         // neither kernel needs to ask for whole planes.)
         let whole_plane =
             full_width && hw <= EXACT_POSITIONS && rows == [Taps { start: 0, count: planes.h, step: 1 }];
-        let blocked = hw <= BLOCK_PLANE_MAX && split.planes_per_task >= BLOCK && !full_width;
-        let widened = if T::as_acc(&[]).is_some() { 0 } else { hw };
-        let acc_per_task = task_share::<T::Acc>(if blocked { BLOCK * hw + widened } else { widened });
-        sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
         let groups = ColumnGroup::plan(sizer.op(), &cols)?;
+        let partial_from = partial_blocks_from(&cols, &groups);
+        let blocked = hw <= BLOCK_PLANE_MAX
+            && split.bands == 1
+            && !full_width
+            && split.planes_per_task >= partial_from.min(BLOCK);
+        let band_rows = rows.iter().map(|r| r.span().len()).max().unwrap_or(0);
+        let acc_per_task = acc_per_task::<T>(blocked.then_some(band_rows), planes);
+        sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
         let arch = pulp::Arch::new();
-        Ok(ForwardPrepared { rows, cols, groups, split, blocked, whole_plane, acc_per_task, arch })
+        Ok(ForwardPrepared {
+            rows,
+            cols,
+            groups,
+            split,
+            blocked,
+            partial_from,
+            band_rows,
+            whole_plane,
+            acc_per_task,
+            arch,
+        })
     }
 
     /// Accumulator-type scratch each task needs.
@@ -68,6 +86,18 @@ impl ForwardPrepared {
     pub(super) fn scratch<'w, T: PoolFloat>(&self, carver: &mut Carver<'w>) -> Result<&'w mut [T::Acc]> {
         carver.region::<T::Acc>(self.split.tasks() * self.acc_per_task)
     }
+}
+
+/// Accumulator-type scratch per task ([`ForwardPrepared::acc_per_task`]), in whole cache lines:
+/// for the blocked kernel over bands of `band_rows` input rows, the band of [`BLOCK`]
+/// interleaved planes, a row of offsets and (half types) the band of one plane widened; else
+/// (`None`) one widened input plane for the half types, else nothing.
+fn acc_per_task<T: PoolFloat>(band_rows: Option<usize>, planes: Planes) -> usize {
+    let widened = |len| if T::as_acc(&[]).is_some() { 0 } else { len };
+    task_share::<T::Acc>(match band_rows {
+        Some(rows) => BLOCK * rows * planes.w + BLOCK * planes.wo + widened(rows * planes.w),
+        None => widened(planes.h * planes.w),
+    })
 }
 
 /// Plans a forward that writes values and flat indices from the views of one call.
@@ -208,15 +238,18 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex>(
 ) {
     let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
     if p.blocked {
-        // Whole planes: BLOCK at a time, then the rest one by one.
-        let full = t.x.len() / (hw * BLOCK) * BLOCK;
-        let (xb, xr) = t.x.split_at(full * hw);
-        let (ob, or) = t.out.split_at_mut(full * ohw);
-        let (ib, ir) = t.idx.split_at_mut(full * ohw);
+        // Whole planes, BLOCK at a time, the rest in a last block of their own when there are
+        // enough of them, else one by one.
+        let count = t.x.len() / hw;
+        let rest = count % BLOCK;
+        let in_blocks = if rest >= p.partial_from { count } else { count - rest };
+        let (xb, xr) = t.x.split_at(in_blocks * hw);
+        let (ob, or) = t.out.split_at_mut(in_blocks * ohw);
+        let (ib, ir) = t.idx.split_at_mut(in_blocks * ohw);
         for ((x, out), idx) in
             xb.chunks(BLOCK * hw).zip(ob.chunks_mut(BLOCK * ohw)).zip(ib.chunks_mut(BLOCK * ohw))
         {
-            pool_block(x, planes, &p.rows, &p.cols, t.acc, out, idx);
+            pool_block(x, planes, p, t.acc, out, idx);
         }
         (t.x, t.out, t.idx) = (xr, or, ir);
         if t.x.is_empty() {
@@ -260,59 +293,102 @@ const BLOCK: usize = 8;
 /// stay in the L2 cache.
 const BLOCK_PLANE_MAX: usize = 2048;
 
-/// [`BLOCK`] planes at once, with the rule of [`pool_plane`]: the planes are interleaved into
-/// `block` (`block[e * BLOCK + l]` is element `e` of plane `l`, widened), so every tap of a window
-/// is one vector of [`BLOCK`] lanes (the half types are widened a plane at a time through the rest
-/// of `scratch`), and the windows of the [`BLOCK`] planes are scanned together,
-/// each lane keeping its best value and its position (as a float, exact for these small planes,
-/// so that both are selected by the same vector blend).
+/// The fewest planes for which a block of fewer than [`BLOCK`] planes beats pooling them one by
+/// one ([`pool_plane`]), from the windows' columns `cols` and their `groups`; more than
+/// [`BLOCK`] when it never does. A block costs about 17 instructions a tap whatever the number
+/// of its planes (AVX2, callgrind); one by one, a window narrower than [`WIDE_LANES`] columns
+/// alone costs about 22 a tap, 8 columns 2 apart about 37 a tap for the 8, and 8 columns 1 apart
+/// or a wide window far less. So: any number of planes when every window is scanned alone, half
+/// a block when some go 8 columns 2 apart, never when some go 8 columns 1 apart or are wide.
+fn partial_blocks_from(cols: &[Taps], groups: &[ColumnGroup]) -> usize {
+    let narrow = cols.iter().all(|c| c.count < WIDE_LANES);
+    let by_stride = |s| groups.iter().any(|g| matches!(g, ColumnGroup::Lanes { stride, .. } if *stride == s));
+    if !narrow || by_stride(1) {
+        BLOCK + 1
+    } else if by_stride(2) {
+        BLOCK / 2
+    } else {
+        1
+    }
+}
+
+/// Up to [`BLOCK`] planes at once, with the rule of [`pool_plane`], one output row at a time:
+/// the input rows of the row's windows (its band) are interleaved into `band`
+/// (`band[(y * w + c) * BLOCK + l]` is row `y` of the band, column `c`, of plane `l`, widened), so
+/// every tap of a window is one vector of [`BLOCK`] lanes, and the windows of the planes are
+/// scanned together, each lane keeping its best value and that tap's offset in the band (the
+/// same for every lane at each step, so the loop vectorises). Rows that the next band shares
+/// with this one are moved, not interleaved again. The offsets of a row's outputs are gathered
+/// in `found` (`found[o * BLOCK + l]` for column `o` of plane `l`), then stored plane by plane.
+/// With fewer than [`BLOCK`] planes the other lanes scan whatever the scratch holds, and their
+/// results are not read. `scratch` holds [`ForwardPrepared::acc_per_task`] elements.
 #[inline(always)]
 fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
     x: &[T],
     planes: Planes,
-    rows: &[Taps],
-    cols: &[Taps],
+    p: &ForwardPrepared,
     scratch: &mut [T::Acc],
     out: &mut [T],
     idx: &mut [I],
 ) {
-    let (w, hw, ohw) = (planes.w, planes.h * planes.w, planes.ho * planes.wo);
-    let (block, widened) = scratch.split_at_mut(BLOCK * hw);
-    for (l, plane) in x.chunks_exact(hw).enumerate() {
-        let plane = match T::as_acc(plane) {
-            Some(p) => p,
-            None => {
-                T::to_acc_slice(plane, &mut widened[..hw]);
-                &widened[..hw]
-            }
-        };
-        for (lanes, &v) in block.chunks_exact_mut(BLOCK).zip(plane) {
-            lanes[l] = v;
+    let (w, wo, hw, ohw) = (planes.w, planes.wo, planes.h * planes.w, planes.ho * planes.wo);
+    let (band, rest) = scratch.split_at_mut(BLOCK * p.band_rows * w);
+    let (found, widened) = rest.split_at_mut(BLOCK * wo);
+    // Offsets as `u32` in the space of `BLOCK * wo` accumulators (`f32` or `f64`): never fails.
+    let found: &mut [u32] = bytemuck::cast_slice_mut(found);
+    let mut held = 0..0;
+    for (oh, r) in p.rows.iter().enumerate() {
+        let need = r.span();
+        // The rows the band holds already move to its top; the rest are interleaved.
+        let kept = if held.contains(&need.start) { held.end.min(need.end) } else { need.start };
+        if kept > need.start {
+            let from = (need.start - held.start) * w * BLOCK..(kept - held.start) * w * BLOCK;
+            band.copy_within(from, 0);
         }
-    }
-    let block = &*block;
-    for (oh, r) in rows.iter().enumerate() {
-        for (ow, c) in cols.iter().enumerate() {
-            let first = r.start * w + c.start;
-            let mut best: [T::Acc; BLOCK] = core::array::from_fn(|l| block[first * BLOCK + l]);
-            let mut best_at = [position::<T::Acc>(first); BLOCK];
+        let fresh = &mut band[(kept - need.start) * w * BLOCK..(need.end - need.start) * w * BLOCK];
+        for (l, plane) in x.chunks_exact(hw).enumerate() {
+            let rows = &plane[kept * w..need.end * w];
+            let rows = match T::as_acc(rows) {
+                Some(rows) => rows,
+                None => {
+                    let widened = &mut widened[..rows.len()];
+                    T::to_acc_slice(rows, widened);
+                    widened
+                }
+            };
+            for (lanes, &v) in fresh.chunks_exact_mut(BLOCK).zip(rows) {
+                lanes[l] = v;
+            }
+        }
+        held = need;
+        let (lanes, _) = band.as_chunks::<BLOCK>();
+        for (c, slot) in p.cols.iter().zip(found.chunks_exact_mut(BLOCK)) {
+            let mut best = lanes[c.start];
+            let mut best_tap = [c.start as u32; BLOCK];
             for a in 0..r.count {
-                let base = (r.start + a * r.step) * w + c.start;
+                let base = a * r.step * w + c.start;
                 for b in 0..c.count {
-                    let at = base + b * c.step;
-                    let (v, p) = (&block[at * BLOCK..at * BLOCK + BLOCK], position::<T::Acc>(at));
+                    let tap = base + b * c.step;
+                    let v = lanes[tap];
                     for l in 0..BLOCK {
                         let take = replaces_best(v[l], best[l]);
-                        best[l] = T::Acc::choose(take, v[l], best[l]);
-                        best_at[l] = T::Acc::choose(take, p, best_at[l]);
+                        best[l] = if take { v[l] } else { best[l] };
+                        // Below 2^32: the band is at most a plane of `BLOCK_PLANE_MAX`.
+                        best_tap[l] = if take { tap as u32 } else { best_tap[l] };
                     }
                 }
             }
-            let o = oh * planes.wo + ow;
-            for (l, &at) in best_at.iter().enumerate() {
-                let at = at.to_usize().unwrap_or(0);
-                out[l * ohw + o] = x[l * hw + at];
-                idx[l * ohw + o] = I::from_flat_checked(at);
+            slot.copy_from_slice(&best_tap);
+        }
+        let (origin, first) = (r.start * w, oh * wo);
+        for (l, ((x, out), idx)) in
+            x.chunks_exact(hw).zip(out.chunks_exact_mut(ohw)).zip(idx.chunks_exact_mut(ohw)).enumerate()
+        {
+            let (out, idx) = (&mut out[first..first + wo], &mut idx[first..first + wo]);
+            for ((o, i), lanes) in out.iter_mut().zip(idx.iter_mut()).zip(found.chunks_exact(BLOCK)) {
+                let at = origin + lanes[l] as usize;
+                *o = x[at];
+                *i = I::from_flat_checked(at);
             }
         }
     }
@@ -591,7 +667,7 @@ impl<A: AccFloat, const N: usize> LaneBests<A, N> {
                 (v, at) = (u, p);
             }
         }
-        at.to_usize().unwrap_or(0)
+        at.to_position()
     }
 }
 
@@ -729,6 +805,105 @@ mod tests {
         assert_eq!(plan(1, 8, [10, 10], [2, 1]), (false, false));
         assert_eq!(plan(1, 8, [10, 10], [1, 1]), (false, true));
         assert_eq!(plan(1, 1, [10, 10], [1, 1]), (false, true));
+        // Windows 3 columns wide (9 to 3), each scanned alone one by one: blocked from 1 plane.
+        assert_eq!(plan(1, 1, [9, 9], [3, 3]), (true, false));
+        assert_eq!(plan(1, 5, [9, 9], [3, 3]), (true, false));
+        // ... but not with a plane of more than BLOCK_PLANE_MAX, nor in bands (1 plane, 2 threads).
+        assert_eq!(plan(1, 1, [46, 46], [15, 15]), (false, false));
+        if cfg!(feature = "rayon") {
+            assert_eq!(plan(2, 1, [9, 9], [3, 3]), (false, false));
+        }
+    }
+
+    /// The fewest planes a block of fewer than [`BLOCK`] takes, by the documented rule: any number
+    /// when every window is scanned alone (narrower than [`WIDE_LANES`] columns, not 8 at a
+    /// time), half a block when some go 8 columns 2 apart, never (`BLOCK + 1`) when some go 8
+    /// columns 1 apart or are [`WIDE_LANES`] or more columns wide.
+    #[test]
+    fn partial_blocks_follow_the_measured_rule() {
+        let from = |cols: Vec<Taps>| partial_blocks_from(&cols, &groups(&cols));
+        // k3 s2 p1 on 9 columns: 5 windows of at most 3 columns, too few for a group.
+        assert_eq!(from(axis(9, 5, Some([3, 2, 1, 1]))), 1);
+        // Adaptive 9 to 3, and dilated k3 s2 d2 on 12 columns: alone too.
+        assert_eq!(from(axis(9, 3, None)), 1);
+        assert_eq!(from(axis(12, 4, Some([3, 2, 2, 2]))), 1);
+        // k3 s2 p1 on 32 columns: groups of 8 columns 2 apart.
+        assert_eq!(from(axis(32, 16, Some([3, 2, 1, 1]))), BLOCK / 2);
+        // k2 s1 on 20 columns: groups of 8 columns 1 apart.
+        assert_eq!(from(axis(20, 19, Some([2, 1, 0, 1]))), BLOCK + 1);
+        // Adaptive 10 to 3 (windows 4 wide) and 32 to 3 (11 wide): wide windows.
+        assert_eq!(from(axis(10, 3, None)), BLOCK + 1);
+        assert_eq!(from(axis(32, 3, None)), BLOCK + 1);
+    }
+
+    /// The blocked kernel, forced onto every number of planes from 1 to 19 (whole blocks, and a
+    /// last block of each size from 1 to 7), finds for every window of every plane the tap of the
+    /// scalar scan ([`window`], one tap at a time, the reference) and stores that input's value
+    /// and flat index, bit for bit, in all four element types: max pooling with padding,
+    /// dilation, ceil-mode windows and 8 columns 1 and 2 apart (which the rule sends elsewhere),
+    /// and adaptive pooling with overlapping windows, on values with ties, both zeros,
+    /// infinities, NaNs and subnormals.
+    #[test]
+    fn blocks_of_any_size_find_the_scalar_scans_taps() {
+        fn check<T: PoolFloat>() {
+            let values =
+                [0.0, -0.0, 1.0, 1.0, 2.0, -3.5, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e-40, 6e-8];
+            // (most planes, h, w, ho, wo, pooling)
+            let cases: [Case; 6] = [
+                (19, 9, 9, 5, 5, Some([3, 2, 1, 1])),     // padded, windows alone
+                (19, 12, 12, 4, 4, Some([3, 2, 2, 2])),   // dilated, padded
+                (19, 8, 8, 4, 4, Some([3, 2, 0, 1])),     // ceil mode: the last window clipped
+                (19, 20, 20, 19, 19, Some([2, 1, 0, 1])), // 8 columns 1 apart
+                (19, 32, 32, 16, 16, Some([3, 2, 1, 1])), // 8 columns 2 apart
+                (19, 10, 7, 4, 3, None),                  // adaptive, overlapping
+            ];
+            let mut draws = Draws::new(0x853C_49E6_748F_EA9B);
+            for (most, h, w, ho, wo, pooling) in cases {
+                let (rows, cols) = (axis(h, ho, pooling), axis(w, wo, pooling));
+                for count in 1..=most {
+                    let x: Vec<T> = (0..count * h * w)
+                        .map(|_| T::round_from_f64(values[(draws.next_u64() % values.len() as u64) as usize]))
+                        .collect();
+                    let planes = Planes { count, h, w, ho, wo };
+                    let cpu = Cpu::sequential();
+                    let mut sizer = Sizer::new("test");
+                    let mut p =
+                        ForwardPrepared::plan::<T>(&cpu, rows.clone(), cols.clone(), planes, &mut sizer)
+                            .unwrap();
+                    (p.blocked, p.partial_from) = (true, 1);
+                    p.acc_per_task = acc_per_task::<T>(Some(p.band_rows), planes);
+                    let mut acc = vec![<T::Acc as num_traits::Zero>::zero(); p.acc_per_task];
+                    let outputs = count * ho * wo;
+                    let (mut out, mut idx) = (vec![T::default(); outputs], vec![0i64; outputs]);
+                    let t = Task { x: &x, row0: 0, rows: ho, out: &mut out, idx: &mut idx, acc: &mut acc };
+                    pool_task(planes, &p, t);
+                    for (l, plane) in x.chunks(h * w).enumerate() {
+                        let mut xa = vec![<T::Acc as num_traits::Zero>::zero(); h * w];
+                        T::to_acc_slice(plane, &mut xa);
+                        for (oh, r) in rows.iter().enumerate() {
+                            for (ow, c) in cols.iter().enumerate() {
+                                let at = window(&xa, w, r, c);
+                                let o = l * ho * wo + oh * wo + ow;
+                                let place = format!(
+                                    "{} {count} planes {h}x{w} {pooling:?}: plane {l}, ({oh}, {ow})",
+                                    T::DTYPE
+                                );
+                                assert_eq!(idx[o], at as i64, "{place}");
+                                assert_eq!(
+                                    bytemuck::bytes_of(&out[o]),
+                                    bytemuck::bytes_of(&plane[at]),
+                                    "{place}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        check::<f32>();
+        check::<f64>();
+        check::<half::f16>();
+        check::<half::bf16>();
     }
 
     /// One forward task over all of `x`, through the dispatched kernels or the baseline build.
@@ -782,15 +957,17 @@ mod tests {
                 7.25,
             ];
             // (planes, h, w, ho, wo, pooling)
-            let cases: [Case; 8] = [
+            let cases: [Case; 10] = [
                 (6, 32, 32, 3, 3, None),                 // wide windows
                 (9, 16, 16, 3, 3, None),                 // blocked, then one plane
                 (10, 30, 30, 7, 7, None),                // blocked, overlapping windows
                 (3, 7, 7, 1, 1, None),                   // whole planes
-                (6, 32, 32, 16, 16, Some([3, 2, 1, 1])), // 8 columns 2 apart, one alone
+                (3, 32, 32, 16, 16, Some([3, 2, 1, 1])), // 8 columns 2 apart, one alone
                 (3, 20, 20, 19, 19, Some([2, 1, 0, 1])), // 8 columns 1 apart
-                (2, 12, 12, 4, 4, Some([3, 2, 2, 2])),   // dilated, one at a time
-                (4, 9, 9, 5, 5, Some([3, 2, 1, 1])),     // few columns, one at a time
+                (1, 48, 48, 16, 16, Some([3, 3, 2, 2])), // dilated, one at a time
+                (4, 9, 9, 5, 5, Some([3, 2, 1, 1])),     // few columns: a block of 4
+                (6, 32, 32, 16, 16, Some([3, 2, 1, 1])), // 8 columns 2 apart: a block of 6
+                (11, 9, 9, 5, 5, Some([3, 2, 1, 1])),    // a block of 8, then one of 3
             ];
             let mut draws = Draws::new(0x2545_F491_4F6C_DD1D);
             for (count, h, w, ho, wo, pooling) in cases {
