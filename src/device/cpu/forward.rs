@@ -362,23 +362,36 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
         }
         held = need;
         let (lanes, _) = band.as_chunks::<BLOCK>();
-        for (c, slot) in p.cols.iter().zip(found.chunks_exact_mut(BLOCK)) {
-            let mut best = lanes[c.start];
-            let mut best_tap = [c.start as u32; BLOCK];
-            for a in 0..r.count {
-                let base = a * r.step * w + c.start;
-                for b in 0..c.count {
-                    let tap = base + b * c.step;
-                    let v = lanes[tap];
-                    for l in 0..BLOCK {
-                        let take = replaces_best(v[l], best[l]);
-                        best[l] = if take { v[l] } else { best[l] };
-                        // Below 2^32: the band is at most a plane of `BLOCK_PLANE_MAX`.
-                        best_tap[l] = if take { tap as u32 } else { best_tap[l] };
+        // Windows of the same shape two at a time: independent chains of compare and select
+        // (each step waits on the one before), which the processor overlaps.
+        let mut o = 0;
+        while let Some(c) = p.cols.get(o) {
+            let pair = p.cols.get(o + 1).filter(|d| d.count == c.count && d.step == c.step);
+            if let Some(d) = pair {
+                let (mut best, mut best_tap) = (lanes[c.start], [c.start as u32; BLOCK]);
+                let (mut next, mut next_tap) = (lanes[d.start], [d.start as u32; BLOCK]);
+                for a in 0..r.count {
+                    for b in 0..c.count {
+                        let offset = a * r.step * w + b * c.step;
+                        let (tap, tap_next) = (c.start + offset, d.start + offset);
+                        meet(&mut best, &mut best_tap, &lanes[tap], tap);
+                        meet(&mut next, &mut next_tap, &lanes[tap_next], tap_next);
                     }
                 }
+                found[o * BLOCK..(o + 1) * BLOCK].copy_from_slice(&best_tap);
+                found[(o + 1) * BLOCK..(o + 2) * BLOCK].copy_from_slice(&next_tap);
+                o += 2;
+            } else {
+                let (mut best, mut best_tap) = (lanes[c.start], [c.start as u32; BLOCK]);
+                for a in 0..r.count {
+                    for b in 0..c.count {
+                        let tap = c.start + a * r.step * w + b * c.step;
+                        meet(&mut best, &mut best_tap, &lanes[tap], tap);
+                    }
+                }
+                found[o * BLOCK..(o + 1) * BLOCK].copy_from_slice(&best_tap);
+                o += 1;
             }
-            slot.copy_from_slice(&best_tap);
         }
         let (origin, first) = (r.start * w, oh * wo);
         for (l, ((x, out), idx)) in
@@ -391,6 +404,18 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
                 *i = I::from_flat_checked(at);
             }
         }
+    }
+}
+
+/// One step of a window's scan in [`pool_block`]: each lane meets its value at `tap` (an offset
+/// in the band, below 2^32: the band is at most a plane of [`BLOCK_PLANE_MAX`]) and takes it where
+/// it replaces its best. The tap is the same for every lane, so the loop vectorises.
+#[inline(always)]
+fn meet<A: AccFloat>(best: &mut [A; BLOCK], best_tap: &mut [u32; BLOCK], v: &[A; BLOCK], tap: usize) {
+    for l in 0..BLOCK {
+        let take = replaces_best(v[l], best[l]);
+        best[l] = if take { v[l] } else { best[l] };
+        best_tap[l] = if take { tap as u32 } else { best_tap[l] };
     }
 }
 
