@@ -289,8 +289,9 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex>(
 /// Planes pooled together by the blocked kernel.
 const BLOCK: usize = 8;
 
-/// The largest plane (elements) pooled by the blocked kernel: [`BLOCK`] interleaved planes of it
-/// stay in the L2 cache.
+/// The largest plane (elements) pooled by the blocked kernel. Set when the kernel interleaved
+/// [`BLOCK`] whole planes (which then stayed in the L2 cache); it now interleaves bands of rows,
+/// and larger planes, which the one-plane kernels read in place, have not been measured with it.
 const BLOCK_PLANE_MAX: usize = 2048;
 
 /// The fewest planes for which a block of fewer than [`BLOCK`] planes beats pooling them one by
