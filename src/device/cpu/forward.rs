@@ -240,9 +240,7 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex>(
     if p.blocked {
         // Whole planes, BLOCK at a time, the rest in a last block of their own when there are
         // enough of them, else one by one.
-        let count = t.x.len() / hw;
-        let rest = count % BLOCK;
-        let in_blocks = if rest >= p.partial_from { count } else { count - rest };
+        let in_blocks = planes_in_blocks(t.x.len() / hw, p.partial_from);
         let (xb, xr) = t.x.split_at(in_blocks * hw);
         let (ob, or) = t.out.split_at_mut(in_blocks * ohw);
         let (ib, ir) = t.idx.split_at_mut(in_blocks * ohw);
@@ -313,6 +311,13 @@ fn partial_blocks_from(cols: &[Taps], groups: &[ColumnGroup]) -> usize {
     }
 }
 
+/// How many of a task's `count` planes the blocked kernel takes: its whole blocks, and the
+/// planes left after them when there are at least `partial_from` ([`partial_blocks_from`]).
+fn planes_in_blocks(count: usize, partial_from: usize) -> usize {
+    let rest = count % BLOCK;
+    if rest >= partial_from { count } else { count - rest }
+}
+
 /// Up to [`BLOCK`] planes at once, with the rule of [`pool_plane`], one output row at a time:
 /// the input rows of the row's windows (its band) are interleaved into `band`
 /// (`band[(y * w + c) * BLOCK + l]` is row `y` of the band, column `c`, of plane `l`, widened), so
@@ -341,11 +346,13 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
     for (oh, r) in p.rows.iter().enumerate() {
         let need = r.span();
         // The rows the band holds already move to its top; the rest are interleaved.
-        let kept = if held.contains(&need.start) { held.end.min(need.end) } else { need.start };
-        if kept > need.start {
-            let from = (need.start - held.start) * w * BLOCK..(kept - held.start) * w * BLOCK;
-            band.copy_within(from, 0);
-        }
+        let kept = if held.contains(&need.start) {
+            let kept = held.end.min(need.end);
+            band.copy_within((need.start - held.start) * w * BLOCK..(kept - held.start) * w * BLOCK, 0);
+            kept
+        } else {
+            need.start
+        };
         let fresh = &mut band[(kept - need.start) * w * BLOCK..(need.end - need.start) * w * BLOCK];
         for (l, plane) in x.chunks_exact(hw).enumerate() {
             let rows = &plane[kept * w..need.end * w];
@@ -364,10 +371,11 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
         held = need;
         let (lanes, _) = band.as_chunks::<BLOCK>();
         // Windows of the same shape two at a time: independent chains of compare and select
-        // (each step waits on the one before), which the processor overlaps.
+        // (each step waits on the one before), which the processor overlaps. (The windows of an
+        // axis all have the same step, the dilation, so the same count is the same shape.)
         let mut o = 0;
         while let Some(c) = p.cols.get(o) {
-            let pair = p.cols.get(o + 1).filter(|d| d.count == c.count && d.step == c.step);
+            let pair = p.cols.get(o + 1).filter(|d| d.count == c.count);
             if let Some(d) = pair {
                 let (mut best, mut best_tap) = (lanes[c.start], [c.start as u32; BLOCK]);
                 let (mut next, mut next_tap) = (lanes[d.start], [d.start as u32; BLOCK]);
@@ -860,6 +868,21 @@ mod tests {
         // Adaptive 10 to 3 (windows 4 wide) and 32 to 3 (11 wide): wide windows.
         assert_eq!(from(axis(10, 3, None)), BLOCK + 1);
         assert_eq!(from(axis(32, 3, None)), BLOCK + 1);
+    }
+
+    /// A task's whole blocks go to the blocked kernel, and the planes after them too when there
+    /// are at least `partial_from` of them (worked by hand).
+    #[test]
+    fn the_planes_left_after_whole_blocks_follow_partial_from() {
+        // 19 planes: 2 blocks and 3 left, which a block takes from 1 or 3, not from 4 or 9.
+        assert_eq!(planes_in_blocks(19, 1), 19);
+        assert_eq!(planes_in_blocks(19, 3), 19);
+        assert_eq!(planes_in_blocks(19, 4), 16);
+        assert_eq!(planes_in_blocks(19, BLOCK + 1), 16);
+        // Fewer than a block: all or none; whole blocks: all, whatever the rule.
+        assert_eq!(planes_in_blocks(6, BLOCK / 2), 6);
+        assert_eq!(planes_in_blocks(3, BLOCK / 2), 0);
+        assert_eq!(planes_in_blocks(16, BLOCK + 1), 16);
     }
 
     /// The blocked kernel, forced onto every number of planes from 1 to 19 (whole blocks, and a
