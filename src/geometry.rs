@@ -30,11 +30,32 @@ use core::ops::Range;
 /// assert_eq!(adaptive_window(1, 2, 3), 0..2);
 /// ```
 pub fn adaptive_window(i: usize, input: usize, output: usize) -> Range<usize> {
-    // u128 keeps i * input exact for every usize; the quotients are at most `input`.
-    let (i, n, m) = (i as u128, input as u128, output as u128);
-    let start = (i * n) / m;
-    let end = ((i + 1) * n).div_ceil(m);
-    start as usize..end as usize
+    product_quotient(i, input, output, false)..product_quotient(i + 1, input, output, true)
+}
+
+/// `⌊a·b/c⌋`, or `⌈a·b/c⌉` when `round_up`, for `c > 0` and a result that fits in `usize` (the
+/// adaptive windows' bounds, at most `input`). The product is taken in 128 bits only when it
+/// overflows `usize`: a 128-bit division is a library call of about a hundred instructions, paid
+/// per window on every call.
+fn product_quotient(a: usize, b: usize, c: usize, round_up: bool) -> usize {
+    match a.checked_mul(b) {
+        Some(p) if round_up => p.div_ceil(c),
+        Some(p) => p / c,
+        None => {
+            let (p, c) = (a as u128 * b as u128, c as u128);
+            (if round_up { p.div_ceil(c) } else { p / c }) as usize
+        }
+    }
+}
+
+/// `a / b` for `a >= 0` and `b > 0`, in 64 bits when both fit (always, unless a parameter is
+/// near `usize::MAX`): the max-pooling formulas work in `i128` so that no sum or product of
+/// parameters overflows, and a 128-bit division is a library call.
+fn quotient(a: i128, b: i128) -> i128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(a), Ok(b)) => i128::from(a / b),
+        _ => a / b,
+    }
 }
 
 /// Whether adaptive pooling from `input` to `output` uses equal, non-overlapping windows on
@@ -68,7 +89,10 @@ pub fn pool_output_len(
     }
     let (n, k, s, p, d) = (input as i128, kernel as i128, stride as i128, padding as i128, dilation as i128);
     let span = n + 2 * p - d * (k - 1) - 1 + if ceil_mode { s - 1 } else { 0 };
-    let mut out = span.div_euclid(s) + 1;
+    if span < 0 {
+        return None; // the window is longer than the padded input
+    }
+    let mut out = quotient(span, s) + 1;
     if ceil_mode && (out - 1) * s >= n + p {
         out -= 1;
     }
@@ -95,8 +119,8 @@ pub(crate) fn pool_window_taps(
     let (n, k, d) = (input as i128, kernel as i128, dilation as i128);
     // First tap at or after 0, last tap before n. (At origin 0 both branches give 0: `<=` for
     // `<` is an equivalent mutant.)
-    let first_i = if origin < 0 { (-origin + d - 1) / d } else { 0 };
-    let end_i = if origin >= n { 0 } else { ((n - origin + d - 1) / d).min(k) };
+    let first_i = if origin < 0 { quotient(-origin + d - 1, d) } else { 0 };
+    let end_i = if origin >= n { 0 } else { quotient(n - origin + d - 1, d).min(k) };
     if end_i <= first_i {
         return (0, 0);
     }
@@ -220,6 +244,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Parameters near `usize::MAX` take the 128-bit divisions: the taps still equal the ones
+    /// found tap by tap in `i128`, and the output counts the windows that fit.
+    #[test]
+    fn window_taps_and_counts_of_huge_parameters() {
+        let big = usize::MAX;
+        for (n, k, s, p, d) in [(10, 3, 1, big, big), (10, 3, 1, big / 2, big / 2), (7, 2, big, big - 3, 3)] {
+            for o in 0..3 {
+                let origin = o as i128 * s as i128 - p as i128;
+                let want: Vec<i128> = (0..k as i128)
+                    .map(|i| origin + i * d as i128)
+                    .filter(|t| (0..n as i128).contains(t))
+                    .collect();
+                let (first, count) = pool_window_taps(o, n, k, s, p, d);
+                let got: Vec<i128> = (0..count as i128).map(|i| first as i128 + i * d as i128).collect();
+                assert_eq!(got, want, "o{o} n{n} k{k} s{s} p{p} d{d}");
+            }
+        }
+        // Windows of 2, stride 4, in 2^64 + 2 padded inputs: they start at 0, 4, .., 2^64.
+        assert_eq!(pool_output_len(2, 2, 4, 1 << 63, 1, false), Some((1 << 62) + 1));
+        // Stride near the limit: only the first window (ceil mode adds one, then drops it:
+        // it would start past the input).
+        assert_eq!(pool_output_len(5, 2, big, 0, 1, false), Some(1));
+        assert_eq!(pool_output_len(5, 2, big, 0, 1, true), Some(1));
+        // One window of 2^63 + 1 inputs in 2^63 + 10: 10 windows.
+        assert_eq!(pool_output_len(10, 2, 1, 1 << 62, 1 << 63, false), Some(10));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! for the widest vector instructions the processor has ([`pool_task`]).
 
 use super::Cpu;
+use super::interleave::{BLOCK, interleave};
 use super::schedule::PlaneSplit;
 use super::windows::{Planes, Taps};
 use super::workspace::{CacheLine, Carver, Sizer, task_share};
@@ -90,12 +91,12 @@ impl ForwardPrepared {
 
 /// Accumulator-type scratch per task ([`ForwardPrepared::acc_per_task`]), in whole cache lines:
 /// for the blocked kernel over bands of `band_rows` input rows, the band of [`BLOCK`]
-/// interleaved planes, a row of offsets and (half types) the band of one plane widened; else
+/// interleaved planes, a row of offsets and (half types) the band of every plane widened; else
 /// (`None`) one widened input plane for the half types, else nothing.
 fn acc_per_task<T: PoolFloat>(band_rows: Option<usize>, planes: Planes) -> usize {
     let widened = |len| if T::as_acc(&[]).is_some() { 0 } else { len };
     task_share::<T::Acc>(match band_rows {
-        Some(rows) => BLOCK * rows * planes.w + BLOCK * planes.wo + widened(rows * planes.w),
+        Some(rows) => BLOCK * rows * planes.w + BLOCK * planes.wo + widened(BLOCK * rows * planes.w),
         None => widened(planes.h * planes.w),
     })
 }
@@ -284,9 +285,6 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex>(
     }
 }
 
-/// Planes pooled together by the blocked kernel.
-const BLOCK: usize = 8;
-
 /// The largest plane (elements) pooled by the blocked kernel. Set when the kernel interleaved
 /// [`BLOCK`] whole planes (which then stayed in the L2 cache); it now interleaves bands of rows,
 /// and larger planes, which the one-plane kernels read in place, have not been measured with it.
@@ -354,19 +352,27 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
             need.start
         };
         let fresh = &mut band[(kept - need.start) * w * BLOCK..(need.end - need.start) * w * BLOCK];
-        for (l, plane) in x.chunks_exact(hw).enumerate() {
-            let rows = &plane[kept * w..need.end * w];
-            let rows = match T::as_acc(rows) {
-                Some(rows) => rows,
-                None => {
-                    let widened = &mut widened[..rows.len()];
-                    T::to_acc_slice(rows, widened);
-                    widened
+        let columns = (need.end - kept) * w;
+        if columns > 0 {
+            let mut rows: [&[T::Acc]; BLOCK] = [&[]; BLOCK];
+            let count = x.len() / hw;
+            match T::as_acc(x) {
+                Some(xa) => {
+                    for (row, plane) in rows.iter_mut().zip(xa.chunks_exact(hw)) {
+                        *row = &plane[kept * w..need.end * w];
+                    }
                 }
-            };
-            for (lanes, &v) in fresh.chunks_exact_mut(BLOCK).zip(rows) {
-                lanes[l] = v;
+                None => {
+                    let widened = &mut widened[..count * columns];
+                    for (plane, dst) in x.chunks_exact(hw).zip(widened.chunks_exact_mut(columns)) {
+                        T::to_acc_slice(&plane[kept * w..need.end * w], dst);
+                    }
+                    for (row, src) in rows.iter_mut().zip(widened.chunks_exact(columns)) {
+                        *row = src;
+                    }
+                }
             }
+            interleave(p.arch, &rows[..count], fresh);
         }
         held = need;
         let (lanes, _) = band.as_chunks::<BLOCK>();

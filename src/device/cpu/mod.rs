@@ -17,6 +17,7 @@ use workspace::CacheLine;
 mod bitmask;
 mod forward;
 mod indexed;
+mod interleave;
 mod mask;
 mod scatter;
 mod schedule;

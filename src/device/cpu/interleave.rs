@@ -1,0 +1,170 @@
+//! Interleaving the planes of a block for the blocked forward: `out[i * BLOCK + l] = rows[l][i]`,
+//! so that element `i` of every plane is one vector of [`BLOCK`] lanes.
+//!
+//! The plain loop ([`interleave_plain`]) is the reference and runs everywhere. Where the task runs
+//! in `pulp`'s AVX copy (x86-64-v3) and the values are `f32`, [`transposed`] first moves them 8
+//! columns at a time through an 8 x 8 transpose in registers (`pulp`'s safe wrappers of the
+//! intrinsics: 8 loads, 24 shuffles and 8 stores for 64 values, where the plain loop pays a load
+//! and a store for each), and the plain loop takes the columns left. Shuffles move bits, so both
+//! give the same bits; the tests hold them to it.
+
+use crate::element::AccFloat;
+
+/// Planes pooled together by the blocked kernel: the lanes of its vectors.
+pub(super) const BLOCK: usize = 8;
+
+/// `out[i * BLOCK + l] = rows[l][i]` for every plane `l < rows.len()` (at most [`BLOCK`]) and
+/// column `i < out.len() / BLOCK`; every row holds at least `out.len() / BLOCK` values. Lanes
+/// without a plane are left alone by the plain loop and may be written by the vector one (with
+/// values of plane 0).
+#[inline(always)]
+pub(super) fn interleave<A: AccFloat>(arch: pulp::Arch, rows: &[&[A]], out: &mut [A]) {
+    let done = transposed(arch, rows, out);
+    interleave_plain(rows, &mut out[done * BLOCK..], done);
+}
+
+/// The reference: column by column from `from` (`out` starts at that column), one value at a
+/// time.
+#[inline(always)]
+pub(super) fn interleave_plain<A: Copy>(rows: &[&[A]], out: &mut [A], from: usize) {
+    for (l, row) in rows.iter().enumerate() {
+        for (lanes, &v) in out.chunks_exact_mut(BLOCK).zip(&row[from..]) {
+            lanes[l] = v;
+        }
+    }
+}
+
+/// Interleaves the first columns of `rows` into `out` 8 at a time through AVX registers when
+/// `arch` has them and the values are `f32`; returns how many columns it did (a multiple of 8,
+/// or 0).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn transposed<A: AccFloat>(arch: pulp::Arch, rows: &[&[A]], out: &mut [A]) -> usize {
+    use core::arch::x86_64::__m256;
+    let pulp::Arch::V3(simd) = arch else { return 0 };
+    if size_of::<A>() != size_of::<f32>() || rows.is_empty() {
+        return 0; // `f64` (a column of 8 fills two registers) keeps the plain loop
+    }
+    let out: &mut [f32] = bytemuck::cast_slice_mut(out);
+    let (columns, _) = out.as_chunks_mut::<{ 8 * BLOCK }>();
+    // Lanes without a plane take plane 0's values; they are never read.
+    let sources: [&[[f32; 8]]; BLOCK] = core::array::from_fn(|l| {
+        let row: &[f32] = bytemuck::cast_slice(rows.get(l).unwrap_or(&rows[0]));
+        row.as_chunks::<8>().0
+    });
+    let avx = simd.avx;
+    // The eight sources zipped (indexing them would test each index).
+    let [s0, s1, s2, s3, s4, s5, s6, s7] = sources;
+    let zipped = s0.iter().zip(s1).zip(s2).zip(s3).zip(s4).zip(s5).zip(s6).zip(s7);
+    let mut count = 0;
+    for (dst, (((((((a, b), c), d), e), f), g), h)) in columns.iter_mut().zip(zipped) {
+        let r: [__m256; BLOCK] = [a, b, c, d, e, f, g, h].map(|v| pulp::cast(*v));
+        // Pairs of planes, then quadruples, within each 128-bit half; then the halves.
+        let t = [
+            avx._mm256_unpacklo_ps(r[0], r[1]), // a0 b0 a1 b1 | a4 b4 a5 b5
+            avx._mm256_unpackhi_ps(r[0], r[1]), // a2 b2 a3 b3 | a6 b6 a7 b7
+            avx._mm256_unpacklo_ps(r[2], r[3]),
+            avx._mm256_unpackhi_ps(r[2], r[3]),
+            avx._mm256_unpacklo_ps(r[4], r[5]),
+            avx._mm256_unpackhi_ps(r[4], r[5]),
+            avx._mm256_unpacklo_ps(r[6], r[7]),
+            avx._mm256_unpackhi_ps(r[6], r[7]),
+        ];
+        let s = [
+            avx._mm256_shuffle_ps::<0x44>(t[0], t[2]), // a0 b0 c0 d0 | a4 b4 c4 d4
+            avx._mm256_shuffle_ps::<0xEE>(t[0], t[2]), // a1 b1 c1 d1 | a5 b5 c5 d5
+            avx._mm256_shuffle_ps::<0x44>(t[1], t[3]), // a2 .. | a6 ..
+            avx._mm256_shuffle_ps::<0xEE>(t[1], t[3]), // a3 .. | a7 ..
+            avx._mm256_shuffle_ps::<0x44>(t[4], t[6]), // e0 f0 g0 h0 | e4 f4 g4 h4
+            avx._mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+            avx._mm256_shuffle_ps::<0x44>(t[5], t[7]),
+            avx._mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+        ];
+        let c: [__m256; BLOCK] = [
+            avx._mm256_permute2f128_ps::<0x20>(s[0], s[4]), // a0 .. h0
+            avx._mm256_permute2f128_ps::<0x20>(s[1], s[5]),
+            avx._mm256_permute2f128_ps::<0x20>(s[2], s[6]),
+            avx._mm256_permute2f128_ps::<0x20>(s[3], s[7]),
+            avx._mm256_permute2f128_ps::<0x31>(s[0], s[4]), // a4 .. h4
+            avx._mm256_permute2f128_ps::<0x31>(s[1], s[5]),
+            avx._mm256_permute2f128_ps::<0x31>(s[2], s[6]),
+            avx._mm256_permute2f128_ps::<0x31>(s[3], s[7]),
+        ];
+        *dst = pulp::cast(c);
+        count += 1;
+    }
+    count * 8
+}
+
+/// Elsewhere, the plain loop does it all.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn transposed<A: AccFloat>(_: pulp::Arch, _: &[&[A]], _: &mut [A]) -> usize {
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bits worth moving: NaNs with payloads and both signs, infinities, subnormals, -0 and
+    /// ordinary values.
+    fn awkward(i: usize) -> u32 {
+        const SPECIAL: [u32; 9] = [
+            0x7FC0_0001,
+            0xFFA0_0003,
+            0x7F80_0000,
+            0xFF80_0000,
+            0x0000_0001,
+            0x8070_0000,
+            0x8000_0000,
+            0,
+            0x3F80_0000,
+        ];
+        SPECIAL.get(i % 13).copied().unwrap_or((i as u32).wrapping_mul(0x9E37_79B9))
+    }
+
+    /// The vector path gives the plain loop's bits, for every number of planes in a block and
+    /// lengths around the 8-column steps.
+    #[test]
+    fn transposed_columns_equal_the_plain_loop() {
+        let arch = pulp::Arch::new();
+        for planes in 1..=BLOCK {
+            for n in [0, 1, 7, 8, 9, 16, 23, 64, 81] {
+                let rows: Vec<Vec<f32>> = (0..planes)
+                    .map(|l| (0..n).map(|i| f32::from_bits(awkward(l * 131 + i))).collect())
+                    .collect();
+                let rows: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+                let mut plain = vec![0.0f32; n * BLOCK];
+                interleave_plain(&rows, &mut plain, 0);
+                let mut vector = vec![0.0f32; n * BLOCK];
+                arch.dispatch(|| interleave(arch, &rows, &mut vector));
+                for i in 0..n {
+                    for l in 0..planes {
+                        let (p, v) = (plain[i * BLOCK + l].to_bits(), vector[i * BLOCK + l].to_bits());
+                        assert_eq!(v, p, "planes {planes}, n {n}, column {i}, lane {l}");
+                        assert_eq!(p, rows[l][i].to_bits(), "the plain loop itself");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Where the task runs in AVX, the columns go through registers (and so the test above
+    /// tested the vector path); the plain loop is used for `f64`.
+    #[test]
+    fn vector_path_is_taken_where_it_exists() {
+        let arch = pulp::Arch::new();
+        let rows = [[1.0f32; 16].as_slice(); BLOCK];
+        let mut out = [0.0f32; 16 * BLOCK];
+        let done = arch.dispatch(|| transposed(arch, &rows, &mut out));
+        #[cfg(target_arch = "x86_64")]
+        let avx = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx = false;
+        assert_eq!(done, if avx { 16 } else { 0 });
+        let rows64 = [[1.0f64; 16].as_slice(); BLOCK];
+        let mut out64 = [0.0f64; 16 * BLOCK];
+        assert_eq!(arch.dispatch(|| transposed(arch, &rows64, &mut out64)), 0);
+    }
+}
