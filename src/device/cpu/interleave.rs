@@ -3,10 +3,10 @@
 //!
 //! The plain loop ([`interleave_plain`]) is the reference and runs everywhere. Where the task runs
 //! in `pulp`'s AVX copy (x86-64-v3) and the values are `f32`, [`transposed`] first moves them 8
-//! columns at a time through an 8 x 8 transpose in registers (`pulp`'s safe wrappers of the
-//! intrinsics: 8 loads, 24 shuffles and 8 stores for 64 values, where the plain loop pays a load
-//! and a store for each), and the plain loop takes the columns left. Shuffles move bits, so both
-//! give the same bits; the tests hold them to it.
+//! columns at a time through an 8 x 8 transpose in registers ([`transpose8`], with `pulp`'s safe
+//! wrappers of the intrinsics: 8 loads, 24 shuffles and 8 stores for 64 values, where the plain
+//! loop pays a load and a store for each), and the plain loop takes the columns left. Shuffles
+//! move bits, so both give the same bits; the tests hold them to it.
 
 use crate::element::AccFloat;
 
@@ -34,15 +34,12 @@ pub(super) fn interleave_plain<A: Copy>(rows: &[&[A]], out: &mut [A], from: usiz
     }
 }
 
-/// Interleaves the first columns of `rows` into `out` 8 at a time through AVX registers when
-/// `arch` has them and the values are `f32`; returns how many columns it did (a multiple of 8,
+/// Interleaves the first columns of `rows` into `out` 8 at a time through [`transpose8`] when
+/// `arch` has AVX and the values are `f32`; returns how many columns it did (a multiple of 8,
 /// or 0).
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn transposed<A: AccFloat>(arch: pulp::Arch, rows: &[&[A]], out: &mut [A]) -> usize {
-    use core::arch::x86_64::__m256;
-    let pulp::Arch::V3(simd) = arch else { return 0 };
-    if size_of::<A>() != size_of::<f32>() || rows.is_empty() {
+    if size_of::<A>() != size_of::<f32>() || rows.is_empty() || transpose8(arch, [[0.0; 8]; 8]).is_none() {
         return 0; // `f64` (a column of 8 fills two registers) keeps the plain loop
     }
     let out: &mut [f32] = bytemuck::cast_slice_mut(out);
@@ -52,55 +49,67 @@ fn transposed<A: AccFloat>(arch: pulp::Arch, rows: &[&[A]], out: &mut [A]) -> us
         let row: &[f32] = bytemuck::cast_slice(rows.get(l).unwrap_or(&rows[0]));
         row.as_chunks::<8>().0
     });
-    let avx = simd.avx;
     // The eight sources zipped (indexing them would test each index).
     let [s0, s1, s2, s3, s4, s5, s6, s7] = sources;
     let zipped = s0.iter().zip(s1).zip(s2).zip(s3).zip(s4).zip(s5).zip(s6).zip(s7);
     let mut count = 0;
     for (dst, (((((((a, b), c), d), e), f), g), h)) in columns.iter_mut().zip(zipped) {
-        let r: [__m256; BLOCK] = [a, b, c, d, e, f, g, h].map(|v| pulp::cast(*v));
-        // Pairs of planes, then quadruples, within each 128-bit half; then the halves.
-        let t = [
-            avx._mm256_unpacklo_ps(r[0], r[1]), // a0 b0 a1 b1 | a4 b4 a5 b5
-            avx._mm256_unpackhi_ps(r[0], r[1]), // a2 b2 a3 b3 | a6 b6 a7 b7
-            avx._mm256_unpacklo_ps(r[2], r[3]),
-            avx._mm256_unpackhi_ps(r[2], r[3]),
-            avx._mm256_unpacklo_ps(r[4], r[5]),
-            avx._mm256_unpackhi_ps(r[4], r[5]),
-            avx._mm256_unpacklo_ps(r[6], r[7]),
-            avx._mm256_unpackhi_ps(r[6], r[7]),
-        ];
-        let s = [
-            avx._mm256_shuffle_ps::<0x44>(t[0], t[2]), // a0 b0 c0 d0 | a4 b4 c4 d4
-            avx._mm256_shuffle_ps::<0xEE>(t[0], t[2]), // a1 b1 c1 d1 | a5 b5 c5 d5
-            avx._mm256_shuffle_ps::<0x44>(t[1], t[3]), // a2 .. | a6 ..
-            avx._mm256_shuffle_ps::<0xEE>(t[1], t[3]), // a3 .. | a7 ..
-            avx._mm256_shuffle_ps::<0x44>(t[4], t[6]), // e0 f0 g0 h0 | e4 f4 g4 h4
-            avx._mm256_shuffle_ps::<0xEE>(t[4], t[6]),
-            avx._mm256_shuffle_ps::<0x44>(t[5], t[7]),
-            avx._mm256_shuffle_ps::<0xEE>(t[5], t[7]),
-        ];
-        let c: [__m256; BLOCK] = [
-            avx._mm256_permute2f128_ps::<0x20>(s[0], s[4]), // a0 .. h0
-            avx._mm256_permute2f128_ps::<0x20>(s[1], s[5]),
-            avx._mm256_permute2f128_ps::<0x20>(s[2], s[6]),
-            avx._mm256_permute2f128_ps::<0x20>(s[3], s[7]),
-            avx._mm256_permute2f128_ps::<0x31>(s[0], s[4]), // a4 .. h4
-            avx._mm256_permute2f128_ps::<0x31>(s[1], s[5]),
-            avx._mm256_permute2f128_ps::<0x31>(s[2], s[6]),
-            avx._mm256_permute2f128_ps::<0x31>(s[3], s[7]),
-        ];
-        *dst = pulp::cast(c);
+        let Some(t) = transpose8(arch, [*a, *b, *c, *d, *e, *f, *g, *h]) else { break };
+        *dst = bytemuck::cast(t);
         count += 1;
     }
     count * 8
 }
 
-/// Elsewhere, the plain loop does it all.
+/// `t[i][l] = m[l][i]`: an 8 x 8 transpose of 32-bit values (bits moved, never changed) in AVX
+/// registers, where `arch` has them (x86-64-v3); else `None`. Inlined into `pulp`'s AVX copy of
+/// a kernel, it is 8 loads, 24 shuffles and 8 stores.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn transpose8(arch: pulp::Arch, m: [[f32; 8]; 8]) -> Option<[[f32; 8]; 8]> {
+    use core::arch::x86_64::__m256;
+    let pulp::Arch::V3(simd) = arch else { return None };
+    let avx = simd.avx;
+    let r: [__m256; 8] = m.map(pulp::cast);
+    // Pairs of rows, then quadruples, within each 128-bit half; then the halves.
+    let t = [
+        avx._mm256_unpacklo_ps(r[0], r[1]), // a0 b0 a1 b1 | a4 b4 a5 b5
+        avx._mm256_unpackhi_ps(r[0], r[1]), // a2 b2 a3 b3 | a6 b6 a7 b7
+        avx._mm256_unpacklo_ps(r[2], r[3]),
+        avx._mm256_unpackhi_ps(r[2], r[3]),
+        avx._mm256_unpacklo_ps(r[4], r[5]),
+        avx._mm256_unpackhi_ps(r[4], r[5]),
+        avx._mm256_unpacklo_ps(r[6], r[7]),
+        avx._mm256_unpackhi_ps(r[6], r[7]),
+    ];
+    let s = [
+        avx._mm256_shuffle_ps::<0x44>(t[0], t[2]), // a0 b0 c0 d0 | a4 b4 c4 d4
+        avx._mm256_shuffle_ps::<0xEE>(t[0], t[2]), // a1 b1 c1 d1 | a5 b5 c5 d5
+        avx._mm256_shuffle_ps::<0x44>(t[1], t[3]), // a2 .. | a6 ..
+        avx._mm256_shuffle_ps::<0xEE>(t[1], t[3]), // a3 .. | a7 ..
+        avx._mm256_shuffle_ps::<0x44>(t[4], t[6]), // e0 f0 g0 h0 | e4 f4 g4 h4
+        avx._mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+        avx._mm256_shuffle_ps::<0x44>(t[5], t[7]),
+        avx._mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+    ];
+    let c: [__m256; 8] = [
+        avx._mm256_permute2f128_ps::<0x20>(s[0], s[4]), // a0 .. h0
+        avx._mm256_permute2f128_ps::<0x20>(s[1], s[5]),
+        avx._mm256_permute2f128_ps::<0x20>(s[2], s[6]),
+        avx._mm256_permute2f128_ps::<0x20>(s[3], s[7]),
+        avx._mm256_permute2f128_ps::<0x31>(s[0], s[4]), // a4 .. h4
+        avx._mm256_permute2f128_ps::<0x31>(s[1], s[5]),
+        avx._mm256_permute2f128_ps::<0x31>(s[2], s[6]),
+        avx._mm256_permute2f128_ps::<0x31>(s[3], s[7]),
+    ];
+    Some(c.map(pulp::cast))
+}
+
+/// Elsewhere, no transpose in registers: the plain loops do it all.
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn transposed<A: AccFloat>(_: pulp::Arch, _: &[&[A]], _: &mut [A]) -> usize {
-    0
+fn transpose8(_: pulp::Arch, _: [[f32; 8]; 8]) -> Option<[[f32; 8]; 8]> {
+    None
 }
 
 #[cfg(test)]
@@ -158,11 +167,15 @@ mod tests {
         let rows = [[1.0f32; 16].as_slice(); BLOCK];
         let mut out = [0.0f32; 16 * BLOCK];
         let done = arch.dispatch(|| transposed(arch, &rows, &mut out));
+        let m: [[f32; 8]; 8] = core::array::from_fn(|l| core::array::from_fn(|i| (10 * l + i) as f32));
+        let t = arch.dispatch(|| transpose8(arch, m));
         #[cfg(target_arch = "x86_64")]
         let avx = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
         #[cfg(not(target_arch = "x86_64"))]
         let avx = false;
         assert_eq!(done, if avx { 16 } else { 0 });
+        let want: [[f32; 8]; 8] = core::array::from_fn(|i| core::array::from_fn(|l| (10 * l + i) as f32));
+        assert_eq!(t, avx.then_some(want));
         let rows64 = [[1.0f64; 16].as_slice(); BLOCK];
         let mut out64 = [0.0f64; 16 * BLOCK];
         assert_eq!(arch.dispatch(|| transposed(arch, &rows64, &mut out64)), 0);
