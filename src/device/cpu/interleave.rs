@@ -26,7 +26,7 @@ pub(super) fn interleave<A: AccFloat>(arch: pulp::Arch, rows: &[&[A]], out: &mut
 /// The reference: column by column from `from` (`out` starts at that column), one value at a
 /// time.
 #[inline(always)]
-pub(super) fn interleave_plain<A: Copy>(rows: &[&[A]], out: &mut [A], from: usize) {
+fn interleave_plain<A: Copy>(rows: &[&[A]], out: &mut [A], from: usize) {
     for (l, row) in rows.iter().enumerate() {
         for (lanes, &v) in out.chunks_exact_mut(BLOCK).zip(&row[from..]) {
             lanes[l] = v;
@@ -39,7 +39,7 @@ pub(super) fn interleave_plain<A: Copy>(rows: &[&[A]], out: &mut [A], from: usiz
 /// or 0).
 #[inline(always)]
 fn transposed<A: AccFloat>(arch: pulp::Arch, rows: &[&[A]], out: &mut [A]) -> usize {
-    if size_of::<A>() != size_of::<f32>() || rows.is_empty() || transpose8(arch, [[0.0; 8]; 8]).is_none() {
+    if size_of::<A>() != size_of::<f32>() || rows.is_empty() {
         return 0; // `f64` (a column of 8 fills two registers) keeps the plain loop
     }
     let out: &mut [f32] = bytemuck::cast_slice_mut(out);
@@ -54,7 +54,7 @@ fn transposed<A: AccFloat>(arch: pulp::Arch, rows: &[&[A]], out: &mut [A]) -> us
     let zipped = s0.iter().zip(s1).zip(s2).zip(s3).zip(s4).zip(s5).zip(s6).zip(s7);
     let mut count = 0;
     for (dst, (((((((a, b), c), d), e), f), g), h)) in columns.iter_mut().zip(zipped) {
-        let Some(t) = transpose8(arch, [*a, *b, *c, *d, *e, *f, *g, *h]) else { break };
+        let Some(t) = transpose8(arch, [*a, *b, *c, *d, *e, *f, *g, *h]) else { break }; // no AVX
         *dst = bytemuck::cast(t);
         count += 1;
     }
