@@ -1022,7 +1022,7 @@ mod tests {
                 7.25,
             ];
             // (planes, h, w, ho, wo, pooling)
-            let cases: [Case; 10] = [
+            let cases: [Case; 11] = [
                 (6, 32, 32, 3, 3, None),                 // wide windows
                 (9, 16, 16, 3, 3, None),                 // blocked, then one plane
                 (10, 30, 30, 7, 7, None),                // blocked, overlapping windows
@@ -1033,6 +1033,7 @@ mod tests {
                 (4, 9, 9, 5, 5, Some([3, 2, 1, 1])),     // few columns: a block of 4
                 (6, 32, 32, 16, 16, Some([3, 2, 1, 1])), // 8 columns 2 apart: a block of 6
                 (11, 9, 9, 5, 5, Some([3, 2, 1, 1])),    // a block of 8, then one of 3
+                (8, 2, 5, 3, 3, None),                   // rows 2 to 3: the last band is all held
             ];
             let mut draws = Draws::new(0x2545_F491_4F6C_DD1D);
             for (count, h, w, ho, wo, pooling) in cases {
