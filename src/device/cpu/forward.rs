@@ -363,12 +363,10 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
                     }
                 }
                 None => {
-                    let widened = &mut widened[..count * columns];
-                    for (plane, dst) in x.chunks_exact(hw).zip(widened.chunks_exact_mut(columns)) {
+                    let widened = widened[..count * columns].chunks_exact_mut(columns);
+                    for ((row, plane), dst) in rows.iter_mut().zip(x.chunks_exact(hw)).zip(widened) {
                         T::to_acc_slice(&plane[kept * w..need.end * w], dst);
-                    }
-                    for (row, src) in rows.iter_mut().zip(widened.chunks_exact(columns)) {
-                        *row = src;
+                        *row = dst;
                     }
                 }
             }
