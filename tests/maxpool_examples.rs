@@ -472,6 +472,62 @@ fn the_forward_zeroes_the_mask_bytes_after_the_values() {
     assert_eq!(output, Array4::from_elem((1, 1, 2, 2), 1.0));
 }
 
+/// The `I32Argmax` forward's workspace, worked by hand (f32, kernel 2 on 8x8 planes, 16 planes
+/// on one thread). Its values are the forward's `i32` indices: where the mask's bytes can be
+/// seen as `i32` (a contiguous buffer on a 4-byte boundary, or a strided one staged in the
+/// workspace), they are pooled straight into them and the workspace holds only the blocked
+/// kernel's scratch (a band of 8 interleaved planes of the 2 input rows a window spans, 2 x 8 x
+/// 8 f32, 512 bytes, and the offsets of an output row of 8 planes, 8 x 4: 640 bytes) and the
+/// staging of the strided mask (its 16 x 4 x 64 = 4096 bytes). A buffer that starts one byte off
+/// adds a region of every plane's indices (16 x 16 x 4 = 1024 bytes). The three write the same
+/// bytes.
+#[test]
+fn the_i32argmax_forward_pools_into_the_mask() {
+    use poolgrad::{MaskMut, Plan, TensorMut, TensorRef};
+    let k2 = MaxPool2dParams::new([2, 2]);
+    let x = Array4::<f32>::from_shape_fn((1, 16, 8, 8), |(_, c, h, w)| ((c * 7 + h * 5 + w * 3) % 11) as f32);
+    let shape = poolgrad::geometry::mask_shape(1, 16, [2, 2], [4, 4]).unwrap();
+    assert_eq!(shape, [1, 16, 4, 64]);
+    let len: usize = shape.iter().product();
+    let run = |bytes: ndarray::ArrayViewMut4<'_, i8>| {
+        let mut out = Array4::<f32>::zeros((1, 16, 4, 4));
+        let op = poolgrad::op::MaxPool2dWithMask {
+            input: TensorRef::from_array(&x).unwrap(),
+            params: k2,
+            output: TensorMut::from_array(&mut out).unwrap(),
+            mask: MaskMut::new(TensorMut::from_view(bytes).unwrap(), I32Argmax),
+        };
+        let cpu = Cpu::sequential();
+        let plan = Plan::new(&cpu, op).unwrap();
+        let size = plan.workspace_size();
+        plan.run().unwrap();
+        size
+    };
+    let mut owned = Array4::<i8>::from_elem(shape, 77);
+    assert_eq!(run(owned.view_mut()), 640);
+    let mut words = vec![i32::from_ne_bytes([77; 4]); len / 4 + 1];
+    let bytes: &mut [i8] = bytemuck::cast_slice_mut(&mut words);
+    assert_eq!(run(ndarray::ArrayViewMut4::from_shape(shape, &mut bytes[1..=len]).unwrap()), 1024 + 640);
+    let mut wide = Array4::<i8>::from_elem((1, 16, 4, 128), 77);
+    assert_eq!(run(wide.slice_mut(ndarray::s![.., .., .., ..;2])), 4096 + 640);
+    // The values: each window's first maximum, from a plain loop.
+    let mut expected = vec![0i8; len];
+    for c in 0..16 {
+        for p in 0..16 {
+            let (oh, ow) = (p / 4, p % 4);
+            let taps = (0..4).map(|t| (2 * oh + t / 2, 2 * ow + t % 2));
+            let best = taps.clone().map(|(h, w)| x[[0, c, h, w]]).fold(f32::MIN, f32::max);
+            let (h, w) = taps.clone().find(|&(h, w)| x[[0, c, h, w]] == best).unwrap();
+            let at = 4 * (c * 16 + p);
+            expected[at..at + 4].copy_from_slice(&((h * 8 + w) as i32).to_le_bytes().map(|b| b as i8));
+        }
+    }
+    assert_eq!(owned.as_slice().unwrap(), &expected[..]);
+    assert_eq!(&bytes[1..=len], &expected[..]);
+    assert_eq!(bytes[0], 77);
+    assert_eq!(wide.slice(ndarray::s![.., .., .., ..;2]).iter().copied().collect::<Vec<_>>(), expected);
+}
+
 /// The `Bitmask` forward's workspace, worked by hand (f32, kernel 2 on 8x8 planes: 4x4 = 16
 /// outputs per plane). With at least one 16-channel block per thread it pools and encodes block
 /// by block: each task keeps one block's `i32` indices (16 channels x 16 outputs = 256, 1024

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{arr_f64, same_bits};
-use ndarray::{Array4, ArrayD, Axis, s};
+use ndarray::{Array4, ArrayD, ArrayViewMut4, Axis, s};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::{MaxPool2dWithMask, MaxPool2dWithMaskBackward};
 use poolgrad::testing::{MaskCase, MaxPoolCase, ParamBounds, Shapes, Values, mask_cases, max_pool_cases};
@@ -111,35 +111,61 @@ fn check_mask<T: PoolFloat, L: MaskLayout>(case: &MaskCase<T, L>) -> Result<(), 
     Ok(())
 }
 
-/// Mask forward and backward through the plan API: strided views equal contiguous ones, and 1, 2
-/// and 7 threads agree bit for bit.
+/// Where the mask forward of [`check_views_and_threads`] writes its bytes. Each starts as
+/// garbage (77), which the forward must overwrite.
+#[derive(Clone, Copy, Debug)]
+enum MaskBuffer {
+    /// An owned array: contiguous, on the allocator's alignment (`I32Argmax` values are pooled
+    /// straight into it).
+    Owned,
+    /// A contiguous view that starts one byte into its allocation (`I32Argmax` values cannot be
+    /// seen as `i32` there).
+    Misaligned,
+    /// Every other byte of an array twice as wide (computed in the workspace, copied out).
+    Strided,
+}
+
+/// Mask forward and backward through the plan API: masks in place, misaligned and strided, inputs
+/// strided and contiguous, on 1, 2 and 7 threads, all agree bit for bit, and with the kit's
+/// reference.
 fn check_views_and_threads<T: PoolFloat, L: MaskLayout>(case: &MaskCase<T, L>) -> Result<(), TestCaseError> {
     let (x, grad) = (as4(&case.input), as4(&case.grad_output));
     let (n, c, h, w) = x.dim();
     let out = [grad.dim().2, grad.dim().3];
     let mshape = poolgrad::geometry::mask_shape(n, c, case.params.kernel(), out).unwrap();
-    let run = |cpu: &Cpu, strided: bool| {
-        // Forward: input as every other column of a wider array, mask as every other byte.
+    let mlen: usize = mshape.iter().product();
+    let run = |cpu: &Cpu, buffer: MaskBuffer| {
+        // Forward: input as every other column of a wider array (with the strided mask).
+        let strided = matches!(buffer, MaskBuffer::Strided);
         let mut wide = Array4::<T>::from_elem((n, c, h, 2 * w), T::round_from_f64(f64::NAN));
         wide.slice_mut(s![.., .., .., ..;2]).assign(&x);
         let mut output = Array4::<T>::zeros((n, c, out[0], out[1]));
+        let mut owned = Array4::<i8>::from_elem(mshape, 77);
+        // Words of 4 bytes, so that the view from byte 1 on is misaligned for `i32`.
+        let mut words = vec![i32::from_ne_bytes([77; 4]); (mlen + 1).div_ceil(4)];
+        let shifted: &mut [i8] = bytemuck::cast_slice_mut(&mut words);
         let mut mask_wide = Array4::<i8>::from_elem((mshape[0], mshape[1], mshape[2], 2 * mshape[3]), 77);
-        let bytes_of =
-            |strided: bool| if strided { s![.., .., .., ..;2] } else { s![.., .., .., ..mshape[3]] };
         {
             let input = if strided { wide.slice(s![.., .., .., ..;2]) } else { x.view() };
+            let bytes = match buffer {
+                MaskBuffer::Owned => owned.view_mut(),
+                MaskBuffer::Misaligned => ArrayViewMut4::from_shape(mshape, &mut shifted[1..=mlen]).unwrap(),
+                MaskBuffer::Strided => mask_wide.slice_mut(s![.., .., .., ..;2]),
+            };
             let op = MaxPool2dWithMask {
                 input: TensorRef::from_view(input).unwrap(),
                 params: case.params,
                 output: TensorMut::from_array(&mut output).unwrap(),
-                mask: MaskMut::new(
-                    TensorMut::from_view(mask_wide.slice_mut(bytes_of(strided))).unwrap(),
-                    L::default(),
-                ),
+                mask: MaskMut::new(TensorMut::from_view(bytes).unwrap(), L::default()),
             };
             Plan::new(cpu, op).unwrap().run().unwrap();
         }
-        let mask = mask_wide.slice(bytes_of(strided)).to_owned();
+        assert!(shifted[0] == 77 && shifted[mlen + 1..].iter().all(|&b| b == 77), "wrote outside the view");
+        let mask = match buffer {
+            MaskBuffer::Owned => owned,
+            MaskBuffer::Misaligned => Array4::from_shape_vec(mshape, shifted[1..=mlen].to_vec()).unwrap(),
+            MaskBuffer::Strided => mask_wide.slice(s![.., .., .., ..;2]).to_owned(),
+        };
         // Backward: grad_input as every other channel.
         let mut gi_wide = Array4::<T>::zeros((n, 2 * c, h, w));
         let channels = |strided: bool| if strided { s![.., ..;2, .., ..] } else { s![.., ..c, .., ..] };
@@ -155,16 +181,21 @@ fn check_views_and_threads<T: PoolFloat, L: MaskLayout>(case: &MaskCase<T, L>) -
         }
         (arr_f64(output.view()), mask, arr_f64(gi_wide.slice(channels(strided))))
     };
-    let base = run(&Cpu::sequential(), false);
-    for (cpu, strided) in [
-        (&Cpu::sequential(), true),
-        (common::cpu_with_threads(2), false),
-        (common::cpu_with_threads(7), true),
+    let base = run(&Cpu::sequential(), MaskBuffer::Owned);
+    let reference = case.mask.as_array().view().into_shape_with_order(mshape).unwrap();
+    prop_assert_eq!(&base.1.view(), &reference, "the mask bytes differ from the reference");
+    for (cpu, buffer) in [
+        (&Cpu::sequential(), MaskBuffer::Strided),
+        (&Cpu::sequential(), MaskBuffer::Misaligned),
+        (common::cpu_with_threads(2), MaskBuffer::Owned),
+        (common::cpu_with_threads(2), MaskBuffer::Misaligned),
+        (common::cpu_with_threads(7), MaskBuffer::Strided),
+        (common::cpu_with_threads(7), MaskBuffer::Owned),
     ] {
-        let other = run(cpu, strided);
-        prop_assert!(same_bits(&base.0, &other.0), "forward values differ");
-        prop_assert_eq!(&base.1, &other.1);
-        prop_assert!(same_bits(&base.2, &other.2), "backward differs");
+        let other = run(cpu, buffer);
+        prop_assert!(same_bits(&base.0, &other.0), "forward values differ ({:?})", buffer);
+        prop_assert_eq!(&base.1, &other.1, "mask bytes differ ({:?})", buffer);
+        prop_assert!(same_bits(&base.2, &other.2), "backward differs ({:?})", buffer);
     }
     Ok(())
 }

@@ -224,6 +224,16 @@ pub(crate) fn i32_prefix(bytes: &[i8], count: usize) -> Option<&[i32]> {
     bytemuck::try_cast_slice(bytes.get(..count.checked_mul(4)?)?).ok()
 }
 
+/// The first `count` `I32Argmax` values of `bytes` as `i32` to write, when the bytes allow it (a
+/// little-endian host and a 4-byte aligned buffer): a forward can pool its indices straight
+/// into them.
+pub(crate) fn i32_prefix_mut(bytes: &mut [i8], count: usize) -> Option<&mut [i32]> {
+    if cfg!(target_endian = "big") {
+        return None;
+    }
+    bytemuck::try_cast_slice_mut(bytes.get_mut(..count.checked_mul(4)?)?).ok()
+}
+
 /// Copies the `I32Argmax` values of any mask view (logical row-major byte order) into `out`.
 pub(crate) fn read_i32_prefix(view: ArrayView4<'_, i8>, out: &mut [i32]) {
     let mut bytes = view.iter().map(|&b| b as u8);

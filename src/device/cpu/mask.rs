@@ -1,7 +1,9 @@
-//! The Ascend mask operations on the CPU. The forward pools with `i32` indices into the
-//! workspace and encodes them: `Bitmask` one `(n, 16-channel)` block at a time per thread when
-//! there are enough blocks (the block's indices are encoded while in cache), else every plane
-//! first. The backward scatters `I32Argmax` values with the shared scatter kernel, and reads
+//! The Ascend mask operations on the CPU. The forward pools with `i32` indices. `I32Argmax` values
+//! are those indices: pooled straight into the mask where its bytes can be seen as `i32`, else
+//! into the workspace and encoded. `Bitmask` encodes them one `(n, 16-channel)` block at a time
+//! per thread when there are enough blocks (the block's indices are encoded while in cache), else
+//! every plane first. The mask's bytes past the encoding are zeroed on all the call's threads.
+//! The backward scatters `I32Argmax` values with the shared scatter kernel, and reads
 //! `Bitmask` words in 16-channel blocks (module `bitmask`).
 
 use super::Cpu;
@@ -29,6 +31,10 @@ pub struct MaskForwardPrepared {
     /// block while the indices are in cache. Otherwise (`None`) every plane is pooled into a
     /// region of indices, which is then encoded.
     fused_tasks: Option<usize>,
+    /// `I32Argmax` whose mask bytes (in place, or staged on a cache line) can be seen as `i32`
+    /// on this host: the values are the forward's indices, pooled straight into the mask with
+    /// no region of indices and no encoding pass.
+    values_in_mask: bool,
 }
 
 impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cpu {
@@ -48,9 +54,17 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         let blocks = g.n * g.channel_blocks();
         let fused = L::KIND == LayoutKind::Bitmask && blocks >= cpu.threads();
         let fused_tasks = fused.then(|| task_count(cpu, blocks));
-        sizer.region::<i32>(index_count(g, fused_tasks)?)?;
+        let values_in_mask = L::KIND == LayoutKind::I32Argmax
+            && match op.mask.bytes.as_ref().view().to_slice() {
+                Some(bytes) => mask::i32_prefix(bytes, g.planes() * g.positions()).is_some(),
+                // Staged: a workspace region starts on a cache line.
+                None => cfg!(target_endian = "little"),
+            };
+        if !values_in_mask {
+            sizer.region::<i32>(index_count(g, fused_tasks)?)?;
+        }
         let forward = prepare_forward::<T>(cpu, g, &mut sizer)?;
-        Ok((MaskForwardPrepared { forward, fused_tasks }, sizer.total()))
+        Ok((MaskForwardPrepared { forward, fused_tasks, values_in_mask }, sizer.total()))
     }
 
     fn launch(
@@ -67,6 +81,20 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         let x = carver.stage(input.view())?;
         let mut out = carver.output(output.into_view())?;
         let mut bytes = carver.output(mask.bytes.into_view())?;
+        if p.values_in_mask {
+            let scratch = p.forward.scratch::<T>(&mut carver)?;
+            let count = g.planes() * g.positions();
+            let parts = mask::EncodeParts::of(LayoutKind::I32Argmax, g, count, bytes.slice().len());
+            let values = zero_tail(cpu, &parts, bytes.slice());
+            let values = mask::i32_prefix_mut(values, count).ok_or_else(|| Error::Layout {
+                op: OP,
+                arg: "mask",
+                reason: "changed its alignment between the phases: its bytes cannot be seen as i32".into(),
+            })?;
+            forward::pool(cpu, Planes::from(g), &p.forward, x, out.slice(), values, scratch);
+            out.finish(OP, "output")?;
+            return bytes.finish(OP, "mask");
+        }
         let idx = carver.region::<i32>(index_count(g, p.fused_tasks)?)?;
         let scratch = p.forward.scratch::<T>(&mut carver)?;
         match p.fused_tasks {
@@ -126,7 +154,7 @@ fn pool_and_encode_blocks<T: PoolFloat>(
 ) -> Result<()> {
     let (hw, positions) = (g.h * g.w, g.positions());
     let parts = mask::EncodeParts::of(LayoutKind::Bitmask, g, g.planes() * positions, mask.len());
-    let mut mask_rest = parts.zero_tail(mask);
+    let mut mask_rest = zero_tail(cpu, &parts, mask);
     let (mut x_rest, mut out_rest) = (x, out);
     // One block's indices per task, as `index_count` sized them.
     let mut idxs = idx.chunks_mut((idx.len() / tasks.max(1)).max(1));
@@ -168,7 +196,7 @@ fn encode(
     out: &mut [i8],
 ) -> Result<()> {
     let parts = mask::EncodeParts::of(kind, g, indices.len(), out.len());
-    let mut rest = parts.zero_tail(out);
+    let mut rest = zero_tail(cpu, &parts, out);
     let mut tasks = Vec::new();
     for run in runs(parts.count(), task_count(cpu, parts.count())) {
         let len = parts.bytes(run.end - 1).end - parts.bytes(run.start).start;
@@ -178,6 +206,18 @@ fn encode(
     }
     let results = cpu.map_tasks(tasks, |(runs, out)| parts.encode_runs(op, "mask", g, runs, indices, out));
     results.into_iter().collect()
+}
+
+/// Zeroes the bytes of `mask` past the encoding's last part ([`mask::EncodeParts::tail`]; most of
+/// an `I32Argmax` mask) on the tasks of `cpu`, and returns those before them. On fresh memory
+/// this is the first touch of those pages: spread over the threads, as the kernels' writes are.
+fn zero_tail<'m>(cpu: &Cpu, parts: &mask::EncodeParts, mask: &'m mut [i8]) -> &'m mut [i8] {
+    /// Bytes a task zeroes at least.
+    const PIECE: usize = 1 << 16;
+    let (body, tail) = mask.split_at_mut(parts.tail().start.min(mask.len()));
+    let per = tail.len().div_ceil(task_count(cpu, tail.len().div_ceil(PIECE)).max(1)).max(1);
+    cpu.map_tasks(tail.chunks_mut(per).collect(), |piece| piece.fill(0));
+    body
 }
 
 /// Phase-1 state of a mask backward.
