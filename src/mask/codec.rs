@@ -122,9 +122,14 @@ impl EncodeParts {
     /// Zeroes the bytes of `out` after the last part and returns those before them, which the
     /// parts own.
     pub(crate) fn zero_tail<'m>(&self, out: &'m mut [i8]) -> &'m mut [i8] {
-        let (body, tail) = out.split_at_mut(self.tail().start.min(out.len()));
+        let (body, tail) = self.split_tail(out);
         tail.fill(0);
         body
+    }
+
+    /// `out` split into the bytes the parts own and those after the last part (to be zeroed).
+    pub(crate) fn split_tail<'m>(&self, out: &'m mut [i8]) -> (&'m mut [i8], &'m mut [i8]) {
+        out.split_at_mut(self.tail().start.min(out.len()))
     }
 
     /// The bytes after the last part.

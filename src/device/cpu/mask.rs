@@ -214,7 +214,7 @@ fn encode(
 fn zero_tail<'m>(cpu: &Cpu, parts: &mask::EncodeParts, mask: &'m mut [i8]) -> &'m mut [i8] {
     /// Bytes a task zeroes at least.
     const PIECE: usize = 1 << 16;
-    let (body, tail) = mask.split_at_mut(parts.tail().start.min(mask.len()));
+    let (body, tail) = parts.split_tail(mask);
     let per = tail.len().div_ceil(task_count(cpu, tail.len().div_ceil(PIECE)).max(1)).max(1);
     cpu.map_tasks(tail.chunks_mut(per).collect(), |piece| piece.fill(0));
     body
