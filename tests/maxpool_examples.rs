@@ -526,6 +526,16 @@ fn the_i32argmax_forward_pools_into_the_mask() {
     assert_eq!(&bytes[1..=len], &expected[..]);
     assert_eq!(bytes[0], 77);
     assert_eq!(wide.slice(ndarray::s![.., .., .., ..;2]).iter().copied().collect::<Vec<_>>(), expected);
+    // No planes: nothing to pool, no workspace, an empty mask.
+    let none = Array4::<f32>::zeros((0, 16, 8, 8));
+    let p = poolgrad::max_pool2d_with_mask_on(
+        &Cpu::with_threads(2).unwrap().with_grain(0),
+        &none,
+        &k2,
+        I32Argmax,
+    )
+    .unwrap();
+    assert_eq!((p.output.shape(), p.mask.as_array().shape()), (&[0, 16, 4, 4][..], &[0, 16, 4, 64][..]));
 }
 
 /// The `Bitmask` forward's workspace, worked by hand (f32, kernel 2 on 8x8 planes: 4x4 = 16

@@ -56,6 +56,11 @@ impl EncodeParts {
         EncodeParts { kind, count, total: values, c: g.c, positions: g.positions(), block_bytes, bytes }
     }
 
+    /// The parts of a whole mask of `bytes` bytes, which encodes every plane's positions.
+    pub(crate) fn whole(kind: LayoutKind, g: &MaxPoolGeometry, bytes: usize) -> Self {
+        Self::of(kind, g, g.planes() * g.positions(), bytes)
+    }
+
     pub(crate) fn count(&self) -> usize {
         self.count
     }

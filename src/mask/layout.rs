@@ -224,6 +224,13 @@ pub(crate) fn i32_prefix(bytes: &[i8], count: usize) -> Option<&[i32]> {
     bytemuck::try_cast_slice(bytes.get(..count.checked_mul(4)?)?).ok()
 }
 
+/// Whether `I32Argmax` values can be seen as `i32` in `bytes` (given enough of them): on a
+/// little-endian host, from a 4-byte boundary. What [`i32_prefix`] and [`i32_prefix_mut`] ask of
+/// a buffer besides its length, for deciding in phase 1.
+pub(crate) fn i32_in_place(bytes: &[i8]) -> bool {
+    cfg!(target_endian = "little") && bytes.as_ptr().addr().is_multiple_of(align_of::<i32>())
+}
+
 /// The first `count` `I32Argmax` values of `bytes` as `i32` to write, when the bytes allow it (a
 /// little-endian host and a 4-byte aligned buffer): a forward can pool its indices straight
 /// into them.

@@ -21,8 +21,8 @@ pub(crate) use codec::{EncodeParts, decode, encode, encode_in_order};
 pub(crate) use layout::write_word;
 pub use layout::{Bitmask, I32Argmax, MaskLayout};
 pub(crate) use layout::{
-    MaskBytes, check_layout, i32_prefix, i32_prefix_mut, layout_repr, read_i32_prefix, read_word,
-    read_word_quads, read_words, word_offset,
+    MaskBytes, check_layout, i32_in_place, i32_prefix, i32_prefix_mut, layout_repr, read_i32_prefix,
+    read_word, read_word_quads, read_words, word_offset,
 };
 use layout_repr::LayoutKind;
 

@@ -56,8 +56,8 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         let fused_tasks = fused.then(|| task_count(cpu, blocks));
         let values_in_mask = L::KIND == LayoutKind::I32Argmax
             && match op.mask.bytes.as_ref().view().to_slice() {
-                Some(bytes) => mask::i32_prefix(bytes, g.planes() * g.positions()).is_some(),
-                // Staged: a workspace region starts on a cache line.
+                Some(bytes) => mask::i32_in_place(bytes),
+                // Staged in a workspace region, which starts on a cache line.
                 None => cfg!(target_endian = "little"),
             };
         if !values_in_mask {
@@ -83,9 +83,9 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         let mut bytes = carver.output(mask.bytes.into_view())?;
         if p.values_in_mask {
             let scratch = p.forward.scratch::<T>(&mut carver)?;
-            let count = g.planes() * g.positions();
-            let parts = mask::EncodeParts::of(LayoutKind::I32Argmax, g, count, bytes.slice().len());
+            let parts = mask::EncodeParts::whole(LayoutKind::I32Argmax, g, bytes.slice().len());
             let values = zero_tail(cpu, &parts, bytes.slice());
+            let count = g.planes() * g.positions();
             let values = mask::i32_prefix_mut(values, count).ok_or_else(|| Error::Layout {
                 op: OP,
                 arg: "mask",
@@ -153,7 +153,7 @@ fn pool_and_encode_blocks<T: PoolFloat>(
     mask: &mut [i8],
 ) -> Result<()> {
     let (hw, positions) = (g.h * g.w, g.positions());
-    let parts = mask::EncodeParts::of(LayoutKind::Bitmask, g, g.planes() * positions, mask.len());
+    let parts = mask::EncodeParts::whole(LayoutKind::Bitmask, g, mask.len());
     let mut mask_rest = zero_tail(cpu, &parts, mask);
     let (mut x_rest, mut out_rest) = (x, out);
     // One block's indices per task, as `index_count` sized them.
