@@ -28,6 +28,25 @@ use crate::params::MaxPool2dParams;
 use crate::plan::Plan;
 use crate::tensor::{PoolDim, TensorMut, TensorRef};
 
+/// Whose `grad_input` a backward core writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Buffer {
+    /// The allocating form's, just allocated zeroed: a kernel may leave it unzeroed.
+    Fresh,
+    /// The caller's (the `_into` forms): any contents, all replaced.
+    Callers,
+}
+
+impl Buffer {
+    /// `grad_input` as this buffer is: marked as holding only zeros when fresh.
+    fn mark<T: crate::element::Element>(self, grad_input: TensorMut<'_, T>) -> TensorMut<'_, T> {
+        match self {
+            Buffer::Fresh => grad_input.known_zero(),
+            Buffer::Callers => grad_input,
+        }
+    }
+}
+
 /// The result of a max-pooling forward: pooled values and flat arg-max indices.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pooled<T, I, D: Dimension> {
@@ -306,7 +325,7 @@ where
         &TensorRef::named(ix.view(), OP, "indices")?,
     )?;
     let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", x.shape())?;
-    adaptive_backward_into_views(device, go, x, ix, grad_input.view_mut())?;
+    adaptive_backward_into_views(device, go, x, ix, grad_input.view_mut(), Buffer::Fresh)?;
     Ok(grad_input)
 }
 
@@ -317,6 +336,7 @@ fn adaptive_backward_into_views<Dev, T, I, D>(
     self_: ArrayView<'_, T, D>,
     indices: ArrayView<'_, I, D>,
     grad_input: ArrayViewMut<'_, T, D>,
+    buffer: Buffer,
 ) -> Result<()>
 where
     Dev: for<'a> Runs<AdaptiveMaxPool2dBackward<'a, T, I>>,
@@ -329,7 +349,7 @@ where
         grad_output: TensorRef::named(grad_output, OP, "grad_output")?,
         self_: TensorRef::named(self_, OP, "self_")?,
         indices: TensorRef::named(indices, OP, "indices")?,
-        grad_input: TensorMut::named(grad_input, OP, "grad_input")?,
+        grad_input: buffer.mark(TensorMut::named(grad_input, OP, "grad_input")?),
     };
     Plan::new(device, op)?.run()
 }
@@ -371,6 +391,7 @@ where
         self_.view(),
         indices.view(),
         grad_input.view_mut(),
+        Buffer::Callers,
     )
 }
 
@@ -401,6 +422,7 @@ where
         self_.view(),
         indices.view(),
         grad_input.view_mut(),
+        Buffer::Callers,
     )
 }
 
@@ -673,7 +695,7 @@ where
         params,
     )?;
     let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", x.shape())?;
-    max_pool_backward_into_views(device, go, x, ix, params, grad_input.view_mut())?;
+    max_pool_backward_into_views(device, go, x, ix, params, grad_input.view_mut(), Buffer::Fresh)?;
     Ok(grad_input)
 }
 
@@ -685,6 +707,7 @@ fn max_pool_backward_into_views<Dev, T, I, D>(
     indices: ArrayView<'_, I, D>,
     params: &MaxPool2dParams,
     grad_input: ArrayViewMut<'_, T, D>,
+    buffer: Buffer,
 ) -> Result<()>
 where
     Dev: for<'a> Runs<MaxPool2dWithIndicesBackward<'a, T, I>>,
@@ -698,7 +721,7 @@ where
         self_: TensorRef::named(self_, OP, "self_")?,
         indices: TensorRef::named(indices, OP, "indices")?,
         params: *params,
-        grad_input: TensorMut::named(grad_input, OP, "grad_input")?,
+        grad_input: buffer.mark(TensorMut::named(grad_input, OP, "grad_input")?),
     };
     Plan::new(device, op)?.run()
 }
@@ -745,6 +768,7 @@ where
         indices.view(),
         params,
         grad_input.view_mut(),
+        Buffer::Callers,
     )
 }
 
@@ -777,6 +801,7 @@ where
         indices.view(),
         params,
         grad_input.view_mut(),
+        Buffer::Callers,
     )
 }
 
@@ -984,7 +1009,7 @@ where
         mask.params(),
     )?;
     let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", x.shape())?;
-    mask_backward_into_views(device, go, x, mask, grad_input.view_mut())?;
+    mask_backward_into_views(device, go, x, mask, grad_input.view_mut(), Buffer::Fresh)?;
     Ok(grad_input)
 }
 
@@ -996,6 +1021,7 @@ fn mask_backward_into_views<Dev, T, L, D>(
     self_: ArrayView<'_, T, D>,
     mask: &Mask<L, D>,
     grad_input: ArrayViewMut<'_, T, D>,
+    buffer: Buffer,
 ) -> Result<()>
 where
     Dev: for<'a> Runs<MaxPool2dWithMaskBackward<'a, T, L>>,
@@ -1010,7 +1036,7 @@ where
         self_: TensorRef::named(self_, OP, "self_")?,
         mask: mask.view(),
         params: *mask.params(),
-        grad_input: TensorMut::named(grad_input, OP, "grad_input")?,
+        grad_input: buffer.mark(TensorMut::named(grad_input, OP, "grad_input")?),
     };
     Plan::new(device, op)?.run()
 }
@@ -1046,7 +1072,14 @@ where
     S4: DataMut<Elem = T>,
     D: PoolDim,
 {
-    mask_backward_into_views(&Cpu::default(), grad_output.view(), self_.view(), mask, grad_input.view_mut())
+    mask_backward_into_views(
+        &Cpu::default(),
+        grad_output.view(),
+        self_.view(),
+        mask,
+        grad_input.view_mut(),
+        Buffer::Callers,
+    )
 }
 
 /// [`max_pool2d_with_mask_backward_into`] on `device`.
@@ -1069,5 +1102,12 @@ where
     S4: DataMut<Elem = T>,
     D: PoolDim,
 {
-    mask_backward_into_views(device, grad_output.view(), self_.view(), mask, grad_input.view_mut())
+    mask_backward_into_views(
+        device,
+        grad_output.view(),
+        self_.view(),
+        mask,
+        grad_input.view_mut(),
+        Buffer::Callers,
+    )
 }

@@ -73,6 +73,9 @@ pub struct TensorRef<'a, E> {
 pub struct TensorMut<'a, E> {
     view: ArrayViewMut4<'a, E>,
     ndim: usize,
+    /// Every element is known to be +0 (an array the crate has just allocated zeroed), so a
+    /// kernel may leave it unzeroed. Set only inside the crate ([`TensorMut::known_zero`]).
+    zeroed: bool,
 }
 
 fn check_rank(op: &'static str, arg: &'static str, shape: &[usize]) -> Result<()> {
@@ -437,7 +440,7 @@ impl<'a, E: Element> TensorMut<'a, E> {
         check_exact_len(OP, shape, data.len())?;
         let view =
             ArrayViewMut::from_shape(as_4d(shape), data).map_err(|e| Error::from_shape(OP, "shape", e))?;
-        Ok(Self { view, ndim: shape.len() })
+        Ok(Self { view, ndim: shape.len(), zeroed: false })
     }
 
     /// A view of `data` with `shape` and `strides` (in elements), under the contract of
@@ -454,7 +457,7 @@ impl<'a, E: Element> TensorMut<'a, E> {
         // (The batch axis added to a 3-D shape has length 1: its stride 0 is never taken.)
         let view = ArrayViewMut::from_shape(as_4d(shape).strides(strides_4d(&strides)), data)
             .map_err(|e| Error::from_shape(OP, "strides", e))?;
-        Ok(Self { view, ndim: shape.len() })
+        Ok(Self { view, ndim: shape.len(), zeroed: false })
     }
 
     /// A writable view of any 3-D or 4-D ndarray array or mutable view. For `Ix3` and `Ix4`
@@ -492,7 +495,19 @@ impl<'a, E: Element> TensorMut<'a, E> {
         arg: &'static str,
     ) -> Result<Self> {
         let (view, ndim) = as_nchw(view, op, arg)?;
-        Ok(Self { view, ndim })
+        Ok(Self { view, ndim, zeroed: false })
+    }
+
+    /// The same tensor, marked as holding only +0: for an array the crate has just allocated
+    /// zeroed, and nothing else.
+    pub(crate) fn known_zero(mut self) -> Self {
+        self.zeroed = true;
+        self
+    }
+
+    /// Whether every element is known to be +0 ([`TensorMut::known_zero`]).
+    pub(crate) fn is_known_zero(&self) -> bool {
+        self.zeroed
     }
 
     /// The shape seen as 4-D `[N, C, H, W]`.
@@ -527,7 +542,7 @@ impl<'a, E: Element> TensorMut<'a, E> {
 
     /// A shorter-lived writable view of the same data.
     pub fn reborrow(&mut self) -> TensorMut<'_, E> {
-        TensorMut { view: self.view.view_mut(), ndim: self.ndim }
+        TensorMut { view: self.view.view_mut(), ndim: self.ndim, zeroed: self.zeroed }
     }
 
     pub(crate) fn into_view(self) -> ArrayViewMut4<'a, E> {
@@ -574,13 +589,13 @@ impl<'a, E: Element, S: Data<Elem = E>> From<&'a ArrayBase<S, Ix3>> for TensorRe
 
 impl<'a, E: Element> From<ArrayViewMut4<'a, E>> for TensorMut<'a, E> {
     fn from(view: ArrayViewMut4<'a, E>) -> Self {
-        TensorMut { view, ndim: 4 }
+        TensorMut { view, ndim: 4, zeroed: false }
     }
 }
 
 impl<'a, E: Element> From<ArrayViewMut<'a, E, Ix3>> for TensorMut<'a, E> {
     fn from(view: ArrayViewMut<'a, E, Ix3>) -> Self {
-        TensorMut { view: view.insert_axis(Axis(0)), ndim: 3 }
+        TensorMut { view: view.insert_axis(Axis(0)), ndim: 3, zeroed: false }
     }
 }
 

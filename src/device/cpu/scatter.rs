@@ -18,12 +18,12 @@ use core::ops::Range;
 use super::Cpu;
 use super::schedule::{InputBands, ScatterSplit};
 use super::windows::{Planes, Taps};
-use super::workspace::{CacheLine, Carver, Sizer, task_share};
+use super::workspace::{CacheLine, Carver, Output, Sizer, task_share};
 
 use num_traits::Zero;
 
 use crate::alloc::collect_exact;
-use crate::element::{AccFloat, PoolFloat};
+use crate::element::{AccFloat, Element, PoolFloat};
 use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
 use crate::tensor::{TensorMut, TensorRef};
@@ -177,15 +177,18 @@ pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
     let mut carver = Carver::new(op, memory);
     let go = carver.stage(grad_output.view())?;
     let ix = carver.stage(indices.view())?;
+    let known_zero = grad_input.is_known_zero();
     let mut gi = carver.output(grad_input.into_view())?;
+    let cleared = skips_zeroing(known_zero, &mut gi);
     let scratch = p.scratch::<T>(&mut carver)?;
-    let checked = scatter(cpu, p, go, ix, gi.slice(), scratch);
+    let checked = scatter(cpu, p, go, ix, gi.slice(), scratch, cleared);
     gi.finish(op, "grad_input")?;
     checked.map_err(|bad| bad_index(bad.element, bad.value))
 }
 
 /// Scatters every plane. On an index outside its plane, `gi` is zeroed and the first such index
-/// (in row-major order) is returned.
+/// (in row-major order) is returned. `cleared` says whether `gi` already holds only zeros that
+/// need not be written again ([`skips_zeroing`]).
 pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
     p: &ScatterPrepared,
@@ -193,10 +196,13 @@ pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
     ix: &[I],
     gi: &mut [T],
     scratch: ScatterScratch<'_, T>,
+    cleared: bool,
 ) -> core::result::Result<(), BadIndex> {
     let ohw = p.planes.ho * p.planes.wo;
     let bad = match &p.split {
-        ScatterSplit::Planes { per_task, .. } => whole_planes(cpu, p, *per_task, go, ix, gi, scratch),
+        ScatterSplit::Planes { per_task, .. } => {
+            whole_planes(cpu, p, *per_task, go, ix, gi, scratch, cleared)
+        }
         ScatterSplit::OneGradient { per_task, .. } => one_gradient_runs(cpu, p, *per_task, go, ix, gi),
         ScatterSplit::Bands(bands) => banded_planes(cpu, p, bands, go, ix, gi, scratch),
     };
@@ -211,6 +217,7 @@ pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
 }
 
 /// Runs of whole planes, one run per task. Returns the first bad index as (plane, position).
+#[allow(clippy::too_many_arguments)]
 fn whole_planes<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
     p: &ScatterPrepared,
@@ -219,6 +226,7 @@ fn whole_planes<T: PoolFloat, I: ArgmaxIndex>(
     ix: &[I],
     gi: &mut [T],
     scratch: ScatterScratch<'_, T>,
+    cleared: bool,
 ) -> Option<(usize, usize)> {
     let (hw, ohw) = (p.planes.h * p.planes.w, p.planes.ho * p.planes.wo);
     let mut accs = scratch.acc.chunks_mut(p.acc_per_task.max(1));
@@ -237,7 +245,8 @@ fn whole_planes<T: PoolFloat, I: ArgmaxIndex>(
         // Sparse planes need their accumulators zero on entry (and leave them zero).
         acc.fill(T::Acc::zero());
         for (plane, ((gi, go), ix)) in gi.chunks_mut(hw).zip(go.chunks(ohw)).zip(ix.chunks(ohw)).enumerate() {
-            add_into(go, ix, Plane { rows: &p.plane_runs }, gi, acc, grad).map_err(|k| (first + plane, k))?;
+            add_into(go, ix, Plane { rows: &p.plane_runs }, gi, acc, grad, cleared)
+                .map_err(|k| (first + plane, k))?;
         }
         Ok(())
     });
@@ -332,7 +341,7 @@ fn banded_planes<T: PoolFloat, I: ArgmaxIndex>(
         let gradients = read.start * wo..read.end * wo;
         let owned = band * bands.rows * w;
         let (go, ix) = (&go[gradients.clone()], &ix[gradients]);
-        add_into(go, ix, Band { runs, owned }, out, acc, grad).err().map(|_| plane)
+        add_into(go, ix, Band { runs, owned }, out, acc, grad, false).err().map(|_| plane)
     });
     let mut redo: Vec<usize> = flagged.into_iter().flatten().collect();
     redo.dedup();
@@ -341,7 +350,7 @@ fn banded_planes<T: PoolFloat, I: ArgmaxIndex>(
     redo.into_iter().find_map(|plane| {
         let (gi, go, ix) =
             (&mut gi[plane * hw..][..hw], &go[plane * ohw..][..ohw], &ix[plane * ohw..][..ohw]);
-        add_into(go, ix, Plane { rows: &p.plane_runs }, gi, acc, grad).err().map(|k| (plane, k))
+        add_into(go, ix, Plane { rows: &p.plane_runs }, gi, acc, grad, false).err().map(|k| (plane, k))
     })
 }
 
@@ -491,10 +500,16 @@ fn add_into<T: PoolFloat, I: ArgmaxIndex, P: Part>(
     out: &mut [T],
     acc: &mut [T::Acc],
     grad: &mut [T::Acc],
+    cleared: bool,
 ) -> core::result::Result<(), usize> {
     let len = out.len();
     if let Some(direct) = T::as_acc_mut(out) {
-        return part.add(T::as_acc(go).unwrap_or(&[]), ix, &mut Direct(direct));
+        let go = T::as_acc(go).unwrap_or(&[]);
+        return if cleared {
+            part.add(go, ix, &mut Cleared(direct))
+        } else {
+            part.add(go, ix, &mut Direct(direct))
+        };
     }
     let (grad, acc) = (&mut grad[..go.len()], &mut acc[..len]);
     T::to_acc_slice(go, grad);
@@ -553,6 +568,50 @@ impl<A: AccFloat> Sums<A> for Direct<'_, A> {
     fn zero(&mut self, range: Range<usize>) {
         self.0[range].fill(A::zero());
     }
+
+    #[inline(always)]
+    fn add(&mut self, at: usize, g: A) {
+        self.0[at] += g;
+    }
+}
+
+/// Sums kept in an output that already holds only zeros (`f32`, `f64`): [`Direct`] without the
+/// zeroing.
+pub(super) struct Cleared<'a, A>(&'a mut [A]);
+
+/// The largest output, in bytes, whose zeros a scatter trusts rather than writes again.
+///
+/// A tuning decision: an allocating backward's gradient comes zeroed from `calloc`, which clears
+/// reused memory itself (so the kernel's zeroing is a second pass over it) but maps fresh pages
+/// untouched, and on those the zeroing is the first touch: skipped, the first read maps the
+/// shared zero page and the first addition copies it, which made a 103 MB gradient 5x slower
+/// (2026-12-02). Small gradients are mostly reused memory, still in cache after `calloc`, and
+/// have few pages either way. Any bound stores the same sums: the skipped zeros are there.
+const CLEARED_MAX_BYTES: usize = 256 * 1024;
+
+/// Whether the scatter leaves `gi` unzeroed ([`Cleared`]): its tensor was `known_zero` (the
+/// allocating function's), and it is computed in place (not staged) and at most
+/// [`CLEARED_MAX_BYTES`]. Only `f32` and `f64`, which sum in the output itself, act on it
+/// ([`add_into`]).
+pub(super) fn skips_zeroing<T: Element>(known_zero: bool, gi: &mut Output<'_, T>) -> bool {
+    known_zero && gi.in_place() && size_of_val(gi.slice()) <= CLEARED_MAX_BYTES
+}
+
+impl<A: AccFloat> Sums<A> for Cleared<'_, A> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    #[inline(always)]
+    fn head(&mut self, n: usize) -> impl Sums<A> + '_ {
+        let n = n.min(self.0.len());
+        Cleared(&mut self.0[..n])
+    }
+
+    /// Nothing to do: the sums are zero already.
+    #[inline(always)]
+    fn zero(&mut self, _range: Range<usize>) {}
 
     #[inline(always)]
     fn add(&mut self, at: usize, g: A) {

@@ -135,6 +135,11 @@ impl<E: Element> Output<'_, E> {
         }
     }
 
+    /// Whether the result is computed in place (not staged).
+    pub(super) fn in_place(&self) -> bool {
+        matches!(self, Output::Direct(_))
+    }
+
     /// Copies a staged result to its strided destination.
     pub(super) fn finish(self, op: &'static str, arg: &'static str) -> Result<()> {
         if let Output::Staged { stage, mut target } = self {

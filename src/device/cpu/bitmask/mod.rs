@@ -213,7 +213,7 @@ pub(super) fn backward<T: PoolFloat>(
             let taps = bytemuck::cast_slice_mut(carver.region::<i8>(tasks * taps_per_task)?);
             let scratch = scatter.scratch::<T>(carver)?;
             let undecoded = decode_to_indices(cpu, g, &p.windows, *rows, bits, flat, taps);
-            let checked = scatter::scatter(cpu, scatter, go, flat, gi, scratch);
+            let checked = scatter::scatter(cpu, scatter, go, flat, gi, scratch, false);
             for b in undecoded {
                 let block = Block::at(g, b);
                 let planes = g.block_planes(b);
