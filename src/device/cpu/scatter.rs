@@ -506,9 +506,9 @@ fn add_into<T: PoolFloat, I: ArgmaxIndex, P: Part>(
     if let Some(direct) = T::as_acc_mut(out) {
         let go = T::as_acc(go).unwrap_or(&[]);
         return if cleared {
-            part.add(go, ix, &mut Cleared(direct))
+            part.add(go, ix, &mut Direct::<_, true>(direct))
         } else {
-            part.add(go, ix, &mut Direct(direct))
+            part.add(go, ix, &mut Direct::<_, false>(direct))
         };
     }
     let (grad, acc) = (&mut grad[..go.len()], &mut acc[..len]);
@@ -549,10 +549,11 @@ pub(super) trait Sums<G> {
     fn add(&mut self, at: usize, g: G);
 }
 
-/// Sums kept in the output itself (`f32`, `f64`).
-pub(super) struct Direct<'a, A>(pub(super) &'a mut [A]);
+/// Sums kept in the output itself (`f32`, `f64`). `CLEARED`: the output already holds only
+/// zeros ([`skips_zeroing`]), and [`Sums::zero`] has nothing to do.
+pub(super) struct Direct<'a, A, const CLEARED: bool>(pub(super) &'a mut [A]);
 
-impl<A: AccFloat> Sums<A> for Direct<'_, A> {
+impl<A: AccFloat, const CLEARED: bool> Sums<A> for Direct<'_, A, CLEARED> {
     #[inline(always)]
     fn len(&self) -> usize {
         self.0.len()
@@ -561,12 +562,14 @@ impl<A: AccFloat> Sums<A> for Direct<'_, A> {
     #[inline(always)]
     fn head(&mut self, n: usize) -> impl Sums<A> + '_ {
         let n = n.min(self.0.len());
-        Direct(&mut self.0[..n])
+        Direct::<A, CLEARED>(&mut self.0[..n])
     }
 
     #[inline(always)]
     fn zero(&mut self, range: Range<usize>) {
-        self.0[range].fill(A::zero());
+        if !CLEARED {
+            self.0[range].fill(A::zero());
+        }
     }
 
     #[inline(always)]
@@ -574,10 +577,6 @@ impl<A: AccFloat> Sums<A> for Direct<'_, A> {
         self.0[at] += g;
     }
 }
-
-/// Sums kept in an output that already holds only zeros (`f32`, `f64`): [`Direct`] without the
-/// zeroing.
-pub(super) struct Cleared<'a, A>(&'a mut [A]);
 
 /// The largest output, in bytes, whose zeros a scatter trusts rather than writes again.
 ///
@@ -589,34 +588,12 @@ pub(super) struct Cleared<'a, A>(&'a mut [A]);
 /// have few pages either way. Any bound stores the same sums: the skipped zeros are there.
 const CLEARED_MAX_BYTES: usize = 256 * 1024;
 
-/// Whether the scatter leaves `gi` unzeroed ([`Cleared`]): its tensor was `known_zero` (the
+/// Whether the scatter leaves `gi` unzeroed (`Direct<_, true>`): its tensor was `known_zero` (the
 /// allocating function's), and it is computed in place (not staged) and at most
 /// [`CLEARED_MAX_BYTES`]. Only `f32` and `f64`, which sum in the output itself, act on it
 /// ([`add_into`]).
 pub(super) fn skips_zeroing<T: Element>(known_zero: bool, gi: &mut Output<'_, T>) -> bool {
     known_zero && gi.in_place() && size_of_val(gi.slice()) <= CLEARED_MAX_BYTES
-}
-
-impl<A: AccFloat> Sums<A> for Cleared<'_, A> {
-    #[inline(always)]
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    #[inline(always)]
-    fn head(&mut self, n: usize) -> impl Sums<A> + '_ {
-        let n = n.min(self.0.len());
-        Cleared(&mut self.0[..n])
-    }
-
-    /// Nothing to do: the sums are zero already.
-    #[inline(always)]
-    fn zero(&mut self, _range: Range<usize>) {}
-
-    #[inline(always)]
-    fn add(&mut self, at: usize, g: A) {
-        self.0[at] += g;
-    }
 }
 
 /// Sums kept in accumulators, each running sum stored rounded to the output (the half types).

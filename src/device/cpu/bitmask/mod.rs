@@ -591,7 +591,7 @@ fn scatter_decoded<T: PoolFloat>(
         let gi = &mut gi[ch * hw..(ch + 1) * hw];
         let decoded = Decoded { g, windows, tap_offsets, ch, channels, taps, by_rows };
         if let Some(direct) = T::as_acc_mut(gi) {
-            decoded.add(T::as_acc(go).unwrap_or(&[]), &mut Direct(direct));
+            decoded.add(T::as_acc(go).unwrap_or(&[]), &mut Direct::<_, false>(direct));
         } else {
             let grad = &mut grad[..positions];
             T::to_acc_slice(go, grad);
