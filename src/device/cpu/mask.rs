@@ -284,13 +284,14 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                     let bytes = mask.bytes.view().to_slice().unwrap_or(&[]);
                     mask::i32_prefix(bytes, count).unwrap_or(&[])
                 };
-                let known_zero = grad_input.is_known_zero();
-                let mut gi = carver.output(grad_input.into_view())?;
-                let cleared = scatter::skips_zeroing(known_zero, &mut gi);
-                let scratch = scatter.scratch::<T>(&mut carver)?;
-                let checked = scatter::scatter(cpu, &scatter, go, values, gi.slice(), scratch, cleared);
-                gi.finish(OP, "grad_input")?;
-                checked.map_err(|bad| g.index_error(OP, "mask", bad.element, bad.value))
+                scatter::scatter_into(
+                    cpu,
+                    OP,
+                    &scatter,
+                    (go, values, grad_input),
+                    carver,
+                    |element, value| g.index_error(OP, "mask", element, value),
+                )
             }
             MaskBackwardPrepared::Bitmask(p) => {
                 let bits = carver.stage(mask.bytes.view())?;

@@ -177,6 +177,20 @@ pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
     let mut carver = Carver::new(op, memory);
     let go = carver.stage(grad_output.view())?;
     let ix = carver.stage(indices.view())?;
+    scatter_into(cpu, op, p, (go, ix, grad_input), carver, bad_index)
+}
+
+/// Scatters the staged `go` and `ix` into `grad_input` (carved from what is left of `carver`, written back if
+/// staged), leaving it unzeroed where it is known zero ([`skips_zeroing`]); `bad_index` turns
+/// the first index outside its plane (element, value) into the operation's error.
+pub(super) fn scatter_into<'g: 'w, 'w, T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    op: &'static str,
+    p: &ScatterPrepared,
+    (go, ix, grad_input): (&[T], &[I], TensorMut<'g, T>),
+    mut carver: Carver<'w>,
+    bad_index: impl FnOnce(usize, i64) -> Error,
+) -> Result<()> {
     let known_zero = grad_input.is_known_zero();
     let mut gi = carver.output(grad_input.into_view())?;
     let cleared = skips_zeroing(known_zero, &mut gi);
