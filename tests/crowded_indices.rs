@@ -48,11 +48,13 @@ struct Crowded {
 }
 
 fn crowded() -> impl Strategy<Value = Crowded> {
-    // Planes of up to 72 x 72 (large enough to be zeroed by rows), up to 9 of them; 1 to 8 outputs
-    // a side, so that planes are sparse or dense.
-    let dims =
-        (1usize..=3, 1usize..=3, prop_oneof![1usize..=12, 40usize..=72], 1usize..=72, 1usize..=8, 1usize..=8);
-    dims.prop_flat_map(|(n, c, h, w, ho, wo)| {
+    // Planes of up to 96 x 96, up to 9 of them; a third of them at least 86 x 86, large enough to
+    // be zeroed by rows in every type (16 KiB: 8192 elements in the half types). 1 to 8 outputs a
+    // side, so that planes are sparse or dense.
+    let plane =
+        prop_oneof![(1usize..=12, 1usize..=96), (40usize..=96, 1usize..=96), (86usize..=96, 86usize..=96)];
+    let dims = (1usize..=3, 1usize..=3, plane, 1usize..=8, 1usize..=8);
+    dims.prop_flat_map(|(n, c, (h, w), ho, wo)| {
         let (hw, gradients) = (h * w, n * c * ho * wo);
         // Either a few positions for every plane (crowded: the corners often among them), or any
         // position.

@@ -279,16 +279,16 @@ proptest! {
 }
 
 proptest! {
-    // Planes of 4096 to 12800 elements: 16 KiB and more in `f32`, 8 KiB and more in the half
-    // types, so zeroed by rows; up to 9 of them, so also whole planes on several threads.
+    // Planes of 8256 to 12800 elements: 16 KiB and more in every type, so zeroed by rows; up to
+    // 9 of them, so also whole planes on several threads.
     #![proptest_config(ProptestConfig::with_cases(24))]
-    #[test] fn large_max_pool_f32(pooling in max_poolings(), planes in 1..=9usize, h in 64..=128usize, w in 64..=100usize, seed: u64, edit in edits()) {
+    #[test] fn large_max_pool_f32(pooling in max_poolings(), planes in 1..=9usize, h in 96..=128usize, w in 86..=100usize, seed: u64, edit in edits()) {
         check::<f32>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
     }
-    #[test] fn large_max_pool_bf16(pooling in max_poolings(), planes in 1..=9usize, h in 64..=128usize, w in 64..=100usize, seed: u64, edit in edits()) {
+    #[test] fn large_max_pool_bf16(pooling in max_poolings(), planes in 1..=9usize, h in 96..=128usize, w in 86..=100usize, seed: u64, edit in edits()) {
         check::<half::bf16>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
     }
-    #[test] fn large_adaptive_f16(pooling in adaptive_poolings(), planes in 1..=9usize, h in 64..=128usize, w in 64..=100usize, seed: u64, edit in edits()) {
+    #[test] fn large_adaptive_f16(pooling in adaptive_poolings(), planes in 1..=9usize, h in 96..=128usize, w in 86..=100usize, seed: u64, edit in edits()) {
         check::<half::f16>(pooling, planes, [h, w], seed, (Draw::InWindows, edit))?;
     }
 }

@@ -47,10 +47,16 @@ pub struct ScatterPrepared {
 
 /// Whole planes of at least this many bytes are zeroed a window's rows at a time, just before
 /// their sums, rather than all at once: the rows are then still in the first-level cache when
-/// the sums land. (On this crate's benchmark machine, a Zen 3, it took 15% to 20% off the
-/// max-pooling backwards on planes of 12 KiB and more; on planes of 3 KiB and less the calls
-/// cost more than they saved.)
-const ZERO_BY_ROWS: usize = 8 * 1024;
+/// the sums land. Smaller planes are zeroed at once (one `memset`, in cache anyway).
+///
+/// Measured (plan only, 2 threads, medians of 5 alternating rounds): on the Zen 4 benchmark
+/// machine of 2026-12-04, by rows took 0.86x the time at once on the ResNet stem's planes (50
+/// KiB in f32, 25 KiB in bf16), but 1.14x on the 12.5 KiB planes of `maxpool_k2_f32` (1.11x to
+/// 1.19x in every round), whose windows span two rows, so the rows are zeroed 448 bytes at a
+/// time; with this bound at 16 KiB instead of 8, `k2` took 0.80x to 0.89x the time (`f32`,
+/// `I32Argmax`, `Bitmask`). On the Zen 3 machine before it, by rows took 15% to 20% off planes
+/// of 12 KiB and more, and on planes of 3 KiB and less the calls cost more than they saved.
+const ZERO_BY_ROWS: usize = 16 * 1024;
 
 /// Whether the whole planes of `planes`, of `T`, whose output row `o` has windows on input rows
 /// `windows[o]`, are zeroed a window's rows at a time: planes of at least [`ZERO_BY_ROWS`]
