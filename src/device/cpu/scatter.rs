@@ -186,9 +186,10 @@ pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
     scatter_into(cpu, op, p, (go, ix, grad_input), carver, bad_index)
 }
 
-/// Scatters the staged `go` and `ix` into `grad_input` (carved from what is left of `carver`, written back if
-/// staged), leaving it unzeroed where it is known zero ([`skips_zeroing`]); `bad_index` turns
-/// the first index outside its plane (element, value) into the operation's error.
+/// Scatters the staged `go` and `ix` into `grad_input` (carved from what is left of `carver`,
+/// written back if staged), leaving it unzeroed where it is known zero ([`skips_zeroing`]);
+/// `bad_index` turns the first index outside its plane (element, value) into the operation's
+/// error.
 pub(super) fn scatter_into<'g: 'w, 'w, T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
     op: &'static str,
