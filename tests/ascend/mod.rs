@@ -242,3 +242,182 @@ pub fn on_every_device(test: &str, body: impl Fn(&Ascend)) {
         body(&npu);
     }
 }
+
+/// Another CANN user of the process (torch_npu, a custom operator library), calling the double's
+/// C ABI directly as such a library calls CANN: it binds its thread to the device
+/// (`aclrtSetDevice`, which binds the device's primary context), makes streams there and launches
+/// aclnn operators on them.
+pub struct Foreign<'s> {
+    lib: &'s libloading::Library,
+}
+
+type Ptr = *mut std::ffi::c_void;
+
+impl Session {
+    /// The double's C ABI, as another library of the process would call it.
+    pub fn foreign(&self) -> Foreign<'_> {
+        let foreign = Foreign { lib: &self.double.lib };
+        foreign.init();
+        foreign
+    }
+}
+
+impl Foreign<'_> {
+    fn f<T: Copy>(&self, name: &str) -> T {
+        // SAFETY: every caller below names a CANN function with the C type `T` it passes.
+        unsafe { *self.lib.get::<T>(name).unwrap() }
+    }
+
+    /// `aclInit(NULL)`, as every CANN user calls it first; `ACL_ERROR_REPEAT_INITIALIZE` (another
+    /// user initialised CANN already) counts as success, as CANN's users treat it.
+    pub fn init(&self) {
+        // SAFETY: `aclError aclInit(const char*)`; NULL is the default configuration.
+        let code = unsafe {
+            self.f::<unsafe extern "C" fn(*const std::ffi::c_char) -> i32>("aclInit")(std::ptr::null())
+        };
+        assert!(code == 0 || code == 100_002, "aclInit: {code}");
+    }
+
+    /// `aclrtSetDevice(device)`.
+    pub fn set_device(&self, device: i32) -> i32 {
+        // SAFETY: `aclError aclrtSetDevice(int32_t)`.
+        unsafe { self.f::<unsafe extern "C" fn(i32) -> i32>("aclrtSetDevice")(device) }
+    }
+
+    /// `aclrtResetDevice(device)`.
+    pub fn reset_device(&self, device: i32) -> i32 {
+        // SAFETY: `aclError aclrtResetDevice(int32_t)`.
+        unsafe { self.f::<unsafe extern "C" fn(i32) -> i32>("aclrtResetDevice")(device) }
+    }
+
+    /// The calling thread's current context, or the status `aclrtGetCurrentContext` failed with.
+    pub fn current_context(&self) -> Result<usize, i32> {
+        let mut ctx: Ptr = std::ptr::null_mut();
+        // SAFETY: `aclError aclrtGetCurrentContext(aclrtContext*)`; `ctx` is a valid out-pointer.
+        let code =
+            unsafe { self.f::<unsafe extern "C" fn(*mut Ptr) -> i32>("aclrtGetCurrentContext")(&mut ctx) };
+        if code == 0 { Ok(ctx as usize) } else { Err(code) }
+    }
+
+    /// `aclrtCreateContext(device)`, which also makes it current.
+    pub fn create_context(&self, device: i32) -> usize {
+        let mut ctx: Ptr = std::ptr::null_mut();
+        // SAFETY: `aclError aclrtCreateContext(aclrtContext*, int32_t)`.
+        let code = unsafe {
+            self.f::<unsafe extern "C" fn(*mut Ptr, i32) -> i32>("aclrtCreateContext")(&mut ctx, device)
+        };
+        assert_eq!(code, 0, "aclrtCreateContext");
+        ctx as usize
+    }
+
+    /// `aclrtDestroyContext(ctx)`.
+    pub fn destroy_context(&self, ctx: usize) -> i32 {
+        // SAFETY: `aclError aclrtDestroyContext(aclrtContext)`.
+        unsafe { self.f::<unsafe extern "C" fn(Ptr) -> i32>("aclrtDestroyContext")(ctx as Ptr) }
+    }
+
+    /// A stream in the current context.
+    pub fn create_stream(&self) -> usize {
+        let mut stream: Ptr = std::ptr::null_mut();
+        // SAFETY: `aclError aclrtCreateStream(aclrtStream*)`.
+        let code =
+            unsafe { self.f::<unsafe extern "C" fn(*mut Ptr) -> i32>("aclrtCreateStream")(&mut stream) };
+        assert_eq!(code, 0, "aclrtCreateStream");
+        stream as usize
+    }
+
+    /// `aclrtDestroyStream(stream)`.
+    pub fn destroy_stream(&self, stream: usize) -> i32 {
+        // SAFETY: `aclError aclrtDestroyStream(aclrtStream)`.
+        unsafe { self.f::<unsafe extern "C" fn(Ptr) -> i32>("aclrtDestroyStream")(stream as Ptr) }
+    }
+
+    /// One f32 `aclnnAdaptiveMaxPool2dBackward` of a 1x1x2x2 plane onto 1x1 on `stream`, as an
+    /// operator library launches it; returns the launch's status (and on success, synchronises
+    /// and checks the gradient landed on the maximum).
+    pub fn launch_on(&self, stream: usize) -> i32 {
+        type Malloc = unsafe extern "C" fn(*mut Ptr, usize, i32) -> i32;
+        type Memcpy = unsafe extern "C" fn(Ptr, usize, *const std::ffi::c_void, usize, i32) -> i32;
+        type Create =
+            unsafe extern "C" fn(*const i64, u64, i32, *const i64, i64, i32, *const i64, u64, Ptr) -> Ptr;
+        type Phase1 = unsafe extern "C" fn(Ptr, Ptr, Ptr, Ptr, *mut u64, *mut Ptr) -> i32;
+        type Launch = unsafe extern "C" fn(Ptr, u64, Ptr, Ptr) -> i32;
+        let (malloc, free, memcpy) = (
+            self.f::<Malloc>("aclrtMalloc"),
+            self.f::<unsafe extern "C" fn(Ptr) -> i32>("aclrtFree"),
+            self.f::<Memcpy>("aclrtMemcpy"),
+        );
+        let create = self.f::<Create>("aclCreateTensor");
+        let destroy = self.f::<unsafe extern "C" fn(Ptr) -> i32>("aclDestroyTensor");
+        // grad_output [1,1,1,1] = 2; self [1,1,2,2]; indices [1,1,1,1] = 3 (int64); grad_input [1,1,2,2].
+        let shapes: [([i64; 4], i32, Vec<u8>); 4] = [
+            ([1, 1, 1, 1], 0, 2f32.to_le_bytes().to_vec()),
+            ([1, 1, 2, 2], 0, vec![0; 16]),
+            ([1, 1, 1, 1], 9, 3i64.to_le_bytes().to_vec()),
+            ([1, 1, 2, 2], 0, vec![0; 16]),
+        ];
+        let mut buffers = Vec::new();
+        let mut tensors = Vec::new();
+        for (dims, dtype, bytes) in &shapes {
+            let mut p: Ptr = std::ptr::null_mut();
+            // SAFETY: the documented signatures; `bytes` is readable for its length, `p` is an
+            // allocation of that many bytes, the dimension arrays outlive the calls.
+            unsafe {
+                assert_eq!(malloc(&mut p, bytes.len(), 0), 0, "aclrtMalloc");
+                assert_eq!(memcpy(p, bytes.len(), bytes.as_ptr().cast(), bytes.len(), 1), 0, "aclrtMemcpy");
+                let numel = dims.iter().product::<i64>();
+                let strides = [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1];
+                tensors.push(create(
+                    dims.as_ptr(),
+                    4,
+                    *dtype,
+                    strides.as_ptr(),
+                    0,
+                    0,
+                    [numel].as_ptr(),
+                    1,
+                    p,
+                ));
+            }
+            buffers.push(p);
+        }
+        let (mut size, mut exec) = (0u64, std::ptr::null_mut());
+        let phase1 = self.f::<Phase1>("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize");
+        let launch = self.f::<Launch>("aclnnAdaptiveMaxPool2dBackward");
+        // SAFETY: live tensors, valid out-pointers, a workspace of `size` bytes (or none).
+        let code = unsafe {
+            assert_eq!(
+                phase1(tensors[0], tensors[1], tensors[2], tensors[3], &mut size, &mut exec),
+                0,
+                "phase 1"
+            );
+            let mut ws: Ptr = std::ptr::null_mut();
+            if size > 0 {
+                assert_eq!(malloc(&mut ws, size as usize, 0), 0, "workspace");
+            }
+            let code = launch(ws, size, exec, stream as Ptr);
+            if code == 0 {
+                let sync = self.f::<unsafe extern "C" fn(Ptr) -> i32>("aclrtSynchronizeStream");
+                assert_eq!(sync(stream as Ptr), 0, "aclrtSynchronizeStream");
+                let mut out = [0u8; 16];
+                assert_eq!(memcpy(out.as_mut_ptr().cast(), 16, buffers[3], 16, 2), 0, "download");
+                let got: Vec<f32> =
+                    out.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+                assert_eq!(got, [0.0, 0.0, 0.0, 2.0], "the foreign launch computed its gradient");
+            }
+            if !ws.is_null() {
+                free(ws);
+            }
+            code
+        };
+        for t in tensors {
+            // SAFETY: each tensor is live and destroyed once.
+            unsafe { destroy(t) };
+        }
+        for p in buffers {
+            // SAFETY: each buffer is live, its work synchronised (or never queued), freed once.
+            unsafe { free(p) };
+        }
+        code
+    }
+}

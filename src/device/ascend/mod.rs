@@ -32,11 +32,27 @@
 //! **Errors mid-run.** If a launch or a copy fails after work was queued, the stream is
 //! synchronised before any buffer is freed, and the error is returned.
 //!
+//! **Sharing the NPU with other libraries.** poolgrad works in the device's *primary context*,
+//! the one `aclrtSetDevice` binds and torch_npu uses; it creates no context and destroys none. What
+//! it does to a thread and a device:
+//! - [`Ascend::new`] calls `aclrtSetDevice` (one reference to the device, released by
+//!   `aclrtResetDevice` when the `Ascend` is dropped) and creates one stream of its own there,
+//!   destroyed on drop; the device's primary context goes with its last reference, which may be
+//!   another library's.
+//! - Every call (opening, planning, running, freeing, dropping) records the calling thread's current
+//!   context (`aclrtGetCurrentContext`), makes the primary context current only if another one is,
+//!   and makes the recorded one current again before it returns, on every path. A thread that
+//!   torch_npu or another library bound keeps its context and its streams: CANN launches only on
+//!   streams of the current context, and torch_npu binds each thread once and never again.
+//! - A thread that had no context keeps the device's primary context afterwards (ACL has no call
+//!   that unbinds a thread), as `aclrtSetDevice` would have left it.
+//!
 //! **Determinism is process-wide** on current CANN: nnopbase reads the process-level
 //! `ACL_OPT_DETERMINISTIC` during `GetWorkspaceSize` (hicann/opbase since 2026-01; earlier
 //! versions read the context's), and the runtime's context setter also stores the process value.
-//! [`Ascend::deterministic`] therefore sets both, and it affects every `Ascend` (and every other
-//! CANN user) in the process. [`Ascend::is_deterministic`] reads the option back from CANN.
+//! [`Ascend::deterministic`] therefore sets both, and it affects every `Ascend` and every other
+//! CANN user in the process (the context it sets is the device's primary context, which other
+//! libraries share). [`Ascend::is_deterministic`] reads the option back from CANN.
 //!
 //! **`aclFinalize`.** CANN 8.1's `acl.h` asks for `aclFinalize` before the process exits.
 //! poolgrad never calls it on its own (CANN allows one initialisation per process, and another
@@ -106,11 +122,12 @@ pub fn finalize() -> Result<()> {
     ffi::finalize()
 }
 
-/// An Ascend NPU: one device with its own context and stream.
+/// An Ascend NPU: one device, in its primary context, with a stream of its own.
 ///
-/// `Ascend` is `Send` and `Sync`: every call makes its context current on the calling thread
-/// (`aclrtSetCurrentContext`), and launches on its stream are serialised. Dropping it destroys the
-/// stream and the context and resets the device, after every buffer and plan made from it is gone.
+/// `Ascend` is `Send` and `Sync`: every call binds the device's primary context on the calling
+/// thread for its CANN calls and gives the thread its own context back afterwards (module docs),
+/// and launches on its stream are serialised. Dropping it destroys the stream and releases the
+/// device (`aclrtResetDevice`), after every buffer and plan made from it is gone.
 pub struct Ascend {
     session: Arc<Session>,
     soc: String,
@@ -161,8 +178,8 @@ impl Ascend {
         Runtime::load(ffi::default_roots(), true).and_then(|rt| rt.device_count()).is_ok_and(|n| n > 0)
     }
 
-    /// Sets CANN's deterministic mode (`ACL_OPT_DETERMINISTIC`): for this device's context
-    /// (`aclrtCtxSetSysParamOpt`) and, where the runtime exports `aclrtSetSysParamOpt`, for the
+    /// Sets CANN's deterministic mode (`ACL_OPT_DETERMINISTIC`): for this device's primary context
+    /// (`aclrtCtxSetSysParamOpt`, shared with every library using the device) and, where the runtime exports `aclrtSetSysParamOpt`, for the
     /// process, which is what current CANN reads. **Process-wide**: it applies to every plan made
     /// afterwards on any device of the process (module docs).
     ///

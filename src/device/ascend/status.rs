@@ -11,6 +11,8 @@ const STATUSES: &[(i32, &str, &str)] = &[
     (200_000, "ACL_ERROR_BAD_ALLOC", "memory allocation failed"),
     (200_001, "ACL_ERROR_API_NOT_SUPPORT", "the API is not supported"),
     (200_002, "ACL_ERROR_INVALID_DEVICE", "the device is invalid"),
+    (107_002, "ACL_ERROR_RT_CONTEXT_NULL", "the calling thread has no current context"),
+    (107_003, "ACL_ERROR_RT_STREAM_CONTEXT", "the stream does not belong to the current context"),
     (207_000, "ACL_ERROR_RT_FEATURE_NOT_SUPPORT", "the feature is not supported"),
     (207_001, "ACL_ERROR_RT_MEMORY_ALLOCATION", "device memory allocation failed"),
     (207_002, "ACL_ERROR_RT_MEMORY_FREE", "device memory release failed"),

@@ -20,6 +20,13 @@
 //! with unfinished work, handles destroyed twice or in the wrong order, device memory accessed out
 //! of bounds, and index values that would make a real device write outside its buffer.
 //!
+//! How threads and contexts are bound, as hicann/runtime does it (`api_impl.cc`, each function
+//! below cites its lines): each thread has a current context or a reference to a device's primary
+//! context (`aclrtSetDevice`); `aclrtSetCurrentContext` replaces either; streams belong to the
+//! context current when they were made, and a launch or a stream destroy in another context fails
+//! (`ACL_ERROR_RT_STREAM_CONTEXT`), so a library that leaves another library's thread switched is
+//! caught the way CANN would catch it.
+//!
 //! How executors are owned, as hicann/opbase does it (each behaviour below cites its source):
 //! an executor from phase 1 is the caller's until it is passed to the second phase, which deletes
 //! it whether the run succeeds or fails; using or destroying it afterwards is a recorded violation
@@ -41,7 +48,7 @@ mod state;
 use core::ffi::{c_char, c_void};
 use std::ffi::{CStr, CString};
 
-use state::{Job, MaskParams, TensorDesc, current_context, enter, fail, set_current_context};
+use state::{Binding, Job, MaskParams, TensorDesc, binding, enter, fail, set_binding};
 
 type AclError = i32;
 
@@ -57,6 +64,8 @@ const ACLNN_ERR_PARAM_INVALID: i32 = 161_002;
 const ACLNN_ERR_INNER: i32 = 561_000;
 const ACLNN_ERR_INNER_FIND_KERNEL_ERROR: i32 = 561_003;
 // rt_error_codes.h
+const ACL_ERROR_RT_CONTEXT_NULL: AclError = 107_002;
+const ACL_ERROR_RT_STREAM_CONTEXT: AclError = 107_003;
 const ACL_ERROR_RT_SYSPARAMOPT_NOT_SET: AclError = 107_021;
 
 // aclDataType
@@ -134,6 +143,9 @@ pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> AclError {
     ACL_SUCCESS
 }
 
+/// Models hicann/runtime `api_impl.cc` `ApiImpl::SetDevice` (l.3445-3470): retains the device's
+/// primary context (`Runtime::PrimaryContextRetain`, made on first use) and binds the thread to
+/// it (`SetCurRef(context)`, then `SetCurCtx(nullptr)`), whatever context was current before.
 #[unsafe(no_mangle)]
 pub extern "C" fn aclrtSetDevice(device_id: i32) -> AclError {
     if let Some(e) = enter("aclrtSetDevice") {
@@ -146,28 +158,46 @@ pub extern "C" fn aclrtSetDevice(device_id: i32) -> AclError {
     if device_id < 0 || device_id as u32 >= s.device_count {
         return fail(ACL_ERROR_INVALID_DEVICE, &format!("aclrtSetDevice: no device {device_id}"));
     }
-    s.device_refs += 1;
+    if !s.primaries.contains_key(&device_id) {
+        let id = s.new_handle();
+        s.contexts.insert(id, state::Context { primary: true, deterministic: None });
+        s.primaries.insert(device_id, (id, 0));
+    }
+    s.primaries.get_mut(&device_id).expect("inserted above").1 += 1;
+    set_binding(Binding { context: 0, primary_of: Some(device_id) });
     ACL_SUCCESS
 }
 
+/// Models `ApiImpl::DeviceReset` (l.3753-3768): releases one reference to the device's primary
+/// context (`Runtime::PrimaryContextRelease`), which is torn down with the last one. The calling
+/// thread's binding is left as it is (a binding to a context torn down resolves to none,
+/// `Runtime::CurrentContext`).
 #[unsafe(no_mangle)]
 pub extern "C" fn aclrtResetDevice(device_id: i32) -> AclError {
     if let Some(e) = enter("aclrtResetDevice") {
         return e;
     }
     let mut s = state::lock();
-    if s.device_refs == 0 {
+    let Some(&(primary, refs)) = s.primaries.get(&device_id) else {
         s.violation(format!("aclrtResetDevice({device_id}) without a matching aclrtSetDevice"));
         return fail(ACL_ERROR_INVALID_DEVICE, "aclrtResetDevice: device not set");
+    };
+    if refs > 1 {
+        s.primaries.get_mut(&device_id).expect("present").1 -= 1;
+        return ACL_SUCCESS;
     }
-    if s.device_refs == 1 && !s.contexts.is_empty() {
-        let n = s.contexts.len();
-        s.violation(format!("last aclrtResetDevice with {n} context(s) not destroyed"));
+    // The last reference: the primary context goes (contexts created with `aclrtCreateContext`
+    // are their creator's to destroy).
+    if s.streams.values().any(|st| st.context == primary) {
+        s.violation("last aclrtResetDevice with streams of the primary context not destroyed".into());
     }
-    s.device_refs -= 1;
+    s.primaries.remove(&device_id);
+    s.contexts.remove(&primary);
     ACL_SUCCESS
 }
 
+/// Models `ApiImpl::ContextCreate` (l.4106-4129): the device id must be in range (no
+/// `aclrtSetDevice` is needed), and the new context becomes current (`ContextSetCurrent`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn aclrtCreateContext(context: *mut *mut c_void, device_id: i32) -> AclError {
     if let Some(e) = enter("aclrtCreateContext") {
@@ -177,17 +207,21 @@ pub unsafe extern "C" fn aclrtCreateContext(context: *mut *mut c_void, device_id
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateContext: context is null");
     }
     let mut s = state::lock();
-    if s.device_refs == 0 || device_id < 0 || device_id as u32 >= s.device_count {
-        return fail(ACL_ERROR_INVALID_DEVICE, "aclrtCreateContext: device not set");
+    if device_id < 0 || device_id as u32 >= s.device_count {
+        return fail(ACL_ERROR_INVALID_DEVICE, "aclrtCreateContext: no such device");
     }
     let id = s.new_handle();
-    s.contexts.insert(id, None);
-    set_current_context(id);
+    s.contexts.insert(id, state::Context { primary: false, deterministic: None });
+    set_binding(Binding { context: id, primary_of: None });
     // SAFETY: checked non-null; the caller passes a valid `aclrtContext*`.
     unsafe { *context = id as *mut c_void };
     ACL_SUCCESS
 }
 
+/// Models `ApiImpl::ContextDestroy` (l.4131-4173): a primary context cannot be destroyed
+/// ("Primary context cannot be destroyed explicitly", `RT_ERROR_CONTEXT_NULL`); the destroying
+/// thread is left with no current context if it was current there. On other threads a binding to
+/// it resolves to none from then on (`Runtime::CurrentContext` checks validity).
 #[unsafe(no_mangle)]
 pub extern "C" fn aclrtDestroyContext(context: *mut c_void) -> AclError {
     if let Some(e) = enter("aclrtDestroyContext") {
@@ -195,30 +229,69 @@ pub extern "C" fn aclrtDestroyContext(context: *mut c_void) -> AclError {
     }
     let mut s = state::lock();
     let id = context as usize;
-    if s.contexts.remove(&id).is_none() {
-        s.violation(format!("aclrtDestroyContext of unknown context {id:#x}"));
-        return fail(ACL_ERROR_INVALID_PARAM, "aclrtDestroyContext: unknown context");
+    match s.contexts.get(&id) {
+        None => {
+            s.violation(format!("aclrtDestroyContext of unknown context {id:#x}"));
+            return fail(ACL_ERROR_RT_CONTEXT_NULL, "aclrtDestroyContext: unknown context");
+        }
+        Some(c) if c.primary => {
+            s.violation("aclrtDestroyContext of a primary context".into());
+            return fail(
+                ACL_ERROR_RT_CONTEXT_NULL,
+                "aclrtDestroyContext: primary context cannot be destroyed",
+            );
+        }
+        Some(_) => {}
     }
+    s.contexts.remove(&id);
     if s.streams.values().any(|st| st.context == id) {
         s.violation("aclrtDestroyContext before its streams were destroyed".into());
     }
-    if current_context() == id {
-        set_current_context(0);
+    let b = binding();
+    if b.context == id {
+        set_binding(Binding { context: 0, ..b });
     }
     ACL_SUCCESS
 }
 
+/// Models hicann/runtime `src/acl/aclrt_impl/context.cpp` `aclrtSetCurrentContextImpl` (a null
+/// context is refused, `ACL_REQUIRES_NOT_NULL`: ACL has no call that unbinds a thread) and
+/// `ApiImpl::ContextSetCurrent` (l.4175-4191: `SetCurCtx(inCtx)`, `SetCurRef(nullptr)`).
 #[unsafe(no_mangle)]
 pub extern "C" fn aclrtSetCurrentContext(context: *mut c_void) -> AclError {
     if let Some(e) = enter("aclrtSetCurrentContext") {
         return e;
     }
+    if context.is_null() {
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtSetCurrentContext: context is null");
+    }
     let s = state::lock();
     if !s.contexts.contains_key(&(context as usize)) {
-        return fail(ACL_ERROR_INVALID_PARAM, "aclrtSetCurrentContext: unknown context");
+        return fail(ACL_ERROR_RT_CONTEXT_NULL, "aclrtSetCurrentContext: the context has been destroyed");
     }
-    set_current_context(context as usize);
+    set_binding(Binding { context: context as usize, primary_of: None });
     ACL_SUCCESS
+}
+
+/// Models `aclrtGetCurrentContextImpl` (`context.cpp`) over `ApiImpl::ContextGetCurrent`
+/// (l.4193-4204): the context set current, else the primary context `aclrtSetDevice` bound, else
+/// `ACL_ERROR_RT_CONTEXT_NULL`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetCurrentContext(context: *mut *mut c_void) -> AclError {
+    if let Some(e) = enter("aclrtGetCurrentContext") {
+        return e;
+    }
+    if context.is_null() {
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetCurrentContext: context is null");
+    }
+    match state::lock().current_context() {
+        0 => fail(ACL_ERROR_RT_CONTEXT_NULL, "aclrtGetCurrentContext: no current context"),
+        id => {
+            // SAFETY: checked non-null; the caller passes a valid `aclrtContext*`.
+            unsafe { *context = id as *mut c_void };
+            ACL_SUCCESS
+        }
+    }
 }
 
 /// Models hicann/runtime `src/runtime/api/api_c.cc`, `rtCtxSetSysParamOpt`: the context's value,
@@ -229,19 +302,19 @@ pub extern "C" fn aclrtCtxSetSysParamOpt(opt: i32, value: i64) -> AclError {
         return e;
     }
     let mut s = state::lock();
-    let ctx = current_context();
+    let ctx = s.current_context();
     if opt != 0 || !(0..=3).contains(&value) {
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtCtxSetSysParamOpt: bad option or value");
     }
     match s.contexts.get_mut(&ctx) {
-        Some(det) => {
-            *det = Some(value);
+        Some(c) => {
+            c.deterministic = Some(value);
             s.process_deterministic = value;
             ACL_SUCCESS
         }
         None => {
             s.violation("aclrtCtxSetSysParamOpt without a current context on this thread".into());
-            fail(ACL_ERROR_INVALID_PARAM, "aclrtCtxSetSysParamOpt: no current context")
+            fail(ACL_ERROR_RT_CONTEXT_NULL, "aclrtCtxSetSysParamOpt: no current context")
         }
     }
 }
@@ -256,14 +329,14 @@ pub unsafe extern "C" fn aclrtCtxGetSysParamOpt(opt: i32, value: *mut i64) -> Ac
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtCtxGetSysParamOpt: bad option or null value");
     }
     let s = state::lock();
-    match s.contexts.get(&current_context()) {
+    match s.contexts.get(&s.current_context()).map(|c| c.deterministic) {
         Some(Some(v)) => {
             // SAFETY: checked non-null; the caller passes a valid `int64_t*`.
-            unsafe { *value = *v };
+            unsafe { *value = v };
             ACL_SUCCESS
         }
         Some(None) => fail(ACL_ERROR_RT_SYSPARAMOPT_NOT_SET, "aclrtCtxGetSysParamOpt: not set"),
-        None => fail(ACL_ERROR_INVALID_PARAM, "aclrtCtxGetSysParamOpt: no current context"),
+        None => fail(ACL_ERROR_RT_CONTEXT_NULL, "aclrtCtxGetSysParamOpt: no current context"),
     }
 }
 
@@ -303,10 +376,11 @@ pub unsafe extern "C" fn aclrtCreateStream(stream: *mut *mut c_void) -> AclError
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateStream: stream is null");
     }
     let mut s = state::lock();
-    let ctx = current_context();
-    if !s.contexts.contains_key(&ctx) {
+    // `ApiImpl::StreamCreate` (l.1481-1485): the stream belongs to the current context.
+    let ctx = s.current_context();
+    if ctx == 0 {
         s.violation("aclrtCreateStream without a current context on this thread".into());
-        return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateStream: no current context");
+        return fail(ACL_ERROR_RT_CONTEXT_NULL, "aclrtCreateStream: no current context");
     }
     let id = s.new_handle();
     s.streams.insert(id, state::Stream { context: ctx, queue: Vec::new() });
@@ -315,12 +389,17 @@ pub unsafe extern "C" fn aclrtCreateStream(stream: *mut *mut c_void) -> AclError
     ACL_SUCCESS
 }
 
+/// Models `ApiImpl::StreamDestroy` (l.1579-1589): the stream must belong to the current context
+/// (`RT_ERROR_STREAM_CONTEXT` otherwise).
 #[unsafe(no_mangle)]
 pub extern "C" fn aclrtDestroyStream(stream: *mut c_void) -> AclError {
     if let Some(e) = enter("aclrtDestroyStream") {
         return e;
     }
     let mut s = state::lock();
+    if let Err(code) = s.stream_in_current_context(stream as usize, "aclrtDestroyStream") {
+        return code;
+    }
     match s.streams.remove(&(stream as usize)) {
         None => {
             s.violation(format!("aclrtDestroyStream of unknown stream {:#x}", stream as usize));
@@ -350,6 +429,12 @@ pub extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> AclError {
         return e;
     }
     let mut s = state::lock();
+    // `ApiImpl::StreamSynchronize` (l.1704-1750) needs a current context, but not the stream's:
+    // it switches to the stream's context for the call and back afterwards.
+    if s.current_context() == 0 {
+        s.violation("aclrtSynchronizeStream without a current context on this thread".into());
+        return fail(ACL_ERROR_RT_CONTEXT_NULL, "aclrtSynchronizeStream: no current context");
+    }
     let id = stream as usize;
     let Some(st) = s.streams.get_mut(&id) else {
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeStream: unknown stream");
@@ -381,9 +466,9 @@ pub unsafe extern "C" fn aclrtGetMemInfo(attr: i32, free: *mut usize, total: *mu
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: null pointer or unknown memory attribute");
     }
     let mut s = state::lock();
-    if !s.contexts.contains_key(&current_context()) {
+    if s.current_context() == 0 {
         s.violation("aclrtGetMemInfo without a current context on this thread".into());
-        return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: no device set");
+        return fail(ACL_ERROR_RT_CONTEXT_NULL, "aclrtGetMemInfo: no device set");
     }
     let (f, t) = match attr {
         0 | 1 => (s.memory_limit.saturating_sub(s.allocated_bytes()), s.memory_limit),
@@ -409,9 +494,9 @@ pub unsafe extern "C" fn aclrtMalloc(dev_ptr: *mut *mut c_void, size: usize, pol
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: unknown memory policy");
     }
     let mut s = state::lock();
-    if !s.contexts.contains_key(&current_context()) {
+    if s.current_context() == 0 {
         s.violation("aclrtMalloc without a current context on this thread".into());
-        return fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: no current context");
+        return fail(ACL_ERROR_RT_CONTEXT_NULL, "aclrtMalloc: no current context");
     }
     if size > s.memory_limit.saturating_sub(s.allocated_bytes()) {
         return fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: out of device memory");
@@ -460,9 +545,9 @@ pub unsafe extern "C" fn aclrtMemcpy(
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: count > destMax or null pointer");
     }
     let mut s = state::lock();
-    if !s.contexts.contains_key(&current_context()) {
+    if s.current_context() == 0 {
         s.violation("aclrtMemcpy without a current context on this thread".into());
-        return fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: no current context");
+        return fail(ACL_ERROR_RT_CONTEXT_NULL, "aclrtMemcpy: no current context");
     }
     let (dst, src) = (dst as usize, src as usize);
     match kind {
@@ -1040,6 +1125,12 @@ fn launch(
     }
     if !s.streams.contains_key(&(stream as usize)) {
         return fail(ACLNN_ERR_PARAM_INVALID, &format!("{name}: unknown stream"));
+    }
+    // The kernels are launched on `stream` in the current context: `ApiImpl::KernelLaunch`
+    // (l.529-542) fails with `RT_ERROR_STREAM_CONTEXT` for a stream of another context. (Which
+    // aclnn status a real launch then returns is not modelled: the runtime's is passed on.)
+    if let Err(code) = s.stream_in_current_context(stream as usize, name) {
+        return code;
     }
     // Every buffer of the operator is in use until the stream is synchronised.
     for t in ex.job.tensors() {

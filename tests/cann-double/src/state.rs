@@ -14,16 +14,31 @@ pub(crate) fn lock() -> MutexGuard<'static, State> {
 }
 
 thread_local! {
-    static CURRENT_CONTEXT: Cell<usize> = const { Cell::new(0) };
+    /// The thread's binding, as the runtime keeps it (`InnerThreadLocalContainer`: a current
+    /// context, `CurCtx`, and a reference to a device's primary context, `CurRef`).
+    static BINDING: Cell<Binding> = const { Cell::new(Binding { context: 0, primary_of: None }) };
     static RECENT_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
-pub(crate) fn current_context() -> usize {
-    CURRENT_CONTEXT.with(Cell::get)
+/// A thread's context binding (hicann/runtime `src/runtime/api/impl/api_impl.cc`):
+/// `aclrtSetDevice` sets `primary_of` and clears `context` (`ApiImpl::SetDevice`, `SetCurRef`
+/// then `SetCurCtx(nullptr)`); `aclrtSetCurrentContext` and `aclrtCreateContext` set `context`
+/// and clear `primary_of` (`ApiImpl::ContextSetCurrent`: `SetCurRef(nullptr)`, "must be null for
+/// context switch").
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Binding {
+    /// The context set current (`CurCtx`), 0 for none.
+    pub context: usize,
+    /// The device whose primary context `aclrtSetDevice` bound (`CurRef`).
+    pub primary_of: Option<i32>,
 }
 
-pub(crate) fn set_current_context(ctx: usize) {
-    CURRENT_CONTEXT.with(|c| c.set(ctx));
+pub(crate) fn binding() -> Binding {
+    BINDING.with(Cell::get)
+}
+
+pub(crate) fn set_binding(b: Binding) {
+    BINDING.with(|c| c.set(b));
 }
 
 /// What `aclGetRecentErrMsg` returns on this thread (valid until the next failure on it).
@@ -51,6 +66,15 @@ pub(crate) fn enter(function: &str) -> Option<i32> {
     let injected = s.injections.remove(pos);
     drop(s);
     Some(fail(injected.status, &format!("{function}: injected failure {}", injected.status)))
+}
+
+/// A live context.
+#[derive(Debug, Clone)]
+pub(crate) struct Context {
+    /// A device's primary context (made by `aclrtSetDevice`, never destroyed by the user).
+    pub primary: bool,
+    /// Its ACL_OPT_DETERMINISTIC value (`None` until set).
+    pub deterministic: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -221,9 +245,11 @@ pub(crate) struct State {
     pub initialized: bool,
     pub device_count: u32,
     pub memory_limit: usize,
-    pub device_refs: i64,
-    /// Context handle -> its ACL_OPT_DETERMINISTIC value (`None` until set).
-    pub contexts: HashMap<usize, Option<i64>>,
+    /// Device -> its primary context and the references `aclrtSetDevice` took
+    /// (`Runtime::PrimaryContextRetain` / `PrimaryContextRelease`).
+    pub primaries: BTreeMap<i32, (usize, i64)>,
+    /// Every live context, primary or created.
+    pub contexts: HashMap<usize, Context>,
     /// The process-level ACL_OPT_DETERMINISTIC (the runtime's `sysParamOpt_`).
     pub process_deterministic: i64,
     pub streams: HashMap<usize, Stream>,
@@ -249,7 +275,7 @@ impl State {
             initialized: false,
             device_count: 1,
             memory_limit: 1 << 30,
-            device_refs: 0,
+            primaries: BTreeMap::new(),
             contexts: HashMap::new(),
             process_deterministic: 0,
             streams: HashMap::new(),
@@ -279,6 +305,35 @@ impl State {
         self.socs.splice(0..0, socs);
         self.initialized = initialized;
         self.next_handle = next_handle;
+    }
+
+    /// The calling thread's current context, as `Runtime::CurrentContext` resolves it
+    /// (hicann/runtime `src/runtime/core/src/runtime.cc`): the context set current if it is still
+    /// valid, else the primary context of the device `aclrtSetDevice` bound, else none (0).
+    pub fn current_context(&self) -> usize {
+        let b = binding();
+        if b.context != 0 {
+            return if self.contexts.contains_key(&b.context) { b.context } else { 0 };
+        }
+        b.primary_of.and_then(|d| self.primaries.get(&d)).map_or(0, |p| p.0)
+    }
+
+    /// `Ok` if `stream` belongs to the calling thread's current context; otherwise the status the
+    /// runtime returns (`CHECK_CONTEXT_VALID_WITH_RETURN` and
+    /// `COND_RETURN_AND_MSG_INVALID_CONTEXT_STREAM_WITH_FUNC_DESC` in `api_impl.cc`), recorded as
+    /// the recent error. An unknown stream passes: the caller reports it.
+    pub fn stream_in_current_context(&self, stream: usize, function: &str) -> Result<(), i32> {
+        let current = self.current_context();
+        match self.streams.get(&stream) {
+            _ if current == 0 => {
+                Err(fail(crate::ACL_ERROR_RT_CONTEXT_NULL, &format!("{function}: no current context")))
+            }
+            Some(st) if st.context != current => Err(fail(
+                crate::ACL_ERROR_RT_STREAM_CONTEXT,
+                &format!("{function}: the stream is not in the current context"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     pub fn new_handle(&mut self) -> usize {
@@ -314,7 +369,7 @@ impl State {
             "allocations" => self.allocs.len(),
             "streams" => self.streams.len(),
             "contexts" => self.contexts.len(),
-            "devices" => return self.device_refs,
+            "devices" => return self.primaries.values().map(|p| p.1).sum(),
             _ => return -1,
         }) as i64
     }

@@ -108,6 +108,19 @@ impl Runtime {
         }
     }
 
+    /// The calling thread's current context (`aclrtGetCurrentContext`; `ACL_ERROR_RT_CONTEXT_NULL`
+    /// when it has none).
+    pub(super) fn current_context(&self) -> Result<*mut core::ffi::c_void> {
+        let mut context = core::ptr::null_mut();
+        // SAFETY: `context` is a valid out-pointer for the call.
+        let code = unsafe { (self.api.aclrt_get_current_context)(&mut context) };
+        self.check("aclrtGetCurrentContext", code)?;
+        if context.is_null() {
+            return Err(self.null_error("aclrtGetCurrentContext"));
+        }
+        Ok(context)
+    }
+
     /// Number of devices (`aclrtGetDeviceCount`).
     pub(crate) fn device_count(&self) -> Result<u32> {
         let mut count = 0u32;

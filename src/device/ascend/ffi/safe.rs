@@ -16,11 +16,15 @@ use super::sys::{
 use crate::device::ascend::soc::DeviceOp;
 use crate::error::{AscendError, Error, Result};
 
-/// One device in use: `aclrtSetDevice`, a context and a stream. Every method makes the context
-/// current on the calling thread first, so a session can be used from any thread.
+/// One device in use: a reference to its primary context (`aclrtSetDevice`) and a stream there.
+/// Every method binds the primary context on the calling thread for its CANN calls and gives the
+/// thread back its own binding afterwards ([`ThreadContext`]), so a session can be used from any
+/// thread, including threads that another CANN user of the process has bound.
 pub(crate) struct Session {
     rt: Arc<Runtime>,
     device_id: i32,
+    /// The device's primary context: retained by `aclrtSetDevice` in [`Session::open`], released
+    /// by `aclrtResetDevice` on drop; never created or destroyed here.
     context: *mut c_void,
     stream: *mut c_void,
     /// The device memory available to applications, in bytes, as `aclrtGetMemInfo` reported it
@@ -44,6 +48,57 @@ impl core::fmt::Debug for Session {
     }
 }
 
+/// The calling thread's CANN context while poolgrad works on it, given back on drop.
+///
+/// CANN binds each thread to one context at a time (hicann/runtime `api_impl.cc`:
+/// `ApiImpl::ContextSetCurrent` sets it and drops the binding to a primary context that
+/// `aclrtSetDevice` made), and launches only on streams of that context (`ApiImpl::KernelLaunch`,
+/// `RT_ERROR_STREAM_CONTEXT`). A library that switched a thread and left it so would break every
+/// later launch of another library on that thread: torch_npu binds each thread once and never
+/// again (`c10_npu::SetDevice` caches the device per thread). So poolgrad records the context
+/// current on entry (`aclrtGetCurrentContext`), switches only if it must, and switches back when
+/// done, on every path. A thread that had no context keeps the one poolgrad bound: ACL has no
+/// call that unbinds a thread (`aclrtSetCurrentContext` refuses NULL), and it is the device's
+/// primary context, which `aclrtSetDevice` itself would leave.
+struct ThreadContext<'r> {
+    rt: &'r Runtime,
+    /// The context current on entry, `None` if the thread had none.
+    saved: Option<*mut c_void>,
+    /// The context current now, as far as this guard has changed it.
+    current: Option<*mut c_void>,
+}
+
+impl<'r> ThreadContext<'r> {
+    /// Records the calling thread's current context.
+    fn save(rt: &'r Runtime) -> Self {
+        let saved = rt.current_context().ok();
+        ThreadContext { rt, saved, current: saved }
+    }
+
+    /// Makes `context` current on the calling thread (no call if it is already).
+    fn enter(&mut self, context: *mut c_void) -> Result<()> {
+        if self.current != Some(context) {
+            // SAFETY: `context` is live (the caller's session holds the device).
+            let code = unsafe { (self.rt.api.aclrt_set_current_context)(context) };
+            self.rt.check("aclrtSetCurrentContext", code)?;
+            self.current = Some(context);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ThreadContext<'_> {
+    fn drop(&mut self) {
+        if let Some(saved) = self.saved.filter(|&saved| self.current != Some(saved)) {
+            // A context its owner destroyed meanwhile cannot be made current again, and a drop
+            // has no one to tell: the thread is then left as its owner's teardown would leave it.
+            // SAFETY: `saved` was current on this thread on entry; CANN checks that it is still
+            // valid and refuses it otherwise.
+            let _ = unsafe { (self.rt.api.aclrt_set_current_context)(saved) };
+        }
+    }
+}
+
 /// The total of the current device's memory that applications can use (`aclrtGetMemInfo` for
 /// `ACL_HBM_MEM`, which CANN answers for DDR on SoCs without HBM), or `None`: the symbol is
 /// missing, the call fails, or it reports 0 (CANN's answer for a memory kind the hardware lacks).
@@ -58,32 +113,29 @@ fn memory_total(rt: &Runtime) -> Option<usize> {
 }
 
 impl Session {
-    /// Sets device `device_id` and creates a context and a stream on it.
+    /// Sets device `device_id` (retaining its primary context) and creates a stream there; the
+    /// calling thread gets its own context back.
     pub(crate) fn open(rt: Arc<Runtime>, device_id: i32) -> Result<Arc<Session>> {
-        // SAFETY: plain integer argument.
-        rt.check("aclrtSetDevice", unsafe { (rt.api.aclrt_set_device)(device_id) })?;
-        let mut context = core::ptr::null_mut();
-        // SAFETY: `context` is a valid out-pointer.
-        let code = unsafe { (rt.api.aclrt_create_context)(&mut context, device_id) };
-        if code != ACL_SUCCESS {
-            let e = rt.error("aclrtCreateContext", code);
-            // SAFETY: undoes the successful `aclrtSetDevice` above.
-            unsafe { (rt.api.aclrt_reset_device)(device_id) };
-            return Err(e);
-        }
-        let mut stream = core::ptr::null_mut();
-        // SAFETY: the new context is current on this thread; `stream` is a valid out-pointer.
-        let code = unsafe { (rt.api.aclrt_create_stream)(&mut stream) };
-        if code != ACL_SUCCESS {
-            let e = rt.error("aclrtCreateStream", code);
-            // SAFETY: undoes the context and device set above, in CANN's order.
-            unsafe {
-                (rt.api.aclrt_destroy_context)(context);
-                (rt.api.aclrt_reset_device)(device_id);
+        let (context, stream, memory_total) = {
+            let mut thread = ThreadContext::save(&rt);
+            // SAFETY: plain integer argument.
+            rt.check("aclrtSetDevice", unsafe { (rt.api.aclrt_set_device)(device_id) })?;
+            // `aclrtSetDevice` bound the thread to the device's primary context, whatever it had.
+            thread.current = None;
+            let opened = rt.current_context().and_then(|context| {
+                thread.current = Some(context);
+                let mut stream = core::ptr::null_mut();
+                // SAFETY: the primary context is current on this thread; `stream` is a valid out-pointer.
+                let code = unsafe { (rt.api.aclrt_create_stream)(&mut stream) };
+                rt.check("aclrtCreateStream", code)?;
+                Ok((context, stream, memory_total(&rt)))
+            });
+            if opened.is_err() {
+                // SAFETY: undoes the successful `aclrtSetDevice` above.
+                unsafe { (rt.api.aclrt_reset_device)(device_id) };
             }
-            return Err(e);
-        }
-        let memory_total = memory_total(&rt);
+            opened?
+        };
         Ok(Arc::new(Session { rt, device_id, context, stream, memory_total, stream_lock: Mutex::new(()) }))
     }
 
@@ -96,18 +148,18 @@ impl Session {
         &self.rt
     }
 
-    /// Makes this session's context current on the calling thread.
-    fn bind(&self) -> Result<()> {
-        // SAFETY: `context` is live until `Drop`.
-        self.rt
-            .check("aclrtSetCurrentContext", unsafe { (self.rt.api.aclrt_set_current_context)(self.context) })
+    /// Makes this session's context current on the calling thread until the guard is dropped.
+    fn bind(&self) -> Result<ThreadContext<'_>> {
+        let mut thread = ThreadContext::save(&self.rt);
+        thread.enter(self.context)?;
+        Ok(thread)
     }
 
     /// Sets `ACL_OPT_DETERMINISTIC` on this session's context and, where the runtime exports
     /// `aclrtSetSysParamOpt`, for the process (which current nnopbase reads: hicann/opbase
     /// `GetDeterministicLevelFromRt`; torch_npu sets both, `OpParamMaker.cpp`).
     pub(crate) fn set_deterministic(&self, on: bool) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         // SAFETY: integer arguments; the context is current.
         let code = unsafe { (self.rt.api.aclrt_ctx_set_sys_param_opt)(OPT_DETERMINISTIC, on as i64) };
         self.rt.check("aclrtCtxSetSysParamOpt", code)?;
@@ -122,7 +174,7 @@ impl Session {
     /// `ACL_OPT_DETERMINISTIC` as CANN reports it now: `(context, process)`, each `None` where the
     /// runtime does not export the getter or reports the option unset.
     pub(crate) fn deterministic_levels(&self) -> Result<(Option<i64>, Option<i64>)> {
-        self.bind()?;
+        let _bound = self.bind()?;
         let read = |get: Option<unsafe extern "C" fn(i32, *mut i64) -> i32>| {
             get.and_then(|get| {
                 let mut value = 0i64;
@@ -136,7 +188,7 @@ impl Session {
     /// Allocates `bytes` (> 0) of device memory.
     pub(crate) fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DeviceBuffer> {
         debug_assert!(bytes > 0);
-        self.bind()?;
+        let _bound = self.bind()?;
         let mut ptr = core::ptr::null_mut();
         // SAFETY: `ptr` is a valid out-pointer; size and policy are plain values.
         let code = unsafe { (self.rt.api.aclrt_malloc)(&mut ptr, bytes, MALLOC_HUGE_FIRST) };
@@ -147,8 +199,8 @@ impl Session {
     /// Locks the stream for one launch-synchronise-copy sequence.
     pub(crate) fn stream(&self) -> Result<StreamGuard<'_>> {
         let guard = self.stream_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.bind()?;
-        Ok(StreamGuard { session: self, pending: false.into(), _guard: guard })
+        let bound = self.bind()?;
+        Ok(StreamGuard { session: self, pending: false.into(), _bound: bound, _guard: guard })
     }
 
     /// Creates a contiguous tensor of `dims` over `buffer` (or over no memory when `None`, for an
@@ -224,7 +276,7 @@ impl Session {
         function: &'static str,
         call: impl FnOnce(*mut u64, *mut Exec) -> i32,
     ) -> Result<(OpExecutor, u64)> {
-        self.bind()?;
+        let _bound = self.bind()?;
         let (mut size, mut exec) = (0u64, core::ptr::null_mut());
         let code = call(&mut size, &mut exec);
         Ok((self.executor(function, code, exec)?, size))
@@ -323,15 +375,17 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // Teardown in CANN's order: stream, context, device. Failures cannot be reported from
-        // `drop`; the handles are gone either way.
-        // SAFETY: the handles are live and owned by this session; nothing uses them after drop.
-        unsafe {
-            (self.rt.api.aclrt_set_current_context)(self.context);
-            (self.rt.api.aclrt_destroy_stream)(self.stream);
-            (self.rt.api.aclrt_destroy_context)(self.context);
-            (self.rt.api.aclrt_reset_device)(self.device_id);
+        // Teardown in CANN's order: the stream (in its context, which `aclrtDestroyStream`
+        // requires), then the device reference. The primary context is the device's, not ours:
+        // it goes with the last reference, which may be another library's. Failures cannot be
+        // reported from `drop`; the handles are gone either way.
+        {
+            let _bound = self.bind();
+            // SAFETY: the stream is live and owned by this session; nothing uses it after drop.
+            unsafe { (self.rt.api.aclrt_destroy_stream)(self.stream) };
         }
+        // SAFETY: releases the reference `aclrtSetDevice` took in `open`.
+        unsafe { (self.rt.api.aclrt_reset_device)(self.device_id) };
     }
 }
 
@@ -342,6 +396,8 @@ pub(crate) struct StreamGuard<'s> {
     session: &'s Session,
     /// Whether work may be queued that no synchronisation has waited for.
     pending: core::cell::Cell<bool>,
+    /// The session's context, current while the guard lives (after the synchronisation in `Drop`).
+    _bound: ThreadContext<'s>,
     _guard: MutexGuard<'s, ()>,
 }
 
@@ -477,12 +533,10 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        let api = &self.session.rt.api;
-        // SAFETY: `ptr` came from `aclrtMalloc` in this session's context and is freed once.
-        unsafe {
-            (api.aclrt_set_current_context)(self.session.context);
-            (api.aclrt_free)(self.ptr);
-        }
+        // Freed in the session's context whatever happens: a failure to bind leaves CANN to refuse it.
+        let _bound = self.session.bind();
+        // SAFETY: `ptr` came from `aclrtMalloc` on this session's device and is freed once.
+        unsafe { (self.session.rt.api.aclrt_free)(self.ptr) };
     }
 }
 
