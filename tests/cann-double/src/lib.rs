@@ -42,6 +42,8 @@
 #![cfg_attr(feature = "cann81", allow(dead_code))]
 
 mod exec;
+#[cfg(test)]
+mod observed;
 mod platform;
 mod state;
 
@@ -62,7 +64,6 @@ const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
 const ACLNN_ERR_PARAM_NULLPTR: i32 = 161_001;
 const ACLNN_ERR_PARAM_INVALID: i32 = 161_002;
 const ACLNN_ERR_INNER: i32 = 561_000;
-const ACLNN_ERR_INNER_FIND_KERNEL_ERROR: i32 = 561_003;
 // rt_error_codes.h
 const ACL_ERROR_RT_CONTEXT_NULL: AclError = 107_002;
 const ACL_ERROR_RT_STREAM_CONTEXT: AclError = 107_003;
@@ -728,7 +729,13 @@ pub extern "C" fn aclSetAclOpExecutorRepeatable(executor: *mut c_void) -> i32 {
         return ACLNN_ERR_INNER;
     }
     match s.executors.get_mut(&id) {
-        Some(ex) if matches!(ex.job, Job::MaskForward { .. } | Job::MaskBackward { .. }) => ACLNN_ERR_INNER,
+        // An executor with no kernels (an empty input) has no launcher to refuse.
+        Some(ex)
+            if matches!(ex.job, Job::MaskForward { .. } | Job::MaskBackward { .. })
+                && !exec::empty(&ex.job) =>
+        {
+            ACLNN_ERR_INNER
+        }
         Some(ex) => {
             ex.repeatable = true;
             0
@@ -1291,6 +1298,9 @@ mod tests {
     use super::platform::{Arch, arch, names};
     use super::*;
 
+    /// The double's state is process-wide: its tests take turns.
+    pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// A zeroed 4-D NCHW tensor of `dims` over fresh device memory.
     fn tensor_of(dims: [i64; 4], dtype: i32) -> *mut c_void {
         let numel: i64 = dims.iter().product();
@@ -1316,7 +1326,7 @@ mod tests {
         t
     }
 
-    fn open_device() -> *mut c_void {
+    pub(crate) fn open_device() -> *mut c_void {
         cann_double_reset();
         let _ = aclInit(core::ptr::null());
         assert_eq!(aclrtSetDevice(0), 0);
@@ -1333,6 +1343,7 @@ mod tests {
     /// One test: the double's state is process-wide.
     #[test]
     fn executors_behave_as_nnopbase_owns_them() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let stream = open_device();
         // An adaptive backward, launched, then destroyed and launched again: both are violations.
         let (g, x, idx, gi) = (
