@@ -1,5 +1,5 @@
-//! Test support for the Ascend backend: lays the CANN test double (`tests/cann-double`, built as a
-//! workspace member) out like a CANN install (`lib64/libascendcl.so`, `libnnopbase.so`, `libopapi_nn.so`), and
+//! Test support for the Ascend backend: builds the CANN test double (`tests/cann-double`, a
+//! workspace member) and lays it out like a CANN install (`lib64/libascendcl.so`, `libnnopbase.so`, `libopapi_nn.so`), and
 //! drives its control functions. Also finds a real NPU when one is present.
 //!
 //! The double keeps process-wide state, so tests that use it take [`Double::session`], which
@@ -29,20 +29,36 @@ thread_local! {
 /// The libraries a CANN install provides, all served by the one double.
 const NAMES: [&str; 3] = ["libascendcl.so", "libnnopbase.so", "libopapi_nn.so"];
 
-/// Lays the double's library `file` (built by `cargo build -p cann-double -p cann-double-81`, a
-/// workspace member: no test runs cargo) out as a CANN install under `target/tmp/<name>`;
-/// returns the install root.
+/// Builds the double (both variants, `cargo build -p cann-double -p cann-double-81`) once per test
+/// process, into a target directory of its own under `target/tmp` (the outer `cargo test` holds
+/// the lock of the workspace's), so that `cargo test --features ascend` works on a fresh clone;
+/// returns the directory holding the libraries. An up-to-date build costs a second.
+fn built() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cann-double-target");
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = std::process::Command::new(&cargo)
+            .args(["build", "--quiet", "-p", "cann-double", "-p", "cann-double-81", "--manifest-path"])
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .unwrap_or_else(|e| panic!("could not run {} to build the CANN test double: {e}", cargo.display()));
+        assert!(
+            status.success(),
+            "building the CANN test double failed ({status}): run `cargo build -p cann-double -p cann-double-81` to see why"
+        );
+        target.join("debug")
+    })
+}
+
+/// Lays the double's library `file` (built by [`built`]) out as a CANN install under
+/// `target/tmp/<name>`; returns the install root.
 fn install(name: &str, file: &str) -> PathBuf {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    // `target/tmp` is inside the target directory, whose `debug` holds the workspace's libraries.
-    let so =
-        tmp.parent().expect("CARGO_TARGET_TMPDIR is inside the target directory").join("debug").join(file);
-    assert!(
-        so.exists(),
-        "the CANN test double is not built ({} is missing): run `cargo build -p cann-double -p cann-double-81` \
-         before the Ascend tests (.ci/run does)",
-        so.display()
-    );
+    let so = built().join(file);
+    assert!(so.exists(), "the CANN test double was built but {} is missing", so.display());
     let root = tmp.join(name).join("install");
     let lib64 = root.join("lib64");
     std::fs::create_dir_all(&lib64).unwrap();
