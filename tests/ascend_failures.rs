@@ -332,3 +332,23 @@ fn an_operator_missing_from_an_older_cann_is_an_error_when_planned() {
     let Error::Ascend(AscendError::Unavailable { reason, .. }) = &e else { panic!("{e:?}") };
     assert!(reason.contains("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize"), "{e}");
 }
+
+#[test]
+fn the_runtime_is_found_as_libacl_rt_without_libascendcl() {
+    // CANN's runtime documents `libacl_rt.so` as the home of the `aclrt*` functions; an install
+    // without `libascendcl.so` still opens.
+    let session = Double::session();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("acl-rt-only");
+    let lib64 = dir.join("lib64");
+    std::fs::create_dir_all(&lib64).unwrap();
+    let double = session.root().join("lib64/libascendcl.so");
+    for name in ["libacl_rt.so", "libnnopbase.so", "libopapi_nn.so"] {
+        let _ = std::fs::remove_file(lib64.join(name));
+        std::os::unix::fs::symlink(&double, lib64.join(name)).unwrap();
+    }
+    let npu = Ascend::with_library_dir(&dir, 0).expect("libacl_rt.so serves the runtime");
+    assert!(npu.library_origin().contains("acl-rt-only"));
+    backward(&npu).expect("a backward through libacl_rt.so");
+    drop(npu);
+    session.assert_clean();
+}

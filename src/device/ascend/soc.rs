@@ -78,8 +78,11 @@ const TRAINING: [&str; 5] =
 /// Exact names of the 310P chips (`Short_SoC_version=Ascend310P`).
 const P310: [&str; 4] = ["Ascend310P1", "Ascend310P3", "Ascend310P5", "Ascend310P7"];
 /// Series named by a prefix and a suffix of model digits or letters: `(prefix, family)`.
-const SERIES: [(&str, SocFamily); 4] = [
+const SERIES: [(&str, SocFamily); 5] = [
     ("Ascend910_93", SocFamily::AtlasA2A3),
+    // hicann/runtime `platform_config/cann-dev/Ascend350_354f.ini`, `_355e.ini`: `NpuArch=3510`,
+    // the 950's architecture, on which ops-nn keys these operators (`IsRegbase`).
+    ("Ascend350_", SocFamily::Ascend950),
     ("Ascend950PR_", SocFamily::Ascend950),
     ("Ascend950DT_", SocFamily::Ascend950),
     ("Ascend910_55", SocFamily::Ascend950),
@@ -273,8 +276,8 @@ mod tests {
 
     /// The names of hicann/runtime's `src/platform/platform_config/` that CANN 8.1.RC1 lacks.
     const RUNTIME_PLATFORM_CONFIGS: [(&str, SocFamily); 19] = [
-        ("Ascend350_354f", Other),
-        ("Ascend350_355e", Other),
+        ("Ascend350_354f", Ascend950),
+        ("Ascend350_355e", Ascend950),
         ("Ascend910A", AtlasTraining),
         ("Ascend910B4-1", AtlasA2A3),
         ("Ascend910PremiumA", AtlasTraining),

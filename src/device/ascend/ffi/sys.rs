@@ -160,8 +160,14 @@ pub(crate) struct Api {
     _libraries: Vec<Library>,
 }
 
-/// The library files, in resolution order: a symbol comes from the first that exports it.
-const LIBRARIES: [&str; 4] = ["libascendcl.so", "libnnopbase.so", "libopapi.so", "libopapi_nn.so"];
+/// The library files, in resolution order: a symbol comes from the first that exports it. The
+/// runtime's `acl_rt.h` functions belong to `libacl_rt.so`; `libascendcl.so` still exports them
+/// "for compatibility with older versions", to be dropped later (hicann/runtime
+/// `docs/zh/api_ref/01_overview.md`), so the first is searched first and either will do.
+const LIBRARIES: [&str; 5] =
+    ["libacl_rt.so", "libascendcl.so", "libnnopbase.so", "libopapi.so", "libopapi_nn.so"];
+/// The runtime libraries, one of which must be found.
+const RUNTIME_LIBRARIES: [&str; 2] = ["libacl_rt.so", "libascendcl.so"];
 
 /// Opens the CANN libraries under `roots` (each `root/lib64/<name>`, then `root/<name>`), and,
 /// if `loader_path`, by bare name through the dynamic loader's search path.
@@ -215,9 +221,10 @@ impl Api {
     pub(super) fn load(roots: &[PathBuf], loader_path: bool) -> Result<Api> {
         let (libs, mut tried) = open_libraries(roots, loader_path);
         let loaded: Vec<String> = libs.iter().map(|(p, _)| p.display().to_string()).collect();
-        if !libs.iter().any(|(p, _)| p.file_name().is_some_and(|n| n == "libascendcl.so")) {
+        if !libs.iter().any(|(p, _)| p.file_name().is_some_and(|n| RUNTIME_LIBRARIES.iter().any(|r| n == *r)))
+        {
             return Err(Error::Ascend(AscendError::Unavailable {
-                reason: "libascendcl.so not found".into(),
+                reason: "neither libacl_rt.so nor libascendcl.so found".into(),
                 tried,
             }));
         }
