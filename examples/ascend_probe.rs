@@ -276,7 +276,7 @@ fn json_str(s: &str) -> String {
 
 impl Report<'_> {
     fn version(&self) -> String {
-        self.npu.cann_version().unwrap_or_else(|| "unknown (aclrtGetVersion not exported)".into())
+        self.npu.acl_interface_version().unwrap_or_else(|| "unknown (aclrtGetVersion not exported)".into())
     }
 
     fn memory(&self) -> String {

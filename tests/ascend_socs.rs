@@ -157,16 +157,17 @@ fn adaptive_plan<'d, 'a>(
 }
 
 #[test]
-fn a_plan_dropped_unlaunched_destroys_its_executor_once() {
+fn a_plan_makes_no_executor_until_it_runs() {
+    // CANN documents one life for an executor that is not repeatable: phase 1 makes it, phase 2
+    // releases it. So phase 1 runs with the launch, and a plan dropped unrun leaves nothing.
     let session = session_on("Ascend910B1");
     let npu = session.open();
     let (g, x, idx) = ([1.0f32; 4], [0.0f32; 16], [0i64, 2, 8, 10]);
     let mut gi = [0.0f32; 16];
     let plan = adaptive_plan(&npu, &g, &x, &idx, &mut gi);
-    assert_eq!(session.live("executors"), 1);
-    drop(plan);
-    assert_eq!(session.calls("aclDestroyAclOpExecutor"), 1);
+    assert_eq!(session.calls("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize"), 0);
     assert_eq!(session.live("executors"), 0);
+    drop(plan);
 
     // A mask plan too (its executor could never have been made repeatable).
     let (xm, mut out) = ([0.0f32; 16], [0.0f32; 4]);
@@ -183,9 +184,29 @@ fn a_plan_dropped_unlaunched_destroys_its_executor_once() {
             ),
         },
     );
-    let plan = plan.unwrap();
-    drop(plan);
-    assert_eq!(session.calls("aclDestroyAclOpExecutor"), 2);
+    drop(plan.unwrap());
+    assert_eq!(session.calls("aclnnMaxPool2dWithMaskGetWorkspaceSize"), 0);
+    assert_eq!(session.calls("aclDestroyAclOpExecutor"), 0);
+
+    // Run, phase 1 and the launch come together, and CANN releases the executor.
+    adaptive_plan(&npu, &g, &x, &idx, &mut gi).run().unwrap();
+    assert_eq!(session.calls("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize"), 1);
+    assert_eq!(session.calls("aclnnAdaptiveMaxPool2dBackward"), 1);
+    assert_eq!(gi, [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    drop(npu);
+    session.assert_clean();
+}
+
+#[test]
+fn a_plan_runs_on_another_thread_with_both_phases_there() {
+    // The plan is `Send`: made on one thread, run on another, its executor never crosses a thread.
+    let session = session_on("Ascend910B1");
+    let npu = session.open();
+    let (g, x, idx) = ([1.0f32; 4], [0.0f32; 16], [0i64, 2, 8, 10]);
+    let mut gi = [0.0f32; 16];
+    let plan = adaptive_plan(&npu, &g, &x, &idx, &mut gi);
+    std::thread::scope(|s| s.spawn(move || plan.run().unwrap()).join().unwrap());
+    assert_eq!(gi[10], 1.0);
     drop(npu);
     session.assert_clean();
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use ndarray::ArrayView4;
 
-use super::ffi::{self, AclTensor, DeviceBuffer, IntArray, OpExecutor, PoolParams, Session, StreamGuard};
+use super::ffi::{self, AclTensor, Call, DeviceBuffer, IntArray, PoolParams, Session, StreamGuard};
 use super::soc::DeviceOp;
 use super::{Ascend, AscendMemory};
 use crate::alloc::{collect_exact, zeroed_vec};
@@ -26,121 +26,114 @@ use crate::op::{
 };
 use crate::tensor::TensorMut;
 
-/// What phase 1 leaves for phase 2: nothing for an empty batch, else the device work, its device
-/// buffers named by `B` ([`ForwardBuffers`] or [`BackwardBuffers`]).
-pub struct AscendPrepared<B>(Option<DeviceWork<B>>);
+/// What [`Plan::new`](crate::Plan::new) leaves for the run: nothing for an empty batch, else
+/// the staged device tensors and the operator's attributes ([`ForwardBuffers`] or
+/// [`BackwardBuffers`]). CANN's own phase 1 is not here: it runs with the launch
+/// ([`StreamGuard::execute`] says why).
+pub struct AscendPrepared<B>(Option<B>);
 
-/// A planned operator. Fields drop in declaration order, which is CANN's teardown order:
-/// descriptors, executor (if it was never launched), then device memory.
-struct DeviceWork<B> {
-    /// The descriptors of `buffers`, kept alive until the executor is gone (as are the int
-    /// arrays).
-    _tensors: Vec<AclTensor>,
-    _params: Option<PoolParams>,
-    _output_size: Option<IntArray>,
-    /// Taken by the launch (a plan runs once).
-    executor: Option<OpExecutor>,
-    buffers: B,
-    /// Workspace bytes phase 1 asked for.
-    workspace: u64,
+/// The attributes of a forward: the adaptive output size, or the pooling parameters.
+enum ForwardAttrs {
+    Adaptive(IntArray),
+    Pool { indices: bool, params: PoolParams },
 }
 
-/// The device buffers of a forward.
-#[derive(Debug)]
+/// The attributes of a backward: none for the adaptive one, or the pooling parameters.
+enum BackwardAttrs {
+    Adaptive,
+    Pool { indices: bool, params: PoolParams },
+}
+
+/// The staged tensors of a forward. Fields drop in declaration order, which is CANN's teardown
+/// order: the attribute arrays, then each descriptor before its memory.
 pub struct ForwardBuffers {
-    input: DeviceBuffer,
-    output: DeviceBuffer,
+    attrs: ForwardAttrs,
+    input: Staged,
+    output: Staged,
     /// int64 or int32 indices, or the int8 mask ([`PoolArgmax`]).
-    argmax: DeviceBuffer,
+    argmax: Staged,
 }
 
-/// The device buffers of a backward.
-#[derive(Debug)]
+/// The staged tensors of a backward (drop order as for [`ForwardBuffers`]).
 pub struct BackwardBuffers {
-    grad_output: DeviceBuffer,
+    attrs: BackwardAttrs,
+    grad_output: Staged,
     /// Described for its shape; never uploaded, as no operator reads its values.
-    _self: DeviceBuffer,
+    self_: Staged,
     /// The indices or the int8 mask ([`PoolArgmax`]).
-    argmax: DeviceBuffer,
-    grad_input: DeviceBuffer,
+    argmax: Staged,
+    grad_input: Staged,
 }
 
 impl ForwardBuffers {
-    /// The descriptors of staged tensors (kept alive for the executor) and their named buffers.
-    fn from_staged(input: Staged, output: Staged, argmax: Staged) -> (Vec<AclTensor>, Self) {
-        let buffers = ForwardBuffers { input: input.buffer, output: output.buffer, argmax: argmax.buffer };
-        (vec![input.tensor, output.tensor, argmax.tensor], buffers)
+    /// The operator call over these tensors.
+    fn call(&self) -> Call<'_> {
+        let (input, out, argmax) = (&self.input.tensor, &self.output.tensor, &self.argmax.tensor);
+        match &self.attrs {
+            ForwardAttrs::Adaptive(output_size) => {
+                Call::AdaptiveForward { input, output_size, out, indices: argmax }
+            }
+            &ForwardAttrs::Pool { indices, ref params } => {
+                Call::PoolForward { indices, input, params, out, argmax }
+            }
+        }
     }
 }
 
 impl BackwardBuffers {
-    /// The descriptors of staged tensors (kept alive for the executor) and their named buffers.
-    fn from_staged(
-        grad_output: Staged,
-        self_: Staged,
-        argmax: Staged,
-        grad_input: Staged,
-    ) -> (Vec<AclTensor>, Self) {
-        let tensors = vec![grad_output.tensor, self_.tensor, argmax.tensor, grad_input.tensor];
-        let buffers = BackwardBuffers {
-            grad_output: grad_output.buffer,
-            _self: self_.buffer,
-            argmax: argmax.buffer,
-            grad_input: grad_input.buffer,
-        };
-        (tensors, buffers)
+    /// The operator call over these tensors.
+    fn call(&self) -> Call<'_> {
+        let (grad_output, input) = (&self.grad_output.tensor, &self.self_.tensor);
+        let (argmax, grad_input) = (&self.argmax.tensor, &self.grad_input.tensor);
+        match &self.attrs {
+            BackwardAttrs::Adaptive => {
+                Call::AdaptiveBackward { grad_output, input, indices: argmax, grad_input }
+            }
+            &BackwardAttrs::Pool { indices, ref params } => {
+                Call::PoolBackward { indices, grad_output, input, argmax, params, grad_input }
+            }
+        }
+    }
+}
+
+impl core::fmt::Debug for ForwardBuffers {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let (input, output, argmax) = (&self.input.buffer, &self.output.buffer, &self.argmax.buffer);
+        f.debug_struct("ForwardBuffers")
+            .field("input", input)
+            .field("output", output)
+            .field("argmax", argmax)
+            .finish()
+    }
+}
+
+impl core::fmt::Debug for BackwardBuffers {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("BackwardBuffers")
+            .field("grad_output", &self.grad_output.buffer)
+            .field("argmax", &self.argmax.buffer)
+            .field("grad_input", &self.grad_input.buffer)
+            .finish_non_exhaustive()
     }
 }
 
 impl<B> core::fmt::Debug for AscendPrepared<B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let mut d = f.debug_struct("AscendPrepared");
-        match &self.0 {
-            None => d.field("device_work", &false),
-            Some(work) => d.field("tensors", &work._tensors.len()).field("workspace", &work.workspace),
-        }
-        .finish_non_exhaustive()
+        f.debug_struct("AscendPrepared").field("device_work", &self.0.is_some()).finish_non_exhaustive()
     }
 }
 
 impl<B> AscendPrepared<B> {
-    /// Nothing for the device to do (an empty batch): phase 2 only leaves the empty outputs.
+    /// Nothing for the device to do (an empty batch): the run only leaves the empty outputs.
     fn nothing() -> (Self, usize) {
         (AscendPrepared(None), 0)
     }
 
-    /// The prepared state of a planned operator, with the workspace size phase 1 reported.
-    fn planned(
-        op: &'static str,
-        (executor, workspace): (OpExecutor, u64),
-        tensors: Vec<AclTensor>,
-        buffers: B,
-        params: Option<PoolParams>,
-        output_size: Option<IntArray>,
-    ) -> Result<(Self, usize)> {
-        let bytes = usize::try_from(workspace).map_err(|_| Error::Overflow {
-            op,
-            arg: "workspace",
-            what: format!("{workspace} bytes reported by CANN exceed usize::MAX"),
-        })?;
-        let work = DeviceWork {
-            _tensors: tensors,
-            _params: params,
-            _output_size: output_size,
-            executor: Some(executor),
-            buffers,
-            workspace,
-        };
-        Ok((AscendPrepared(Some(work)), bytes))
+    /// Staged device work. The workspace is sized by CANN's phase 1 when the plan runs, so the
+    /// plan asks for none (the run grows the workspace it is given: [`Ascend::workspace_for`]).
+    fn staged(buffers: B) -> (Self, usize) {
+        (AscendPrepared(Some(buffers)), 0)
     }
-}
-
-/// What a launch needs from its prepared state.
-struct Launching<'p, B> {
-    executor: OpExecutor,
-    workspace: Option<&'p DeviceBuffer>,
-    workspace_size: u64,
-    buffers: &'p B,
 }
 
 /// A device buffer with its `aclTensor` descriptor.
@@ -276,8 +269,10 @@ fn download<E: Element>(
 }
 
 impl Ascend {
-    /// Refuses `op` on `dtype` if the SoC does not support them (phase 1, no device call).
+    /// Refuses `op` on `dtype` if the SoC does not support them or the CANN libraries lack the
+    /// operator (no device call).
     fn check_support(&self, op: &'static str, kind: DeviceOp, dtype: DType) -> Result<()> {
+        self.session.exports(kind)?;
         let dtypes = self.family.dtypes(kind).map_err(|why| Error::DeviceLimit {
             device: "ascend",
             op,
@@ -368,19 +363,52 @@ impl Ascend {
         })
     }
 
-    /// The executor (taken: it is launched once), workspace and buffers of a plan that has
-    /// device work; `None` for an empty batch.
-    fn launching<'p, B>(
+    /// The staged work of `prepared` (`None` for an empty batch), once `memory` is found to be
+    /// this device's.
+    fn staged<'p, B>(
         &self,
         op: &'static str,
-        prepared: &'p mut AscendPrepared<B>,
-        memory: &'p AscendMemory,
-    ) -> Result<Option<Launching<'p, B>>> {
-        let workspace = self.workspace(op, memory)?;
-        let Some(work) = prepared.0.as_mut() else { return Ok(None) };
-        let Some(executor) = work.executor.take() else { return Ok(None) };
-        let work = &*work;
-        Ok(Some(Launching { executor, workspace, workspace_size: work.workspace, buffers: &work.buffers }))
+        prepared: &'p AscendPrepared<B>,
+        memory: &AscendMemory,
+    ) -> Result<Option<&'p B>> {
+        self.workspace(op, memory)?;
+        Ok(prepared.0.as_ref())
+    }
+
+    /// Runs `call` on `stream`, both phases ([`StreamGuard::execute`]), with the workspace of
+    /// `memory` grown to what phase 1 asks.
+    fn execute(
+        &self,
+        op: &'static str,
+        stream: &StreamGuard<'_>,
+        call: Call<'_>,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        stream.execute(call, |size| self.workspace_for(op, memory, size))
+    }
+
+    /// The workspace of `memory`, grown to `size` bytes if it is smaller (never shrunk, as
+    /// [`Workspace::ensure`](crate::Workspace::ensure)); `None` when `size` is 0.
+    fn workspace_for<'m>(
+        &self,
+        op: &'static str,
+        memory: &'m mut AscendMemory,
+        size: u64,
+    ) -> Result<Option<&'m DeviceBuffer>> {
+        let bytes = usize::try_from(size).map_err(|_| Error::Overflow {
+            op,
+            arg: "workspace",
+            what: format!("{size} bytes asked by CANN's phase 1 exceed usize::MAX"),
+        })?;
+        if bytes == 0 {
+            return Ok(None);
+        }
+        if memory.buffer.as_ref().is_none_or(|b| b.len() < bytes) {
+            // The old buffer goes first: both may not fit together.
+            memory.buffer = None;
+            memory.buffer = Some(self.session.alloc(bytes)?);
+        }
+        Ok(memory.buffer.as_ref())
     }
 }
 
@@ -446,8 +474,8 @@ where
 }
 
 impl Ascend {
-    /// Phase 1 of a max-pooling forward whose checks have passed: stages input, output and the
-    /// arg-max tensor, then plans the operator.
+    /// Stages a max-pooling forward whose checks have passed: input, output and the arg-max
+    /// tensor, with the pooling parameters.
     fn plan_pool_forward(
         &self,
         op: &'static str,
@@ -464,16 +492,13 @@ impl Ascend {
         let arg = Spec::new(arg, argmax_dims, argmax_dtype);
         let s = Staging::checked(op, &self.session, &[x, out, arg])?;
         let (x, out, arg) = (s.add(x)?, s.add(out)?, s.add(arg)?);
-        let params = self.pool_params(g)?;
-        let indices = argmax == PoolArgmax::Indices;
-        let planned =
-            self.session.pool_forward_plan(indices, &x.tensor, &params, &out.tensor, &arg.tensor)?;
-        let (tensors, buffers) = ForwardBuffers::from_staged(x, out, arg);
-        AscendPrepared::planned(op, planned, tensors, buffers, Some(params), None)
+        let attrs =
+            ForwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params: self.pool_params(g)? };
+        Ok(AscendPrepared::staged(ForwardBuffers { attrs, input: x, output: out, argmax: arg }))
     }
 
-    /// Phase 1 of a max-pooling backward whose checks have passed: stages `grad_output`, `self_`,
-    /// the arg-max tensor and `grad_input`, then plans the operator.
+    /// Stages a max-pooling backward whose checks have passed: `grad_output`, `self_`, the
+    /// arg-max tensor and `grad_input`, with the pooling parameters.
     fn plan_pool_backward(
         &self,
         op: &'static str,
@@ -490,18 +515,10 @@ impl Ascend {
         let (arg, gi) = (Spec::new(arg, argmax_dims, argmax_dtype), Spec::new("grad_input", input, dtype));
         let s = Staging::checked(op, &self.session, &[go, x, arg, gi])?;
         let (go, x, arg, gi) = (s.add(go)?, s.add(x)?, s.add(arg)?, s.add(gi)?);
-        let params = self.pool_params(g)?;
-        let indices = argmax == PoolArgmax::Indices;
-        let planned = self.session.pool_backward_plan(
-            indices,
-            &go.tensor,
-            &x.tensor,
-            &arg.tensor,
-            &params,
-            &gi.tensor,
-        )?;
-        let (tensors, buffers) = BackwardBuffers::from_staged(go, x, arg, gi);
-        AscendPrepared::planned(op, planned, tensors, buffers, Some(params), None)
+        let attrs =
+            BackwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params: self.pool_params(g)? };
+        let buffers = BackwardBuffers { attrs, grad_output: go, self_: x, argmax: arg, grad_input: gi };
+        Ok(AscendPrepared::staged(buffers))
     }
 }
 
@@ -524,29 +541,25 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         let idx = Spec::new("indices", pooled, DType::I64);
         let s = Staging::checked(OP, &self.session, &[x, out, idx])?;
         let (x, out, idx) = (s.add(x)?, s.add(out)?, s.add(idx)?);
-        let output_size = self.session.int_array(&[g.ho as i64, g.wo as i64])?;
-        let planned =
-            self.session.adaptive_forward_plan(&x.tensor, &output_size, &out.tensor, &idx.tensor)?;
-        let (tensors, buffers) = ForwardBuffers::from_staged(x, out, idx);
-        AscendPrepared::planned(OP, planned, tensors, buffers, None, Some(output_size))
+        let attrs = ForwardAttrs::Adaptive(self.session.int_array(&[g.ho as i64, g.wo as i64])?);
+        Ok(AscendPrepared::staged(ForwardBuffers { attrs, input: x, output: out, argmax: idx }))
     }
 
     fn launch(
         &self,
         op: AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
-        mut prepared: AscendPrepared<ForwardBuffers>,
+        prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = w.buffers;
+        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b.input, op.input.view())?;
-        stream.run(DeviceOp::AdaptiveForward, w.executor, w.workspace, w.workspace_size)?;
-        download(&stream, OP, "output", &b.output, op.output)?;
+        upload(&stream, OP, "input", &b.input.buffer, op.input.view())?;
+        self.execute(OP, &stream, b.call(), memory)?;
+        download(&stream, OP, "output", &b.output.buffer, op.output)?;
         let mut indices = zeroed_vec::<i64>(OP, "indices", g.planes() * g.ho * g.wo)?;
-        stream.download(&b.argmax, bytemuck::cast_slice_mut(&mut indices))?;
+        stream.download(&b.argmax.buffer, bytemuck::cast_slice_mut(&mut indices))?;
         indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))
     }
 }
@@ -572,27 +585,26 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         let (idx, gi) = (Spec::new("indices", pooled, I::DTYPE), Spec::new("grad_input", input, T::DTYPE));
         let s = Staging::checked(OP, &self.session, &[go, x, idx, gi])?;
         let (go, x, idx, gi) = (s.add(go)?, s.add(x)?, s.add(idx)?, s.add(gi)?);
-        let planned = self.session.adaptive_backward_plan(&go.tensor, &x.tensor, &idx.tensor, &gi.tensor)?;
-        let (tensors, buffers) = BackwardBuffers::from_staged(go, x, idx, gi);
-        AscendPrepared::planned(OP, planned, tensors, buffers, None, None)
+        let attrs = BackwardAttrs::Adaptive;
+        let buffers = BackwardBuffers { attrs, grad_output: go, self_: x, argmax: idx, grad_input: gi };
+        Ok(AscendPrepared::staged(buffers))
     }
 
     fn launch(
         &self,
         op: AdaptiveMaxPool2dBackward<'a, T, I>,
         _g: &AdaptiveGeometry,
-        mut prepared: AscendPrepared<BackwardBuffers>,
+        prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
-        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = w.buffers;
+        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         // `self_` is not uploaded: the operator reads only its shape.
-        upload(&stream, OP, "grad_output", &b.grad_output, op.grad_output.view())?;
-        upload(&stream, OP, "indices", &b.argmax, op.indices.view())?;
-        stream.run(DeviceOp::AdaptiveBackward, w.executor, w.workspace, w.workspace_size)?;
-        download(&stream, OP, "grad_input", &b.grad_input, op.grad_input)
+        upload(&stream, OP, "grad_output", &b.grad_output.buffer, op.grad_output.view())?;
+        upload(&stream, OP, "indices", &b.argmax.buffer, op.indices.view())?;
+        self.execute(OP, &stream, b.call(), memory)?;
+        download(&stream, OP, "grad_input", &b.grad_input.buffer, op.grad_input)
     }
 }
 
@@ -615,20 +627,19 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         &self,
         op: MaxPool2dWithMask<'a, T, L>,
         _g: &MaxPoolGeometry,
-        mut prepared: AscendPrepared<ForwardBuffers>,
+        prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
-        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = w.buffers;
+        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b.input, op.input.view())?;
+        upload(&stream, OP, "input", &b.input.buffer, op.input.view())?;
         // The operator writes only part of the mask (the i32 prefix, or the bit-mask words): the
         // rest is zero, as the CPU backend leaves it.
-        stream.zero(&b.argmax)?;
-        stream.run(DeviceOp::MaskForward, w.executor, w.workspace, w.workspace_size)?;
-        download(&stream, OP, "output", &b.output, op.output)?;
-        download(&stream, OP, "mask", &b.argmax, op.mask.bytes)
+        stream.zero(&b.argmax.buffer)?;
+        self.execute(OP, &stream, b.call(), memory)?;
+        download(&stream, OP, "output", &b.output.buffer, op.output)?;
+        download(&stream, OP, "mask", &b.argmax.buffer, op.mask.bytes)
     }
 }
 
@@ -670,17 +681,16 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         &self,
         op: MaxPool2dWithMaskBackward<'a, T, L>,
         _g: &MaxPoolGeometry,
-        mut prepared: AscendPrepared<BackwardBuffers>,
+        prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = w.buffers;
+        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "grad_output", &b.grad_output, op.grad_output.view())?;
-        upload(&stream, OP, "mask", &b.argmax, op.mask.bytes.view())?;
-        stream.run(DeviceOp::MaskBackward, w.executor, w.workspace, w.workspace_size)?;
-        download(&stream, OP, "grad_input", &b.grad_input, op.grad_input)
+        upload(&stream, OP, "grad_output", &b.grad_output.buffer, op.grad_output.view())?;
+        upload(&stream, OP, "mask", &b.argmax.buffer, op.mask.bytes.view())?;
+        self.execute(OP, &stream, b.call(), memory)?;
+        download(&stream, OP, "grad_input", &b.grad_input.buffer, op.grad_input)
     }
 }
 
@@ -719,18 +729,17 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         &self,
         op: MaxPool2dWithIndices<'a, T, I>,
         g: &MaxPoolGeometry,
-        mut prepared: AscendPrepared<ForwardBuffers>,
+        prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = w.buffers;
+        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b.input, op.input.view())?;
-        stream.run(DeviceOp::WithIndicesForward, w.executor, w.workspace, w.workspace_size)?;
-        download(&stream, OP, "output", &b.output, op.output)?;
+        upload(&stream, OP, "input", &b.input.buffer, op.input.view())?;
+        self.execute(OP, &stream, b.call(), memory)?;
+        download(&stream, OP, "output", &b.output.buffer, op.output)?;
         let mut indices = zeroed_vec::<i32>(OP, "indices", g.planes() * g.positions())?;
-        stream.download(&b.argmax, bytemuck::cast_slice_mut(&mut indices))?;
+        stream.download(&b.argmax.buffer, bytemuck::cast_slice_mut(&mut indices))?;
         indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))
     }
 }
@@ -757,17 +766,16 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         &self,
         op: MaxPool2dWithIndicesBackward<'a, T, I>,
         _g: &MaxPoolGeometry,
-        mut prepared: AscendPrepared<BackwardBuffers>,
+        prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-        let Some(w) = self.launching(OP, &mut prepared, memory)? else { return Ok(()) };
-        let b = w.buffers;
+        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "grad_output", &b.grad_output, op.grad_output.view())?;
+        upload(&stream, OP, "grad_output", &b.grad_output.buffer, op.grad_output.view())?;
         let indices = int32_indices(OP, "indices", op.indices.view())?;
-        stream.upload(&b.argmax, bytemuck::cast_slice(&indices))?;
-        stream.run(DeviceOp::WithIndicesBackward, w.executor, w.workspace, w.workspace_size)?;
-        download(&stream, OP, "grad_input", &b.grad_input, op.grad_input)
+        stream.upload(&b.argmax.buffer, bytemuck::cast_slice(&indices))?;
+        self.execute(OP, &stream, b.call(), memory)?;
+        download(&stream, OP, "grad_input", &b.grad_input.buffer, op.grad_input)
     }
 }

@@ -11,23 +11,14 @@
 //! [`Executor`](crate::Executor) path as the CPU: `aclnnAdaptiveMaxPool2d`,
 //! `aclnnAdaptiveMaxPool2dBackward`, `aclnnMaxPool2dWithMask`, `aclnnMaxPool2dWithMaskBackward`,
 //! `aclnnMaxPool2dWithIndices` and `aclnnMaxPool2dWithIndicesBackward` (int32 indices on the
-//! device; `i64` callers are converted, and checked against the plane). Phase 1
-//! ([`Plan::new`](crate::Plan::new)) checks everything this crate knows about the device before
-//! any device call (the SoC's operators and dtypes, dilation, the 310P's ceil-mode strides, the
-//! mask layout, `H*W <= i32::MAX`, the adaptive backward's 2^24 limit on non-divisible shapes,
-//! index values), then allocates device buffers, creates the `aclTensor`s (4-D, `ACL_FORMAT_NCHW`)
-//! and calls `aclnnXxxGetWorkspaceSize`, keeping the executor. Phase 2
-//! ([`Executor::run`](crate::Executor::run)) copies the inputs to the device, launches on the
-//! device's stream with the workspace, synchronises and copies the outputs back.
-//!
-//! **Executors as CANN owns them.** A plan's executor is one-shot: it is ours until the launch,
-//! CANN's from the launch on (nnopbase deletes it when `aclnnXxx` returns, even when the run
-//! fails), and a plan dropped unlaunched destroys it with `aclDestroyAclOpExecutor`. No executor
-//! is made repeatable: CANN refuses `aclSetAclOpExecutorRepeatable` for the mask operators (their
-//! op_api points internal views at the caller's mask buffer) and for executors served from its
-//! cache, and a [`Plan`](crate::Plan) runs at most once anyway. This is also what torch_npu does.
-//! Re-running `GetWorkspaceSize` in phase 2 (torch_npu's other habit) was not chosen: it would
-//! move CANN's own checks out of [`Plan::new`](crate::Plan::new).
+//! device; `i64` callers are converted, and checked against the plane).
+//! [`Plan::new`](crate::Plan::new) checks everything this crate knows about the device before any
+//! device call (the SoC's operators and dtypes, dilation, the 310P's ceil-mode strides, the mask
+//! layout, `H*W <= i32::MAX`, the adaptive backward's 2^24 limit on non-divisible shapes, index
+//! values), then allocates device buffers and creates the `aclTensor`s (4-D, `ACL_FORMAT_NCHW`).
+//! [`Executor::run`](crate::Executor::run) copies the inputs to the device, runs CANN's two phases
+//! back to back (`aclnnXxxGetWorkspaceSize`, then `aclnnXxx` on the device's stream with the
+//! workspace), synchronises and copies the outputs back.
 //!
 //! **Errors mid-run.** If a launch or a copy fails after work was queued, the stream is
 //! synchronised before any buffer is freed, and the error is returned.
@@ -55,11 +46,29 @@
 //! libraries share). [`Ascend::is_deterministic`] reads the option back from CANN.
 //!
 //! **`aclFinalize`.** CANN 8.1's `acl.h` asks for `aclFinalize` before the process exits.
-//! poolgrad never calls it on its own (CANN allows one initialisation per process, and another
-//! user of the process, such as torch_npu, may own it): call [`finalize`] once every device,
-//! workspace and plan is dropped, and only if poolgrad is the process's only CANN user. It calls
-//! `aclFinalize` only if poolgrad's `aclInit` initialised CANN, and no `Ascend` can be opened
-//! afterwards.
+//! poolgrad never finalises on its own (another user of the process, such as torch_npu, may still
+//! need CANN): call [`finalize`] once every device, workspace and plan is dropped. Where the
+//! runtime exports `aclFinalizeReference`, it releases only poolgrad's reference (CANN counts
+//! every `aclInit` and tears down at the last release), so it is safe beside other users; on
+//! older runtimes it calls `aclFinalize`, and only if poolgrad's `aclInit` initialised CANN, so
+//! call it there only if poolgrad is the process's only CANN user. Either way no `Ascend` can be
+//! opened afterwards, whatever library directory is asked for, and [`Ascend::is_available`]
+//! (which never initialises CANN) answers false.
+//!
+//! **Phase 1 runs with the launch.** [`Plan::new`](crate::Plan::new) makes every check poolgrad
+//! knows of the device and stages the tensors; CANN's own phase 1 (`aclnnXxxGetWorkspaceSize`)
+//! runs when the plan runs, right before the launch, on the thread that runs it. CANN documents
+//! one life for an executor that is not repeatable (phase 1 creates it, phase 2 releases it), so
+//! none is kept in a plan, dropped unlaunched or moved across threads; phase 1 also reads the
+//! deterministic setting in force when the plan runs. So a plan's
+//! [`workspace_size`](crate::Plan::workspace_size) is 0 on this device: CANN's phase 1 sizes the
+//! workspace, and the run grows the [`Workspace`](crate::Workspace) it is given to that size
+//! (never shrinking it), so a workspace reused across runs is allocated once.
+//!
+//! **A failed wait frees nothing.** A synchronisation that fails (a timeout, for example) does
+//! not stop the stream's kernel, so after one poolgrad frees no device memory, and destroys
+//! neither the stream nor its device reference, until a later wait succeeds; if none does, they
+//! are left for the process's end rather than freed under a running kernel.
 //!
 //! **Host-staged tensors.** This version takes host tensors (ndarray views) and copies them to and
 //! from the device on every run; it does not hold tensors on the device between calls.
@@ -112,8 +121,11 @@ use ffi::{DeviceBuffer, Runtime, Session};
 /// (`aclnnAdaptiveMaxPool2dBackward.md`, 约束说明; no other operator documents it).
 const MAX_NON_DIVISIBLE_ADAPTIVE_PLANE: usize = 1 << 24;
 
-/// Calls `aclFinalize` for the CANN this crate initialised, if it did (module docs). Afterwards no
-/// [`Ascend`] can be opened in this process.
+/// Releases poolgrad's hold on CANN (module docs): `aclFinalizeReference` where the runtime
+/// exports it (CANN counts every `aclInit` and tears down at the last release, so this is safe
+/// beside torch_npu), else `aclFinalize` if poolgrad's `aclInit` was the one that initialised
+/// CANN. Afterwards no [`Ascend`] can be opened in this process, from any library directory, and
+/// [`Ascend::is_available`] is false. A second call does nothing.
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] while any `Ascend`, workspace or plan is alive (nothing is
@@ -173,9 +185,12 @@ impl Ascend {
         Ok(Ascend { session, family: SocFamily::from_soc_name(&soc), soc, device_id })
     }
 
-    /// Whether CANN loads from the default locations and reports at least one device. Never fails.
+    /// Whether CANN loads from the default locations and reports at least one device. Never fails,
+    /// and initialises nothing: it opens the libraries and asks `aclrtGetDeviceCount`, which
+    /// needs no `aclInit`, so calling it leaves CANN as it was for the process's other users
+    /// (and for [`finalize`]). Always false after [`finalize`].
     pub fn is_available() -> bool {
-        Runtime::load(ffi::default_roots(), true).and_then(|rt| rt.device_count()).is_ok_and(|n| n > 0)
+        Runtime::device_count_without_init(ffi::default_roots(), true).is_some_and(|n| n > 0)
     }
 
     /// Sets CANN's deterministic mode (`ACL_OPT_DETERMINISTIC`): for this device's primary context
@@ -229,10 +244,20 @@ impl Ascend {
         self.family.mask_layout(params.kernel()) == L::KIND
     }
 
-    /// The ACL runtime version `"major.minor.patch"` (`aclrtGetVersion`), or `None` where the
-    /// runtime does not export it or does not answer.
-    pub fn cann_version(&self) -> Option<String> {
+    /// The version of the ACL interface, `"major.minor.patch"` (`aclrtGetVersion`), or `None` where the runtime does not export it or does not answer. This is
+    /// the version of the C API, not of the CANN release: see [`Ascend::cann_release`].
+    pub fn acl_interface_version(&self) -> Option<String> {
         self.session.runtime().version()
+    }
+
+    /// The CANN release installed (for example `"8.1.RC1"`) and where it was read:
+    /// `aclsysGetCANNVersion` where the runtime exports it and answers, else the `version=` line
+    /// of the toolkit's install record (`<arch>-linux/ascend_toolkit_install.info` under the
+    /// search root the libraries came from). `None` when neither answers (libraries found
+    /// through the loader path alone, from a runtime without the call).
+    pub fn cann_release(&self) -> Option<CannRelease> {
+        let (version, source) = self.session.runtime().release()?;
+        Some(CannRelease { version, source })
     }
 
     /// The device memory applications can use, in bytes, as CANN reported it when the device was
@@ -249,6 +274,15 @@ impl Ascend {
     pub fn library_origin(&self) -> &str {
         self.session.runtime().origin()
     }
+}
+
+/// The CANN release a device runs on ([`Ascend::cann_release`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CannRelease {
+    /// The release, as CANN writes it (for example `"8.1.RC1"`).
+    pub version: String,
+    /// Where it was read: `"aclsysGetCANNVersion"`, or the path of the install record.
+    pub source: String,
 }
 
 /// Workspace memory on an Ascend device (none for a zero-byte workspace).

@@ -7,6 +7,11 @@
 const STATUSES: &[(i32, &str, &str)] = &[
     (100_000, "ACL_ERROR_INVALID_PARAM", "a parameter is invalid"),
     (100_002, "ACL_ERROR_REPEAT_INITIALIZE", "aclInit was called twice in this process"),
+    (
+        100_003,
+        "ACL_ERROR_INVALID_FILE",
+        "a file CANN reads (a configuration or version record) is missing or invalid",
+    ),
     (100_037, "ACL_ERROR_REPEAT_FINALIZE", "aclFinalize was called twice in this process"),
     (200_000, "ACL_ERROR_BAD_ALLOC", "memory allocation failed"),
     (200_001, "ACL_ERROR_API_NOT_SUPPORT", "the API is not supported"),
@@ -21,6 +26,11 @@ const STATUSES: &[(i32, &str, &str)] = &[
         207_005,
         "ACL_ERROR_RT_RESOURCE_ALLOC_FAIL",
         "a runtime resource (stream, event) could not be allocated",
+    ),
+    (
+        507_046,
+        "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT",
+        "waiting for the stream timed out; its task may still be running",
     ),
     (500_000, "ACL_ERROR_INTERNAL_ERROR", "internal error"),
     (500_001, "ACL_ERROR_FAILURE", "failure"),

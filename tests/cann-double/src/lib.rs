@@ -59,6 +59,8 @@ type AclError = i32;
 const ACL_SUCCESS: AclError = 0;
 const ACL_ERROR_INVALID_PARAM: AclError = 100_000;
 const ACL_ERROR_REPEAT_INITIALIZE: AclError = 100_002;
+const ACL_ERROR_INVALID_FILE: AclError = 100_003;
+const ACL_ERROR_REPEAT_FINALIZE: AclError = 100_037;
 const ACL_ERROR_INVALID_DEVICE: AclError = 200_002;
 const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
 // aclnn status codes (ops-nn docs/zh/context/aclnn_return_code.md)
@@ -93,25 +95,99 @@ const DEVICE_TO_DEVICE: i32 = 3;
 // ---------------------------------------------------------------------------------------------
 // libascendcl: acl.h, acl_rt.h
 
+/// Models `aclInitImpl` (hicann/runtime `src/acl/aclrt_impl/acl.cpp` l.382-392): a repeated
+/// `aclInit` counts one more reference and returns `ACL_ERROR_REPEAT_INITIALIZE`.
 #[unsafe(no_mangle)]
 pub extern "C" fn aclInit(_config_path: *const c_char) -> AclError {
     if let Some(e) = enter("aclInit") {
         return e;
     }
     let mut s = state::lock();
-    if s.initialized {
+    if s.init_refs > 0 {
+        s.init_refs += 1;
         return fail(ACL_ERROR_REPEAT_INITIALIZE, "aclInit: repeated initialisation");
     }
-    s.initialized = true;
+    s.init_refs = 1;
+    s.finalized = false;
     ACL_SUCCESS
 }
 
+/// Models `aclFinalizeImpl` (`acl.cpp` l.630-645): tears down whatever the count
+/// (`aclFinalizeInternal` sets it to 0); a second call is `ACL_ERROR_REPEAT_FINALIZE`.
 #[unsafe(no_mangle)]
 pub extern "C" fn aclFinalize() -> AclError {
     if let Some(e) = enter("aclFinalize") {
         return e;
     }
-    state::lock().initialized = false;
+    let mut s = state::lock();
+    if s.finalized {
+        return fail(ACL_ERROR_REPEAT_FINALIZE, "aclFinalize: repeated finalisation");
+    }
+    (s.finalized, s.init_refs) = (true, 0);
+    ACL_SUCCESS
+}
+
+/// Models `aclFinalizeReferenceImpl` (`acl.cpp` l.648-): releases one reference, tearing down at
+/// the last; with none left, `ACL_ERROR_REPEAT_FINALIZE`. Absent from CANN 8.1 (its `acl.h`
+/// declares no such function).
+#[cfg(not(feature = "cann81"))]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclFinalizeReference(ref_count: *mut u64) -> AclError {
+    if let Some(e) = enter("aclFinalizeReference") {
+        return e;
+    }
+    let mut s = state::lock();
+    let report = |n: u64| {
+        if !ref_count.is_null() {
+            // SAFETY: checked non-null; the caller passes a valid `uint64_t*`.
+            unsafe { *ref_count = n };
+        }
+    };
+    match s.init_refs {
+        0 => {
+            report(0);
+            fail(ACL_ERROR_REPEAT_FINALIZE, "aclFinalizeReference: called without a matching aclInit")
+        }
+        1 => {
+            (s.finalized, s.init_refs) = (true, 0);
+            report(0);
+            ACL_SUCCESS
+        }
+        n => {
+            s.init_refs = n - 1;
+            report(n - 1);
+            ACL_SUCCESS
+        }
+    }
+}
+
+/// Models `aclsysGetCANNVersion` (CANN 8.1 `acl.h`; hicann/runtime `acl_rt.h` l.1141): the
+/// package's version as the install records it, `ACL_ERROR_INVALID_FILE` where the record is
+/// missing (hicann/runtime's unit test of the call without `ASCEND_HOME_PATH`). The double
+/// answers for `ACL_PKG_NAME_CANN` (0) only.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclsysGetCANNVersion(name: i32, version: *mut u8) -> AclError {
+    if let Some(e) = enter("aclsysGetCANNVersion") {
+        return e;
+    }
+    if version.is_null() || name != 0 {
+        return fail(
+            ACL_ERROR_INVALID_PARAM,
+            "aclsysGetCANNVersion: null version or a package other than CANN",
+        );
+    }
+    let s = state::lock();
+    let Some(release) = &s.release else {
+        return fail(ACL_ERROR_INVALID_FILE, "aclsysGetCANNVersion: no version record in the install");
+    };
+    // `aclCANNPackageVersion`: `version[128]`, then four parts of 64 bytes and `reserved[128]`.
+    let bytes = release.as_bytes_with_nul();
+    // SAFETY: the caller passes an `aclCANNPackageVersion` (512 bytes); `bytes` is shorter than
+    // its first field.
+    unsafe {
+        core::ptr::write_bytes(version, 0, 512);
+        core::ptr::copy_nonoverlapping(bytes.as_ptr(), version, bytes.len().min(127));
+    }
     ACL_SUCCESS
 }
 
@@ -136,10 +212,9 @@ pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> AclError {
     if count.is_null() {
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceCount: count is null");
     }
+    // No `aclInit` needed: `aclrtGetDeviceCountImpl` (hicann/runtime
+    // `src/acl/aclrt_impl/device.cpp` l.221-230) asks the driver directly.
     let s = state::lock();
-    if !s.initialized {
-        return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceCount before aclInit");
-    }
     // SAFETY: checked non-null; the caller passes a valid `uint32_t*`.
     unsafe { *count = s.device_count };
     ACL_SUCCESS
@@ -154,7 +229,7 @@ pub extern "C" fn aclrtSetDevice(device_id: i32) -> AclError {
         return e;
     }
     let mut s = state::lock();
-    if !s.initialized {
+    if s.init_refs == 0 {
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtSetDevice before aclInit");
     }
     if device_id < 0 || device_id as u32 >= s.device_count {
@@ -419,15 +494,10 @@ pub extern "C" fn aclrtDestroyStream(stream: *mut c_void) -> AclError {
 #[unsafe(no_mangle)]
 pub extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> AclError {
     if let Some(e) = enter("aclrtSynchronizeStream") {
-        // A failed synchronisation aborts the stream's tasks: nothing is left running.
-        let mut s = state::lock();
-        if let Some(st) = s.streams.get_mut(&(stream as usize)) {
-            for queued in std::mem::take(&mut st.queue) {
-                for t in queued.job.tensors() {
-                    s.set_pending(t.addr, false);
-                }
-            }
-        }
+        // A failed wait leaves the stream's tasks queued, still to run: `ApiImpl::StreamSynchronize`
+        // (l.1732-1741) reports a timeout (`RT_ERROR_STREAM_SYNC_TIMEOUT`) with the task still
+        // running and stops nothing. So their buffers stay in use (freeing one is a violation)
+        // until a later wait succeeds.
         return e;
     }
     let mut s = state::lock();
@@ -1237,6 +1307,21 @@ pub unsafe extern "C" fn cann_double_set_soc(name: *const c_char) {
     // SAFETY: the test passes a NUL-terminated string.
     let name = unsafe { CStr::from_ptr(name) }.to_owned();
     state::lock().set_soc(name);
+}
+
+/// Sets the CANN release `aclsysGetCANNVersion` reports; NULL for an install without its version
+/// record.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cann_double_set_release(release: *const c_char) {
+    // SAFETY: the test passes NULL or a NUL-terminated string.
+    let release = (!release.is_null()).then(|| unsafe { CStr::from_ptr(release) }.to_owned());
+    state::lock().release = release;
+}
+
+/// `aclInit`'s reference count (`aclInitRefCount`).
+#[unsafe(no_mangle)]
+pub extern "C" fn cann_double_init_refs() -> u64 {
+    state::lock().init_refs
 }
 
 /// Sets the number of devices and the device memory limit in bytes.

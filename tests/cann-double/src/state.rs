@@ -242,7 +242,14 @@ pub(crate) type Range = (usize, usize, usize);
 
 #[derive(Debug)]
 pub(crate) struct State {
-    pub initialized: bool,
+    /// `aclInitRefCount` (hicann/runtime `src/acl/aclrt_impl/acl.cpp`): every `aclInit` counts,
+    /// the repeated ones included; 0 before the first and after finalisation.
+    pub init_refs: u64,
+    /// `aclFinalizeFlag`: `aclFinalize` ran.
+    pub finalized: bool,
+    /// The CANN release `aclsysGetCANNVersion` reads from the install, `None` for an install
+    /// without its version record.
+    pub release: Option<CString>,
     pub device_count: u32,
     pub memory_limit: usize,
     /// Device -> its primary context and the references `aclrtSetDevice` took
@@ -272,7 +279,9 @@ pub(crate) struct State {
 impl State {
     fn new() -> Self {
         let mut s = State {
-            initialized: false,
+            init_refs: 0,
+            finalized: false,
+            release: Some(if cfg!(feature = "cann81") { c"8.1.RC1" } else { c"8.3.RC1" }.to_owned()),
             device_count: 1,
             memory_limit: 1 << 30,
             primaries: BTreeMap::new(),
@@ -298,12 +307,12 @@ impl State {
 
     /// Back to a fresh device; the process stays initialised (aclInit is once per process).
     pub fn reset(&mut self) {
-        let initialized = self.initialized;
+        let (init_refs, finalized) = (self.init_refs, self.finalized);
         let socs = std::mem::take(&mut self.socs);
         let next_handle = self.next_handle;
         *self = State::new();
         self.socs.splice(0..0, socs);
-        self.initialized = initialized;
+        (self.init_refs, self.finalized) = (init_refs, finalized);
         self.next_handle = next_handle;
     }
 

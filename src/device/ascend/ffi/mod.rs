@@ -13,28 +13,30 @@
 //! - [`result`]: [`Runtime`], a loaded, initialised CANN (`aclInit` once per process;
 //!   `aclFinalize` only when the user asks for it through [`finalize`], see the `ascend` module
 //!   docs), which turns status codes and null handles into typed errors;
-//! - [`safe`]: RAII handles ([`Session`] = device + context + stream, [`DeviceBuffer`],
-//!   [`AclTensor`], [`IntArray`], [`OpExecutor`]), each releasing what it owns in `Drop` without
-//!   panicking, in CANN's teardown order (tensors and arrays, executor, buffers, then stream,
-//!   context, device).
+//! - [`safe`]: RAII handles ([`Session`] = device reference + stream, [`DeviceBuffer`],
+//!   [`AclTensor`], [`IntArray`]), each releasing what it owns in `Drop` without panicking, in
+//!   CANN's teardown order (tensors and arrays, buffers, then stream and device), and the
+//!   operators' two phases ([`StreamGuard::execute`]).
 //!
-//! **Executors are one-shot.** An executor from `aclnnXxxGetWorkspaceSize` belongs to this crate
-//! until it is passed to `aclnnXxx`; from that call on it belongs to CANN, which deletes it when the
-//! launch returns, successful or not (hicann/opbase `op_executor.cpp`, `CommonOpExecutorRun`:
-//! `delete executor`, or `DeleteExecutorForError`). [`OpExecutor`] models exactly that: launching
-//! consumes it, and dropping one that was never launched destroys it with
-//! `aclDestroyAclOpExecutor` (`acl_op_api.cpp` deletes ordinary executors and cache wrappers).
-//! No executor is made repeatable: `aclSetAclOpExecutorRepeatable` fails with `ACLNN_ERR_INNER`
-//! for the mask operators, whose op_api points internal views at the caller's mask buffer
-//! (`SetStorageAddr` + `SetFromWorkspace(false)`), which nnopbase's
-//! `LauncherRepeatableChecker::CheckLaunchArg` rejects, and for any executor served from the aclnn
-//! cache; and a [`Plan`](crate::Plan) runs at most once by construction, so repeatability would buy
-//! nothing. torch_npu does the same (`EXEC_NPU_CMD`: phase 1, then the launch at once).
+//! **Executors live within one call.** CANN documents one life for an executor that is not
+//! repeatable: `aclnnXxxGetWorkspaceSize` creates it and `aclnnXxx` releases it, successful or not
+//! (hicann/opbase `docs/zh/api/nnopbase/aclnn/aclDestroyAclOpExecutor.md`; the implementation:
+//! `op_executor.cpp`, `CommonOpExecutorRun`, `delete executor` or `DeleteExecutorForError`).
+//! `aclDestroyAclOpExecutor` is documented only together with `aclSetAclOpExecutorRepeatable`.
+//! So the two phases run back to back, on the thread that runs the plan, when it runs: no
+//! executor is kept in a plan, dropped unlaunched, moved to another thread, or left waiting in
+//! nnopbase's per-thread executor cache (`op_cache.cpp`, a `thread_local` manager whose entries
+//! are evicted beyond `ACLNN_CACHE_LIMIT`). No executor is made repeatable either:
+//! `aclSetAclOpExecutorRepeatable` fails with `ACLNN_ERR_INNER` for the mask operators, whose
+//! op_api points internal views at the caller's mask buffer (`SetStorageAddr` +
+//! `SetFromWorkspace(false)`), which nnopbase's `LauncherRepeatableChecker::CheckLaunchArg`
+//! rejects, and for any executor served from the cache. torch_npu does the same (Ascend/op-plugin
+//! `op_api_common.h`, `EXEC_NPU_CMD`: phase 1, then the launch at once).
 
 mod result;
 mod safe;
 mod sys;
 
 pub(crate) use result::{Runtime, finalize};
-pub(crate) use safe::{AclTensor, DeviceBuffer, IntArray, OpExecutor, PoolParams, Session, StreamGuard};
+pub(crate) use safe::{AclTensor, Call, DeviceBuffer, IntArray, PoolParams, Session, StreamGuard};
 pub(crate) use sys::{default_roots, dtype};

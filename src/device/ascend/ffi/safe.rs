@@ -1,11 +1,12 @@
 //! The owning layer: RAII handles over CANN objects ([`Session`] = device + context + stream,
-//! [`StreamGuard`], [`DeviceBuffer`], [`AclTensor`], [`IntArray`], [`OpExecutor`]), each
+//! [`StreamGuard`], [`DeviceBuffer`], [`AclTensor`], [`IntArray`]), each
 //! releasing what it owns in `Drop` without panicking, in CANN's teardown order (tensors and
 //! arrays, executor, buffers, then stream, context, device), and the operators' two phases.
 
 #![allow(unsafe_code)]
 
 use core::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::result::Runtime;
@@ -32,6 +33,9 @@ pub(crate) struct Session {
     memory_total: Option<usize>,
     /// Serialises launch-synchronise-copy sequences on the stream.
     stream_lock: Mutex<()>,
+    /// Set when a wait for the stream failed with work queued: a kernel may still be running, so
+    /// no memory is freed until a wait succeeds ([`Session::settle`]).
+    unsettled: AtomicBool,
 }
 
 // SAFETY: the context and stream handles are plain identifiers that CANN lets any thread use once
@@ -136,7 +140,9 @@ impl Session {
             }
             opened?
         };
-        Ok(Arc::new(Session { rt, device_id, context, stream, memory_total, stream_lock: Mutex::new(()) }))
+        let stream_lock = Mutex::new(());
+        let unsettled = AtomicBool::new(false);
+        Ok(Arc::new(Session { rt, device_id, context, stream, memory_total, stream_lock, unsettled }))
     }
 
     /// The device memory available to applications (bytes), if CANN reported it at open.
@@ -153,6 +159,27 @@ impl Session {
         let mut thread = ThreadContext::save(&self.rt);
         thread.enter(self.context)?;
         Ok(thread)
+    }
+
+    /// Whether the stream has no work that might still run: true unless a wait failed with work
+    /// queued ([`StreamGuard::execute`]), in which case the stream is waited for again and the
+    /// answer is whether that wait succeeded. Memory is freed, and the stream destroyed, only
+    /// when it is true: a failed wait does not stop a kernel, which would then read or write
+    /// memory returned to the allocator.
+    fn settle(&self) -> bool {
+        if !self.unsettled.load(Ordering::Acquire) {
+            return true;
+        }
+        // Not under `stream_lock`: a buffer may be dropped while this thread holds the stream,
+        // and waiting for a stream is safe from any thread (it also waits for others' work).
+        let Ok(_bound) = self.bind() else { return false };
+        // SAFETY: the stream is live (destroyed only by `Session::drop`).
+        let code = unsafe { (self.rt.api.aclrt_synchronize_stream)(self.stream) };
+        let settled = code == ACL_SUCCESS;
+        if settled {
+            self.unsettled.store(false, Ordering::Release);
+        }
+        settled
     }
 
     /// Sets `ACL_OPT_DETERMINISTIC` on this session's context and, where the runtime exports
@@ -249,17 +276,6 @@ impl Session {
         Ok(IntArray { rt: Arc::clone(&self.rt), ptr })
     }
 
-    /// Takes ownership of the executor phase 1 returned (one-shot: see the module docs).
-    fn executor(&self, function: &'static str, code: i32, ptr: Exec) -> Result<OpExecutor> {
-        // A failed phase 1 leaves no executor to release (ops-nn builds it in a
-        // `UniqueExecutor`, which frees it on every early return).
-        self.rt.check(function, code)?;
-        if ptr.is_null() {
-            return Err(self.rt.null_error(function));
-        }
-        Ok(OpExecutor { rt: Arc::clone(&self.rt), ptr })
-    }
-
     fn op<T>(&self, op: Option<T>, symbol: &'static str) -> Result<T> {
         op.ok_or_else(|| {
             Error::Ascend(AscendError::Unavailable {
@@ -269,112 +285,127 @@ impl Session {
         })
     }
 
-    /// Phase 1 of an operator: `call` is its `aclnnXxxGetWorkspaceSize` with the workspace-size
-    /// and executor out-pointers.
-    fn phase1(
-        &self,
-        function: &'static str,
-        call: impl FnOnce(*mut u64, *mut Exec) -> i32,
-    ) -> Result<(OpExecutor, u64)> {
-        let _bound = self.bind()?;
-        let (mut size, mut exec) = (0u64, core::ptr::null_mut());
-        let code = call(&mut size, &mut exec);
-        Ok((self.executor(function, code, exec)?, size))
+    /// Refuses `kind` unless the libraries export both of its phases (they are resolved together:
+    /// an older CANN lacks both).
+    pub(crate) fn exports(&self, kind: DeviceOp) -> Result<()> {
+        self.op(self.rt.api.launch(kind), kind.workspace_symbol()).map(|_| ())
     }
 
-    /// Phase 1 of `aclnnAdaptiveMaxPool2d`.
-    pub(crate) fn adaptive_forward_plan(
-        &self,
-        input: &AclTensor,
-        output_size: &IntArray,
-        out: &AclTensor,
-        indices: &AclTensor,
-    ) -> Result<(OpExecutor, u64)> {
-        let ws_symbol = DeviceOp::AdaptiveForward.workspace_symbol();
-        let (ws, _) = self.op(self.rt.api.adaptive_forward, ws_symbol)?;
-        // SAFETY: live handles created by this session; valid out-pointers.
-        self.phase1(ws_symbol, |size, exec| unsafe {
-            ws(input.ptr, output_size.ptr, out.ptr, indices.ptr, size, exec)
-        })
-    }
-
-    /// Phase 1 of `aclnnAdaptiveMaxPool2dBackward`.
-    pub(crate) fn adaptive_backward_plan(
-        &self,
-        grad_output: &AclTensor,
-        input: &AclTensor,
-        indices: &AclTensor,
-        grad_input: &AclTensor,
-    ) -> Result<(OpExecutor, u64)> {
-        let ws_symbol = DeviceOp::AdaptiveBackward.workspace_symbol();
-        let (ws, _) = self.op(self.rt.api.adaptive_backward, ws_symbol)?;
-        // SAFETY: live handles created by this session; valid out-pointers.
-        self.phase1(ws_symbol, |size, exec| unsafe {
-            ws(grad_output.ptr, input.ptr, indices.ptr, grad_input.ptr, size, exec)
-        })
-    }
-
-    /// Phase 1 of `aclnnMaxPool2dWithMask` (`indices` false) or `aclnnMaxPool2dWithIndices`.
-    pub(crate) fn pool_forward_plan(
-        &self,
-        indices: bool,
-        input: &AclTensor,
-        params: &PoolParams,
-        out: &AclTensor,
-        argmax: &AclTensor,
-    ) -> Result<(OpExecutor, u64)> {
-        let (op, ws) = if indices {
-            (self.rt.api.indices_forward, DeviceOp::WithIndicesForward.workspace_symbol())
-        } else {
-            (self.rt.api.mask_forward, DeviceOp::MaskForward.workspace_symbol())
+    /// Phase 1 of `call`: CANN's checks, the workspace size and the executor (non-null on
+    /// success; a failed phase 1 leaves none, as ops-nn builds it in a `UniqueExecutor` that
+    /// frees it on every early return).
+    fn phase_one(&self, call: &Call<'_>) -> Result<(Exec, u64)> {
+        let kind = call.op();
+        let function = kind.workspace_symbol();
+        let api = &self.rt.api;
+        let (mut size, mut exec): (u64, Exec) = (0, core::ptr::null_mut());
+        let (s, e) = (&mut size as *mut u64, &mut exec as *mut Exec);
+        let code = match *call {
+            Call::AdaptiveForward { input, output_size, out, indices } => {
+                let (ws, _) = self.op(api.adaptive_forward, function)?;
+                // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
+                unsafe { ws(input.ptr, output_size.ptr, out.ptr, indices.ptr, s, e) }
+            }
+            Call::AdaptiveBackward { grad_output, input, indices, grad_input } => {
+                let (ws, _) = self.op(api.adaptive_backward, function)?;
+                // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
+                unsafe { ws(grad_output.ptr, input.ptr, indices.ptr, grad_input.ptr, s, e) }
+            }
+            Call::PoolForward { indices, input, params, out, argmax } => {
+                let op = if indices { api.indices_forward } else { api.mask_forward };
+                let (ws, _) = self.op(op, function)?;
+                let [k, st, p, d] = params.arrays();
+                // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
+                unsafe { ws(input.ptr, k, st, p, d, params.ceil_mode, out.ptr, argmax.ptr, s, e) }
+            }
+            Call::PoolBackward { indices, grad_output, input, argmax, params, grad_input } => {
+                let op = if indices { api.indices_backward } else { api.mask_backward };
+                let (ws, _) = self.op(op, function)?;
+                let [k, st, p, d] = params.arrays();
+                // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
+                unsafe {
+                    ws(
+                        grad_output.ptr,
+                        input.ptr,
+                        argmax.ptr,
+                        k,
+                        st,
+                        p,
+                        d,
+                        params.ceil_mode,
+                        grad_input.ptr,
+                        s,
+                        e,
+                    )
+                }
+            }
         };
-        let (call, _) = self.op(op, ws)?;
-        let [k, s, p, d] = params.arrays();
-        // SAFETY: live handles created by this session; valid out-pointers.
-        self.phase1(ws, |size, exec| unsafe {
-            call(input.ptr, k, s, p, d, params.ceil_mode, out.ptr, argmax.ptr, size, exec)
-        })
+        self.rt.check(function, code)?;
+        if exec.is_null() {
+            return Err(self.rt.null_error(function));
+        }
+        Ok((exec, size))
     }
+}
 
-    /// Phase 1 of `aclnnMaxPool2dWithMaskBackward` (`indices` false) or
-    /// `aclnnMaxPool2dWithIndicesBackward`.
-    pub(crate) fn pool_backward_plan(
-        &self,
+/// One operator call as its phase 1 takes it: the descriptors and parameters of its arguments.
+#[derive(Clone, Copy)]
+pub(crate) enum Call<'t> {
+    /// `aclnnAdaptiveMaxPool2d`.
+    AdaptiveForward {
+        input: &'t AclTensor,
+        output_size: &'t IntArray,
+        out: &'t AclTensor,
+        indices: &'t AclTensor,
+    },
+    /// `aclnnAdaptiveMaxPool2dBackward`.
+    AdaptiveBackward {
+        grad_output: &'t AclTensor,
+        input: &'t AclTensor,
+        indices: &'t AclTensor,
+        grad_input: &'t AclTensor,
+    },
+    /// `aclnnMaxPool2dWithIndices` (`indices`) or `aclnnMaxPool2dWithMask`.
+    PoolForward {
         indices: bool,
-        grad_output: &AclTensor,
-        input: &AclTensor,
-        argmax: &AclTensor,
-        params: &PoolParams,
-        grad_input: &AclTensor,
-    ) -> Result<(OpExecutor, u64)> {
-        let (op, ws) = if indices {
-            (self.rt.api.indices_backward, DeviceOp::WithIndicesBackward.workspace_symbol())
-        } else {
-            (self.rt.api.mask_backward, DeviceOp::MaskBackward.workspace_symbol())
-        };
-        let (call, _) = self.op(op, ws)?;
-        let [k, s, p, d] = params.arrays();
-        // SAFETY: live handles created by this session; valid out-pointers.
-        self.phase1(ws, |size, exec| unsafe {
-            call(
-                grad_output.ptr,
-                input.ptr,
-                argmax.ptr,
-                k,
-                s,
-                p,
-                d,
-                params.ceil_mode,
-                grad_input.ptr,
-                size,
-                exec,
-            )
-        })
+        input: &'t AclTensor,
+        params: &'t PoolParams,
+        out: &'t AclTensor,
+        argmax: &'t AclTensor,
+    },
+    /// `aclnnMaxPool2dWithIndicesBackward` (`indices`) or `aclnnMaxPool2dWithMaskBackward`.
+    PoolBackward {
+        indices: bool,
+        grad_output: &'t AclTensor,
+        input: &'t AclTensor,
+        argmax: &'t AclTensor,
+        params: &'t PoolParams,
+        grad_input: &'t AclTensor,
+    },
+}
+
+impl Call<'_> {
+    /// The operator called.
+    pub(crate) fn op(&self) -> DeviceOp {
+        match *self {
+            Call::AdaptiveForward { .. } => DeviceOp::AdaptiveForward,
+            Call::AdaptiveBackward { .. } => DeviceOp::AdaptiveBackward,
+            Call::PoolForward { indices: true, .. } => DeviceOp::WithIndicesForward,
+            Call::PoolForward { indices: false, .. } => DeviceOp::MaskForward,
+            Call::PoolBackward { indices: true, .. } => DeviceOp::WithIndicesBackward,
+            Call::PoolBackward { indices: false, .. } => DeviceOp::MaskBackward,
+        }
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
+        // A stream that may still run a kernel (a wait failed and no later one succeeded) is
+        // left as it is, with the device reference that keeps its memory: tearing it down could
+        // free what the kernel uses. CANN reclaims both when the process exits.
+        if !self.settle() {
+            return;
+        }
         // Teardown in CANN's order: the stream (in its context, which `aclrtDestroyStream`
         // requires), then the device reference. The primary context is the device's, not ours:
         // it goes with the last reference, which may be another library's. Failures cannot be
@@ -404,10 +435,10 @@ pub(crate) struct StreamGuard<'s> {
 impl Drop for StreamGuard<'_> {
     fn drop(&mut self) {
         if self.pending.get() {
-            // The error that brought us here is already on its way to the caller; this
-            // synchronisation only keeps the buffers alive until the device is done with them.
-            // SAFETY: the stream is live.
-            let _ = unsafe { (self.rt().api.aclrt_synchronize_stream)(self.session.stream) };
+            // The error that brought us here is already on its way to the caller; this wait only
+            // keeps the buffers alive until the device is done with them (or, if it fails too,
+            // marks the session unsettled, so that they are not freed at all).
+            let _ = self.synchronize();
         }
     }
 }
@@ -456,33 +487,48 @@ impl StreamGuard<'_> {
         self.rt().check("aclrtMemset", code)
     }
 
-    /// Phase 2: launches `executor` on the stream with `workspace` (`size` bytes, as phase 1
-    /// reported), consuming it, then waits for the stream.
-    pub(crate) fn run(
+    /// Runs `call`: phase 1, then at once phase 2 on this stream with the workspace that
+    /// `workspace` gives for the size phase 1 asked, then waits for the stream.
+    ///
+    /// The two phases run back to back on the calling thread because that is the only life CANN
+    /// documents for an executor that is not repeatable: phase 1 creates it and phase 2 releases
+    /// it (hicann/opbase `docs/zh/api/nnopbase/aclnn/aclDestroyAclOpExecutor.md`; that function is
+    /// documented for repeatable executors only). So no executor outlives this call, crosses a
+    /// thread or waits in CANN's per-thread cache. If `workspace` fails between the phases, the
+    /// executor is left to CANN, for which it documents no release (torch_npu leaves it the same
+    /// way when its workspace allocation throws: Ascend/op-plugin `op_api_common.h`,
+    /// `EXEC_NPU_CMD`).
+    pub(crate) fn execute<'w>(
         &self,
-        kind: DeviceOp,
-        executor: OpExecutor,
-        workspace: Option<&DeviceBuffer>,
-        size: u64,
+        call: Call<'_>,
+        workspace: impl FnOnce(u64) -> Result<Option<&'w DeviceBuffer>>,
     ) -> Result<()> {
-        let api = &self.rt().api;
-        let launch = api.launch(kind);
+        let kind = call.op();
         let name = kind.symbol();
-        // Not launched (unreachable in practice: phase 1 found the same library's symbols), the
-        // executor is destroyed by its `Drop`.
-        let launch = self.session.op(launch, name)?;
-        let ws = workspace.map_or(core::ptr::null_mut(), |w| w.ptr);
-        let exec = executor.hand_over();
+        // Resolved before phase 1, so that no executor is made that could not be launched.
+        let launch = self.session.op(self.rt().api.launch(kind), name)?;
+        let (exec, size) = self.session.phase_one(&call)?;
+        let ws = workspace(size)?.map_or(core::ptr::null_mut(), |w| w.ptr);
         self.pending.set(true);
-        // SAFETY: `exec` is a live executor made for this operator and handed over to CANN, which
-        // deletes it when the call returns; `ws` is device memory of at least `size` bytes
-        // (checked by the caller) or null when `size` is 0; the stream is live.
+        // SAFETY: `exec` is the live executor phase 1 just made for this operator, handed over to
+        // CANN, which deletes it when the call returns; `ws` is device memory of at least `size`
+        // bytes (the caller's contract for `workspace`) or null when `size` is 0; the stream is live.
         let code = unsafe { launch(ws, size, exec, self.session.stream) };
         self.rt().check(name, code)?;
+        self.synchronize()
+    }
+
+    /// Waits for the stream. A failed wait (for example `ACL_ERROR_RT_STREAM_SYNC_TIMEOUT`) does
+    /// not stop the stream's tasks (hicann/runtime `api_impl.cc`, `ApiImpl::StreamSynchronize`,
+    /// l.1732-1741: a timeout reports the task still running), so the session is then marked
+    /// unsettled and frees no memory until a later wait succeeds ([`Session::settle`]).
+    fn synchronize(&self) -> Result<()> {
         // SAFETY: the stream is live.
-        let code = unsafe { (api.aclrt_synchronize_stream)(self.session.stream) };
-        // Whatever the outcome, the stream has stopped: a failed synchronisation aborts its tasks.
+        let code = unsafe { (self.rt().api.aclrt_synchronize_stream)(self.session.stream) };
         self.pending.set(false);
+        if code != ACL_SUCCESS {
+            self.session.unsettled.store(true, Ordering::Release);
+        }
         self.rt().check("aclrtSynchronizeStream", code)
     }
 }
@@ -533,6 +579,10 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        // Memory a kernel may still use is not freed (`Session::settle`).
+        if !self.session.settle() {
+            return;
+        }
         // Freed in the session's context whatever happens: a failure to bind leaves CANN to refuse it.
         let _bound = self.session.bind();
         // SAFETY: `ptr` came from `aclrtMalloc` on this session's device and is freed once.
@@ -582,34 +632,5 @@ impl<C: Destroy> Drop for Owned<C> {
         // SAFETY: `ptr` was created through this runtime's API, is owned by `self` and is destroyed
         // once, here.
         unsafe { C::destroy(&self.rt.api, self.ptr) };
-    }
-}
-
-/// An `aclOpExecutor` from phase 1, owned by this crate until [`StreamGuard::run`] hands it over to
-/// CANN (which then deletes it); destroyed with `aclDestroyAclOpExecutor` if dropped before that.
-pub(crate) struct OpExecutor {
-    rt: Arc<Runtime>,
-    /// Null once handed over.
-    ptr: Exec,
-}
-
-impl OpExecutor {
-    /// Gives up ownership: from here on CANN owns (and deletes) the executor.
-    fn hand_over(mut self) -> Exec {
-        core::mem::replace(&mut self.ptr, core::ptr::null_mut())
-    }
-}
-
-// SAFETY: a host-side object that CANN does not tie to a thread; it is used by one plan at a time
-// (moved into the launch).
-unsafe impl Send for OpExecutor {}
-
-impl Drop for OpExecutor {
-    fn drop(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY: a live executor from phase 1 that was never launched, so it is still ours;
-            // destroyed once, here.
-            unsafe { (self.rt.api.acl_destroy_executor)(self.ptr) };
-        }
     }
 }

@@ -109,10 +109,30 @@ type PoolBackwardWs = unsafe extern "C" fn(
 /// The second phase of every operator: `aclnnXxx(workspace, workspaceSize, executor, stream)`.
 pub(super) type Launch = unsafe extern "C" fn(*mut c_void, u64, Exec, *mut c_void) -> i32;
 
+/// `aclCANNPackageVersion` (hicann/runtime `include/external/acl/acl_rt.h` l.980-987: text
+/// fields of `ACL_PKG_VERSION_MAX_SIZE` (128) and `ACL_PKG_VERSION_PARTS_MAX_SIZE` (64) bytes).
+#[repr(C)]
+pub(super) struct CannPackageVersion {
+    pub(super) version: [c_char; 128],
+    pub(super) major: [c_char; 64],
+    pub(super) minor: [c_char; 64],
+    pub(super) release: [c_char; 64],
+    pub(super) patch: [c_char; 64],
+    pub(super) reserved: [c_char; 128],
+}
+
+/// `ACL_PKG_NAME_CANN`, the first `aclCANNPackageName` (`acl_rt.h` l.965-974).
+pub(super) const PKG_NAME_CANN: i32 = 0;
+
 /// The resolved CANN functions. The `Library` values keep every pointer valid.
 pub(crate) struct Api {
     pub(super) acl_init: unsafe extern "C" fn(*const c_char) -> i32,
     pub(super) acl_finalize: unsafe extern "C" fn() -> i32,
+    /// `aclFinalizeReference(uint64_t *refCount)` (hicann/runtime `acl_rt.h`; not in CANN 8.1).
+    pub(super) acl_finalize_reference: Option<unsafe extern "C" fn(*mut u64) -> i32>,
+    /// `aclsysGetCANNVersion(aclCANNPackageName, aclCANNPackageVersion*)` (hicann/runtime
+    /// `acl_rt.h`, deprecated there for `aclsysGetVersionStr`, still exported).
+    pub(super) aclsys_get_cann_version: Option<unsafe extern "C" fn(i32, *mut CannPackageVersion) -> i32>,
     pub(super) acl_get_recent_err_msg: unsafe extern "C" fn() -> *const c_char,
     pub(super) aclrt_get_device_count: unsafe extern "C" fn(*mut u32) -> i32,
     pub(super) aclrt_get_soc_name: unsafe extern "C" fn() -> *const c_char,
@@ -150,7 +170,6 @@ pub(crate) struct Api {
     pub(super) acl_destroy_tensor: unsafe extern "C" fn(Tensor) -> i32,
     pub(super) acl_create_int_array: unsafe extern "C" fn(*const i64, u64) -> *mut AclIntArrayC,
     pub(super) acl_destroy_int_array: unsafe extern "C" fn(IntArr) -> i32,
-    pub(super) acl_destroy_executor: unsafe extern "C" fn(Exec) -> i32,
     pub(super) adaptive_forward: Option<(AdaptiveForwardWs, Launch)>,
     pub(super) adaptive_backward: Option<(AdaptiveBackwardWs, Launch)>,
     pub(super) mask_forward: Option<(PoolForwardWs, Launch)>,
@@ -259,6 +278,8 @@ impl Api {
         Ok(Api {
             acl_init: required!("aclInit"),
             acl_finalize: required!("aclFinalize"),
+            acl_finalize_reference: optional!("aclFinalizeReference"),
+            aclsys_get_cann_version: optional!("aclsysGetCANNVersion"),
             acl_get_recent_err_msg: required!("aclGetRecentErrMsg"),
             aclrt_get_device_count: required!("aclrtGetDeviceCount"),
             aclrt_get_soc_name: required!("aclrtGetSocName"),
@@ -283,7 +304,6 @@ impl Api {
             acl_destroy_tensor: required!("aclDestroyTensor"),
             acl_create_int_array: required!("aclCreateIntArray"),
             acl_destroy_int_array: required!("aclDestroyIntArray"),
-            acl_destroy_executor: required!("aclDestroyAclOpExecutor"),
             adaptive_forward: op!(DeviceOp::AdaptiveForward),
             adaptive_backward: op!(DeviceOp::AdaptiveBackward),
             mask_forward: op!(DeviceOp::MaskForward),
