@@ -1,7 +1,7 @@
 //! All six operators through `Plan` on a double of each SoC family, and the executor's life as
-//! CANN owns it: a plan launched once (no `aclSetAclOpExecutorRepeatable`, no destroy after the
-//! launch), a plan dropped unlaunched (destroyed once), a launch that fails (not destroyed by us,
-//! its buffers freed only after the stream is synchronised). After each: every handle released,
+//! CANN documents it: made by phase 1 when the plan runs and launched at once (no
+//! `aclSetAclOpExecutorRepeatable`, no destroy), none for a plan dropped unrun, a launch that fails
+//! (not destroyed by us, its buffers freed only after the stream is synchronised). After each: every handle released,
 //! no protocol violation (the double records a destroy or use after a launch as one).
 #![cfg(feature = "ascend")]
 
@@ -330,6 +330,44 @@ fn with_indices_plans_use_int32_indices_on_the_device() {
     let e = max_pool2d_with_indices_backward_on(&npu, &g, &x, &bad, &p).unwrap_err();
     assert!(matches!(&e, Error::IndexOutOfRange { value: 42, .. }), "{e}");
     assert_eq!(session.calls("*"), before);
+    drop(npu);
+    session.assert_clean();
+}
+
+#[test]
+fn cann_decides_lets_refused_calls_reach_cann() {
+    // On Atlas training poolgrad refuses the adaptive backward and the with-indices forward (the
+    // product tables), before any device call. `cann_decides` sends them to CANN, whose phase 1
+    // answers for itself (the double models ops-nn's dtype lists: an empty list for the SoC).
+    let session = session_on("Ascend910B");
+    let npu = session.open();
+    for op in [1, 4] {
+        let before = session.calls("*");
+        let e = run_op(&npu, op).unwrap_err();
+        assert!(matches!(e, Error::DeviceLimit { about: DeviceLimitKind::Operator, .. }), "{e:?}");
+        assert_eq!(session.calls("*"), before);
+    }
+    let npu = npu.cann_decides();
+    for (op, function) in [
+        (1, "aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize"),
+        (4, "aclnnMaxPool2dWithIndicesGetWorkspaceSize"),
+    ] {
+        let e = run_op(&npu, op).unwrap_err();
+        assert!(
+            matches!(e, Error::Ascend(AscendError::Cann { function: f, status: Some(161_002), .. }) if f == function),
+            "{e:?}"
+        );
+    }
+    // What protects memory stays: an index outside the plane is refused before any device call.
+    let (g, x, idx) = ([1.0f32; 4], [0.0f32; 16], [0i64, 2, 8, 16]);
+    let mut gi = [0.0f32; 16];
+    let op = AdaptiveMaxPool2dBackward {
+        grad_output: TensorRef::from_slice(&g, &[1, 1, 2, 2]).unwrap(),
+        self_: TensorRef::from_slice(&x, &[1, 1, 4, 4]).unwrap(),
+        indices: TensorRef::from_slice(&idx, &[1, 1, 2, 2]).unwrap(),
+        grad_input: TensorMut::from_slice(&mut gi, &[1, 1, 4, 4]).unwrap(),
+    };
+    assert!(matches!(Plan::new(&npu, op), Err(Error::IndexOutOfRange { .. })));
     drop(npu);
     session.assert_clean();
 }

@@ -273,6 +273,9 @@ impl Ascend {
     /// operator (no device call).
     fn check_support(&self, op: &'static str, kind: DeviceOp, dtype: DType) -> Result<()> {
         self.session.exports(kind)?;
+        if self.cann_decides {
+            return Ok(());
+        }
         let dtypes = self.family.dtypes(kind).map_err(|why| Error::DeviceLimit {
             device: "ascend",
             op,
@@ -297,7 +300,7 @@ impl Ascend {
     fn check_layout<L: MaskLayout>(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
         let kernel = g.params.kernel();
         let native = self.family.mask_layout(kernel);
-        if native == L::KIND {
+        if native == L::KIND || self.cann_decides {
             return Ok(());
         }
         let name = match native {
@@ -320,6 +323,9 @@ impl Ascend {
     /// 950), and the 310P's ceil-mode strides (`SocFamily::ceil_mode_limit`).
     fn check_params(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
         let p = &g.params;
+        if self.cann_decides {
+            return Ok(());
+        }
         if p.dilation() != [1, 1] && !self.family.supports_dilation() {
             return Err(Error::DeviceLimit {
                 device: "ascend",

@@ -145,6 +145,8 @@ pub struct Ascend {
     soc: String,
     family: SocFamily,
     device_id: i32,
+    /// Set by [`Ascend::cann_decides`]: poolgrad's device-limit refusals are skipped.
+    cann_decides: bool,
 }
 
 impl fmt::Debug for Ascend {
@@ -182,7 +184,7 @@ impl Ascend {
         let session = Session::open(rt, device_id)?;
         // After aclrtSetDevice: the SoC of the device in use.
         let soc = session.runtime().soc_name()?;
-        Ok(Ascend { session, family: SocFamily::from_soc_name(&soc), soc, device_id })
+        Ok(Ascend { session, family: SocFamily::from_soc_name(&soc), soc, device_id, cann_decides: false })
     }
 
     /// Whether CANN loads from the default locations and reports at least one device. Never fails,
@@ -191,6 +193,21 @@ impl Ascend {
     /// (and for [`finalize`]). Always false after [`finalize`].
     pub fn is_available() -> bool {
         Runtime::device_count_without_init(ffi::default_roots(), true).is_some_and(|n| n > 0)
+    }
+
+    /// This device with poolgrad's own refusals of what it believes the SoC does not take left
+    /// out, so that such calls reach CANN and CANN's own answer is seen: a diagnostic for
+    /// hardware owners (the probe example's second pass), not for production use.
+    ///
+    /// Left out: the SoC's operators and element types, dilation and the 310P's ceil-mode
+    /// strides, the mask layout the SoC writes, and the adaptive backward's documented 2^24
+    /// limit. Kept, because they keep memory safe: shapes, index and mask values checked against
+    /// the plane, planes whose flat indices fit the device's int32, and the device's memory. A
+    /// mask of a layout the SoC does not write is decoded as the layout the caller named, so its
+    /// results may be wrong, though never out of bounds.
+    pub fn cann_decides(mut self) -> Self {
+        self.cann_decides = true;
+        self
     }
 
     /// Sets CANN's deterministic mode (`ACL_OPT_DETERMINISTIC`): for this device's primary context
@@ -311,10 +328,13 @@ impl Device for Ascend {
 
     /// `H * W <= i32::MAX` for every operator, and at most 2^24 for adaptive backward shapes that
     /// are not divisible (documented for `aclnnAdaptiveMaxPool2dBackward` only).
+    /// (The 2^24 limit is left out under [`Ascend::cann_decides`].)
     fn limits(&self) -> DeviceLimits {
-        DeviceLimits::default()
-            .with_max_plane(i32::MAX as usize)
-            .with_max_non_divisible_adaptive_plane(MAX_NON_DIVISIBLE_ADAPTIVE_PLANE)
+        let limits = DeviceLimits::default().with_max_plane(i32::MAX as usize);
+        if self.cann_decides {
+            return limits;
+        }
+        limits.with_max_non_divisible_adaptive_plane(MAX_NON_DIVISIBLE_ADAPTIVE_PLANE)
     }
 }
 
