@@ -377,8 +377,7 @@ fn the_runtime_is_found_as_libacl_rt_without_libascendcl() {
     std::fs::create_dir_all(&lib64).unwrap();
     let double = session.root().join("lib64/libascendcl.so");
     for name in ["libacl_rt.so", "libnnopbase.so", "libopapi_nn.so"] {
-        let _ = std::fs::remove_file(lib64.join(name));
-        std::os::unix::fs::symlink(&double, lib64.join(name)).unwrap();
+        ascend::link(&double, &lib64.join(name));
     }
     let npu = Ascend::with_library_dir(&dir, 0).expect("libacl_rt.so serves the runtime");
     assert!(npu.library_origin().contains("acl-rt-only"));

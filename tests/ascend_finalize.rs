@@ -43,9 +43,7 @@ fn install_with_record() -> PathBuf {
     std::fs::create_dir_all(&lib64).unwrap();
     std::fs::create_dir_all(root.join("x86_64-linux")).unwrap();
     let double = Double::get().root().join("lib64").join("libascendcl.so").canonicalize().unwrap();
-    let link = lib64.join("libascendcl.so");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(double, &link).unwrap();
+    ascend::link(&double, &lib64.join("libascendcl.so"));
     let record = "package_name=Ascend-cann-toolkit\nversion=8.3.RC1.alpha002\narch=x86_64\n";
     std::fs::write(root.join("x86_64-linux/ascend_toolkit_install.info"), record).unwrap();
     root

@@ -63,11 +63,23 @@ fn install(name: &str, file: &str) -> PathBuf {
     let lib64 = root.join("lib64");
     std::fs::create_dir_all(&lib64).unwrap();
     for name in NAMES {
-        let link = lib64.join(name);
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&so, &link).unwrap();
+        link(&so, &lib64.join(name));
     }
     root
+}
+
+/// Makes `link` a symbolic link to `target`, atomically: test binaries that nextest runs side by
+/// side lay out the same install, so the link is made under a name of this process's and renamed
+/// over the old one (a remove-then-create would race).
+pub fn link(target: &Path, link: &Path) {
+    if std::fs::read_link(link).is_ok_and(|t| t == target) {
+        return;
+    }
+    let name = link.file_name().unwrap().to_string_lossy();
+    let tmp = link.with_file_name(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp).unwrap();
+    std::fs::rename(&tmp, link).unwrap();
 }
 
 fn build() -> Double {
