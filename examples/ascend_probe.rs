@@ -1,8 +1,12 @@
-//! One command that settles, on a real Ascend NPU, what only hardware can: runs each of the six
-//! operators once per case (3x3 and 1x1 kernels; plain inputs, a tie, a NaN; f32, f16, and bf16
-//! where the SoC takes it), compares every result with the CPU backend, and reports the SoC, the
-//! CANN version, every status code, the first mask bytes, the mask layout and bit order found,
-//! tie and NaN agreement and the scope of deterministic mode.
+//! One command that settles, on a real Ascend NPU, what only hardware can. It runs each of the six
+//! operators per case (3x3 and 1x1 kernels; plain inputs, a tie, a NaN; ceil mode, dilation,
+//! strided views, 3-D inputs and inputs that are not exact in f16; f32, f16 and bf16), compares
+//! every result with the CPU backend, and runs every case that poolgrad refused a second time with
+//! poolgrad's refusals left out (`Ascend::cann_decides`), to show where CANN accepts what poolgrad
+//! refuses. It also reports the SoC, the CANN release and the ACL interface version, the first
+//! mask bytes and the layout and bit order they decode as, which determinism level the operators
+//! read (run-to-run bitwise comparison of an overlapping f16 backward, one level set at a time), a
+//! plan dropped unrun, a failed run followed by a good one, and `finalize`.
 //!
 //! ```text
 //! cargo run --release --features ascend --example ascend_probe                      # CANN from the environment
@@ -10,21 +14,22 @@
 //! ... -- --json FILE                                                                # where the JSON report goes
 //! ```
 //!
-//! It prints a short report and writes it as JSON (default `ascend_probe.json`); attach both to a
-//! bug report. Without an NPU it says what it needs and exits successfully. It exits with failure
-//! only if a result the device produced differs from the CPU's on a plain input (ties and NaNs are
-//! reported, not judged: CANN documents no NaN support).
+//! It prints a short report and always writes it as JSON (default `ascend_probe.json`), also when
+//! the device does not open (then with the reason); attach both to a bug report. It exits with
+//! failure when the device does not open, or when a result the device produced differs from the
+//! CPU's on a plain input (ties, NaNs and inputs not exact in f16 are reported, not judged).
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use half::{bf16, f16};
-use ndarray::{Array4, ArrayD, IxDyn};
-use poolgrad::device::ascend::Ascend;
+use ndarray::{Array4, ArrayD, ArrayViewD, Axis, IxDyn, s};
+use poolgrad::device::ascend::{Ascend, DeterministicLevel, finalize};
 use poolgrad::device::cpu::Cpu;
+use poolgrad::op::AdaptiveMaxPool2dBackward;
 use poolgrad::{
-    AscendError, Bitmask, Error, I32Argmax, Mask, MaskLayout, MaxPool2dParams, PoolFloat,
-    adaptive_max_pool2d_backward_on, adaptive_max_pool2d_on, max_pool2d_with_indices_backward_on,
+    AscendError, Bitmask, Error, I32Argmax, Mask, MaskLayout, MaxPool2dParams, Plan, PoolFloat, TensorMut,
+    TensorRef, adaptive_max_pool2d_backward_on, adaptive_max_pool2d_on, max_pool2d_with_indices_backward_on,
     max_pool2d_with_indices_on, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
 };
 
@@ -32,12 +37,29 @@ use poolgrad::{
 struct Outcome {
     op: &'static str,
     dtype: &'static str,
-    kernel: usize,
-    input: &'static str,
-    /// "match", "mismatch", "refused" (by poolgrad, before any device call) or "cann-error".
+    /// The case: kernel and input ("3x3 plain", "ceil k2 s3", "3-D", ...).
+    case: String,
+    /// "match", "mismatch", "refused" (by poolgrad, before any device call), "cann-error" or
+    /// "error".
     result: &'static str,
     status: Option<i32>,
     detail: String,
+    /// For a run poolgrad refused: the same run with poolgrad's refusals left out
+    /// (`Ascend::cann_decides`), as (result, status, detail).
+    cann_decides: Option<(&'static str, Option<i32>, String)>,
+}
+
+/// The two handles every case runs on: as users get it, and with poolgrad's refusals left out.
+struct Devices {
+    npu: Ascend,
+    raw: Ascend,
+}
+
+fn open(dir: Option<&str>) -> poolgrad::Result<Ascend> {
+    match dir {
+        Some(d) => Ascend::with_library_dir(d, 0),
+        None => Ascend::new(0),
+    }
 }
 
 fn main() -> ExitCode {
@@ -54,54 +76,176 @@ fn main() -> ExitCode {
             }
         }
     }
-    let opened = match &dir {
-        Some(d) => Ascend::with_library_dir(d, 0),
-        None => Ascend::new(0),
-    };
-    let npu = match opened {
-        Ok(npu) => npu,
+    let opened =
+        open(dir.as_deref()).and_then(|npu| Ok(Devices { npu, raw: open(dir.as_deref())?.cann_decides() }));
+    let devices = match opened {
+        Ok(d) => d,
         Err(e) => {
-            println!("No Ascend NPU here: {e}\n");
+            println!("The Ascend device did not open: {e}\n");
             println!("The probe needs an Ascend NPU with its driver and the CANN toolkit (8.3 or later for");
             println!(
                 "aclnnAdaptiveMaxPool2dBackward): source /usr/local/Ascend/ascend-toolkit/set_env.sh, then"
             );
             println!("  cargo run --release --features ascend --example ascend_probe");
-            return ExitCode::SUCCESS;
+            let report = format!(
+                "{{\n  \"poolgrad\": {},\n  \"opened\": false,\n  \"open_error\": {},\n  \"libraries\": {}\n}}\n",
+                json_str(env!("CARGO_PKG_VERSION")),
+                json_str(&e.to_string()),
+                json_str(dir.as_deref().unwrap_or("the default search (ASCEND_HOME_PATH, ...)"))
+            );
+            write_report(&json, &report);
+            return ExitCode::FAILURE;
         }
     };
     let mut outcomes = Vec::new();
     let mut masks = Vec::new();
     for kernel in [3, 1] {
-        for input in ["plain", "tie", "nan"] {
-            probe::<f32>(&npu, "f32", kernel, input, &mut outcomes, &mut masks);
-            probe::<f16>(&npu, "f16", kernel, input, &mut outcomes, &mut masks);
-            probe::<bf16>(&npu, "bf16", kernel, input, &mut outcomes, &mut masks);
+        for kind in ["plain", "tie", "nan"] {
+            let case = format!("{kernel}x{kernel} {kind}");
+            let p = params(kernel);
+            probe::<f32>(
+                &devices,
+                "f32",
+                &case,
+                input::<f32>(kind).view(),
+                &p,
+                true,
+                &mut outcomes,
+                &mut masks,
+            );
+            probe::<f16>(
+                &devices,
+                "f16",
+                &case,
+                input::<f16>(kind).view(),
+                &p,
+                true,
+                &mut outcomes,
+                &mut masks,
+            );
+            probe::<bf16>(
+                &devices,
+                "bf16",
+                &case,
+                input::<bf16>(kind).view(),
+                &p,
+                true,
+                &mut outcomes,
+                &mut masks,
+            );
         }
     }
-    let determinism = determinism_scope(&npu, dir.as_deref());
-    let report = Report { npu: &npu, outcomes: &outcomes, masks: &masks, determinism: &determinism };
+    shapes_and_parameters(&devices, &mut outcomes, &mut masks);
+    let determinism = determinism(devices.npu);
+    let Ok(npu) = determinism.1 else {
+        println!("could not reopen the device after the determinism runs");
+        return ExitCode::FAILURE;
+    };
+    let devices = Devices { npu, raw: devices.raw };
+    let lifecycle = lifecycle(&devices, &outcomes);
+    let (release, interface) = (
+        devices.npu.cann_release().map(|r| format!("{} (from {})", r.version, r.source)),
+        devices.npu.acl_interface_version(),
+    );
+    let info = Info {
+        soc: devices.npu.soc_name().to_string(),
+        family: devices.npu.soc_family().to_string(),
+        release: release
+            .unwrap_or_else(|| "unknown (no aclsysGetCANNVersion answer, no install record)".into()),
+        interface: interface.unwrap_or_else(|| "unknown (aclrtGetVersion not exported)".into()),
+        libraries: devices.npu.library_origin().to_string(),
+        memory: devices.npu.memory_total(),
+    };
+    drop(devices);
+    let finalized = match finalize() {
+        Ok(()) => "ok".to_string(),
+        Err(e) => format!("error: {e}"),
+    };
+    let report = Report {
+        info: &info,
+        outcomes: &outcomes,
+        masks: &masks,
+        determinism: &determinism.0,
+        lifecycle: &lifecycle,
+        finalized: &finalized,
+    };
     print!("{}", report.text());
-    if let Err(e) = std::fs::write(&json, report.json()) {
-        eprintln!("could not write {json}: {e}");
+    if !write_report(&json, &report.json()) {
         return ExitCode::FAILURE;
     }
-    println!("\nJSON report written to {json}: please attach it, with the text above, to a bug report.");
-    let bad = outcomes.iter().any(|o| o.result == "mismatch" && o.input == "plain");
+    let bad = outcomes.iter().any(|o| o.result == "mismatch" && o.case.ends_with("plain"));
     if bad { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+fn write_report(path: &str, json: &str) -> bool {
+    match std::fs::write(path, json) {
+        Ok(()) => {
+            println!(
+                "\nJSON report written to {path}: please attach it, with the text above, to a bug report."
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!("could not write {path}: {e}");
+            false
+        }
+    }
+}
+
+/// What does not depend on the runs.
+struct Info {
+    soc: String,
+    family: String,
+    release: String,
+    interface: String,
+    libraries: String,
+    memory: Option<usize>,
 }
 
 /// `[2, 3, 5, 6]` values: small integers (exact in every dtype), with a tie in every 3x3 window of
 /// the "tie" input and a NaN at a known place in the "nan" input.
-fn input<T: PoolFloat>(kind: &str) -> Array4<T> {
-    Array4::from_shape_fn((2, 3, 5, 6), |(n, c, h, w)| {
+fn input<T: PoolFloat>(kind: &str) -> ArrayD<T> {
+    input4::<T>(kind, 5).into_dyn()
+}
+
+fn input4<T: PoolFloat>(kind: &str, rows: usize) -> Array4<T> {
+    Array4::from_shape_fn((2, 3, rows, 6), |(n, c, h, w)| {
         let v = match kind {
             "tie" => ((n + c + h / 2 + w / 2) % 3) as f32,
             _ => ((n * 7 + c * 5 + h * 3 + w * 2) % 11) as f32,
         };
         let v = if kind == "nan" && h == 2 && w == 3 { f32::NAN } else { v };
+        // Not exact in f16 (11 significant bits): a rounding to f16 on the device shows.
+        let v = if kind == "not-f16-exact" { v + 0.123_456_79 } else { v };
         cast(v)
     })
+}
+
+/// Ceil mode (the case where kernel < stride and padding is 0, and a padded one), dilation,
+/// strided views, 3-D inputs and inputs that are not exact in f16, each through every operator.
+fn shapes_and_parameters(
+    d: &Devices,
+    outcomes: &mut Vec<Outcome>,
+    masks: &mut Vec<(String, &'static str, String, String)>,
+) {
+    let ceil_small = MaxPool2dParams::new([2, 2]).with_stride([3, 3]).with_ceil_mode(true);
+    let ceil_padded =
+        MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]).with_ceil_mode(true);
+    let dilated = MaxPool2dParams::new([3, 3]).with_padding([1, 1]).with_dilation([2, 2]);
+    for (case, p) in
+        [("ceil k2 s3 p0", &ceil_small), ("ceil k3 s2 p1", &ceil_padded), ("dilation 2", &dilated)]
+    {
+        probe::<f32>(d, "f32", case, input::<f32>("plain").view(), p, false, outcomes, masks);
+        probe::<f16>(d, "f16", case, input::<f16>("plain").view(), p, false, outcomes, masks);
+    }
+    let p = params(3);
+    let tall = input4::<f32>("plain", 10);
+    let strided = tall.slice(s![.., .., ..;2, ..]).into_dyn();
+    probe::<f32>(d, "f32", "3x3 strided view", strided, &p, true, outcomes, masks);
+    let x = input::<f32>("plain");
+    probe::<f32>(d, "f32", "3x3 3-D [C, H, W]", x.index_axis(Axis(0), 0), &p, true, outcomes, masks);
+    let x = input::<f32>("not-f16-exact");
+    probe::<f32>(d, "f32", "3x3 not-f16-exact", x.view(), &p, true, outcomes, masks);
 }
 
 fn cast<T: PoolFloat>(v: f32) -> T {
@@ -120,20 +264,29 @@ fn params(kernel: usize) -> MaxPool2dParams {
     }
 }
 
-fn outcome<V: PartialEq + std::fmt::Debug>(
-    what: (&'static str, &'static str, usize, &'static str),
+fn classify<V: PartialEq + std::fmt::Debug>(
     got: poolgrad::Result<V>,
-    want: V,
-) -> Outcome {
-    let (op, dtype, kernel, input) = what;
-    let (result, status, detail) = match got {
-        Ok(v) if v == want => ("match", None, String::new()),
+    want: &V,
+) -> (&'static str, Option<i32>, String) {
+    match got {
+        Ok(v) if v == *want => ("match", None, String::new()),
         Ok(v) => ("mismatch", None, format!("device {v:?} != cpu {want:?}")),
         Err(e @ Error::DeviceLimit { .. }) => ("refused", None, e.to_string()),
         Err(e @ Error::Ascend(AscendError::Cann { status, .. })) => ("cann-error", status, e.to_string()),
         Err(e) => ("error", None, e.to_string()),
-    };
-    Outcome { op, dtype, kernel, input, result, status, detail }
+    }
+}
+
+/// Runs `run` on the device; if poolgrad refused it, runs it again with the refusals left out.
+fn record<V: PartialEq + std::fmt::Debug>(
+    d: &Devices,
+    (op, dtype, case): (&'static str, &'static str, &str),
+    want: V,
+    run: impl Fn(&Ascend) -> poolgrad::Result<V>,
+) -> Outcome {
+    let (result, status, detail) = classify(run(&d.npu), &want);
+    let cann_decides = (result == "refused").then(|| classify(run(&d.raw), &want));
+    Outcome { op, dtype, case: case.to_string(), result, status, detail, cann_decides }
 }
 
 /// NaN-aware equality of float arrays: the bits of every element.
@@ -141,69 +294,83 @@ fn bits<T: PoolFloat>(a: &ArrayD<T>) -> Vec<u64> {
     a.iter().map(|&v| wide(v).to_bits()).collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn probe<T: PoolFloat>(
-    npu: &Ascend,
+    d: &Devices,
     dtype: &'static str,
-    kernel: usize,
-    input_kind: &'static str,
+    case: &str,
+    x: ArrayViewD<'_, T>,
+    p: &MaxPool2dParams,
+    adaptive: bool,
     outcomes: &mut Vec<Outcome>,
-    masks: &mut Vec<(usize, &'static str, String, String)>,
+    masks: &mut Vec<(String, &'static str, String, String)>,
 ) {
     let cpu = Cpu::sequential();
-    let x = input::<T>(input_kind).into_dyn();
-    let p = params(kernel);
-    let tag = |op| (op, dtype, kernel, input_kind);
-    if kernel == 3 {
+    let tag = |op| (op, dtype, case);
+    if adaptive && p.kernel() != [1, 1] {
         let want = adaptive_max_pool2d_on(&cpu, &x, [2, 3]).unwrap();
-        let got = adaptive_max_pool2d_on(npu, &x, [2, 3]);
-        let got = got.map(|r| (bits(&r.output), r.indices));
-        outcomes.push(outcome(tag("adaptive_max_pool2d"), got, (bits(&want.output), want.indices.clone())));
+        let want_fwd = (bits(&want.output), want.indices.clone());
+        outcomes.push(record(d, tag("adaptive_max_pool2d"), want_fwd, |dev| {
+            adaptive_max_pool2d_on(dev, &x, [2, 3]).map(|r| (bits(&r.output), r.indices))
+        }));
         let g = want.output.mapv(|v| cast::<T>(wide(v) as f32 * 0.5 + 1.0));
         let want_g = adaptive_max_pool2d_backward_on(&cpu, &g, &x, &want.indices).unwrap();
-        let got = adaptive_max_pool2d_backward_on(npu, &g, &x, &want.indices).map(|r| bits(&r));
-        outcomes.push(outcome(tag("adaptive_max_pool2d_backward"), got, bits(&want_g)));
+        outcomes.push(record(d, tag("adaptive_max_pool2d_backward"), bits(&want_g), |dev| {
+            adaptive_max_pool2d_backward_on(dev, &g, &x, &want.indices).map(|r| bits(&r))
+        }));
     }
-    let want = max_pool2d_with_indices_on(&cpu, &x, &p).unwrap();
-    let got = max_pool2d_with_indices_on(npu, &x, &p).map(|r| (bits(&r.output), r.indices));
-    outcomes.push(outcome(tag("max_pool2d_with_indices"), got, (bits(&want.output), want.indices.clone())));
+    let want = max_pool2d_with_indices_on(&cpu, &x, p).unwrap();
+    let want_fwd = (bits(&want.output), want.indices.clone());
+    outcomes.push(record(d, tag("max_pool2d_with_indices"), want_fwd, |dev| {
+        max_pool2d_with_indices_on(dev, &x, p).map(|r| (bits(&r.output), r.indices))
+    }));
     let g = want.output.mapv(|v| cast::<T>(wide(v) as f32 - 2.0));
-    let want_g = max_pool2d_with_indices_backward_on(&cpu, &g, &x, &want.indices, &p).unwrap();
-    let got = max_pool2d_with_indices_backward_on(npu, &g, &x, &want.indices, &p).map(|r| bits(&r));
-    outcomes.push(outcome(tag("max_pool2d_with_indices_backward"), got, bits(&want_g)));
-    if npu.writes_mask_layout::<I32Argmax>(&p) {
-        mask_probe::<T, I32Argmax>(npu, tag, &x, &p, outcomes, masks);
+    let want_g = max_pool2d_with_indices_backward_on(&cpu, &g, &x, &want.indices, p).unwrap();
+    outcomes.push(record(d, tag("max_pool2d_with_indices_backward"), bits(&want_g), |dev| {
+        max_pool2d_with_indices_backward_on(dev, &g, &x, &want.indices, p).map(|r| bits(&r))
+    }));
+    // The mask operators take no dilation (neither CANN's nor poolgrad's mask layouts encode it).
+    if p.dilation() != [1, 1] {
+        return;
+    }
+    if d.npu.writes_mask_layout::<I32Argmax>(p) {
+        mask_probe::<T, I32Argmax>(d, tag, &x, p, outcomes, masks);
     } else {
-        mask_probe::<T, Bitmask>(npu, tag, &x, &p, outcomes, masks);
+        mask_probe::<T, Bitmask>(d, tag, &x, p, outcomes, masks);
     }
 }
 
-fn mask_probe<T: PoolFloat, L: MaskLayout>(
-    npu: &Ascend,
-    tag: impl Fn(&'static str) -> (&'static str, &'static str, usize, &'static str),
-    x: &ArrayD<T>,
+fn mask_probe<'c, T: PoolFloat, L: MaskLayout>(
+    d: &Devices,
+    tag: impl Fn(&'static str) -> (&'static str, &'static str, &'c str),
+    x: &ArrayViewD<'_, T>,
     p: &MaxPool2dParams,
     outcomes: &mut Vec<Outcome>,
-    masks: &mut Vec<(usize, &'static str, String, String)>,
+    masks: &mut Vec<(String, &'static str, String, String)>,
 ) {
     let cpu = Cpu::sequential();
     let want = max_pool2d_with_mask_on(&cpu, x, p, L::default()).unwrap();
     let want_idx = want.mask.to_indices::<i64>().unwrap();
-    let got = max_pool2d_with_mask_on(npu, x, p, L::default());
-    let (_, dtype, kernel, input) = tag("");
+    let got = max_pool2d_with_mask_on(&d.npu, x, p, L::default());
+    let (_, dtype, case) = tag("");
     if let Ok(dev) = &got
-        && input == "plain"
+        && (case.ends_with("plain") || case.starts_with("ceil"))
         && dtype == "f32"
     {
         let raw = dev.mask.as_array();
         let first: Vec<String> = raw.iter().take(32).map(|b| format!("{:02x}", *b as u8)).collect();
-        masks.push((kernel, L::NAME, first.join(" "), layout_found(raw, p, x.shape(), &want_idx)));
+        masks.push((case.to_string(), L::NAME, first.join(" "), layout_found(raw, p, x.shape(), &want_idx)));
     }
-    let got = got.map(|r| (bits(&r.output), r.mask.to_indices::<i64>().ok()));
-    outcomes.push(outcome(tag("max_pool2d_with_mask"), got, (bits(&want.output), Some(want_idx))));
+    let want_fwd = (bits(&want.output), Some(want_idx));
+    outcomes.push(record(d, tag("max_pool2d_with_mask"), want_fwd, |dev| {
+        max_pool2d_with_mask_on(dev, x, p, L::default())
+            .map(|r| (bits(&r.output), r.mask.to_indices::<i64>().ok()))
+    }));
     let g = want.output.mapv(|v| cast::<T>(wide(v) as f32 + 3.0));
     let want_g = max_pool2d_with_mask_backward_on(&cpu, &g, x, &want.mask).unwrap();
-    let got = max_pool2d_with_mask_backward_on(npu, &g, x, &want.mask).map(|r| bits(&r));
-    outcomes.push(outcome(tag("max_pool2d_with_mask_backward"), got, bits(&want_g)));
+    outcomes.push(record(d, tag("max_pool2d_with_mask_backward"), bits(&want_g), |dev| {
+        max_pool2d_with_mask_backward_on(dev, &g, x, &want.mask).map(|r| bits(&r))
+    }));
 }
 
 /// Which reading of the device's mask bytes gives the CPU's arg-max: the int32 prefix, the 5HD bit
@@ -232,30 +399,110 @@ fn layout_found(raw: &ArrayD<i8>, p: &MaxPool2dParams, shape: &[usize], want: &A
     if names.is_empty() { "none of the known layouts".to_string() } else { names.join(" or ") }
 }
 
-/// What `is_deterministic` reads on this device and on a second handle after setting it here.
-fn determinism_scope(npu: &Ascend, dir: Option<&str>) -> String {
-    let open = || match dir {
-        Some(d) => Ascend::with_library_dir(d, npu.device_id()),
-        None => Ascend::new(npu.device_id()),
+/// A change of the deterministic setting, taking the device and giving it back.
+type Setting = fn(Ascend) -> poolgrad::Result<Ascend>;
+
+/// Which level of `ACL_OPT_DETERMINISTIC` the operators read: an f16 adaptive backward whose
+/// gradients all land on one input per plane (an overlapping scatter, with addends whose sum
+/// depends on their order) is run 8 times with nothing set, with the context's level only, with
+/// the process's only, and with both; for each, how many distinct results the 8 runs gave (1:
+/// bitwise reproducible) and what `is_deterministic` read. Returns the device as it was.
+fn determinism(npu: Ascend) -> (Vec<(&'static str, String)>, poolgrad::Result<Ascend>) {
+    let x = Array4::<f16>::zeros((1, 16, 33, 33));
+    let idx = Array4::<i64>::zeros((1, 16, 16, 16));
+    let g = Array4::from_shape_fn((1, 16, 16, 16), |(_, c, i, j)| {
+        let k = c * 256 + i * 16 + j;
+        f16::from_f32(if k % 2 == 0 { 1024.0 + (k % 7) as f32 } else { 6.1e-5 * (1 + k % 5) as f32 })
+    });
+    let runs = |npu: &Ascend| -> String {
+        let mut seen: Vec<Vec<u16>> = Vec::new();
+        for _ in 0..8 {
+            let mut gi = Array4::<f16>::zeros((1, 16, 33, 33));
+            let op = AdaptiveMaxPool2dBackward {
+                grad_output: TensorRef::from_array(&g).unwrap(),
+                self_: TensorRef::from_array(&x).unwrap(),
+                indices: TensorRef::from_array(&idx).unwrap(),
+                grad_input: TensorMut::from_array(&mut gi).unwrap(),
+            };
+            if let Err(e) = Plan::new(npu, op).and_then(|plan| plan.run()) {
+                return format!("error: {e}");
+            }
+            let result: Vec<u16> = gi.iter().map(|v| v.to_bits()).collect();
+            if !seen.contains(&result) {
+                seen.push(result);
+            }
+        }
+        format!("{} distinct result(s) in 8 runs; is_deterministic: {:?}", seen.len(), npu.is_deterministic())
     };
-    let Ok(first) = open() else { return "unknown (could not open a second handle)".into() };
-    let before = first.is_deterministic();
-    let Ok(first) = first.deterministic(true) else { return "unknown (setting it failed)".into() };
-    let other = open().ok().and_then(|o| o.is_deterministic());
-    let scope = match other {
-        Some(true) => "process-wide: a second handle reads it on",
-        Some(false) => "per context: a second handle reads it off",
-        None => "unknown: the levels disagree or cannot be read",
+    let mut found = Vec::new();
+    let mut npu = npu;
+    let settings: [(&'static str, Setting); 4] = [
+        ("none", |n| n.deterministic(false)),
+        ("context only", |n| n.deterministic(false)?.deterministic_at(DeterministicLevel::Context, true)),
+        ("process only", |n| n.deterministic(false)?.deterministic_at(DeterministicLevel::Process, true)),
+        ("both", |n| n.deterministic(true)),
+    ];
+    for (name, set) in settings {
+        npu = match set(npu) {
+            Ok(n) => n,
+            Err(e) => {
+                found.push((name, format!("could not be set: {e}")));
+                return (found, Err(e));
+            }
+        };
+        found.push((name, runs(&npu)));
+    }
+    (found, npu.deterministic(false))
+}
+
+/// A plan dropped unrun, then a run; a run CANN refuses (the first that poolgrad refused and CANN
+/// refused too, in the second pass), then a run that must match.
+fn lifecycle(d: &Devices, outcomes: &[Outcome]) -> Vec<(&'static str, String)> {
+    let cpu = Cpu::sequential();
+    let x = input::<f32>("plain");
+    let p = params(3);
+    let want = max_pool2d_with_indices_on(&cpu, &x, &p).unwrap();
+    let check = |dev: &Ascend| match max_pool2d_with_indices_on(dev, &x, &p) {
+        Ok(r) if r == want => "the next run matches the CPU".to_string(),
+        Ok(_) => "the next run differs from the CPU".to_string(),
+        Err(e) => format!("the next run failed: {e}"),
     };
-    let _ = first.deterministic(false);
-    format!("{scope} (is_deterministic before setting it: {before:?})")
+    let g = want.output.mapv(|v| v + 1.0);
+    let mut gi = ArrayD::<f32>::zeros(x.raw_dim());
+    let dropped = poolgrad::op::MaxPool2dWithIndicesBackward {
+        grad_output: TensorRef::from_view(g.view()).unwrap(),
+        self_: TensorRef::from_view(x.view()).unwrap(),
+        indices: TensorRef::from_view(want.indices.view()).unwrap(),
+        params: p,
+        grad_input: TensorMut::from_view(gi.view_mut()).unwrap(),
+    };
+    let dropped = match Plan::new(&d.npu, dropped) {
+        Ok(plan) => {
+            drop(plan);
+            format!("planned and dropped unrun; {}", check(&d.npu))
+        }
+        Err(e) => format!("planning failed: {e}"),
+    };
+    let failed = outcomes
+        .iter()
+        .find_map(|o| match &o.cann_decides {
+            Some(("cann-error", _, detail)) => Some(format!("{} {} {}: {detail}", o.op, o.dtype, o.case)),
+            _ => None,
+        })
+        .map_or_else(
+            || "no run failed in CANN (nothing poolgrad refused was refused by CANN too)".to_string(),
+            |failure| format!("{failure}; then {}", check(&d.raw)),
+        );
+    vec![("dropped_plan", dropped), ("failed_run", failed)]
 }
 
 struct Report<'a> {
-    npu: &'a Ascend,
+    info: &'a Info,
     outcomes: &'a [Outcome],
-    masks: &'a [(usize, &'static str, String, String)],
-    determinism: &'a str,
+    masks: &'a [(String, &'static str, String, String)],
+    determinism: &'a [(&'static str, String)],
+    lifecycle: &'a [(&'static str, String)],
+    finalized: &'a str,
 }
 
 fn json_str(s: &str) -> String {
@@ -275,83 +522,117 @@ fn json_str(s: &str) -> String {
 }
 
 impl Report<'_> {
-    fn version(&self) -> String {
-        self.npu.acl_interface_version().unwrap_or_else(|| "unknown (aclrtGetVersion not exported)".into())
+    fn memory(&self) -> String {
+        self.info.memory.map_or_else(|| "unknown".into(), |b| format!("{b} bytes"))
     }
 
-    fn memory(&self) -> String {
-        self.npu.memory_total().map_or_else(|| "unknown".into(), |b| format!("{b} bytes"))
+    /// Runs poolgrad refused and CANN accepted in the second pass (CANN's answer: success or a
+    /// result, matching or not).
+    fn cann_accepted(&self) -> impl Iterator<Item = &Outcome> {
+        self.outcomes
+            .iter()
+            .filter(|o| o.cann_decides.as_ref().is_some_and(|c| c.0 != "cann-error" && c.0 != "error"))
     }
 
     fn text(&self) -> String {
         let mut t = String::new();
+        let i = self.info;
         let _ = writeln!(t, "poolgrad {} Ascend probe", env!("CARGO_PKG_VERSION"));
-        let _ = writeln!(t, "SoC: {} ({})", self.npu.soc_name(), self.npu.soc_family());
-        let _ = writeln!(t, "CANN runtime: {}; libraries from {}", self.version(), self.npu.library_origin());
+        let _ = writeln!(t, "SoC: {} ({})", i.soc, i.family);
+        let _ = writeln!(t, "CANN release: {}; ACL interface version: {}", i.release, i.interface);
+        let _ = writeln!(t, "libraries from {}", i.libraries);
         let _ = writeln!(t, "device memory (aclrtGetMemInfo, total): {}", self.memory());
-        let _ = writeln!(t, "deterministic mode: {}", self.determinism);
-        for (kernel, layout, first, found) in self.masks {
-            let _ = writeln!(t, "mask {kernel}x{kernel} (expected {layout}): layout found: {found}");
+        for (setting, found) in self.determinism {
+            let _ = writeln!(t, "determinism, {setting}: {found}");
+        }
+        for (what, found) in self.lifecycle {
+            let _ = writeln!(t, "{what}: {found}");
+        }
+        for (case, layout, first, found) in self.masks {
+            let _ = writeln!(t, "mask {case} (expected {layout}): layout found: {found}");
             let _ = writeln!(t, "  first bytes: {first}");
         }
         let count = |r: &str| self.outcomes.iter().filter(|o| o.result == r).count();
         let _ = writeln!(
             t,
-            "runs: {} match, {} mismatch, {} refused by poolgrad, {} CANN errors, {} other errors",
+            "runs: {} match, {} mismatch, {} refused by poolgrad ({} of them accepted by CANN), {} CANN errors, {} other errors",
             count("match"),
             count("mismatch"),
             count("refused"),
+            self.cann_accepted().count(),
             count("cann-error"),
             count("error")
         );
         for o in self.outcomes.iter().filter(|o| o.result != "match" && o.result != "refused") {
+            let _ = writeln!(t, "  {} {} {}: {} {}", o.op, o.dtype, o.case, o.result, o.detail);
+        }
+        for o in self.cann_accepted() {
+            let (r, _, detail) = o.cann_decides.as_ref().unwrap();
             let _ = writeln!(
                 t,
-                "  {} {} {}x{} {}: {} {}",
-                o.op, o.dtype, o.kernel, o.kernel, o.input, o.result, o.detail
+                "  refused by poolgrad, accepted by CANN: {} {} {}: {r} {detail}",
+                o.op, o.dtype, o.case
             );
         }
+        let _ = writeln!(t, "finalize: {}", self.finalized);
         t
     }
 
     fn json(&self) -> String {
+        let opt = |s: Option<i32>| s.map_or("null".into(), |s| s.to_string());
         let runs: Vec<String> = self
             .outcomes
             .iter()
             .map(|o| {
+                let second = o.cann_decides.as_ref().map_or("null".into(), |(r, st, detail)| {
+                    format!("{{\"result\": {}, \"status\": {}, \"detail\": {}}}", json_str(r), opt(*st), json_str(detail))
+                });
                 format!(
-                    "    {{\"op\": {}, \"dtype\": {}, \"kernel\": {}, \"input\": {}, \"result\": {}, \"status\": {}, \"detail\": {}}}",
+                    "    {{\"op\": {}, \"dtype\": {}, \"case\": {}, \"result\": {}, \"status\": {}, \"detail\": {}, \"cann_decides\": {}}}",
                     json_str(o.op),
                     json_str(o.dtype),
-                    o.kernel,
-                    json_str(o.input),
+                    json_str(&o.case),
                     json_str(o.result),
-                    o.status.map_or("null".into(), |s| s.to_string()),
-                    json_str(&o.detail)
+                    opt(o.status),
+                    json_str(&o.detail),
+                    second
                 )
             })
             .collect();
         let masks: Vec<String> = self
             .masks
             .iter()
-            .map(|(k, layout, first, found)| {
+            .map(|(case, layout, first, found)| {
                 format!(
-                    "    {{\"kernel\": {k}, \"expected_layout\": {}, \"first_bytes\": {}, \"layout_found\": {}}}",
+                    "    {{\"case\": {}, \"expected_layout\": {}, \"first_bytes\": {}, \"layout_found\": {}}}",
+                    json_str(case),
                     json_str(layout),
                     json_str(first),
                     json_str(found)
                 )
             })
             .collect();
+        let pairs = |items: &[(&str, String)]| -> String {
+            items
+                .iter()
+                .map(|(k, v)| format!("{}: {}", json_str(k), json_str(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let i = self.info;
         format!(
-            "{{\n  \"poolgrad\": {},\n  \"soc\": {},\n  \"family\": {},\n  \"cann_version\": {},\n  \"libraries\": {},\n  \"memory_total\": {},\n  \"determinism\": {},\n  \"masks\": [\n{}\n  ],\n  \"runs\": [\n{}\n  ]\n}}\n",
+            "{{\n  \"poolgrad\": {},\n  \"opened\": true,\n  \"soc\": {},\n  \"family\": {},\n  \"cann_release\": {},\n  \"acl_interface_version\": {},\n  \"libraries\": {},\n  \"memory_total\": {},\n  \"determinism\": {{{}}},\n  \"lifecycle\": {{{}}},\n  \"cann_accepted_what_poolgrad_refused\": {},\n  \"finalize\": {},\n  \"masks\": [\n{}\n  ],\n  \"runs\": [\n{}\n  ]\n}}\n",
             json_str(env!("CARGO_PKG_VERSION")),
-            json_str(self.npu.soc_name()),
-            json_str(&self.npu.soc_family().to_string()),
-            json_str(&self.version()),
-            json_str(self.npu.library_origin()),
-            self.npu.memory_total().map_or("null".into(), |b| b.to_string()),
-            json_str(self.determinism),
+            json_str(&i.soc),
+            json_str(&i.family),
+            json_str(&i.release),
+            json_str(&i.interface),
+            json_str(&i.libraries),
+            i.memory.map_or("null".into(), |b| b.to_string()),
+            pairs(self.determinism),
+            pairs(self.lifecycle),
+            self.cann_accepted().count(),
+            json_str(self.finalized),
             masks.join(",\n"),
             runs.join(",\n")
         )

@@ -9,7 +9,7 @@ mod common;
 use ascend::{Double, on_every_device};
 use half::{bf16, f16};
 use ndarray::{Array, Array4, ArrayD, Dimension, IxDyn, ShapeBuilder};
-use poolgrad::device::ascend::{Ascend, SocFamily};
+use poolgrad::device::ascend::{Ascend, DeterministicLevel, SocFamily};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::AdaptiveMaxPool2dBackward;
 use poolgrad::testing::{ParamBounds, Shapes, Values, adaptive_cases, mask_cases};
@@ -282,6 +282,21 @@ fn deterministic_mode_reaches_the_process_option_cann_reads() {
     assert_eq!(npu.is_deterministic(), Some(false));
     run(&npu);
     assert_eq!(session.last_deterministic(), 0);
+    // One level at a time. The process's alone reaches the operators of current CANN (the levels
+    // then disagree, which `is_deterministic` reports as unknown). The context's alone reaches
+    // them too, because the runtime's context setter also stores the process value
+    // (hicann/runtime `api_c.cc`, `rtCtxSetSysParamOpt`): which is what the probe asks of a
+    // shipped runtime.
+    let npu = npu.deterministic_at(DeterministicLevel::Process, true).unwrap();
+    assert_eq!(npu.is_deterministic(), None);
+    run(&npu);
+    assert_eq!(session.last_deterministic(), 1);
+    let npu = npu.deterministic_at(DeterministicLevel::Process, false).unwrap();
+    assert_eq!(npu.is_deterministic(), Some(false));
+    let npu = npu.deterministic_at(DeterministicLevel::Context, true).unwrap();
+    assert_eq!(npu.is_deterministic(), Some(true));
+    run(&npu);
+    assert_eq!(session.last_deterministic(), 1);
     drop(npu);
     session.assert_clean();
 }

@@ -222,7 +222,25 @@ impl Ascend {
     /// # Errors
     /// [`AscendError::Cann`](crate::AscendError::Cann) if `aclrtCtxSetSysParamOpt` or `aclrtSetSysParamOpt` fails.
     pub fn deterministic(self, on: bool) -> Result<Self> {
-        self.session.set_deterministic(on)?;
+        self.session.set_context_deterministic(on)?;
+        self.session.set_process_deterministic(on, false)?;
+        Ok(self)
+    }
+
+    /// Sets `ACL_OPT_DETERMINISTIC` at one of CANN's two levels only, leaving the other as it is:
+    /// a diagnostic for finding which level a CANN release's operators read (the probe example
+    /// sets one at a time and compares runs bit for bit). [`Ascend::deterministic`] sets both,
+    /// which is what a user wants.
+    ///
+    /// # Errors
+    /// [`AscendError::Cann`](crate::AscendError::Cann) if CANN refuses the setting, and
+    /// [`AscendError::Unavailable`](crate::AscendError::Unavailable) for
+    /// [`DeterministicLevel::Process`] where the runtime does not export `aclrtSetSysParamOpt`.
+    pub fn deterministic_at(self, level: DeterministicLevel, on: bool) -> Result<Self> {
+        match level {
+            DeterministicLevel::Context => self.session.set_context_deterministic(on)?,
+            DeterministicLevel::Process => self.session.set_process_deterministic(on, true)?,
+        }
         Ok(self)
     }
 
@@ -291,6 +309,16 @@ impl Ascend {
     pub fn library_origin(&self) -> &str {
         self.session.runtime().origin()
     }
+}
+
+/// One of the two levels at which CANN keeps `ACL_OPT_DETERMINISTIC` ([`Ascend::deterministic_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeterministicLevel {
+    /// The device's primary context (`aclrtCtxSetSysParamOpt`), which CANN releases before
+    /// 2026-01 read.
+    Context,
+    /// The process (`aclrtSetSysParamOpt`), which current nnopbase reads.
+    Process,
 }
 
 /// The CANN release a device runs on ([`Ascend::cann_release`]).

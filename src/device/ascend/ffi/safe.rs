@@ -182,20 +182,26 @@ impl Session {
         settled
     }
 
-    /// Sets `ACL_OPT_DETERMINISTIC` on this session's context and, where the runtime exports
-    /// `aclrtSetSysParamOpt`, for the process (which current nnopbase reads: hicann/opbase
-    /// `GetDeterministicLevelFromRt`; torch_npu sets both, `OpParamMaker.cpp`).
-    pub(crate) fn set_deterministic(&self, on: bool) -> Result<()> {
+    /// Sets `ACL_OPT_DETERMINISTIC` on this session's context (`aclrtCtxSetSysParamOpt`).
+    pub(crate) fn set_context_deterministic(&self, on: bool) -> Result<()> {
         let _bound = self.bind()?;
         // SAFETY: integer arguments; the context is current.
         let code = unsafe { (self.rt.api.aclrt_ctx_set_sys_param_opt)(OPT_DETERMINISTIC, on as i64) };
-        self.rt.check("aclrtCtxSetSysParamOpt", code)?;
-        if let Some(set) = self.rt.api.aclrt_set_sys_param_opt {
-            // SAFETY: integer arguments.
-            let code = unsafe { set(OPT_DETERMINISTIC, on as i64) };
-            self.rt.check("aclrtSetSysParamOpt", code)?;
-        }
-        Ok(())
+        self.rt.check("aclrtCtxSetSysParamOpt", code)
+    }
+
+    /// Sets `ACL_OPT_DETERMINISTIC` for the process (`aclrtSetSysParamOpt`, which current
+    /// nnopbase reads: hicann/opbase `GetDeterministicLevelFromRt`; torch_npu sets both levels,
+    /// `OpParamMaker.cpp`). Where the runtime does not export it: an error if `required`, else
+    /// nothing (older runtimes read the context's level only).
+    pub(crate) fn set_process_deterministic(&self, on: bool, required: bool) -> Result<()> {
+        let set = match self.op(self.rt.api.aclrt_set_sys_param_opt, "aclrtSetSysParamOpt") {
+            Ok(set) => set,
+            Err(e) => return if required { Err(e) } else { Ok(()) },
+        };
+        // SAFETY: integer arguments.
+        let code = unsafe { set(OPT_DETERMINISTIC, on as i64) };
+        self.rt.check("aclrtSetSysParamOpt", code)
     }
 
     /// `ACL_OPT_DETERMINISTIC` as CANN reports it now: `(context, process)`, each `None` where the
