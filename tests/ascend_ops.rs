@@ -66,7 +66,15 @@ fn mask_matches_cpu<T: PoolFloat, L: MaskLayout>(npu: &Ascend, bounds: ParamBoun
     runner(16)
         .run(&mask_cases::<T, L, ndarray::IxDyn>(shapes, bounds, Values::Ties), |case| {
             let p = &case.params;
-            let dev = max_pool2d_with_mask_on(npu, &case.input, p, L::default()).unwrap();
+            let dev = match max_pool2d_with_mask_on(npu, &case.input, p, L::default()) {
+                // The legacy kernel's documented ceil-mode limit (310P, Atlas training).
+                Err(Error::DeviceLimit { about: DeviceLimitKind::Parameter("ceil_mode"), .. })
+                    if matches!(npu.soc_family(), SocFamily::AtlasTraining | SocFamily::Atlas310P) =>
+                {
+                    return Ok(());
+                }
+                dev => dev.unwrap(),
+            };
             let host = max_pool2d_with_mask_on(&cpu, &case.input, p, L::default()).unwrap();
             assert_eq!(bits(&dev.output), bits(&host.output), "forward values");
             assert_eq!(

@@ -320,7 +320,7 @@ impl Ascend {
     }
 
     /// Refuses parameters the SoC's kernels do not take: a dilation other than 1 (all but the
-    /// 950), and the 310P's ceil-mode strides (`SocFamily::ceil_mode_limit`).
+    /// 950), and the ceil-mode strides of the legacy kernel (310P and Atlas training) (`SocFamily::ceil_mode_limit`).
     fn check_params(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
         let p = &g.params;
         if self.cann_decides {
@@ -343,7 +343,7 @@ impl Ascend {
                 about: DeviceLimitKind::Parameter("ceil_mode"),
                 limit: format!(
                     "no ceil-mode window that starts in the padding on SoC {} ({}): the documented \
-                     310P limit s >= ({axis}_in + padding) / ({axis}_out - 1)",
+                     limit of the legacy kernel (310P, Atlas training) s >= ({axis}_in + padding) / ({axis}_out - 1)",
                     self.soc, self.family
                 ),
                 got: format!(

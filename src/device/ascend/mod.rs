@@ -13,7 +13,7 @@
 //! `aclnnMaxPool2dWithIndices` and `aclnnMaxPool2dWithIndicesBackward` (int32 indices on the
 //! device; `i64` callers are converted, and checked against the plane).
 //! [`Plan::new`](crate::Plan::new) checks everything this crate knows about the device before any
-//! device call (the SoC's operators and dtypes, dilation, the 310P's ceil-mode strides, the mask
+//! device call (the SoC's operators and dtypes, dilation, the ceil-mode strides of the legacy kernel (310P and Atlas training), the mask
 //! layout, `H*W <= i32::MAX`, the adaptive backward's 2^24 limit on non-divisible shapes, index
 //! values), then allocates device buffers and creates the `aclTensor`s (4-D, `ACL_FORMAT_NCHW`).
 //! [`Executor::run`](crate::Executor::run) copies the inputs to the device, runs CANN's two phases

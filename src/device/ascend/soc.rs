@@ -27,7 +27,7 @@
 //! | MaxPool2dWithIndicesBackward | f32 | no | no | f32 f16 bf16 |
 //!
 //! Dilation must be 1 except on the 950 (`CheckShape`: "dilation only support 1" unless
-//! `IsRegbase`). On the 310P, `aclnnMaxPool2dWithMask.md` excludes some ceil-mode strides
+//! `IsRegbase`). On the 310P, `aclnnMaxPool2dWithMask.md` excludes some ceil-mode strides, and Atlas training runs the same kernel
 //! ([`SocFamily::ceil_mode_limit`]).
 
 use core::fmt;
@@ -145,17 +145,21 @@ impl SocFamily {
         self == SocFamily::Ascend950
     }
 
-    /// The 310P's ceil-mode limit of `aclnnMaxPool2dWithMask` ("当ceilMode=True时，暂不支持如下
-    /// stride场景: s_h >= (H_in + padding_size) / (H_out - 1)", and likewise for W), on an
-    /// `[h, w]` input: the first dimension (0 = H, 1 = W) that falls under it, if any.
+    /// The ceil-mode limit of the legacy max-pool kernel, documented for the 310P in
+    /// `aclnnMaxPool2dWithMask.md` ("当ceilMode=True时，暂不支持如下stride场景: s_h >= (H_in +
+    /// padding_size) / (H_out - 1)", and likewise for W), on an `[h, w]` input: the first
+    /// dimension (0 = H, 1 = W) that falls under it, if any.
     ///
-    /// Read as: the case the ceil-mode rule exists for, where the last window of the plain
-    /// ceil-mode count would start at or past `H_in + padding` (`(H_out - 1) * s >= H_in + p`,
-    /// with `H_out` before the correction that drops that window). The 310P kernel
-    /// (TBE `max_pool_with_argmaxv1`) applies that correction only when the padding is not 0,
-    /// so there it would disagree with the output shape aclnn checks. Other families: `None`.
+    /// Read as: the case the rule exists for, where the last window of the plain ceil-mode count
+    /// would start at or past `H_in + padding` (`(H_out - 1) * s >= H_in + p`, with `H_out`
+    /// before the correction that drops that window), which aclnn sizes with the correction and
+    /// the kernel (TBE `max_pool_with_argmaxv1`) computes without it when the padding is 0. Atlas
+    /// training runs the same f16-only kernel (ops-nn `aclnn_max_pool2d_with_indices.cpp`,
+    /// `GetCastDtypeForMask`, casts FLOAT to FLOAT16 on ASCEND910), so the documented condition
+    /// is applied to both families, whole: it is what CANN documents, and the probe's ceil-mode
+    /// cases show on hardware whether the kernel honours more. Other families: `None`.
     pub(crate) fn ceil_mode_limit(self, params: &MaxPool2dParams, input: [usize; 2]) -> Option<usize> {
-        if self != SocFamily::Atlas310P || !params.ceil_mode() {
+        if !matches!(self, SocFamily::Atlas310P | SocFamily::AtlasTraining) || !params.ceil_mode() {
             return None;
         }
         (0..2).find(|&d| {
@@ -349,7 +353,7 @@ mod tests {
     }
 
     #[test]
-    fn ceil_mode_limit_of_the_310p() {
+    fn ceil_mode_limit_of_the_legacy_kernel() {
         let p = |k: usize, s: usize, pad: usize, ceil: bool| {
             MaxPool2dParams::new([k, k]).with_stride([s, s]).with_padding([pad, pad]).with_ceil_mode(ceil)
         };
@@ -362,6 +366,8 @@ mod tests {
         assert_eq!(Atlas310P.ceil_mode_limit(&p(3, 2, 1, true), [6, 6]), None);
         // Floor mode and the other families are never limited.
         assert_eq!(Atlas310P.ceil_mode_limit(&p(1, 2, 0, false), [4, 4]), None);
-        assert_eq!(AtlasTraining.ceil_mode_limit(&p(1, 2, 0, true), [4, 4]), None);
+        // Atlas training runs the same kernel: the same limit.
+        assert_eq!(AtlasTraining.ceil_mode_limit(&p(1, 2, 0, true), [4, 4]), Some(0));
+        assert_eq!(AtlasA2A3.ceil_mode_limit(&p(1, 2, 0, true), [4, 4]), None);
     }
 }
