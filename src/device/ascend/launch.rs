@@ -13,7 +13,7 @@ use super::ffi::{self, AclTensor, Call, DeviceBuffer, IntArray, PoolParams, Sess
 use super::soc::DeviceOp;
 use super::{Ascend, AscendMemory};
 use crate::alloc::{collect_exact, zeroed_vec};
-use crate::device::internal::Launch;
+use crate::device::internal::{DeviceImpl, Launch};
 use crate::element::{DType, Element, PoolFloat};
 use crate::error::{DeviceLimitKind, Error, Result};
 use crate::index::{ArgmaxIndex, repr::IndexRepr};
@@ -131,7 +131,7 @@ impl<B> AscendPrepared<B> {
 
     /// Staged device work. The workspace is sized by CANN's phase 1 when the plan runs, so the
     /// plan asks for none (the run grows the workspace it is given: [`Ascend::workspace_for`]).
-    fn staged(buffers: B) -> (Self, usize) {
+    fn of(buffers: B) -> (Self, usize) {
         (AscendPrepared(Some(buffers)), 0)
     }
 }
@@ -371,7 +371,7 @@ impl Ascend {
 
     /// The staged work of `prepared` (`None` for an empty batch), once `memory` is found to be
     /// this device's.
-    fn staged<'p, B>(
+    fn device_work<'p, B>(
         &self,
         op: &'static str,
         prepared: &'p AscendPrepared<B>,
@@ -409,10 +409,10 @@ impl Ascend {
         if bytes == 0 {
             return Ok(None);
         }
-        if memory.buffer.as_ref().is_none_or(|b| b.len() < bytes) {
+        if Self::workspace_len(memory) < bytes {
             // The old buffer goes first: both may not fit together.
             memory.buffer = None;
-            memory.buffer = Some(self.session.alloc(bytes)?);
+            *memory = self.alloc_workspace(bytes)?;
         }
         Ok(memory.buffer.as_ref())
     }
@@ -500,7 +500,7 @@ impl Ascend {
         let (x, out, arg) = (s.add(x)?, s.add(out)?, s.add(arg)?);
         let attrs =
             ForwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params: self.pool_params(g)? };
-        Ok(AscendPrepared::staged(ForwardBuffers { attrs, input: x, output: out, argmax: arg }))
+        Ok(AscendPrepared::of(ForwardBuffers { attrs, input: x, output: out, argmax: arg }))
     }
 
     /// Stages a max-pooling backward whose checks have passed: `grad_output`, `self_`, the
@@ -524,7 +524,7 @@ impl Ascend {
         let attrs =
             BackwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params: self.pool_params(g)? };
         let buffers = BackwardBuffers { attrs, grad_output: go, self_: x, argmax: arg, grad_input: gi };
-        Ok(AscendPrepared::staged(buffers))
+        Ok(AscendPrepared::of(buffers))
     }
 }
 
@@ -548,7 +548,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         let s = Staging::checked(OP, &self.session, &[x, out, idx])?;
         let (x, out, idx) = (s.add(x)?, s.add(out)?, s.add(idx)?);
         let attrs = ForwardAttrs::Adaptive(self.session.int_array(&[g.ho as i64, g.wo as i64])?);
-        Ok(AscendPrepared::staged(ForwardBuffers { attrs, input: x, output: out, argmax: idx }))
+        Ok(AscendPrepared::of(ForwardBuffers { attrs, input: x, output: out, argmax: idx }))
     }
 
     fn launch(
@@ -559,7 +559,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         upload(&stream, OP, "input", &b.input.buffer, op.input.view())?;
         self.execute(OP, &stream, b.call(), memory)?;
@@ -593,7 +593,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         let (go, x, idx, gi) = (s.add(go)?, s.add(x)?, s.add(idx)?, s.add(gi)?);
         let attrs = BackwardAttrs::Adaptive;
         let buffers = BackwardBuffers { attrs, grad_output: go, self_: x, argmax: idx, grad_input: gi };
-        Ok(AscendPrepared::staged(buffers))
+        Ok(AscendPrepared::of(buffers))
     }
 
     fn launch(
@@ -604,7 +604,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
-        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         // `self_` is not uploaded: the operator reads only its shape.
         upload(&stream, OP, "grad_output", &b.grad_output.buffer, op.grad_output.view())?;
@@ -637,7 +637,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
-        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         upload(&stream, OP, "input", &b.input.buffer, op.input.view())?;
         // The operator writes only part of the mask (the i32 prefix, or the bit-mask words): the
@@ -691,7 +691,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         upload(&stream, OP, "grad_output", &b.grad_output.buffer, op.grad_output.view())?;
         upload(&stream, OP, "mask", &b.argmax.buffer, op.mask.bytes.view())?;
@@ -739,7 +739,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         upload(&stream, OP, "input", &b.input.buffer, op.input.view())?;
         self.execute(OP, &stream, b.call(), memory)?;
@@ -776,7 +776,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         memory: &mut AscendMemory,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-        let Some(b) = self.staged(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         upload(&stream, OP, "grad_output", &b.grad_output.buffer, op.grad_output.view())?;
         let indices = int32_indices(OP, "indices", op.indices.view())?;

@@ -97,6 +97,11 @@ fn phase1(row: &Value, ws: &mut u64, ex: &mut *mut c_void) -> Option<i32> {
         };
         tensor(&a[name], dt)
     };
+    // Kernel, stride, padding and dilation as int arrays, and the ceil mode, of a max pooling.
+    let pool = || {
+        let p = [&a["kernelSize"], &a["stride"], &a["padding"], &a["dilation"]].map(ints);
+        (p, a["ceilMode"].as_bool().unwrap())
+    };
     Some(match operator {
         "aclnnAdaptiveMaxPool2d" => {
             let (x, o, i) = (t("self")?, t("outputOut")?, index("indicesOut")?);
@@ -108,8 +113,7 @@ fn phase1(row: &Value, ws: &mut u64, ex: &mut *mut c_void) -> Option<i32> {
         }
         op @ ("aclnnMaxPool2dWithMask" | "aclnnMaxPool2dWithIndices") => {
             let (x, o, i) = (t("self")?, t("out")?, index("indices")?);
-            let p = [&a["kernelSize"], &a["stride"], &a["padding"], &a["dilation"]].map(ints);
-            let ceil = a["ceilMode"].as_bool().unwrap();
+            let (p, ceil) = pool();
             let f = if op == "aclnnMaxPool2dWithMask" {
                 aclnnMaxPool2dWithMaskGetWorkspaceSize
             } else {
@@ -119,8 +123,7 @@ fn phase1(row: &Value, ws: &mut u64, ex: &mut *mut c_void) -> Option<i32> {
         }
         op @ ("aclnnMaxPool2dWithMaskBackward" | "aclnnMaxPool2dWithIndicesBackward") => {
             let (g, x, i, gi) = (t("gradOutput")?, t("self")?, index("indices")?, t("gradInput")?);
-            let p = [&a["kernelSize"], &a["stride"], &a["padding"], &a["dilation"]].map(ints);
-            let ceil = a["ceilMode"].as_bool().unwrap();
+            let (p, ceil) = pool();
             let f = if op == "aclnnMaxPool2dWithMaskBackward" {
                 aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize
             } else {

@@ -88,13 +88,15 @@ impl Runtime {
         let key = (roots, loader_path);
         let loaded =
             RUNTIMES.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(k, _)| *k == key).cloned();
-        if let Some((_, rt)) = loaded {
-            return rt.device_count().ok();
+        let count = |api: &Api| {
+            let mut count = 0u32;
+            // SAFETY: `count` is a valid `uint32_t*` for the duration of the call.
+            (unsafe { (api.aclrt_get_device_count)(&mut count) } == ACL_SUCCESS).then_some(count)
+        };
+        match loaded {
+            Some((_, rt)) => count(&rt.api),
+            None => count(&Api::load(&key.0, key.1).ok()?),
         }
-        let api = Api::load(&key.0, key.1).ok()?;
-        let mut count = 0u32;
-        // SAFETY: `count` is a valid `uint32_t*` for the duration of the call.
-        (unsafe { (api.aclrt_get_device_count)(&mut count) } == ACL_SUCCESS).then_some(count)
     }
 
     /// The error for `function` returning `code`, with CANN's recent message.
@@ -144,14 +146,6 @@ impl Runtime {
             return Err(self.null_error("aclrtGetCurrentContext"));
         }
         Ok(context)
-    }
-
-    /// Number of devices (`aclrtGetDeviceCount`).
-    pub(crate) fn device_count(&self) -> Result<u32> {
-        let mut count = 0u32;
-        // SAFETY: `count` is a valid `uint32_t*` for the duration of the call.
-        self.check("aclrtGetDeviceCount", unsafe { (self.api.aclrt_get_device_count)(&mut count) })?;
-        Ok(count)
     }
 
     /// The SoC name (`aclrtGetSocName`), e.g. `"Ascend910B1"`.

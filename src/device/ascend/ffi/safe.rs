@@ -1,7 +1,7 @@
-//! The owning layer: RAII handles over CANN objects ([`Session`] = device + context + stream,
-//! [`StreamGuard`], [`DeviceBuffer`], [`AclTensor`], [`IntArray`]), each
-//! releasing what it owns in `Drop` without panicking, in CANN's teardown order (tensors and
-//! arrays, executor, buffers, then stream, context, device), and the operators' two phases.
+//! The owning layer: RAII handles over CANN objects ([`Session`] = device reference + stream,
+//! [`StreamGuard`], [`DeviceBuffer`], [`AclTensor`], [`IntArray`]), each releasing what it owns in
+//! `Drop` without panicking, in CANN's teardown order (tensors and arrays, buffers, then stream
+//! and device), and the operators' two phases ([`StreamGuard::execute`]).
 
 #![allow(unsafe_code)]
 
@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::result::Runtime;
 use super::sys::{
-    ACL_SUCCESS, AclIntArrayC, AclTensorC, Api, Exec, FORMAT_NCHW, FORMAT_ND, IntArr, MALLOC_HUGE_FIRST,
-    MEM_HBM, MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE, OPT_DETERMINISTIC,
+    ACL_SUCCESS, AclIntArrayC, AclTensorC, Api, Exec, FORMAT_NCHW, FORMAT_ND, IntArr, Launch,
+    MALLOC_HUGE_FIRST, MEM_HBM, MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE, OPT_DETERMINISTIC,
 };
 use crate::device::ascend::soc::DeviceOp;
 use crate::error::{AscendError, Error, Result};
@@ -173,13 +173,18 @@ impl Session {
         // Not under `stream_lock`: a buffer may be dropped while this thread holds the stream,
         // and waiting for a stream is safe from any thread (it also waits for others' work).
         let Ok(_bound) = self.bind() else { return false };
+        self.wait() == ACL_SUCCESS
+    }
+
+    /// Waits for the stream (its context current) and records the outcome: a failed wait (for
+    /// example `ACL_ERROR_RT_STREAM_SYNC_TIMEOUT`) does not stop the stream's tasks
+    /// (hicann/runtime `api_impl.cc`, `ApiImpl::StreamSynchronize`, l.1732-1741: a timeout
+    /// reports the task still running), so it leaves the session unsettled until a wait succeeds.
+    fn wait(&self) -> i32 {
         // SAFETY: the stream is live (destroyed only by `Session::drop`).
         let code = unsafe { (self.rt.api.aclrt_synchronize_stream)(self.stream) };
-        let settled = code == ACL_SUCCESS;
-        if settled {
-            self.unsettled.store(false, Ordering::Release);
-        }
-        settled
+        self.unsettled.store(code != ACL_SUCCESS, Ordering::Release);
+        code
     }
 
     /// Sets `ACL_OPT_DETERMINISTIC` on this session's context (`aclrtCtxSetSysParamOpt`).
@@ -299,37 +304,38 @@ impl Session {
 
     /// Phase 1 of `call`: CANN's checks, the workspace size and the executor (non-null on
     /// success; a failed phase 1 leaves none, as ops-nn builds it in a `UniqueExecutor` that
-    /// frees it on every early return).
-    fn phase_one(&self, call: &Call<'_>) -> Result<(Exec, u64)> {
+    /// frees it on every early return), with the operator's phase-2 function, resolved with it
+    /// (the two are exported together), so that no executor is made that could not be launched.
+    fn phase_one(&self, call: &Call<'_>) -> Result<(Exec, u64, Launch)> {
         let kind = call.op();
         let function = kind.workspace_symbol();
         let api = &self.rt.api;
         let (mut size, mut exec): (u64, Exec) = (0, core::ptr::null_mut());
         let (s, e) = (&mut size as *mut u64, &mut exec as *mut Exec);
-        let code = match *call {
+        let (code, launch) = match *call {
             Call::AdaptiveForward { input, output_size, out, indices } => {
-                let (ws, _) = self.op(api.adaptive_forward, function)?;
+                let (ws, launch) = self.op(api.adaptive_forward, function)?;
                 // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
-                unsafe { ws(input.ptr, output_size.ptr, out.ptr, indices.ptr, s, e) }
+                (unsafe { ws(input.ptr, output_size.ptr, out.ptr, indices.ptr, s, e) }, launch)
             }
             Call::AdaptiveBackward { grad_output, input, indices, grad_input } => {
-                let (ws, _) = self.op(api.adaptive_backward, function)?;
+                let (ws, launch) = self.op(api.adaptive_backward, function)?;
                 // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
-                unsafe { ws(grad_output.ptr, input.ptr, indices.ptr, grad_input.ptr, s, e) }
+                (unsafe { ws(grad_output.ptr, input.ptr, indices.ptr, grad_input.ptr, s, e) }, launch)
             }
             Call::PoolForward { indices, input, params, out, argmax } => {
                 let op = if indices { api.indices_forward } else { api.mask_forward };
-                let (ws, _) = self.op(op, function)?;
+                let (ws, launch) = self.op(op, function)?;
                 let [k, st, p, d] = params.arrays();
                 // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
-                unsafe { ws(input.ptr, k, st, p, d, params.ceil_mode, out.ptr, argmax.ptr, s, e) }
+                (unsafe { ws(input.ptr, k, st, p, d, params.ceil_mode, out.ptr, argmax.ptr, s, e) }, launch)
             }
             Call::PoolBackward { indices, grad_output, input, argmax, params, grad_input } => {
                 let op = if indices { api.indices_backward } else { api.mask_backward };
-                let (ws, _) = self.op(op, function)?;
+                let (ws, launch) = self.op(op, function)?;
                 let [k, st, p, d] = params.arrays();
                 // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
-                unsafe {
+                let code = unsafe {
                     ws(
                         grad_output.ptr,
                         input.ptr,
@@ -343,14 +349,15 @@ impl Session {
                         s,
                         e,
                     )
-                }
+                };
+                (code, launch)
             }
         };
         self.rt.check(function, code)?;
         if exec.is_null() {
             return Err(self.rt.null_error(function));
         }
-        Ok((exec, size))
+        Ok((exec, size, launch))
     }
 }
 
@@ -509,11 +516,8 @@ impl StreamGuard<'_> {
         call: Call<'_>,
         workspace: impl FnOnce(u64) -> Result<Option<&'w DeviceBuffer>>,
     ) -> Result<()> {
-        let kind = call.op();
-        let name = kind.symbol();
-        // Resolved before phase 1, so that no executor is made that could not be launched.
-        let launch = self.session.op(self.rt().api.launch(kind), name)?;
-        let (exec, size) = self.session.phase_one(&call)?;
+        let name = call.op().symbol();
+        let (exec, size, launch) = self.session.phase_one(&call)?;
         let ws = workspace(size)?.map_or(core::ptr::null_mut(), |w| w.ptr);
         self.pending.set(true);
         // SAFETY: `exec` is the live executor phase 1 just made for this operator, handed over to
@@ -524,17 +528,11 @@ impl StreamGuard<'_> {
         self.synchronize()
     }
 
-    /// Waits for the stream. A failed wait (for example `ACL_ERROR_RT_STREAM_SYNC_TIMEOUT`) does
-    /// not stop the stream's tasks (hicann/runtime `api_impl.cc`, `ApiImpl::StreamSynchronize`,
-    /// l.1732-1741: a timeout reports the task still running), so the session is then marked
-    /// unsettled and frees no memory until a later wait succeeds ([`Session::settle`]).
+    /// Waits for the stream ([`Session::wait`]: a failed wait leaves the session unsettled, and
+    /// no memory is freed until a later one succeeds).
     fn synchronize(&self) -> Result<()> {
-        // SAFETY: the stream is live.
-        let code = unsafe { (self.rt().api.aclrt_synchronize_stream)(self.session.stream) };
+        let code = self.session.wait();
         self.pending.set(false);
-        if code != ACL_SUCCESS {
-            self.session.unsettled.store(true, Ordering::Release);
-        }
         self.rt().check("aclrtSynchronizeStream", code)
     }
 }
