@@ -343,6 +343,23 @@ fn a_library_without_the_cann_symbols_is_an_error() {
     assert!(tried.iter().any(|t| t.ends_with("libascendcl.so (loaded)")), "{tried:?}");
 }
 
+#[test]
+fn a_device_says_what_it_is() {
+    // The double reports what CANN's headers say: ACL interface 1.17.0 in the current runtime,
+    // 1.13.0 in CANN 8.1.RC1 (`aclrtGetVersion`).
+    let session = Double::session();
+    let npu = session.open();
+    assert_eq!(npu.acl_interface_version().as_deref(), Some("1.17.0"));
+    assert_eq!(npu.device_id(), 0);
+    let shown = format!("{npu:?}");
+    assert!(shown.contains("Ascend910B1") && shown.contains("device_id: 0"), "{shown}");
+    assert!(shown.contains(&session.root().display().to_string()), "the libraries' origin: {shown}");
+    drop(npu);
+    session.assert_clean();
+    let old = Ascend::with_library_dir(ascend::cann81_root(), 0).unwrap();
+    assert_eq!(old.acl_interface_version().as_deref(), Some("1.13.0"));
+}
+
 /// The double's own bookkeeping catches protocol errors (a check that the checks can fail).
 #[test]
 fn the_double_reports_protocol_violations() {

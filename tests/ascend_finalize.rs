@@ -61,8 +61,11 @@ fn finalize_releases_only_poolgrads_reference_and_is_final() {
         return;
     }
     let session = Double::session();
-    // Asking whether CANN is there initialises nothing.
+    // Asking whether CANN is there initialises nothing; CANN with no device is not available.
     let inits = session.calls("aclInit");
+    session.set_devices(0, 1 << 30);
+    assert!(!Ascend::is_available());
+    session.set_devices(1, 1 << 30);
     assert!(Ascend::is_available());
     assert_eq!((session.calls("aclInit"), session.init_refs()), (inits, 0));
 

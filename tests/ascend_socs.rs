@@ -109,6 +109,7 @@ fn every_operator_runs_on_each_family_that_documents_it_and_is_refused_elsewhere
         let session = session_on(soc);
         let npu = session.open();
         assert_eq!(npu.soc_family(), family, "{soc}");
+        assert_eq!(npu.soc_name(), soc);
         for (op, name) in OPS.iter().enumerate() {
             let before = session.calls("*");
             match run_op(&npu, op) {

@@ -191,6 +191,23 @@ pub unsafe extern "C" fn aclsysGetCANNVersion(name: i32, version: *mut u8) -> Ac
     ACL_SUCCESS
 }
 
+/// Models `aclrtGetVersion`: the ACL interface version of the headers the runtime was built with,
+/// 1.13.0 in CANN 8.1.RC1 (`acl.h`, "Current version is 1.13.0") and 1.17.0 in hicann/runtime
+/// (`acl_rt.h` l.24-27, where the function is deprecated but still declared).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn aclrtGetVersion(major: *mut i32, minor: *mut i32, patch: *mut i32) -> AclError {
+    if let Some(e) = enter("aclrtGetVersion") {
+        return e;
+    }
+    if major.is_null() || minor.is_null() || patch.is_null() {
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetVersion: a null pointer");
+    }
+    let version = if cfg!(feature = "cann81") { (1, 13, 0) } else { (1, 17, 0) };
+    // SAFETY: checked non-null; the caller passes valid `int32_t*`.
+    unsafe { (*major, *minor, *patch) = version };
+    ACL_SUCCESS
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn aclGetRecentErrMsg() -> *const c_char {
     state::recent_error()
