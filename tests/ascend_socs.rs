@@ -372,3 +372,39 @@ fn cann_decides_lets_refused_calls_reach_cann() {
     drop(npu);
     session.assert_clean();
 }
+
+#[test]
+fn cann_decides_also_lets_parameters_layouts_and_plane_limits_through() {
+    use poolgrad::device::Device;
+    // A2: poolgrad refuses a dilation (only the 950 takes one) and a `Bitmask` mask for a 3x3
+    // kernel (A2 writes `I32Argmax`) before any device call; with `cann_decides` both reach
+    // CANN's phase 1, whatever it answers.
+    let x = Array4::from_shape_fn((1, 2, 4, 4), |(_, c, h, w)| (c * 16 + h * 4 + w) as f32);
+    let session = session_on("Ascend910B1");
+    let npu = session.open();
+    let dilated = MaxPool2dParams::new([2, 2]).with_dilation([2, 2]);
+    let k3 = MaxPool2dParams::new([3, 3]);
+    let before = session.calls("*");
+    assert!(matches!(
+        max_pool2d_with_indices_on(&npu, &x, &dilated),
+        Err(Error::DeviceLimit { about: DeviceLimitKind::Parameter("dilation"), .. })
+    ));
+    assert!(matches!(
+        max_pool2d_with_mask_on(&npu, &x, &k3, Bitmask),
+        Err(Error::DeviceLimit { about: DeviceLimitKind::MaskLayout, .. })
+    ));
+    assert_eq!(session.calls("*"), before);
+    assert_eq!(npu.limits().max_non_divisible_adaptive_plane, Some(1 << 24));
+    let npu = npu.cann_decides();
+    let (indices, mask) =
+        ("aclnnMaxPool2dWithIndicesGetWorkspaceSize", "aclnnMaxPool2dWithMaskGetWorkspaceSize");
+    let _ = max_pool2d_with_indices_on(&npu, &x, &dilated);
+    let _ = max_pool2d_with_mask_on(&npu, &x, &k3, Bitmask);
+    assert_eq!(session.calls(indices), 1, "the dilated call reached CANN");
+    assert_eq!(session.calls(mask), 1, "the Bitmask call reached CANN");
+    // The documented 2^24 limit is poolgrad's, and left out; the int32 plane limit protects memory.
+    assert_eq!(npu.limits().max_non_divisible_adaptive_plane, None);
+    assert_eq!(npu.limits().max_plane, Some(i32::MAX as usize));
+    drop(npu);
+    session.assert_clean();
+}
