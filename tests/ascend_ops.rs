@@ -234,6 +234,10 @@ fn workspaces_are_device_memory_reused_across_plans() {
     // The double reports tiling bytes plus an f32 accumulator for half-precision gradients.
     assert_eq!(grown.len(), 512 + 4 * 32);
     assert_eq!(gi[[0, 1, 0, 3]], f16::from_f32(4.0));
+    // A workspace of exactly the size phase 1 asks is used as it is.
+    let allocations = session.calls("aclrtMalloc");
+    Plan::new(&npu, op(&go, &x, &idx, &mut gi)).unwrap().bind(&mut grown).unwrap().run().unwrap();
+    assert_eq!(session.calls("aclrtMalloc"), allocations + 4, "the four tensors, no workspace");
     // A larger workspace is used as it is, and reused.
     let mut ws = Workspace::new(&npu, 4096).unwrap();
     let allocations = session.calls("aclrtMalloc");
