@@ -349,8 +349,13 @@ fn a_device_says_what_it_is() {
     // 1.13.0 in CANN 8.1.RC1 (`aclrtGetVersion`).
     let session = Double::session();
     let npu = session.open();
+    // The libraries are loaded and initialised once per search: a second device adds no aclInit.
+    let inits = session.calls("aclInit");
+    drop(session.open());
+    assert_eq!(session.calls("aclInit"), inits);
     assert_eq!(npu.acl_interface_version().as_deref(), Some("1.17.0"));
     assert_eq!(npu.device_id(), 0);
+    assert_eq!(npu.soc_family().to_string(), "Atlas A2/A3");
     let shown = format!("{npu:?}");
     assert!(shown.contains("Ascend910B1") && shown.contains("device_id: 0"), "{shown}");
     assert!(shown.contains(&session.root().display().to_string()), "the libraries' origin: {shown}");

@@ -84,6 +84,12 @@ fn hostile_inputs_are_rejected_before_any_device_call() {
     let mask = poolgrad::Mask::<I32Argmax, _>::from_raw(mask, &p, &[1, 2, 4, 4]).unwrap();
     let e = poolgrad::max_pool2d_with_mask_backward_on(&npu, &g, &x, &mask).unwrap_err();
     assert!(matches!(&e, Error::IndexOutOfRange { arg: "mask", value: 100, .. }), "{e}");
+    // The last value of the prefix is checked too (element 7 = 2 planes x 4 positions - 1).
+    let mut mask = poolgrad::max_pool2d_with_mask(&x, &p, I32Argmax).unwrap().mask.into_array();
+    mask[[0, 0, 0, 28]] = 101;
+    let mask = poolgrad::Mask::<I32Argmax, _>::from_raw(mask, &p, &[1, 2, 4, 4]).unwrap();
+    let e = poolgrad::max_pool2d_with_mask_backward_on(&npu, &g, &x, &mask).unwrap_err();
+    assert!(matches!(&e, Error::IndexOutOfRange { arg: "mask", value: 101, .. }), "{e}");
     // Shapes and parameters.
     let e = adaptive_max_pool2d_backward_on(&npu, &g, &x, &Array4::<i64>::zeros((1, 2, 2, 3))).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { arg: "indices", .. }), "{e}");

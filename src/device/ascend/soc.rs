@@ -165,11 +165,9 @@ impl SocFamily {
         (0..2).find(|&d| {
             let (len, k, s, p) = (input[d], params.kernel()[d], params.stride()[d], params.padding()[d]);
             // The uncorrected ceil-mode count: ceil((len + 2p - k) / s) + 1, when a window fits.
+            // (A count of 1, whose one window starts at 0, never falls under it: 0 < len + p.)
             let span = (len + 2 * p).checked_sub(k);
-            span.is_some_and(|span| {
-                let count = span.div_ceil(s) + 1;
-                count > 1 && (count - 1) * s >= len + p
-            })
+            span.is_some_and(|span| span.div_ceil(s) * s >= len + p)
         })
     }
 
@@ -362,6 +360,12 @@ mod tests {
         // H = 4, k = 1, s = 2, p = 0: plain ceil counts 3 windows, the third starts at 4 = H: dropped.
         assert_eq!(Atlas310P.ceil_mode_limit(&p(1, 2, 0, true), [4, 4]), Some(0));
         assert_eq!(Atlas310P.ceil_mode_limit(&p(1, 2, 0, true), [5, 4]), Some(1));
+        // H = 8, k = 1, s = 3, p = 0: windows at 0, 3, 6 and a fourth at 9 >= 8: dropped.
+        assert_eq!(Atlas310P.ceil_mode_limit(&p(1, 3, 0, true), [8, 8]), Some(0));
+        // H = 7, k = 1, s = 3: the third window starts at 6 < 7, the count is exact.
+        assert_eq!(Atlas310P.ceil_mode_limit(&p(1, 3, 0, true), [7, 7]), None);
+        // The review's case, H = 3, k = 2, s = 3: aclnn sizes 1 row, the kernel would make 2.
+        assert_eq!(AtlasTraining.ceil_mode_limit(&p(2, 3, 0, true), [3, 3]), Some(0));
         // H = 6, k = 3, s = 2, p = 1: windows start at -1, 1, 3, 5; the one at 5 < 6 + 1 is kept.
         assert_eq!(Atlas310P.ceil_mode_limit(&p(3, 2, 1, true), [6, 6]), None);
         // Floor mode and the other families are never limited.

@@ -25,12 +25,6 @@ pub(crate) struct Runtime {
     initialized_here: bool,
 }
 
-impl core::fmt::Debug for Runtime {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Runtime").field("origin", &self.origin).finish_non_exhaustive()
-    }
-}
-
 /// Runtimes loaded so far, by search configuration: each set of libraries is opened and
 /// initialised once per process.
 static RUNTIMES: Mutex<Vec<(SearchKey, Arc<Runtime>)>> = Mutex::new(Vec::new());

@@ -46,12 +46,6 @@ unsafe impl Send for Session {}
 // mutable state (the stream's queue) is guarded by `stream_lock`.
 unsafe impl Sync for Session {}
 
-impl core::fmt::Debug for Session {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Session").field("device_id", &self.device_id).field("runtime", &self.rt).finish()
-    }
-}
-
 /// The calling thread's CANN context while poolgrad works on it, given back on drop.
 ///
 /// CANN binds each thread to one context at a time (hicann/runtime `api_impl.cc`:
