@@ -70,27 +70,19 @@ impl Runtime {
     }
 
     /// The number of devices CANN reports from `roots` (and the loader path if `loader_path`),
-    /// without initialising it: the libraries are opened and `aclrtGetDeviceCount` is asked, which
-    /// needs no `aclInit` (hicann/runtime `src/acl/aclrt_impl/device.cpp`,
-    /// `aclrtGetDeviceCountImpl`, l.221-230, asks the driver directly). A runtime already loaded
-    /// for the same search is asked instead. `None` when the libraries do not load or do not
-    /// answer, and after [`finalize`].
+    /// without initialising it: the libraries are opened (the loader shares them with a runtime
+    /// already loaded from there) and `aclrtGetDeviceCount` is asked, which needs no `aclInit`
+    /// (hicann/runtime `src/acl/aclrt_impl/device.cpp`, `aclrtGetDeviceCountImpl`, l.221-230,
+    /// asks the driver directly). `None` when the libraries do not load or do not answer, and
+    /// after [`finalize`].
     pub(crate) fn device_count_without_init(roots: Vec<PathBuf>, loader_path: bool) -> Option<u32> {
         if FINALIZED.load(Ordering::Acquire) {
             return None;
         }
-        let key = (roots, loader_path);
-        let loaded =
-            RUNTIMES.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(k, _)| *k == key).cloned();
-        let count = |api: &Api| {
-            let mut count = 0u32;
-            // SAFETY: `count` is a valid `uint32_t*` for the duration of the call.
-            (unsafe { (api.aclrt_get_device_count)(&mut count) } == ACL_SUCCESS).then_some(count)
-        };
-        match loaded {
-            Some((_, rt)) => count(&rt.api),
-            None => count(&Api::load(&key.0, key.1).ok()?),
-        }
+        let api = Api::load(&roots, loader_path).ok()?;
+        let mut count = 0u32;
+        // SAFETY: `count` is a valid `uint32_t*` for the duration of the call.
+        (unsafe { (api.aclrt_get_device_count)(&mut count) } == ACL_SUCCESS).then_some(count)
     }
 
     /// The error for `function` returning `code`, with CANN's recent message.
