@@ -290,6 +290,13 @@ fn without_an_answer_on_memory_the_allocation_decides() {
     expect_out_of_device_memory(&e);
     drop(npu);
     session.assert_clean();
+    // A total of 0 (CANN's answer for a memory kind the hardware lacks) is no answer either.
+    session.set_devices(1, 0);
+    let npu = session.open();
+    assert_eq!(npu.memory_total(), None);
+    expect_out_of_device_memory(&backward(&npu).unwrap_err());
+    drop(npu);
+    session.assert_clean();
 }
 
 fn scratch_dir(name: &str) -> std::path::PathBuf {
