@@ -394,6 +394,33 @@ fn an_operator_missing_from_an_older_cann_is_an_error_when_planned() {
     let e = adaptive_max_pool2d_backward_on(&npu, &g, &x, &pooled.indices).unwrap_err();
     let Error::Ascend(AscendError::Unavailable { reason, .. }) = &e else { panic!("{e:?}") };
     assert!(reason.contains("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize"), "{e}");
+    // By `Plan::new` itself, before anything is staged on the device.
+    let mut gi = Array4::<f32>::zeros(x.raw_dim());
+    let op = poolgrad::op::AdaptiveMaxPool2dBackward {
+        grad_output: poolgrad::TensorRef::from_array(&g).unwrap(),
+        self_: poolgrad::TensorRef::from_array(&x).unwrap(),
+        indices: poolgrad::TensorRef::from_array(&pooled.indices).unwrap(),
+        grad_input: poolgrad::TensorMut::from_array(&mut gi).unwrap(),
+    };
+    let planned = poolgrad::Plan::new(&npu, op);
+    assert!(matches!(planned, Err(Error::Ascend(AscendError::Unavailable { .. }))), "{planned:?}");
+}
+
+#[test]
+fn an_install_without_a_runtime_library_is_refused() {
+    // The operator libraries alone (here the double, which would answer every symbol) are not
+    // CANN: `libacl_rt.so` or `libascendcl.so` must be among the libraries found.
+    let session = Double::session();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-runtime");
+    let lib64 = dir.join("lib64");
+    std::fs::create_dir_all(&lib64).unwrap();
+    let double = session.root().join("lib64/libascendcl.so");
+    for name in ["libnnopbase.so", "libopapi_nn.so"] {
+        ascend::link(&double, &lib64.join(name));
+    }
+    let e = Ascend::with_library_dir(&dir, 0).unwrap_err();
+    let Error::Ascend(AscendError::Unavailable { reason, .. }) = &e else { panic!("{e:?}") };
+    assert!(reason.contains("neither libacl_rt.so nor libascendcl.so found"), "{e}");
 }
 
 #[test]
