@@ -213,7 +213,8 @@ pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
     Ok(g)
 }
 
-fn plane_limit(
+/// Refuses a plane `h * w` above `limits.max_plane` on `device` (`DeviceLimitKind::PlaneSize`).
+pub(crate) fn plane_limit(
     op: &'static str,
     h: usize,
     w: usize,

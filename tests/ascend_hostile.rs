@@ -137,3 +137,28 @@ fn hostile_inputs_are_rejected_before_any_device_call() {
     drop(npu);
     session.assert_clean();
 }
+
+#[test]
+fn the_950_plans_adaptive_planes_of_2_31_and_more() {
+    // CANN's phase 1 on the 950 accepts a 32768 x 65536 adaptive plane (INT64 indices; the op_api
+    // skips its INT32 plane check there), so poolgrad's only refusal is the double's 1 GiB of
+    // memory; the with-indices operators keep the INT32 plane limit (their device indices are
+    // INT32), as every operator on A2/A3 does.
+    let session = Double::session();
+    session.set_soc("Ascend950PR_9599");
+    let npu = session.open();
+    let one = [0.0f32];
+    let huge = ArrayView4::from_shape((1, 1, 1 << 15, 1 << 16).strides((0, 0, 0, 0)), &one[..]).unwrap();
+    let before = session.calls("*");
+    let e = poolgrad::adaptive_max_pool2d_on(&npu, &huge, [2, 2]).unwrap_err();
+    assert!(matches!(e, Error::DeviceLimit { device: "ascend", about: DeviceLimitKind::Memory, .. }), "{e}");
+    let p = MaxPool2dParams::new([2, 2]);
+    let e = poolgrad::max_pool2d_with_indices_on(&npu, &huge, &p).unwrap_err();
+    assert!(
+        matches!(&e, Error::DeviceLimit { device: "ascend", about: DeviceLimitKind::PlaneSize, limit, .. } if limit.contains("2147483647")),
+        "{e}"
+    );
+    assert_eq!(session.calls("*"), before, "no device call for either");
+    drop(npu);
+    session.assert_clean();
+}

@@ -11,19 +11,20 @@ use ndarray::ArrayView4;
 
 use super::ffi::{self, AclTensor, Call, DeviceBuffer, IntArray, PoolParams, Session, StreamGuard};
 use super::soc::DeviceOp;
-use super::{Ascend, AscendMemory};
+use super::{Ascend, AscendMemory, INT32_PLANE};
 use crate::alloc::{collect_exact, zeroed_vec};
+use crate::device::DeviceLimits;
 use crate::device::internal::{DeviceImpl, Launch};
 use crate::element::{DType, Element, PoolFloat};
 use crate::error::{DeviceLimitKind, Error, Result};
 use crate::index::{ArgmaxIndex, repr::IndexRepr};
 use crate::mask::layout_repr::LayoutKind;
 use crate::mask::{MaskLayout, i32_prefix, read_i32_prefix};
-use crate::op::name;
 use crate::op::{
     AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
     MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry,
 };
+use crate::op::{name, plane_limit};
 use crate::tensor::TensorMut;
 
 /// What [`Plan::new`](crate::Plan::new) leaves for the run: nothing for an empty batch, else
@@ -492,6 +493,10 @@ impl Ascend {
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
+        // The with-indices and mask operators' indices are INT32 on every SoC (the 950's
+        // `limits` leave the plane open for the adaptive operators only).
+        let int32 = DeviceLimits::default().with_max_plane(INT32_PLANE);
+        plane_limit(op, g.h, g.w, &int32, "ascend")?;
         let (input, pooled, mask) = pool_dims(op, g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
         let (x, out) = (Spec::new("input", input, dtype), Spec::new("output", pooled, dtype));
@@ -515,6 +520,10 @@ impl Ascend {
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
+        // The with-indices and mask operators' indices are INT32 on every SoC (the 950's
+        // `limits` leave the plane open for the adaptive operators only).
+        let int32 = DeviceLimits::default().with_max_plane(INT32_PLANE);
+        plane_limit(op, g.h, g.w, &int32, "ascend")?;
         let (input, pooled, mask) = pool_dims(op, g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
         let (go, x) = (Spec::new("grad_output", pooled, dtype), Spec::new("self_", input, dtype));

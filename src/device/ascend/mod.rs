@@ -117,6 +117,9 @@ pub use soc::SocFamily;
 
 use ffi::{DeviceBuffer, Runtime, Session};
 
+/// The largest plane whose flat indices an INT32 index tensor holds.
+const INT32_PLANE: usize = i32::MAX as usize;
+
 /// The largest non-divisible adaptive plane `H * W` CANN's AdaptiveMaxPool2dBackward documents
 /// (`aclnnAdaptiveMaxPool2dBackward.md`, 约束说明; no other operator documents it).
 const MAX_NON_DIVISIBLE_ADAPTIVE_PLANE: usize = 1 << 24;
@@ -354,11 +357,21 @@ impl Device for Ascend {
         "ascend"
     }
 
-    /// `H * W <= i32::MAX` for every operator, and at most 2^24 for adaptive backward shapes that
-    /// are not divisible (documented for `aclnnAdaptiveMaxPool2dBackward` only).
-    /// (The 2^24 limit is left out under [`Ascend::cann_decides`].)
+    /// `H * W <= i32::MAX` for every operator but on the 950 generation, and at most 2^24 for
+    /// adaptive backward shapes that are not divisible (documented for
+    /// `aclnnAdaptiveMaxPool2dBackward` only; left out under [`Ascend::cann_decides`]).
+    ///
+    /// On the 950 the adaptive operators take larger planes: their indices are INT64 and the
+    /// op_api skips its INT32 plane check on that architecture (ops-nn
+    /// `adaptive_max_pool_common.cpp`, `IsRegbase`; CANN's phase 1 accepted a 32768 x 65536
+    /// plane there and refused it on A2/A3). The with-indices operators, whose indices poolgrad
+    /// passes as INT32, keep the limit in their staging (`launch.rs`).
     fn limits(&self) -> DeviceLimits {
-        let limits = DeviceLimits::default().with_max_plane(i32::MAX as usize);
+        let limits = if self.family == SocFamily::Ascend950 {
+            DeviceLimits::default()
+        } else {
+            DeviceLimits::default().with_max_plane(INT32_PLANE)
+        };
         if self.cann_decides {
             return limits;
         }

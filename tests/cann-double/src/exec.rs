@@ -12,7 +12,7 @@ use crate::platform::{Arch, arch};
 use crate::state::{Job, MaskParams, Queued, State, TensorDesc, itemsize};
 use crate::{
     ACL_BF16, ACL_DOUBLE, ACL_FLOAT, ACL_FLOAT16, ACL_FORMAT_NCHW, ACL_FORMAT_NCL, ACL_FORMAT_ND, ACL_INT8,
-    ACL_INT32, ACL_INT64, ACLNN_ERR_PARAM_INVALID, KNOWN_DTYPES, KNOWN_FORMATS,
+    ACL_INT32, ACL_INT64, ACLNN_ERR_INNER_NULLPTR, ACLNN_ERR_PARAM_INVALID, KNOWN_DTYPES, KNOWN_FORMATS,
 };
 
 /// The formats of 4-D tensors (3-D tensors: the same list with NCL for NCHW) each operator's
@@ -257,7 +257,15 @@ pub(crate) fn check(s: &State, job: &Job) -> Check {
             check_tensor(s, job, "outputOut", out, &[input.dtype])?;
             check_tensor(s, job, "indicesOut", indices, &[ACL_INT64])?;
             let [_, c, h, w] = nchw(input);
-            check_plane("self", h, w)?;
+            // CANN's own phase 1 on a 1x1x32768x65536 f16 input (the recorded observations,
+            // `aclnnAdaptiveMaxPool2d/1x1x32768x65536_to_2x2_f16_i64`): success on the 950
+            // (INT64 indices, no plane limit), ACLNN_ERR_INNER_NULLPTR on A2/A3.
+            if h == 0 || w == 0 {
+                return Err(invalid("self: empty H or W".into()));
+            }
+            if arch(&s.soc()) != Arch::Dav3510 && (h * w) as u64 > i32::MAX as u64 {
+                return Err((ACLNN_ERR_INNER_NULLPTR, format!("self: H*W = {} exceeds INT32_MAX", h * w)));
+            }
             if c == 0 || output_size.len() != 2 || output_size.iter().any(|&o| o <= 0) {
                 return Err(invalid(format!("outputSize {output_size:?} or C = {c}")));
             }
