@@ -169,7 +169,7 @@ where
 {
     const OP: &str = name::ADAPTIVE_MAX_POOL2D;
     let checked = TensorRef::named(input.view(), OP, "input")?;
-    let dims = crate::op::adaptive_forward_shapes::<T, I>(&checked, output_size)?.pooled_dims();
+    let dims = crate::op::adaptive_forward_shapes::<T, I, _>(&checked, output_size)?.pooled_dims();
     let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &dims)?;
     let mut indices = crate::alloc::zeroed_array::<I, D>(OP, "indices", &dims)?;
     adaptive_into_views(device, input.view(), output_size, output.view_mut(), indices.view_mut())?;
@@ -542,7 +542,7 @@ where
 {
     const OP: &str = name::MAX_POOL2D_WITH_INDICES;
     let checked = TensorRef::named(input.view(), OP, "input")?;
-    let dims = crate::op::max_pool_forward_shapes::<T, I>(&checked, params)?.pooled_dims();
+    let dims = crate::op::max_pool_forward_shapes::<T, I, _>(&checked, params)?.pooled_dims();
     let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &dims)?;
     let mut indices = crate::alloc::zeroed_array::<I, D>(OP, "indices", &dims)?;
     max_pool_into_views(device, input.view(), params, output.view_mut(), indices.view_mut())?;
@@ -857,7 +857,7 @@ where
     D: PoolDim,
 {
     const OP: &str = name::MAX_POOL2D_WITH_MASK;
-    let g = crate::op::mask_forward_shapes::<T, L>(&TensorRef::named(input.view(), OP, "input")?, params)?;
+    let g = crate::op::mask_forward_shapes::<T, L, _>(&TensorRef::named(input.view(), OP, "input")?, params)?;
     let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
     let mut mask = crate::alloc::zeroed_array::<i8, D>(OP, "mask", &g.dims())?;
     mask_into_views(device, input.view(), params, output.view_mut(), mask.view_mut(), layout)?;

@@ -111,7 +111,7 @@ pub use index::ArgmaxIndex;
 pub use mask::{Bitmask, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef};
 pub use params::MaxPool2dParams;
 pub use plan::{Executor, Plan, Workspace};
-pub use tensor::{PoolDim, TensorMut, TensorRef};
+pub use tensor::{Host, Memory, PoolDim, TensorMut, TensorRef};
 
 pub use half;
 pub use ndarray;

@@ -12,7 +12,7 @@ use crate::geometry::adaptive_is_divisible;
 use crate::index::ArgmaxIndex;
 use crate::mask::{MaskLayout, MaskMut, MaskRef, check_layout};
 use crate::params::MaxPool2dParams;
-use crate::tensor::{TensorMut, TensorRef};
+use crate::tensor::{Host, Memory, TensorMut, TensorRef};
 use crate::validate::{self, DeviceLimits};
 
 /// The name of each operation, as errors give it: the free function a user calls, which is
@@ -91,24 +91,24 @@ fn adaptive_limits(
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct AdaptiveMaxPool2d<'a, T: PoolFloat, I: ArgmaxIndex> {
+pub struct AdaptiveMaxPool2d<'a, T: PoolFloat, I: ArgmaxIndex, M: Memory = Host> {
     /// Input `[N, C, H, W]` or `[C, H, W]`.
-    pub input: TensorRef<'a, T>,
+    pub input: TensorRef<'a, T, M>,
     /// `[Ho, Wo]`, each at least 1 (may exceed `H`, `W`).
     pub output_size: [usize; 2],
     /// Pooled values, `[N, C, Ho, Wo]` (the rank of `input`).
-    pub output: TensorMut<'a, T>,
+    pub output: TensorMut<'a, T, M>,
     /// Flat arg-max `ih * W + iw` within each plane, same shape as `output`.
-    pub indices: TensorMut<'a, I>,
+    pub indices: TensorMut<'a, I, M>,
 }
 
-impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d<'_, T, I> {
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl for AdaptiveMaxPool2d<'_, T, I, M> {
     const NAME: &'static str = name::ADAPTIVE_MAX_POOL2D;
     type Geometry = AdaptiveGeometry;
 
     fn validate(&self) -> Result<AdaptiveGeometry> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-        let g = adaptive_forward_shapes::<T, I>(&self.input, self.output_size)?;
+        let g = adaptive_forward_shapes::<T, I, _>(&self.input, self.output_size)?;
         validate::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
         validate::output_shape(OP, "indices", &self.indices, &g.pooled_dims())?;
         Ok(g)
@@ -119,12 +119,12 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d
         plane_limit(Self::NAME, g.h, g.w, limits, device)
     }
 }
-impl<T: PoolFloat, I: ArgmaxIndex> Operation for AdaptiveMaxPool2d<'_, T, I> {}
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for AdaptiveMaxPool2d<'_, T, I, M> {}
 
 /// The checks of [`AdaptiveMaxPool2d`] on what it reads (its input and the output size, no data):
 /// everything but the outputs' shapes, so a free function checks before allocating them.
-pub(crate) fn adaptive_forward_shapes<T: PoolFloat, I: ArgmaxIndex>(
-    input: &TensorRef<'_, T>,
+pub(crate) fn adaptive_forward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
+    input: &TensorRef<'_, T, M>,
     output_size: [usize; 2],
 ) -> Result<AdaptiveGeometry> {
     const OP: &str = name::ADAPTIVE_MAX_POOL2D;
@@ -158,18 +158,20 @@ pub(crate) fn adaptive_forward_shapes<T: PoolFloat, I: ArgmaxIndex>(
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct AdaptiveMaxPool2dBackward<'a, T: PoolFloat, I: ArgmaxIndex> {
+pub struct AdaptiveMaxPool2dBackward<'a, T: PoolFloat, I: ArgmaxIndex, M: Memory = Host> {
     /// Gradient of the pooled output, `[N, C, Ho, Wo]` or `[C, Ho, Wo]`.
-    pub grad_output: TensorRef<'a, T>,
+    pub grad_output: TensorRef<'a, T, M>,
     /// The forward input (only its shape is read).
-    pub self_: TensorRef<'a, T>,
+    pub self_: TensorRef<'a, T, M>,
     /// Flat arg-max indices from the forward, same shape as `grad_output`.
-    pub indices: TensorRef<'a, I>,
+    pub indices: TensorRef<'a, I, M>,
     /// Receives the gradient of the input, shape of `self_`.
-    pub grad_input: TensorMut<'a, T>,
+    pub grad_input: TensorMut<'a, T, M>,
 }
 
-impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2dBackward<'_, T, I> {
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl
+    for AdaptiveMaxPool2dBackward<'_, T, I, M>
+{
     const NAME: &'static str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
     type Geometry = AdaptiveGeometry;
 
@@ -184,14 +186,14 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for AdaptiveMaxPool2d
         adaptive_limits(Self::NAME, g, limits, device)
     }
 }
-impl<T: PoolFloat, I: ArgmaxIndex> Operation for AdaptiveMaxPool2dBackward<'_, T, I> {}
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for AdaptiveMaxPool2dBackward<'_, T, I, M> {}
 
 /// The checks of [`AdaptiveMaxPool2dBackward`] on its inputs (cheap: no data is read): everything
 /// but the shape of `grad_input`.
-pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
-    grad_output: &TensorRef<'_, T>,
-    self_: &TensorRef<'_, T>,
-    indices: &TensorRef<'_, I>,
+pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
+    grad_output: &TensorRef<'_, T, M>,
+    self_: &TensorRef<'_, T, M>,
+    indices: &TensorRef<'_, I, M>,
 ) -> Result<AdaptiveGeometry> {
     const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
     let [n, c, h, w] = validate::pooling_input(OP, "self_", self_)?;
@@ -250,24 +252,24 @@ pub(crate) fn plane_limit(
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct MaxPool2dWithIndices<'a, T: PoolFloat, I: ArgmaxIndex> {
+pub struct MaxPool2dWithIndices<'a, T: PoolFloat, I: ArgmaxIndex, M: Memory = Host> {
     /// Input `[N, C, H, W]` or `[C, H, W]`.
-    pub input: TensorRef<'a, T>,
+    pub input: TensorRef<'a, T, M>,
     /// Kernel, stride, padding, dilation, ceil mode.
     pub params: MaxPool2dParams,
     /// Pooled values `[N, C, Ho, Wo]` (rank of `input`).
-    pub output: TensorMut<'a, T>,
+    pub output: TensorMut<'a, T, M>,
     /// Flat arg-max `ih * W + iw` inside each plane, shape of `output`.
-    pub indices: TensorMut<'a, I>,
+    pub indices: TensorMut<'a, I, M>,
 }
 
-impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndices<'_, T, I> {
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl for MaxPool2dWithIndices<'_, T, I, M> {
     const NAME: &'static str = name::MAX_POOL2D_WITH_INDICES;
     type Geometry = MaxPoolGeometry;
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-        let g = max_pool_forward_shapes::<T, I>(&self.input, &self.params)?;
+        let g = max_pool_forward_shapes::<T, I, _>(&self.input, &self.params)?;
         validate::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
         validate::output_shape(OP, "indices", &self.indices, &g.pooled_dims())?;
         Ok(g)
@@ -277,11 +279,11 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndi
         plane_limit(Self::NAME, g.h, g.w, limits, device)
     }
 }
-impl<T: PoolFloat, I: ArgmaxIndex> Operation for MaxPool2dWithIndices<'_, T, I> {}
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for MaxPool2dWithIndices<'_, T, I, M> {}
 
 /// The checks of [`MaxPool2dWithIndices`] on its input and parameters (no data is read).
-pub(crate) fn max_pool_forward_shapes<T: PoolFloat, I: ArgmaxIndex>(
-    input: &TensorRef<'_, T>,
+pub(crate) fn max_pool_forward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
+    input: &TensorRef<'_, T, M>,
     params: &MaxPool2dParams,
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_INDICES;
@@ -293,20 +295,22 @@ pub(crate) fn max_pool_forward_shapes<T: PoolFloat, I: ArgmaxIndex>(
 /// Backward of [`MaxPool2dWithIndices`]: `grad_input[n, c, idx] += grad_output[n, c, oh, ow]` in
 /// row-major output order.
 #[derive(Debug)]
-pub struct MaxPool2dWithIndicesBackward<'a, T: PoolFloat, I: ArgmaxIndex> {
+pub struct MaxPool2dWithIndicesBackward<'a, T: PoolFloat, I: ArgmaxIndex, M: Memory = Host> {
     /// Gradient of the pooled output, `[N, C, Ho, Wo]`.
-    pub grad_output: TensorRef<'a, T>,
+    pub grad_output: TensorRef<'a, T, M>,
     /// The forward input (only its shape is read).
-    pub self_: TensorRef<'a, T>,
+    pub self_: TensorRef<'a, T, M>,
     /// Flat arg-max indices from the forward, shape of `grad_output`.
-    pub indices: TensorRef<'a, I>,
+    pub indices: TensorRef<'a, I, M>,
     /// The forward's parameters (they fix `Ho`, `Wo`).
     pub params: MaxPool2dParams,
     /// Receives the gradient of the input, shape of `self_`.
-    pub grad_input: TensorMut<'a, T>,
+    pub grad_input: TensorMut<'a, T, M>,
 }
 
-impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndicesBackward<'_, T, I> {
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl
+    for MaxPool2dWithIndicesBackward<'_, T, I, M>
+{
     const NAME: &'static str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
     type Geometry = MaxPoolGeometry;
 
@@ -322,14 +326,14 @@ impl<T: PoolFloat, I: ArgmaxIndex> internal::OperationImpl for MaxPool2dWithIndi
         plane_limit(Self::NAME, g.h, g.w, limits, device)
     }
 }
-impl<T: PoolFloat, I: ArgmaxIndex> Operation for MaxPool2dWithIndicesBackward<'_, T, I> {}
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for MaxPool2dWithIndicesBackward<'_, T, I, M> {}
 
 /// The checks of [`MaxPool2dWithIndicesBackward`] on its inputs and parameters (no data is read):
 /// everything but the shape of `grad_input`.
-pub(crate) fn max_pool_indices_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
-    grad_output: &TensorRef<'_, T>,
-    self_: &TensorRef<'_, T>,
-    indices: &TensorRef<'_, I>,
+pub(crate) fn max_pool_indices_backward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
+    grad_output: &TensorRef<'_, T, M>,
+    self_: &TensorRef<'_, T, M>,
+    indices: &TensorRef<'_, I, M>,
     params: &MaxPool2dParams,
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
@@ -380,24 +384,24 @@ pub(crate) fn max_pool_indices_backward_shapes<T: PoolFloat, I: ArgmaxIndex>(
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct MaxPool2dWithMask<'a, T: PoolFloat, L: MaskLayout> {
+pub struct MaxPool2dWithMask<'a, T: PoolFloat, L: MaskLayout, M: Memory = Host> {
     /// Input `[N, C, H, W]` or `[C, H, W]`.
-    pub input: TensorRef<'a, T>,
+    pub input: TensorRef<'a, T, M>,
     /// Kernel, stride, padding (at most half the kernel), ceil mode; dilation 1.
     pub params: MaxPool2dParams,
     /// Pooled values `[N, C, Ho, Wo]`.
-    pub output: TensorMut<'a, T>,
+    pub output: TensorMut<'a, T, M>,
     /// The mask, `[N, C, kH*kW, (ceil(Ho*Wo/16)+1)*32]`.
-    pub mask: MaskMut<'a, L>,
+    pub mask: MaskMut<'a, L, M>,
 }
 
-impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMask<'_, T, L> {
+impl<T: PoolFloat, L: MaskLayout, M: Memory> internal::OperationImpl for MaxPool2dWithMask<'_, T, L, M> {
     const NAME: &'static str = name::MAX_POOL2D_WITH_MASK;
     type Geometry = MaxPoolGeometry;
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
-        let g = mask_forward_shapes::<T, L>(&self.input, &self.params)?;
+        let g = mask_forward_shapes::<T, L, _>(&self.input, &self.params)?;
         validate::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
         validate::output_shape(OP, "mask", &self.mask.bytes, &g.dims())?;
         Ok(g)
@@ -407,12 +411,12 @@ impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMask<
         plane_limit(Self::NAME, g.h, g.w, limits, device)
     }
 }
-impl<T: PoolFloat, L: MaskLayout> Operation for MaxPool2dWithMask<'_, T, L> {}
+impl<T: PoolFloat, L: MaskLayout, M: Memory> Operation for MaxPool2dWithMask<'_, T, L, M> {}
 
 /// The checks of [`MaxPool2dWithMask`] on its input and parameters (no data is read), for masks
 /// of layout `L`.
-pub(crate) fn mask_forward_shapes<T: PoolFloat, L: MaskLayout>(
-    input: &TensorRef<'_, T>,
+pub(crate) fn mask_forward_shapes<T: PoolFloat, L: MaskLayout, M: Memory>(
+    input: &TensorRef<'_, T, M>,
     params: &MaxPool2dParams,
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_MASK;
@@ -428,26 +432,28 @@ pub(crate) fn mask_forward_shapes<T: PoolFloat, L: MaskLayout>(
 /// adds nothing; bits of channels past `C` and words past `Ho*Wo` are ignored. Either way the
 /// sums run in row-major output order. Example: [`MaxPool2dWithMask`].
 #[derive(Debug)]
-pub struct MaxPool2dWithMaskBackward<'a, T: PoolFloat, L: MaskLayout> {
+pub struct MaxPool2dWithMaskBackward<'a, T: PoolFloat, L: MaskLayout, M: Memory = Host> {
     /// Gradient of the pooled output, `[N, C, Ho, Wo]`.
-    pub grad_output: TensorRef<'a, T>,
+    pub grad_output: TensorRef<'a, T, M>,
     /// The forward input (only its shape is read).
-    pub self_: TensorRef<'a, T>,
+    pub self_: TensorRef<'a, T, M>,
     /// The forward's mask.
-    pub mask: MaskRef<'a, L>,
+    pub mask: MaskRef<'a, L, M>,
     /// The forward's parameters.
     pub params: MaxPool2dParams,
     /// Receives the gradient of the input, shape of `self_`.
-    pub grad_input: TensorMut<'a, T>,
+    pub grad_input: TensorMut<'a, T, M>,
 }
 
-impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMaskBackward<'_, T, L> {
+impl<T: PoolFloat, L: MaskLayout, M: Memory> internal::OperationImpl
+    for MaxPool2dWithMaskBackward<'_, T, L, M>
+{
     const NAME: &'static str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
     type Geometry = MaxPoolGeometry;
 
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        let g = mask_backward_shapes::<T, L>(&self.grad_output, &self.self_, &self.mask, &self.params)?;
+        let g = mask_backward_shapes::<T, L, _>(&self.grad_output, &self.self_, &self.mask, &self.params)?;
         validate::output_shape(OP, "grad_input", &self.grad_input, &g.input_dims())?;
         Ok(g)
     }
@@ -456,14 +462,14 @@ impl<T: PoolFloat, L: MaskLayout> internal::OperationImpl for MaxPool2dWithMaskB
         plane_limit(Self::NAME, g.h, g.w, limits, device)
     }
 }
-impl<T: PoolFloat, L: MaskLayout> Operation for MaxPool2dWithMaskBackward<'_, T, L> {}
+impl<T: PoolFloat, L: MaskLayout, M: Memory> Operation for MaxPool2dWithMaskBackward<'_, T, L, M> {}
 
 /// The checks of [`MaxPool2dWithMaskBackward`] on its inputs and parameters (no data is read):
 /// everything but the shape of `grad_input`.
-pub(crate) fn mask_backward_shapes<T: PoolFloat, L: MaskLayout>(
-    grad_output: &TensorRef<'_, T>,
-    self_: &TensorRef<'_, T>,
-    mask: &MaskRef<'_, L>,
+pub(crate) fn mask_backward_shapes<T: PoolFloat, L: MaskLayout, M: Memory>(
+    grad_output: &TensorRef<'_, T, M>,
+    self_: &TensorRef<'_, T, M>,
+    mask: &MaskRef<'_, L, M>,
     params: &MaxPool2dParams,
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;

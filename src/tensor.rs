@@ -6,11 +6,74 @@
 //! Every constructor is fallible: out-of-bounds shapes and strides, overflowing sizes and (for
 //! [`TensorMut`]) strides that make two elements share memory are errors, never panics.
 
+use core::fmt;
+
 use ndarray::{ArrayBase, ArrayView, ArrayView4, ArrayViewMut, ArrayViewMut4, Axis, Data, DataMut};
 use ndarray::{Dimension, Ix3, Ix4, IxDyn, RawData, ShapeBuilder};
 
 use crate::element::Element;
 use crate::error::{Error, Result};
+
+/// Where a tensor's elements live: [`Host`] memory (ndarray arrays and slices), or, with the
+/// `ascend` feature, an Ascend NPU's memory (`device::ascend::Npu`). Sealed.
+///
+/// Every operation descriptor takes its tensors in one memory `M` (by default [`Host`]), and a
+/// device runs the operations whose memory it can address: the CPU runs [`Host`] tensors only,
+/// so handing it NPU memory does not compile. Shapes, ranks and parameters are checked the same
+/// way in every memory, by the same code.
+pub trait Memory: memory::Sealed + Copy + fmt::Debug + Send + Sync + 'static {
+    /// A read-only view of elements `E` in this memory.
+    #[doc(hidden)]
+    type Ref<'a, E: Element>: Copy + fmt::Debug;
+    /// A writable view of elements `E` in this memory.
+    #[doc(hidden)]
+    type Mut<'a, E: Element>: fmt::Debug;
+    /// The 4-D shape of `data`.
+    #[doc(hidden)]
+    fn ref_shape<'s, E: Element>(data: &'s Self::Ref<'_, E>) -> &'s [usize];
+    /// The 4-D shape of `data`.
+    #[doc(hidden)]
+    fn mut_shape<'s, E: Element>(data: &'s Self::Mut<'_, E>) -> &'s [usize];
+    /// A read-only view of `data`.
+    #[doc(hidden)]
+    fn read<'s, E: Element>(data: &'s Self::Mut<'_, E>) -> Self::Ref<'s, E>;
+    /// A shorter-lived writable view of `data`.
+    #[doc(hidden)]
+    fn reborrow<'s, E: Element>(data: &'s mut Self::Mut<'_, E>) -> Self::Mut<'s, E>;
+}
+
+pub(crate) mod memory {
+    /// Implemented for [`Host`](super::Host) and the Ascend device's memory only.
+    pub trait Sealed {}
+}
+
+/// Host memory: the elements of ndarray arrays, views and slices. The default memory of every
+/// tensor view and operation descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Host;
+
+impl memory::Sealed for Host {}
+
+impl Memory for Host {
+    type Ref<'a, E: Element> = ArrayView4<'a, E>;
+    type Mut<'a, E: Element> = ArrayViewMut4<'a, E>;
+
+    fn ref_shape<'s, E: Element>(data: &'s ArrayView4<'_, E>) -> &'s [usize] {
+        data.shape()
+    }
+
+    fn mut_shape<'s, E: Element>(data: &'s ArrayViewMut4<'_, E>) -> &'s [usize] {
+        data.shape()
+    }
+
+    fn read<'s, E: Element>(data: &'s ArrayViewMut4<'_, E>) -> ArrayView4<'s, E> {
+        data.view()
+    }
+
+    fn reborrow<'s, E: Element>(data: &'s mut ArrayViewMut4<'_, E>) -> ArrayViewMut4<'s, E> {
+        data.view_mut()
+    }
+}
 
 pub(crate) const RANKS: &str = "3 (C, H, W) or 4 (N, C, H, W)";
 
@@ -50,10 +113,23 @@ impl PoolDim for IxDyn {}
 /// assert_eq!(s.view()[[0, 0, 1, 1]], 6.0);
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy)]
-pub struct TensorRef<'a, E> {
-    view: ArrayView4<'a, E>,
+pub struct TensorRef<'a, E: Element, M: Memory = Host> {
+    view: M::Ref<'a, E>,
     ndim: usize,
+}
+
+impl<E: Element, M: Memory> Clone for TensorRef<'_, E, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E: Element, M: Memory> Copy for TensorRef<'_, E, M> {}
+
+impl<E: Element, M: Memory> fmt::Debug for TensorRef<'_, E, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TensorRef").field("view", &self.view).field("ndim", &self.ndim).finish()
+    }
 }
 
 /// A writable view of a 3-D or 4-D tensor. Its elements never alias one another.
@@ -69,13 +145,22 @@ pub struct TensorRef<'a, E> {
 /// assert!(TensorMut::from_slice_with_strides(&mut data, &[1, 2, 2], &[4, 1, 1]).is_err());
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
-#[derive(Debug)]
-pub struct TensorMut<'a, E> {
-    view: ArrayViewMut4<'a, E>,
+pub struct TensorMut<'a, E: Element, M: Memory = Host> {
+    view: M::Mut<'a, E>,
     ndim: usize,
     /// Every element is known to be +0 (an array the crate has just allocated zeroed), so a
     /// kernel may leave it unzeroed. Set only inside the crate ([`TensorMut::known_zero`]).
     zeroed: bool,
+}
+
+impl<E: Element, M: Memory> fmt::Debug for TensorMut<'_, E, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TensorMut")
+            .field("view", &self.view)
+            .field("ndim", &self.ndim)
+            .field("zeroed", &self.zeroed)
+            .finish()
+    }
 }
 
 fn check_rank(op: &'static str, arg: &'static str, shape: &[usize]) -> Result<()> {
@@ -403,29 +488,43 @@ impl<'a, E: Element> TensorRef<'a, E> {
             .expect("rank 3 or 4, checked when the data was made")
     }
 
+    /// The data as a 4-D ndarray view.
+    pub fn view(&self) -> ArrayView4<'a, E> {
+        self.view
+    }
+}
+
+impl<'a, E: Element, M: Memory> TensorRef<'a, E, M> {
+    /// A view of `data`, whose 4-D shape was checked by its constructor, in rank `ndim`.
+    #[cfg_attr(not(feature = "ascend"), allow(dead_code))] // the device memory's views
+    pub(crate) fn from_parts(view: M::Ref<'a, E>, ndim: usize) -> Self {
+        TensorRef { view, ndim }
+    }
+
+    /// The memory-specific view underneath.
+    #[cfg_attr(not(feature = "ascend"), allow(dead_code))] // the device memory's views
+    pub(crate) fn data(&self) -> M::Ref<'a, E> {
+        self.view
+    }
+
     /// The shape seen as 4-D `[N, C, H, W]` (`N = 1` for a 3-D tensor).
     pub fn shape(&self) -> [usize; 4] {
-        dims4(self.view.shape())
+        dims4(M::ref_shape(&self.view))
     }
 
     /// The shape in the rank the view was built with.
     pub fn dims(&self) -> Vec<usize> {
-        user_dims(self.view.shape(), self.ndim)
+        user_dims(M::ref_shape(&self.view), self.ndim)
     }
 
     /// [`TensorRef::dims`], borrowed.
     pub(crate) fn user_shape(&self) -> &[usize] {
-        &self.view.shape()[4 - self.ndim..]
+        &M::ref_shape(&self.view)[4 - self.ndim..]
     }
 
     /// The rank the view was built with: 3 or 4.
     pub fn ndim(&self) -> usize {
         self.ndim
-    }
-
-    /// The data as a 4-D ndarray view.
-    pub fn view(&self) -> ArrayView4<'a, E> {
-        self.view
     }
 }
 
@@ -510,19 +609,48 @@ impl<'a, E: Element> TensorMut<'a, E> {
         self.zeroed
     }
 
+    /// The data as a 4-D ndarray view.
+    pub fn view_mut(&mut self) -> ArrayViewMut4<'_, E> {
+        self.view.view_mut()
+    }
+
+    pub(crate) fn into_view(self) -> ArrayViewMut4<'a, E> {
+        self.view
+    }
+}
+
+impl<'a, E: Element, M: Memory> TensorMut<'a, E, M> {
+    /// A writable view of `data`, whose 4-D shape was checked by its constructor, in rank `ndim`.
+    #[cfg_attr(not(feature = "ascend"), allow(dead_code))] // the device memory's views
+    pub(crate) fn from_parts(view: M::Mut<'a, E>, ndim: usize) -> Self {
+        TensorMut { view, ndim, zeroed: false }
+    }
+
+    /// The memory-specific view underneath.
+    #[cfg_attr(not(feature = "ascend"), allow(dead_code))] // the device memory's views
+    pub(crate) fn into_data(self) -> M::Mut<'a, E> {
+        self.view
+    }
+
+    /// The memory-specific view underneath, borrowed.
+    #[cfg_attr(not(feature = "ascend"), allow(dead_code))] // the device memory's views
+    pub(crate) fn data_ref(&self) -> &M::Mut<'a, E> {
+        &self.view
+    }
+
     /// The shape seen as 4-D `[N, C, H, W]`.
     pub fn shape(&self) -> [usize; 4] {
-        dims4(self.view.shape())
+        dims4(M::mut_shape(&self.view))
     }
 
     /// The shape in the rank the view was built with.
     pub fn dims(&self) -> Vec<usize> {
-        user_dims(self.view.shape(), self.ndim)
+        user_dims(M::mut_shape(&self.view), self.ndim)
     }
 
     /// [`TensorMut::dims`], borrowed.
     pub(crate) fn user_shape(&self) -> &[usize] {
-        &self.view.shape()[4 - self.ndim..]
+        &M::mut_shape(&self.view)[4 - self.ndim..]
     }
 
     /// The rank the view was built with: 3 or 4.
@@ -531,22 +659,13 @@ impl<'a, E: Element> TensorMut<'a, E> {
     }
 
     /// A read-only view of the same data.
-    pub fn as_ref(&self) -> TensorRef<'_, E> {
-        TensorRef { view: self.view.view(), ndim: self.ndim }
-    }
-
-    /// The data as a 4-D ndarray view.
-    pub fn view_mut(&mut self) -> ArrayViewMut4<'_, E> {
-        self.view.view_mut()
+    pub fn as_ref(&self) -> TensorRef<'_, E, M> {
+        TensorRef { view: M::read(&self.view), ndim: self.ndim }
     }
 
     /// A shorter-lived writable view of the same data.
-    pub fn reborrow(&mut self) -> TensorMut<'_, E> {
-        TensorMut { view: self.view.view_mut(), ndim: self.ndim, zeroed: self.zeroed }
-    }
-
-    pub(crate) fn into_view(self) -> ArrayViewMut4<'a, E> {
-        self.view
+    pub fn reborrow(&mut self) -> TensorMut<'_, E, M> {
+        TensorMut { view: M::reborrow(&mut self.view), ndim: self.ndim, zeroed: self.zeroed }
     }
 }
 

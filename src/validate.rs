@@ -9,7 +9,7 @@ use crate::geometry::{
 };
 use crate::index::ArgmaxIndex;
 use crate::params::MaxPool2dParams;
-use crate::tensor::{TensorMut, TensorRef, position, user_dims, with_spatial};
+use crate::tensor::{Memory, TensorMut, TensorRef, position, user_dims, with_spatial};
 
 /// The 4-D shape `[N, C, H, W]` of a pooling input given in the caller's rank (3 or 4), whose C,
 /// H and W must be non-empty (N may be 0).
@@ -36,10 +36,10 @@ pub(crate) fn pooling_dims(op: &'static str, arg: &'static str, dims: &[usize]) 
 }
 
 /// [`pooling_dims`] of a view.
-pub(crate) fn pooling_input<E: Element>(
+pub(crate) fn pooling_input<E: Element, M: Memory>(
     op: &'static str,
     arg: &'static str,
-    t: &TensorRef<'_, E>,
+    t: &TensorRef<'_, E, M>,
 ) -> Result<[usize; 4]> {
     pooling_dims(op, arg, &t.dims())
 }
@@ -72,20 +72,20 @@ pub(crate) fn same_shape(
 }
 
 /// Shape check for an input view.
-pub(crate) fn input_shape<E: Element>(
+pub(crate) fn input_shape<E: Element, M: Memory>(
     op: &'static str,
     arg: &'static str,
-    t: &TensorRef<'_, E>,
+    t: &TensorRef<'_, E, M>,
     expected: &[usize],
 ) -> Result<()> {
     same_shape(op, arg, t.user_shape(), expected)
 }
 
 /// Shape check for an output view.
-pub(crate) fn output_shape<E: Element>(
+pub(crate) fn output_shape<E: Element, M: Memory>(
     op: &'static str,
     arg: &'static str,
-    t: &TensorMut<'_, E>,
+    t: &TensorMut<'_, E, M>,
     expected: &[usize],
 ) -> Result<()> {
     same_shape(op, arg, t.user_shape(), expected)

@@ -13,7 +13,7 @@ use crate::alloc::into_array;
 use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
 use crate::params::MaxPool2dParams;
-use crate::tensor::{TensorMut, TensorRef};
+use crate::tensor::{Host, Memory, TensorMut, TensorRef};
 use crate::validate::MaxPoolGeometry;
 
 pub(crate) use codec::{EncodeParts, decode, encode, encode_in_order};
@@ -27,13 +27,21 @@ pub(crate) use layout::{
 use layout_repr::LayoutKind;
 
 /// A read-only view of a mask in layout `L`, for the two-phase API.
-#[derive(Debug, Clone, Copy)]
-pub struct MaskRef<'a, L: MaskLayout> {
-    pub(crate) bytes: TensorRef<'a, i8>,
+#[derive(Debug)]
+pub struct MaskRef<'a, L: MaskLayout, M: Memory = Host> {
+    pub(crate) bytes: TensorRef<'a, i8, M>,
     layout: PhantomData<fn() -> L>,
 }
 
-impl<'a, L: MaskLayout> MaskRef<'a, L> {
+impl<L: MaskLayout, M: Memory> Clone for MaskRef<'_, L, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<L: MaskLayout, M: Memory> Copy for MaskRef<'_, L, M> {}
+
+impl<'a, L: MaskLayout, M: Memory> MaskRef<'a, L, M> {
     /// Treats `bytes` as a mask in `layout`; its shape is checked by the plan.
     ///
     /// ```
@@ -42,26 +50,26 @@ impl<'a, L: MaskLayout> MaskRef<'a, L> {
     /// let mask = MaskRef::new(TensorRef::from(&bytes), Bitmask);
     /// assert_eq!(mask.bytes().dims(), vec![1, 4, 64]);
     /// ```
-    pub fn new(bytes: TensorRef<'a, i8>, _layout: L) -> Self {
+    pub fn new(bytes: TensorRef<'a, i8, M>, _layout: L) -> Self {
         MaskRef { bytes, layout: PhantomData }
     }
 
     /// The bytes.
-    pub fn bytes(&self) -> TensorRef<'a, i8> {
+    pub fn bytes(&self) -> TensorRef<'a, i8, M> {
         self.bytes
     }
 }
 
 /// A writable view of a mask in layout `L`, for the two-phase API.
 #[derive(Debug)]
-pub struct MaskMut<'a, L: MaskLayout> {
-    pub(crate) bytes: TensorMut<'a, i8>,
+pub struct MaskMut<'a, L: MaskLayout, M: Memory = Host> {
+    pub(crate) bytes: TensorMut<'a, i8, M>,
     layout: PhantomData<fn() -> L>,
 }
 
-impl<'a, L: MaskLayout> MaskMut<'a, L> {
+impl<'a, L: MaskLayout, M: Memory> MaskMut<'a, L, M> {
     /// Treats `bytes` as a mask in `layout`; its shape is checked by the plan.
-    pub fn new(bytes: TensorMut<'a, i8>, _layout: L) -> Self {
+    pub fn new(bytes: TensorMut<'a, i8, M>, _layout: L) -> Self {
         MaskMut { bytes, layout: PhantomData }
     }
 }

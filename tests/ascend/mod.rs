@@ -399,6 +399,49 @@ impl Foreign<'_> {
         unsafe { self.f::<unsafe extern "C" fn(Ptr) -> i32>("aclrtDestroyStream")(stream as Ptr) }
     }
 
+    /// `aclrtMalloc(bytes)` in the current context: the device address.
+    pub fn malloc(&self, bytes: usize) -> usize {
+        let mut p: Ptr = std::ptr::null_mut();
+        // SAFETY: `aclError aclrtMalloc(void**, size_t, aclrtMemMallocPolicy)`; `p` is a valid out-pointer.
+        let code = unsafe {
+            self.f::<unsafe extern "C" fn(*mut Ptr, usize, i32) -> i32>("aclrtMalloc")(&mut p, bytes, 0)
+        };
+        assert_eq!(code, 0, "aclrtMalloc");
+        p as usize
+    }
+
+    /// `aclrtFree(ptr)`.
+    pub fn free(&self, ptr: usize) -> i32 {
+        // SAFETY: `aclError aclrtFree(void*)`.
+        unsafe { self.f::<unsafe extern "C" fn(Ptr) -> i32>("aclrtFree")(ptr as Ptr) }
+    }
+
+    /// Copies `host` to device address `ptr` (`aclrtMemcpy`, host to device).
+    pub fn upload(&self, ptr: usize, host: &[u8]) {
+        type Memcpy = unsafe extern "C" fn(Ptr, usize, *const std::ffi::c_void, usize, i32) -> i32;
+        // SAFETY: `host` is readable for its length; the double checks the device range.
+        let code = unsafe {
+            self.f::<Memcpy>("aclrtMemcpy")(ptr as Ptr, host.len(), host.as_ptr().cast(), host.len(), 1)
+        };
+        assert_eq!(code, 0, "aclrtMemcpy host to device");
+    }
+
+    /// Copies `host.len()` bytes from device address `ptr` into `host` (`aclrtMemcpy`, device to host).
+    pub fn download(&self, ptr: usize, host: &mut [u8]) {
+        type Memcpy = unsafe extern "C" fn(Ptr, usize, *const std::ffi::c_void, usize, i32) -> i32;
+        // SAFETY: `host` is writable for its length; the double checks the device range.
+        let code = unsafe {
+            self.f::<Memcpy>("aclrtMemcpy")(host.as_mut_ptr().cast(), host.len(), ptr as Ptr, host.len(), 2)
+        };
+        assert_eq!(code, 0, "aclrtMemcpy device to host");
+    }
+
+    /// `aclrtSynchronizeStream(stream)`.
+    pub fn synchronize(&self, stream: usize) -> i32 {
+        // SAFETY: `aclError aclrtSynchronizeStream(aclrtStream)`.
+        unsafe { self.f::<unsafe extern "C" fn(Ptr) -> i32>("aclrtSynchronizeStream")(stream as Ptr) }
+    }
+
     /// One f32 `aclnnAdaptiveMaxPool2dBackward` of a 1x1x2x2 plane onto 1x1 on `stream`, as an
     /// operator library launches it; returns the launch's status (and on success, synchronises
     /// and checks the gradient landed on the maximum).

@@ -31,44 +31,44 @@ use crate::tensor::TensorMut;
 /// the staged device tensors and the operator's attributes ([`ForwardBuffers`] or
 /// [`BackwardBuffers`]). CANN's own phase 1 is not here: it runs with the launch
 /// ([`StreamGuard::execute`] says why).
-pub struct AscendPrepared<B>(Option<B>);
+pub struct AscendPrepared<B>(pub(super) Option<B>);
 
 /// The attributes of a forward: the adaptive output size, or the pooling parameters.
-enum ForwardAttrs {
+pub(super) enum ForwardAttrs {
     Adaptive(IntArray),
     Pool { indices: bool, params: PoolParams },
 }
 
 /// The attributes of a backward: none for the adaptive one, or the pooling parameters.
-enum BackwardAttrs {
+pub(super) enum BackwardAttrs {
     Adaptive,
     Pool { indices: bool, params: PoolParams },
 }
 
 /// The staged tensors of a forward. Fields drop in declaration order, which is CANN's teardown
 /// order: the attribute arrays, then each descriptor before its memory.
-pub struct ForwardBuffers {
-    attrs: ForwardAttrs,
-    input: Staged,
-    output: Staged,
+pub struct ForwardBuffers<B = StagedBuffer> {
+    pub(super) attrs: ForwardAttrs,
+    pub(super) input: Staged<B>,
+    pub(super) output: Staged<B>,
     /// int64 or int32 indices, or the int8 mask ([`PoolArgmax`]).
-    argmax: Staged,
+    pub(super) argmax: Staged<B>,
 }
 
 /// The staged tensors of a backward (drop order as for [`ForwardBuffers`]).
-pub struct BackwardBuffers {
-    attrs: BackwardAttrs,
-    grad_output: Staged,
+pub struct BackwardBuffers<B = StagedBuffer> {
+    pub(super) attrs: BackwardAttrs,
+    pub(super) grad_output: Staged<B>,
     /// Described for its shape; never uploaded, as no operator reads its values.
-    self_: Staged,
+    pub(super) self_: Staged<B>,
     /// The indices or the int8 mask ([`PoolArgmax`]).
-    argmax: Staged,
-    grad_input: Staged,
+    pub(super) argmax: Staged<B>,
+    pub(super) grad_input: Staged<B>,
 }
 
-impl ForwardBuffers {
+impl<B> ForwardBuffers<B> {
     /// The operator call over these tensors.
-    fn call(&self) -> Call<'_> {
+    pub(super) fn call(&self) -> Call<'_> {
         let (input, out, argmax) = (&self.input.tensor, &self.output.tensor, &self.argmax.tensor);
         match &self.attrs {
             ForwardAttrs::Adaptive(output_size) => {
@@ -81,9 +81,9 @@ impl ForwardBuffers {
     }
 }
 
-impl BackwardBuffers {
+impl<B> BackwardBuffers<B> {
     /// The operator call over these tensors.
-    fn call(&self) -> Call<'_> {
+    pub(super) fn call(&self) -> Call<'_> {
         let (grad_output, input) = (&self.grad_output.tensor, &self.self_.tensor);
         let (argmax, grad_input) = (&self.argmax.tensor, &self.grad_input.tensor);
         match &self.attrs {
@@ -97,7 +97,7 @@ impl BackwardBuffers {
     }
 }
 
-impl core::fmt::Debug for ForwardBuffers {
+impl<B: core::fmt::Debug> core::fmt::Debug for ForwardBuffers<B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let (input, output, argmax) = (&self.input.buffer, &self.output.buffer, &self.argmax.buffer);
         f.debug_struct("ForwardBuffers")
@@ -108,7 +108,7 @@ impl core::fmt::Debug for ForwardBuffers {
     }
 }
 
-impl core::fmt::Debug for BackwardBuffers {
+impl<B: core::fmt::Debug> core::fmt::Debug for BackwardBuffers<B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("BackwardBuffers")
             .field("grad_output", &self.grad_output.buffer)
@@ -126,33 +126,38 @@ impl<B> core::fmt::Debug for AscendPrepared<B> {
 
 impl<B> AscendPrepared<B> {
     /// Nothing for the device to do (an empty batch): the run only leaves the empty outputs.
-    fn nothing() -> (Self, usize) {
+    pub(super) fn nothing() -> (Self, usize) {
         (AscendPrepared(None), 0)
     }
 
     /// Staged device work. The workspace is sized by CANN's phase 1 when the plan runs, so the
     /// plan asks for none (the run grows the workspace it is given: [`Ascend::workspace_for`]).
-    fn of(buffers: B) -> (Self, usize) {
+    pub(super) fn of(buffers: B) -> (Self, usize) {
         (AscendPrepared(Some(buffers)), 0)
     }
 }
 
-/// A device buffer with its `aclTensor` descriptor.
-struct Staged {
-    tensor: AclTensor,
-    buffer: DeviceBuffer,
+/// A device buffer that poolgrad staged a host tensor in.
+#[derive(Debug)]
+pub struct StagedBuffer(DeviceBuffer);
+
+/// An `aclTensor` descriptor with the device buffer staged for it (`B` = `()` over a tensor
+/// already on the device, whose memory is not poolgrad's to hold).
+pub(super) struct Staged<B = StagedBuffer> {
+    pub(super) tensor: AclTensor,
+    pub(super) buffer: B,
 }
 
 /// A device tensor to stage: its argument name, dims and device dtype.
 #[derive(Clone, Copy)]
-struct Spec {
+pub(super) struct Spec {
     arg: &'static str,
     dims: [usize; 4],
     dtype: DType,
 }
 
 impl Spec {
-    fn new(arg: &'static str, dims: [usize; 4], dtype: DType) -> Self {
+    pub(super) fn new(arg: &'static str, dims: [usize; 4], dtype: DType) -> Self {
         Spec { arg, dims, dtype }
     }
 
@@ -203,7 +208,7 @@ impl<'s> Staging<'s> {
     fn add(&self, spec: Spec) -> Result<Staged> {
         let buffer = self.session.alloc(spec.bytes(self.op)?)?;
         let tensor = self.session.tensor(&spec.dims, acl_dtype(spec.dtype), Some(&buffer))?;
-        Ok(Staged { tensor, buffer })
+        Ok(Staged { tensor, buffer: StagedBuffer(buffer) })
     }
 }
 
@@ -216,7 +221,7 @@ fn dtype_bytes(dtype: DType) -> usize {
     }
 }
 
-fn acl_dtype(dtype: DType) -> i32 {
+pub(super) fn acl_dtype(dtype: DType) -> i32 {
     use ffi::dtype::*;
     match dtype {
         DType::F32 => FLOAT,
@@ -272,7 +277,7 @@ fn download<E: Element>(
 impl Ascend {
     /// Refuses `op` on `dtype` if the SoC does not support them or the CANN libraries lack the
     /// operator (no device call).
-    fn check_support(&self, op: &'static str, kind: DeviceOp, dtype: DType) -> Result<()> {
+    pub(super) fn check_support(&self, op: &'static str, kind: DeviceOp, dtype: DType) -> Result<()> {
         self.session.exports(kind)?;
         if self.cann_decides {
             return Ok(());
@@ -298,7 +303,7 @@ impl Ascend {
     }
 
     /// Refuses a mask of layout `L` if the SoC writes the other layout for this kernel.
-    fn check_layout<L: MaskLayout>(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
+    pub(super) fn check_layout<L: MaskLayout>(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
         let kernel = g.params.kernel();
         let native = self.family.mask_layout(kernel);
         if native == L::KIND || self.cann_decides {
@@ -322,7 +327,7 @@ impl Ascend {
 
     /// Refuses parameters the SoC's kernels do not take: a dilation other than 1 (all but the
     /// 950), and the ceil-mode strides of the legacy kernel (310P and Atlas training) (`SocFamily::ceil_mode_limit`).
-    fn check_params(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
+    pub(super) fn check_params(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
         let p = &g.params;
         if self.cann_decides {
             return Ok(());
@@ -358,7 +363,7 @@ impl Ascend {
         Ok(())
     }
 
-    fn pool_params(&self, g: &MaxPoolGeometry) -> Result<PoolParams> {
+    pub(super) fn pool_params(&self, g: &MaxPoolGeometry) -> Result<PoolParams> {
         let p = &g.params;
         let pair = |v: [usize; 2]| self.session.int_array(&[v[0] as i64, v[1] as i64]);
         Ok(PoolParams {
@@ -372,7 +377,7 @@ impl Ascend {
 
     /// The staged work of `prepared` (`None` for an empty batch), once `memory` is found to be
     /// this device's.
-    fn device_work<'p, B>(
+    pub(super) fn device_work<'p, B>(
         &self,
         op: &'static str,
         prepared: &'p AscendPrepared<B>,
@@ -413,17 +418,20 @@ impl Ascend {
         if Self::workspace_len(memory) < bytes {
             // The old buffer goes first: both may not fit together.
             memory.buffer = None;
-            *memory = self.alloc_workspace(bytes)?;
+            memory.buffer = Some(self.session.alloc(bytes)?);
         }
         Ok(memory.buffer.as_ref())
     }
 }
 
-fn adaptive_dims(g: &AdaptiveGeometry) -> ([usize; 4], [usize; 4]) {
+pub(super) fn adaptive_dims(g: &AdaptiveGeometry) -> ([usize; 4], [usize; 4]) {
     ([g.n, g.c, g.h, g.w], [g.n, g.c, g.ho, g.wo])
 }
 
-fn pool_dims(op: &'static str, g: &MaxPoolGeometry) -> Result<([usize; 4], [usize; 4], [usize; 4])> {
+pub(super) fn pool_dims(
+    op: &'static str,
+    g: &MaxPoolGeometry,
+) -> Result<([usize; 4], [usize; 4], [usize; 4])> {
     let mask = g.shape4().ok_or_else(|| Error::Overflow {
         op,
         arg: "mask",
@@ -434,14 +442,14 @@ fn pool_dims(op: &'static str, g: &MaxPoolGeometry) -> Result<([usize; 4], [usiz
 
 /// The arg-max tensor of a max pooling on the device: the int8 mask, or int32 indices.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum PoolArgmax {
+pub(super) enum PoolArgmax {
     Mask,
     Indices,
 }
 
 impl PoolArgmax {
     /// The argument name, the dims and the device dtype of the arg-max tensor.
-    fn staged(self, pooled: [usize; 4], mask: [usize; 4]) -> (&'static str, [usize; 4], DType) {
+    pub(super) fn staged(self, pooled: [usize; 4], mask: [usize; 4]) -> (&'static str, [usize; 4], DType) {
         match self {
             PoolArgmax::Mask => ("mask", mask, DType::I8),
             // INT32, the kernels' own type (MaxPool3DWithArgmaxV2 and MaxPoolWithArgmaxV3 write
@@ -570,11 +578,11 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
         let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b.input.buffer, op.input.view())?;
+        upload(&stream, OP, "input", &b.input.buffer.0, op.input.view())?;
         self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "output", &b.output.buffer, op.output)?;
+        download(&stream, OP, "output", &b.output.buffer.0, op.output)?;
         let mut indices = zeroed_vec::<i64>(OP, "indices", g.planes() * g.ho * g.wo)?;
-        stream.download(&b.argmax.buffer, bytemuck::cast_slice_mut(&mut indices))?;
+        stream.download(&b.argmax.buffer.0, bytemuck::cast_slice_mut(&mut indices))?;
         indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))
     }
 }
@@ -616,10 +624,10 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         // `self_` is not uploaded: the operator reads only its shape.
-        upload(&stream, OP, "grad_output", &b.grad_output.buffer, op.grad_output.view())?;
-        upload(&stream, OP, "indices", &b.argmax.buffer, op.indices.view())?;
+        upload(&stream, OP, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
+        upload(&stream, OP, "indices", &b.argmax.buffer.0, op.indices.view())?;
         self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "grad_input", &b.grad_input.buffer, op.grad_input)
+        download(&stream, OP, "grad_input", &b.grad_input.buffer.0, op.grad_input)
     }
 }
 
@@ -648,13 +656,13 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
         let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b.input.buffer, op.input.view())?;
+        upload(&stream, OP, "input", &b.input.buffer.0, op.input.view())?;
         // The operator writes only part of the mask (the i32 prefix, or the bit-mask words): the
         // rest is zero, as the CPU backend leaves it.
-        stream.zero(&b.argmax.buffer)?;
+        stream.zero(&b.argmax.buffer.0)?;
         self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "output", &b.output.buffer, op.output)?;
-        download(&stream, OP, "mask", &b.argmax.buffer, op.mask.bytes)
+        download(&stream, OP, "output", &b.output.buffer.0, op.output)?;
+        download(&stream, OP, "mask", &b.argmax.buffer.0, op.mask.bytes)
     }
 }
 
@@ -702,10 +710,10 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "grad_output", &b.grad_output.buffer, op.grad_output.view())?;
-        upload(&stream, OP, "mask", &b.argmax.buffer, op.mask.bytes.view())?;
+        upload(&stream, OP, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
+        upload(&stream, OP, "mask", &b.argmax.buffer.0, op.mask.bytes.view())?;
         self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "grad_input", &b.grad_input.buffer, op.grad_input)
+        download(&stream, OP, "grad_input", &b.grad_input.buffer.0, op.grad_input)
     }
 }
 
@@ -750,11 +758,11 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         const OP: &str = name::MAX_POOL2D_WITH_INDICES;
         let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b.input.buffer, op.input.view())?;
+        upload(&stream, OP, "input", &b.input.buffer.0, op.input.view())?;
         self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "output", &b.output.buffer, op.output)?;
+        download(&stream, OP, "output", &b.output.buffer.0, op.output)?;
         let mut indices = zeroed_vec::<i32>(OP, "indices", g.planes() * g.positions())?;
-        stream.download(&b.argmax.buffer, bytemuck::cast_slice_mut(&mut indices))?;
+        stream.download(&b.argmax.buffer.0, bytemuck::cast_slice_mut(&mut indices))?;
         indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))
     }
 }
@@ -787,10 +795,10 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "grad_output", &b.grad_output.buffer, op.grad_output.view())?;
+        upload(&stream, OP, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
         let indices = int32_indices(OP, "indices", op.indices.view())?;
-        stream.upload(&b.argmax.buffer, bytemuck::cast_slice(&indices))?;
+        stream.upload(&b.argmax.buffer.0, bytemuck::cast_slice(&indices))?;
         self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "grad_input", &b.grad_input.buffer, op.grad_input)
+        download(&stream, OP, "grad_input", &b.grad_input.buffer.0, op.grad_input)
     }
 }

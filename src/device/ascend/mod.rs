@@ -110,10 +110,15 @@ use crate::params::MaxPool2dParams;
 
 mod ffi;
 mod launch;
+mod resident;
 mod soc;
 mod status;
+mod stream;
+mod tensor;
 
 pub use soc::SocFamily;
+pub use stream::AscendStream;
+pub use tensor::{DeviceMut, DeviceRef, Npu, NpuTensor};
 
 use ffi::{DeviceBuffer, Runtime, Session};
 
@@ -337,6 +342,32 @@ pub struct CannRelease {
 #[derive(Debug)]
 pub struct AscendMemory {
     buffer: Option<DeviceBuffer>,
+    /// Buffers a queued operator may still use, replaced when the workspace grew during a run
+    /// on a stream ([`AscendStream`]): kept until the workspace is dropped.
+    retired: Vec<DeviceBuffer>,
+    /// For a workspace of a caller's stream: where its buffers go when it is dropped, to be freed
+    /// with the last of the stream handle and its workspaces ([`AscendStream::from_raw`]).
+    graveyard: Option<Graveyard>,
+}
+
+/// Buffers of a caller's stream that poolgrad no longer uses but a queued operator may: freed
+/// when the last [`AscendStream`] handle or workspace holding them is dropped.
+type Graveyard = Arc<std::sync::Mutex<Vec<DeviceBuffer>>>;
+
+impl AscendMemory {
+    fn new(buffer: Option<DeviceBuffer>, graveyard: Option<Graveyard>) -> Self {
+        AscendMemory { buffer, retired: Vec::new(), graveyard }
+    }
+}
+
+impl Drop for AscendMemory {
+    fn drop(&mut self) {
+        if let Some(graveyard) = &self.graveyard {
+            let mut buried = graveyard.lock().unwrap_or_else(|e| e.into_inner());
+            buried.extend(self.buffer.take());
+            buried.append(&mut self.retired);
+        }
+    }
 }
 
 impl DeviceImpl for Ascend {
@@ -344,7 +375,7 @@ impl DeviceImpl for Ascend {
 
     fn alloc_workspace(&self, bytes: usize) -> Result<AscendMemory> {
         let buffer = if bytes == 0 { None } else { Some(self.session.alloc(bytes)?) };
-        Ok(AscendMemory { buffer })
+        Ok(AscendMemory::new(buffer, None))
     }
 
     fn workspace_len(memory: &AscendMemory) -> usize {

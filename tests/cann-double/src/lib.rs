@@ -530,12 +530,17 @@ pub extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> AclError {
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeStream: unknown stream");
     };
     let queue = std::mem::take(&mut st.queue);
-    for queued in queue {
-        if queued.executes {
-            exec::run(&mut s, &queued);
+    for task in queue {
+        match &task {
+            state::Task::Kernel(queued) if queued.executes => exec::run(&mut s, queued),
+            state::Task::Kernel(_) => {}
+            &state::Task::Memset { addr, len, value } => match s.device_range(addr, len) {
+                Some(range) => s.device_bytes_mut(range).fill(value),
+                None => s.violation("aclrtMemsetAsync: its memory was freed before the stream ran it".into()),
+            },
         }
-        for t in queued.job.tensors() {
-            s.set_pending(t.addr, false);
+        for addr in task.addrs() {
+            s.set_pending(addr, false);
         }
     }
     ACL_SUCCESS
@@ -651,6 +656,7 @@ pub unsafe extern "C" fn aclrtMemcpy(
             // SAFETY: the caller promises `count` readable host bytes at `src` (aclrtMemcpy's contract).
             let host = unsafe { core::slice::from_raw_parts(src as *const u8, count) };
             s.device_bytes_mut(range).copy_from_slice(host);
+            s.count("aclrtMemcpy:HostToDevice");
         }
         DEVICE_TO_HOST => {
             let Some(range) = s.device_range(src, count) else {
@@ -667,6 +673,7 @@ pub unsafe extern "C" fn aclrtMemcpy(
             // SAFETY: the caller promises `count` writable host bytes at `dst`.
             let host = unsafe { core::slice::from_raw_parts_mut(dst as *mut u8, count) };
             host.copy_from_slice(s.device_bytes(range));
+            s.count("aclrtMemcpy:DeviceToHost");
         }
         DEVICE_TO_DEVICE => {
             let (Some(d), Some(r)) = (s.device_range(dst, count), s.device_range(src, count)) else {
@@ -698,6 +705,43 @@ pub extern "C" fn aclrtMemset(dev_ptr: *mut c_void, max_count: usize, value: i32
         return fail(ACL_ERROR_INVALID_PARAM, "aclrtMemset: bad device range");
     };
     s.device_bytes_mut(range).fill(value as u8);
+    ACL_SUCCESS
+}
+
+/// Models `aclrtMemsetAsync(devPtr, maxCount, value, count, stream)` (hicann/runtime
+/// `include/external/acl/acl_rt.h`): the memset is a task of `stream`, run in stream order when
+/// the stream is synchronised; until then the memory is in use (freeing it or copying it to the
+/// host is a violation). `ApiImpl::MemsetAsync` (`api_impl.cc` l.3215-3229) needs a current
+/// context (`RT_ERROR_CONTEXT_NULL`) that owns the stream (`RT_ERROR_STREAM_CONTEXT`). (A null
+/// stream, the context's default one, is not modelled: poolgrad always names its stream.)
+#[unsafe(no_mangle)]
+pub extern "C" fn aclrtMemsetAsync(
+    dev_ptr: *mut c_void,
+    max_count: usize,
+    value: i32,
+    count: usize,
+    stream: *mut c_void,
+) -> AclError {
+    if let Some(e) = enter("aclrtMemsetAsync") {
+        return e;
+    }
+    let mut s = state::lock();
+    if count > max_count {
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtMemsetAsync: count > maxCount");
+    }
+    if s.device_range(dev_ptr as usize, count).is_none() {
+        s.violation("aclrtMemsetAsync outside device memory".into());
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtMemsetAsync: bad device range");
+    }
+    if !s.streams.contains_key(&(stream as usize)) {
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtMemsetAsync: unknown stream");
+    }
+    if let Err(code) = s.stream_in_current_context(stream as usize, "aclrtMemsetAsync") {
+        return code;
+    }
+    s.set_pending(dev_ptr as usize, true);
+    let task = state::Task::Memset { addr: dev_ptr as usize, len: count, value: value as u8 };
+    s.streams.get_mut(&(stream as usize)).unwrap().queue.push(task);
     ACL_SUCCESS
 }
 
@@ -1238,7 +1282,7 @@ fn launch(
         deterministic: ex.deterministic,
         executes: injected.is_none(),
     };
-    s.streams.get_mut(&(stream as usize)).unwrap().queue.push(queued);
+    s.streams.get_mut(&(stream as usize)).unwrap().queue.push(state::Task::Kernel(Box::new(queued)));
     injected.unwrap_or(0)
 }
 

@@ -218,10 +218,29 @@ pub(crate) struct Queued {
     pub executes: bool,
 }
 
+/// One task of a stream, run in the order queued when the stream is synchronised.
+#[derive(Debug)]
+pub(crate) enum Task {
+    /// An operator's kernels.
+    Kernel(Box<Queued>),
+    /// `aclrtMemsetAsync`: `len` bytes at `addr` set to `value`.
+    Memset { addr: usize, len: usize, value: u8 },
+}
+
+impl Task {
+    /// The device addresses the task uses (each allocation stays in use until it has run).
+    pub fn addrs(&self) -> Vec<usize> {
+        match self {
+            Task::Kernel(q) => q.job.tensors().iter().map(|t| t.addr).collect(),
+            Task::Memset { addr, .. } => vec![*addr],
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Stream {
     pub context: usize,
-    pub queue: Vec<Queued>,
+    pub queue: Vec<Task>,
 }
 
 #[derive(Debug)]
@@ -366,6 +385,12 @@ impl State {
         self.violations.push(msg);
     }
 
+    /// Counts one event `what` (read back with [`State::calls`]), for events finer than a
+    /// function call: the direction of a copy, say.
+    pub fn count(&mut self, what: &str) {
+        *self.calls.entry(what.to_string()).or_default() += 1;
+    }
+
     pub fn calls(&self, function: &str) -> u64 {
         if function == "*" { self.total_calls } else { self.calls.get(function).copied().unwrap_or(0) }
     }
@@ -409,6 +434,9 @@ impl State {
     }
 
     pub fn queued_workspace(&self, addr: usize) -> bool {
-        self.streams.values().flat_map(|s| &s.queue).any(|q| q.workspace.1 > 0 && q.workspace.0 == addr)
+        self.streams
+            .values()
+            .flat_map(|s| &s.queue)
+            .any(|t| matches!(t, Task::Kernel(q) if q.workspace.1 > 0 && q.workspace.0 == addr))
     }
 }

@@ -38,5 +38,7 @@ mod safe;
 mod sys;
 
 pub(crate) use result::{Runtime, finalize};
-pub(crate) use safe::{AclTensor, Call, DeviceBuffer, IntArray, PoolParams, Session, StreamGuard};
+pub(crate) use safe::{
+    AclTensor, Call, DeviceAddr, DeviceBuffer, IntArray, PoolParams, Queue, RawStream, Session, StreamGuard,
+};
 pub(crate) use sys::{default_roots, dtype};

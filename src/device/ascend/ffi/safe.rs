@@ -243,13 +243,24 @@ impl Session {
         dtype: i32,
         buffer: Option<&DeviceBuffer>,
     ) -> Result<AclTensor> {
+        self.tensor_at(dims, dtype, buffer.map_or(DeviceAddr::NULL, DeviceBuffer::addr))
+    }
+
+    /// Creates a contiguous tensor of `dims` over the device memory at `data` (null for an empty
+    /// tensor): NCHW when 4-D, ND otherwise.
+    pub(crate) fn tensor_at(
+        self: &Arc<Self>,
+        dims: &[usize],
+        dtype: i32,
+        data: DeviceAddr,
+    ) -> Result<AclTensor> {
         let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
         let mut strides = vec![1i64; dims.len()];
         for i in (0..dims.len().saturating_sub(1)).rev() {
             strides[i] = strides[i + 1] * dims[i + 1].max(1);
         }
         let storage = [dims.iter().product::<i64>()];
-        let data = buffer.map_or(core::ptr::null_mut(), |b| b.ptr);
+        let data = data.0 as *mut c_void;
         // SAFETY: the three arrays live across the call and have the lengths passed; CANN copies
         // them. `data` is device memory of at least `storage` elements, or null for no elements.
         let ptr = unsafe {
@@ -531,6 +542,118 @@ impl StreamGuard<'_> {
     }
 }
 
+/// A device address: never dereferenced on the host, so it is a plain number here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceAddr(pub(crate) usize);
+
+impl DeviceAddr {
+    /// No memory (for a tensor of no elements).
+    pub(crate) const NULL: DeviceAddr = DeviceAddr(0);
+}
+
+/// A stream that someone else created and owns (an `aclrtStream`), borrowed by an
+/// [`AscendStream`](crate::device::ascend::AscendStream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RawStream(pub(crate) usize);
+
+/// Where an operator is queued: the session's own stream, or a caller's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Queue {
+    /// The session's stream.
+    Own,
+    /// A stream the caller owns, in the context current on the calling thread (or, if the
+    /// thread has none, the device's primary context).
+    Foreign(RawStream),
+}
+
+impl Session {
+    /// Queues `call` on `queue` without waiting for it: bytes `zero` set to zero first
+    /// (`aclrtMemsetAsync`, on the same stream), then phase 1 and at once phase 2, with the
+    /// workspace `workspace` gives for the size phase 1 asked ([`StreamGuard::execute`] says why
+    /// the phases run together). On the session's stream the session is marked unsettled first:
+    /// from then on no buffer of the session is freed and no result copied to the host before a
+    /// wait for the stream succeeds ([`Session::settle`]). On a caller's stream nothing waits: the
+    /// caller orders its own frees and reads after its own synchronisation (the contract of
+    /// [`AscendStream::from_raw`](crate::device::ascend::AscendStream::from_raw)).
+    pub(crate) fn enqueue<'w>(
+        &self,
+        queue: Queue,
+        zero: &[(DeviceAddr, usize)],
+        call: Call<'_>,
+        workspace: impl FnOnce(u64) -> Result<Option<&'w DeviceBuffer>>,
+    ) -> Result<()> {
+        let (_guard, _bound, stream) = match queue {
+            Queue::Own => {
+                let guard = self.stream_lock.lock().unwrap_or_else(|e| e.into_inner());
+                (Some(guard), self.bind()?, self.stream)
+            }
+            Queue::Foreign(RawStream(stream)) => {
+                let mut thread = ThreadContext::save(&self.rt);
+                if thread.saved.is_none() {
+                    thread.enter(self.context)?;
+                }
+                (None, thread, stream as *mut c_void)
+            }
+        };
+        if matches!(queue, Queue::Own) {
+            self.unsettled.store(true, Ordering::Release);
+        }
+        for &(DeviceAddr(addr), len) in zero {
+            // SAFETY: `addr` is device memory of at least `len` bytes (the caller's staging or
+            // its tensor's checked extent); `stream` is live (ours, or the caller's contract).
+            let code = unsafe { (self.rt.api.aclrt_memset_async)(addr as *mut c_void, len, 0, len, stream) };
+            self.rt.check("aclrtMemsetAsync", code)?;
+        }
+        let name = call.op().symbol();
+        let (exec, size, launch) = self.phase_one(&call)?;
+        let ws = workspace(size)?.map_or(core::ptr::null_mut(), |w| w.ptr);
+        // SAFETY: as in `StreamGuard::execute`: `exec` is the live executor phase 1 just made,
+        // handed over to CANN; `ws` is device memory of at least `size` bytes or null when `size`
+        // is 0; `stream` is live (ours, or the caller's contract).
+        let code = unsafe { launch(ws, size, exec, stream) };
+        self.rt.check(name, code)
+    }
+
+    /// Waits for a caller's stream (`aclrtSynchronizeStream`), in the context the calling thread
+    /// has, or the device's primary context if it has none (as [`Session::enqueue`] launches).
+    pub(crate) fn synchronize_foreign(&self, RawStream(stream): RawStream) -> Result<()> {
+        let mut thread = ThreadContext::save(&self.rt);
+        if thread.saved.is_none() {
+            thread.enter(self.context)?;
+        }
+        // SAFETY: the stream is live: the contract of `AscendStream::from_raw`.
+        let code = unsafe { (self.rt.api.aclrt_synchronize_stream)(stream as *mut c_void) };
+        self.rt.check("aclrtSynchronizeStream", code)
+    }
+
+    /// Waits for the session's stream if work may be queued on it ([`Session::enqueue`]).
+    pub(crate) fn finish(&self) -> Result<()> {
+        if !self.unsettled.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _bound = self.bind()?;
+        let code = self.wait();
+        self.rt.check("aclrtSynchronizeStream", code)
+    }
+
+    /// Copies `host` to the start of `buffer` (`aclrtMemcpy`, synchronous).
+    pub(crate) fn copy_in(&self, buffer: &DeviceBuffer, host: &[u8]) -> Result<()> {
+        self.stream()?.upload(buffer, host)
+    }
+
+    /// Copies the start of `buffer` into `host` once the session's stream has finished what it
+    /// queued ([`Session::finish`]).
+    pub(crate) fn copy_out(&self, buffer: &DeviceBuffer, host: &mut [u8]) -> Result<()> {
+        self.finish()?;
+        self.stream()?.download(buffer, host)
+    }
+
+    /// Sets every byte of `buffer` to zero (`aclrtMemset`, synchronous).
+    pub(crate) fn zero(&self, buffer: &DeviceBuffer) -> Result<()> {
+        self.stream()?.zero(buffer)
+    }
+}
+
 /// Kernel, stride, padding and dilation as `aclIntArray`s, and the ceil mode.
 pub(crate) struct PoolParams {
     pub(crate) kernel: IntArray,
@@ -557,6 +680,9 @@ pub(crate) struct DeviceBuffer {
 // SAFETY: the pointer is a device address, never dereferenced on the host; freeing it binds the
 // session's context on whatever thread drops it.
 unsafe impl Send for DeviceBuffer {}
+// SAFETY: a shared `DeviceBuffer` only gives out its address and length; nothing is mutated
+// through `&DeviceBuffer`.
+unsafe impl Sync for DeviceBuffer {}
 
 impl core::fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -567,6 +693,11 @@ impl core::fmt::Debug for DeviceBuffer {
 impl DeviceBuffer {
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The device address of the buffer.
+    pub(crate) fn addr(&self) -> DeviceAddr {
+        DeviceAddr(self.ptr as usize)
     }
 
     /// Whether this memory was allocated by `session`.

@@ -156,6 +156,8 @@ pub(crate) struct Api {
     pub(super) aclrt_free: unsafe extern "C" fn(*mut c_void) -> i32,
     pub(super) aclrt_memcpy: unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, i32) -> i32,
     pub(super) aclrt_memset: unsafe extern "C" fn(*mut c_void, usize, i32, usize) -> i32,
+    /// `aclrtMemsetAsync(devPtr, maxCount, value, count, stream)`: queued on `stream`.
+    pub(super) aclrt_memset_async: unsafe extern "C" fn(*mut c_void, usize, i32, usize, *mut c_void) -> i32,
     pub(super) acl_create_tensor: unsafe extern "C" fn(
         *const i64,
         u64,
@@ -300,6 +302,7 @@ impl Api {
             aclrt_free: required!("aclrtFree"),
             aclrt_memcpy: required!("aclrtMemcpy"),
             aclrt_memset: required!("aclrtMemset"),
+            aclrt_memset_async: required!("aclrtMemsetAsync"),
             acl_create_tensor: required!("aclCreateTensor"),
             acl_destroy_tensor: required!("aclDestroyTensor"),
             acl_create_int_array: required!("aclCreateIntArray"),

@@ -1,0 +1,357 @@
+//! The six operators on tensors already in the NPU's memory ([`Npu`] descriptors), queued on an
+//! [`AscendStream`]: phase-1 checks and descriptors over the caller's device addresses, then
+//! CANN's two phases on the stream. Nothing is copied to or from the host and nothing waits.
+
+use super::ffi::{Call, DeviceAddr};
+use super::launch::{
+    AscendPrepared, BackwardAttrs, BackwardBuffers, ForwardAttrs, ForwardBuffers, PoolArgmax, Staged,
+    acl_dtype,
+};
+use super::soc::DeviceOp;
+use super::tensor::{DeviceMut, DeviceRef, Values};
+use super::{AscendMemory, AscendStream, INT32_PLANE, Npu};
+use crate::device::DeviceLimits;
+use crate::device::internal::Launch;
+use crate::element::{DType, Element, PoolFloat};
+use crate::error::Result;
+use crate::index::ArgmaxIndex;
+use crate::mask::MaskLayout;
+use crate::mask::layout_repr::LayoutKind;
+use crate::op::{
+    AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
+    MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry,
+};
+use crate::op::{name, plane_limit};
+use crate::tensor::{TensorMut, TensorRef};
+
+/// The device address and placement of one tensor of a call, for its descriptor.
+#[derive(Clone, Copy)]
+struct Arg {
+    name: &'static str,
+    addr: DeviceAddr,
+    device_id: i32,
+    dtype: DType,
+    dims: [usize; 4],
+}
+
+impl Arg {
+    fn input<E: Element>(name: &'static str, t: &TensorRef<'_, E, Npu>) -> Self {
+        let data: DeviceRef<'_, E> = t.data();
+        Arg { name, addr: data.addr(), device_id: data.device_id(), dtype: E::DTYPE, dims: t.shape() }
+    }
+
+    fn output<E: Element>(name: &'static str, t: &TensorMut<'_, E, Npu>) -> Self {
+        let data: &DeviceMut<'_, E> = t.data_ref();
+        Arg { name, addr: data.addr(), device_id: data.device_id(), dtype: E::DTYPE, dims: t.shape() }
+    }
+}
+
+impl AscendStream<'_> {
+    /// Checks that every tensor of `args` is on this stream's device (before any device call).
+    fn place(&self, op: &'static str, args: &[Arg]) -> Result<()> {
+        args.iter().try_for_each(|a| self.placed(op, a.name, a.device_id))
+    }
+
+    /// Describes each tensor of `args` over its memory.
+    fn describe<const K: usize>(&self, args: [Arg; K]) -> Result<[Staged<()>; K]> {
+        let session = &self.device().session;
+        let mut staged = Vec::with_capacity(K);
+        for a in args {
+            staged
+                .push(Staged { tensor: session.tensor_at(&a.dims, acl_dtype(a.dtype), a.addr)?, buffer: () });
+        }
+        Ok(staged.try_into().unwrap_or_else(|_| unreachable!("one descriptor per argument")))
+    }
+
+    /// Queues `call` on the stream with the workspace of `memory` (checked to be this device's),
+    /// first zeroing the bytes of `zero`.
+    fn queue_call(
+        &self,
+        op: &'static str,
+        memory: &mut AscendMemory,
+        zero: &[(DeviceAddr, usize)],
+        call: Call<'_>,
+    ) -> Result<()> {
+        self.device().workspace(op, memory)?;
+        self.device().session.enqueue(self.queue(), zero, call, |size| self.workspace_for(op, memory, size))
+    }
+
+    /// The checks of the with-indices and mask operators that the host path makes while staging:
+    /// their device indices are INT32 on every SoC.
+    fn int32_plane(op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
+        plane_limit(op, g.h, g.w, &DeviceLimits::default().with_max_plane(INT32_PLANE), "ascend")
+    }
+
+    fn pool_forward(
+        &self,
+        op: &'static str,
+        argmax: PoolArgmax,
+        g: &MaxPoolGeometry,
+        args: [Arg; 3],
+    ) -> Result<(AscendPrepared<ForwardBuffers<()>>, usize)> {
+        Self::int32_plane(op, g)?;
+        self.place(op, &args)?;
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let [input, output, argmax_t] = self.describe(args)?;
+        let params = self.device().pool_params(g)?;
+        let attrs = ForwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params };
+        Ok(AscendPrepared::of(ForwardBuffers { attrs, input, output, argmax: argmax_t }))
+    }
+
+    fn pool_backward(
+        &self,
+        op: &'static str,
+        argmax: PoolArgmax,
+        g: &MaxPoolGeometry,
+        args: [Arg; 4],
+    ) -> Result<(AscendPrepared<BackwardBuffers<()>>, usize)> {
+        Self::int32_plane(op, g)?;
+        self.place(op, &args)?;
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let [grad_output, self_, argmax_t, grad_input] = self.describe(args)?;
+        let params = self.device().pool_params(g)?;
+        let attrs = BackwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params };
+        Ok(AscendPrepared::of(BackwardBuffers { attrs, grad_output, self_, argmax: argmax_t, grad_input }))
+    }
+}
+
+/// On the device `aclnnAdaptiveMaxPool2d` writes INT64 indices only, so the device form takes
+/// `i64` indices (converting would take a copy).
+impl<'a, T: PoolFloat> Launch<AdaptiveMaxPool2d<'a, T, i64, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<ForwardBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &AdaptiveMaxPool2d<'a, T, i64, Npu>,
+        g: &AdaptiveGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
+        self.device().check_support(OP, DeviceOp::AdaptiveForward, T::DTYPE)?;
+        let args = [
+            Arg::input("input", &op.input),
+            Arg::output("output", &op.output),
+            Arg::output("indices", &op.indices),
+        ];
+        self.place(OP, &args)?;
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let [input, output, indices] = self.describe(args)?;
+        let attrs = ForwardAttrs::Adaptive(self.device().session.int_array(&[g.ho as i64, g.wo as i64])?);
+        Ok(AscendPrepared::of(ForwardBuffers { attrs, input, output, argmax: indices }))
+    }
+
+    fn launch(
+        &self,
+        op: AdaptiveMaxPool2d<'a, T, i64, Npu>,
+        g: &AdaptiveGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
+        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
+        self.queue_call(OP, memory, &[], b.call())?;
+        op.indices.into_data().set_values(Values::Written { below: (g.h * g.w) as u64 });
+        Ok(())
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<BackwardBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &AdaptiveMaxPool2dBackward<'a, T, I, Npu>,
+        g: &AdaptiveGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
+        self.device().check_support(OP, DeviceOp::AdaptiveBackward, T::DTYPE)?;
+        let args = [
+            Arg::input("grad_output", &op.grad_output),
+            Arg::input("self_", &op.self_),
+            Arg::input("indices", &op.indices),
+            Arg::output("grad_input", &op.grad_input),
+        ];
+        self.place(OP, &args)?;
+        op.indices
+            .data()
+            .values()
+            .check(OP, "indices", g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))?;
+        if g.planes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let [grad_output, self_, indices, grad_input] = self.describe(args)?;
+        let attrs = BackwardAttrs::Adaptive;
+        Ok(AscendPrepared::of(BackwardBuffers { attrs, grad_output, self_, argmax: indices, grad_input }))
+    }
+
+    fn launch(
+        &self,
+        _op: AdaptiveMaxPool2dBackward<'a, T, I, Npu>,
+        _g: &AdaptiveGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
+        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
+        self.queue_call(OP, memory, &[], b.call())
+    }
+}
+
+/// On the device the with-indices operators take and write INT32 indices only, so their device
+/// forms take `i32` indices.
+impl<'a, T: PoolFloat> Launch<MaxPool2dWithIndices<'a, T, i32, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<ForwardBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &MaxPool2dWithIndices<'a, T, i32, Npu>,
+        g: &MaxPoolGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
+        self.device().check_support(OP, DeviceOp::WithIndicesForward, T::DTYPE)?;
+        self.device().check_params(OP, g)?;
+        let args = [
+            Arg::input("input", &op.input),
+            Arg::output("output", &op.output),
+            Arg::output("indices", &op.indices),
+        ];
+        self.pool_forward(OP, PoolArgmax::Indices, g, args)
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool2dWithIndices<'a, T, i32, Npu>,
+        g: &MaxPoolGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
+        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
+        self.queue_call(OP, memory, &[], b.call())?;
+        op.indices.into_data().set_values(Values::Written { below: (g.h * g.w) as u64 });
+        Ok(())
+    }
+}
+
+impl<'a, T: PoolFloat> Launch<MaxPool2dWithIndicesBackward<'a, T, i32, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<BackwardBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &MaxPool2dWithIndicesBackward<'a, T, i32, Npu>,
+        g: &MaxPoolGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
+        self.device().check_support(OP, DeviceOp::WithIndicesBackward, T::DTYPE)?;
+        self.device().check_params(OP, g)?;
+        op.indices
+            .data()
+            .values()
+            .check(OP, "indices", g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))?;
+        let args = [
+            Arg::input("grad_output", &op.grad_output),
+            Arg::input("self_", &op.self_),
+            Arg::input("indices", &op.indices),
+            Arg::output("grad_input", &op.grad_input),
+        ];
+        self.pool_backward(OP, PoolArgmax::Indices, g, args)
+    }
+
+    fn launch(
+        &self,
+        _op: MaxPool2dWithIndicesBackward<'a, T, i32, Npu>,
+        _g: &MaxPoolGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
+        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
+        self.queue_call(OP, memory, &[], b.call())
+    }
+}
+
+impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<ForwardBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &MaxPool2dWithMask<'a, T, L, Npu>,
+        g: &MaxPoolGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        const OP: &str = name::MAX_POOL2D_WITH_MASK;
+        self.device().check_support(OP, DeviceOp::MaskForward, T::DTYPE)?;
+        self.device().check_params(OP, g)?;
+        self.device().check_layout::<L>(OP, g)?;
+        let args = [
+            Arg::input("input", &op.input),
+            Arg::output("output", &op.output),
+            Arg::output("mask", &op.mask.bytes),
+        ];
+        self.pool_forward(OP, PoolArgmax::Mask, g, args)
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool2dWithMask<'a, T, L, Npu>,
+        g: &MaxPoolGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = name::MAX_POOL2D_WITH_MASK;
+        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
+        let mask = op.mask.bytes.into_data();
+        // The operator writes only part of the mask (the i32 prefix, or the bit-mask words): the
+        // rest is zeroed first, on the stream, as the host path and the CPU backend leave it.
+        self.queue_call(OP, memory, &[(mask.addr(), mask.bytes())], b.call())?;
+        mask.set_values(match L::KIND {
+            LayoutKind::I32Argmax => Values::Written { below: (g.h * g.w) as u64 },
+            LayoutKind::Bitmask => Values::Unknown,
+        });
+        Ok(())
+    }
+}
+
+impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<BackwardBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &MaxPool2dWithMaskBackward<'a, T, L, Npu>,
+        g: &MaxPoolGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
+        self.device().check_support(OP, DeviceOp::MaskBackward, T::DTYPE)?;
+        self.device().check_params(OP, g)?;
+        self.device().check_layout::<L>(OP, g)?;
+        if L::KIND == LayoutKind::I32Argmax {
+            // As for indices: an I32Argmax value outside the plane would make the device write
+            // outside grad_input. (A Bitmask bit only selects a window offset.)
+            let values = op.mask.bytes.data().values();
+            values.check(OP, "mask", g.h * g.w, |e, v| g.index_error(OP, "mask", e, v))?;
+        }
+        let args = [
+            Arg::input("grad_output", &op.grad_output),
+            Arg::input("self_", &op.self_),
+            Arg::input("mask", &op.mask.bytes),
+            Arg::output("grad_input", &op.grad_input),
+        ];
+        self.pool_backward(OP, PoolArgmax::Mask, g, args)
+    }
+
+    fn launch(
+        &self,
+        _op: MaxPool2dWithMaskBackward<'a, T, L, Npu>,
+        _g: &MaxPoolGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
+        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
+        self.queue_call(OP, memory, &[], b.call())
+    }
+}

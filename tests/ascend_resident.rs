@@ -1,0 +1,636 @@
+//! Device-resident tensors on the Ascend backend: the six operators on tensors in the NPU's memory,
+//! queued on poolgrad's own stream or on a caller's, with the double counting every copy and
+//! every synchronisation and running each stream's tasks in the order they were queued.
+#![cfg(feature = "ascend")]
+
+mod ascend;
+
+use ascend::Double;
+use ndarray::{Array4, ArrayD};
+use poolgrad::device::ascend::{Ascend, AscendStream, Npu, NpuTensor};
+use poolgrad::op::{
+    AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
+    MaxPool2dWithMask, MaxPool2dWithMaskBackward,
+};
+use poolgrad::{
+    Bitmask, Error, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef, MaxPool2dParams, Plan, TensorMut,
+    TensorRef, Workspace,
+};
+
+const SHAPE: [usize; 4] = [2, 3, 7, 6];
+
+/// An input with every value distinct, so that every arg-max is unambiguous.
+fn input() -> Array4<f32> {
+    Array4::from_shape_fn(SHAPE, |(n, c, h, w)| (((n * 3 + c) * 42 + h * 6 + w) * 37 % 251) as f32 - 125.0)
+}
+
+fn ramp(shape: [usize; 4]) -> Array4<f32> {
+    Array4::from_shape_fn(shape, |(n, c, h, w)| 1.0 + (((n * 7 + c) * 13 + h * 5 + w) % 17) as f32 / 4.0)
+}
+
+fn host<T: Clone>(a: &ArrayD<T>) -> Array4<T> {
+    a.clone().into_dimensionality().unwrap()
+}
+
+/// Copies and synchronisations the double has seen so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Traffic {
+    to_device: u64,
+    to_host: u64,
+    synchronisations: u64,
+    blocking_memsets: u64,
+}
+
+impl Traffic {
+    fn of(session: &ascend::Session) -> Self {
+        Traffic {
+            to_device: session.calls("aclrtMemcpy:HostToDevice"),
+            to_host: session.calls("aclrtMemcpy:DeviceToHost"),
+            synchronisations: session.calls("aclrtSynchronizeStream"),
+            blocking_memsets: session.calls("aclrtMemset"),
+        }
+    }
+}
+
+/// The device tensors of the six operators, on one device.
+struct Tensors {
+    x: NpuTensor<f32>,
+    adaptive_out: NpuTensor<f32>,
+    adaptive_idx: NpuTensor<i64>,
+    adaptive_grad: NpuTensor<f32>,
+    adaptive_gx: NpuTensor<f32>,
+    pool_out: NpuTensor<f32>,
+    pool_idx: NpuTensor<i32>,
+    pool_grad: NpuTensor<f32>,
+    pool_gx: NpuTensor<f32>,
+    mask_out: NpuTensor<f32>,
+    mask: NpuTensor<i8>,
+    mask_gx: NpuTensor<f32>,
+    bits_out: NpuTensor<f32>,
+    bits: NpuTensor<i8>,
+    bits_grad: NpuTensor<f32>,
+    bits_gx: NpuTensor<f32>,
+}
+
+const ADAPTIVE: [usize; 2] = [3, 4];
+
+fn pool_params() -> MaxPool2dParams {
+    MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]).with_ceil_mode(true)
+}
+
+/// A 1x1 kernel: the A2 mask operator writes it as a `Bitmask`.
+fn bits_params() -> MaxPool2dParams {
+    MaxPool2dParams::new([1, 1]).with_stride([2, 1])
+}
+
+fn pooled(params: &MaxPool2dParams) -> [usize; 4] {
+    let [ho, wo] = params.output_size([SHAPE[2], SHAPE[3]]).unwrap();
+    [SHAPE[0], SHAPE[1], ho, wo]
+}
+
+fn mask_shape(params: &MaxPool2dParams) -> Vec<usize> {
+    let [_, _, ho, wo] = pooled(params);
+    poolgrad::geometry::mask_shape(SHAPE[0], SHAPE[1], params.kernel(), [ho, wo]).unwrap().to_vec()
+}
+
+impl Tensors {
+    /// Uploads the inputs and allocates the outputs.
+    fn new(npu: &Ascend) -> Tensors {
+        let zeros = |shape: &[usize]| NpuTensor::<f32>::zeros(npu, shape).unwrap();
+        let a = [SHAPE[0], SHAPE[1], ADAPTIVE[0], ADAPTIVE[1]];
+        let (p, b) = (pooled(&pool_params()), pooled(&bits_params()));
+        Tensors {
+            x: NpuTensor::from_array(npu, &input()).unwrap(),
+            adaptive_out: zeros(&a),
+            adaptive_idx: NpuTensor::zeros(npu, &a).unwrap(),
+            adaptive_grad: NpuTensor::from_array(npu, &ramp(a)).unwrap(),
+            adaptive_gx: zeros(&SHAPE),
+            pool_out: zeros(&p),
+            pool_idx: NpuTensor::zeros(npu, &p).unwrap(),
+            pool_grad: NpuTensor::from_array(npu, &ramp(p)).unwrap(),
+            pool_gx: zeros(&SHAPE),
+            mask_out: zeros(&p),
+            mask: NpuTensor::zeros(npu, &mask_shape(&pool_params())).unwrap(),
+            mask_gx: zeros(&SHAPE),
+            bits_out: zeros(&b),
+            bits: NpuTensor::zeros(npu, &mask_shape(&bits_params())).unwrap(),
+            bits_grad: NpuTensor::from_array(npu, &ramp(b)).unwrap(),
+            bits_gx: zeros(&SHAPE),
+        }
+    }
+
+    /// Queues the forward and then the backward of each operator on `stream`, each backward
+    /// reading what its forward writes (so a wrong order gives a wrong gradient).
+    fn queue_all<'s>(&mut self, stream: &AscendStream<'s>, ws: &mut Workspace<AscendStream<'s>>) {
+        let t = self;
+        Plan::new(
+            stream,
+            AdaptiveMaxPool2d {
+                input: (&t.x).into(),
+                output_size: ADAPTIVE,
+                output: (&mut t.adaptive_out).into(),
+                indices: (&mut t.adaptive_idx).into(),
+            },
+        )
+        .unwrap()
+        .run_in(ws)
+        .unwrap();
+        Plan::new(
+            stream,
+            AdaptiveMaxPool2dBackward {
+                grad_output: (&t.adaptive_grad).into(),
+                self_: (&t.x).into(),
+                indices: (&t.adaptive_idx).into(),
+                grad_input: (&mut t.adaptive_gx).into(),
+            },
+        )
+        .unwrap()
+        .run_in(ws)
+        .unwrap();
+        Plan::new(
+            stream,
+            MaxPool2dWithIndices {
+                input: (&t.x).into(),
+                params: pool_params(),
+                output: (&mut t.pool_out).into(),
+                indices: (&mut t.pool_idx).into(),
+            },
+        )
+        .unwrap()
+        .run_in(ws)
+        .unwrap();
+        Plan::new(
+            stream,
+            MaxPool2dWithIndicesBackward {
+                grad_output: (&t.pool_grad).into(),
+                self_: (&t.x).into(),
+                indices: (&t.pool_idx).into(),
+                params: pool_params(),
+                grad_input: (&mut t.pool_gx).into(),
+            },
+        )
+        .unwrap()
+        .run_in(ws)
+        .unwrap();
+        for (params, out, mask, grad, gx, i32_layout) in [
+            (pool_params(), &mut t.mask_out, &mut t.mask, &t.pool_grad, &mut t.mask_gx, true),
+            (bits_params(), &mut t.bits_out, &mut t.bits, &t.bits_grad, &mut t.bits_gx, false),
+        ] {
+            if i32_layout {
+                mask_pair(stream, ws, params, out, mask, grad, gx, I32Argmax, &t.x);
+            } else {
+                mask_pair(stream, ws, params, out, mask, grad, gx, Bitmask, &t.x);
+            }
+        }
+    }
+
+    /// Downloads every result and checks it against the CPU backend on the same host data.
+    fn check_against_cpu(&self) {
+        let x = input();
+        let adaptive = poolgrad::adaptive_max_pool2d(&x, ADAPTIVE).unwrap();
+        assert_eq!(host(&self.adaptive_out.to_array().unwrap()), adaptive.output, "adaptive forward");
+        assert_eq!(host(&self.adaptive_idx.to_array().unwrap()), adaptive.indices, "adaptive indices");
+        let a = [SHAPE[0], SHAPE[1], ADAPTIVE[0], ADAPTIVE[1]];
+        let gx = poolgrad::adaptive_max_pool2d_backward(&ramp(a), &x, &adaptive.indices).unwrap();
+        assert_eq!(host(&self.adaptive_gx.to_array().unwrap()), gx, "adaptive backward");
+
+        let p = pool_params();
+        let pool = poolgrad::max_pool2d_with_indices_i32(&x, &p).unwrap();
+        assert_eq!(host(&self.pool_out.to_array().unwrap()), pool.output, "with-indices forward");
+        assert_eq!(host(&self.pool_idx.to_array().unwrap()), pool.indices, "with-indices indices");
+        let grad = ramp(pooled(&p));
+        let gx = poolgrad::max_pool2d_with_indices_backward(&grad, &x, &pool.indices, &p).unwrap();
+        assert_eq!(host(&self.pool_gx.to_array().unwrap()), gx, "with-indices backward");
+
+        let mask = poolgrad::max_pool2d_with_mask(&x, &p, I32Argmax).unwrap();
+        assert_eq!(host(&self.mask_out.to_array().unwrap()), mask.output, "mask forward");
+        let bytes = Mask::<I32Argmax, _>::from_raw(host(&self.mask.to_array().unwrap()), &p, &SHAPE).unwrap();
+        assert_eq!(
+            bytes.to_indices::<i64>().unwrap(),
+            mask.mask.to_indices::<i64>().unwrap(),
+            "mask arg-max"
+        );
+        let gx = poolgrad::max_pool2d_with_mask_backward(&grad, &x, &mask.mask).unwrap();
+        assert_eq!(host(&self.mask_gx.to_array().unwrap()), gx, "mask backward");
+
+        let b = bits_params();
+        let bits = poolgrad::max_pool2d_with_mask(&x, &b, Bitmask).unwrap();
+        assert_eq!(host(&self.bits_out.to_array().unwrap()), bits.output, "bit-mask forward");
+        let bytes = Mask::<Bitmask, _>::from_raw(host(&self.bits.to_array().unwrap()), &b, &SHAPE).unwrap();
+        assert_eq!(
+            bytes.to_indices::<i64>().unwrap(),
+            bits.mask.to_indices::<i64>().unwrap(),
+            "bit-mask arg-max"
+        );
+        let gx = poolgrad::max_pool2d_with_mask_backward(&ramp(pooled(&b)), &x, &bits.mask).unwrap();
+        assert_eq!(host(&self.bits_gx.to_array().unwrap()), gx, "bit-mask backward");
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mask_pair<'s, L: MaskLayout>(
+    stream: &AscendStream<'s>,
+    ws: &mut Workspace<AscendStream<'s>>,
+    params: MaxPool2dParams,
+    out: &mut NpuTensor<f32>,
+    mask: &mut NpuTensor<i8>,
+    grad: &NpuTensor<f32>,
+    gx: &mut NpuTensor<f32>,
+    layout: L,
+    x: &NpuTensor<f32>,
+) {
+    let op = MaxPool2dWithMask {
+        input: x.into(),
+        params,
+        output: out.into(),
+        mask: MaskMut::new(mask.into(), layout),
+    };
+    Plan::new(stream, op).unwrap().run_in(ws).unwrap();
+    let op = MaxPool2dWithMaskBackward {
+        grad_output: grad.into(),
+        self_: x.into(),
+        mask: MaskRef::new((&*mask).into(), layout),
+        params,
+        grad_input: gx.into(),
+    };
+    Plan::new(stream, op).unwrap().run_in(ws).unwrap();
+}
+
+#[test]
+fn all_six_operators_on_poolgrads_stream_copy_nothing_and_wait_for_nothing() {
+    let session = Double::session();
+    let npu = session.open();
+    let mut tensors = Tensors::new(&npu);
+    let stream = npu.stream();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let before = Traffic::of(&session);
+    tensors.queue_all(&stream, &mut ws);
+    assert_eq!(Traffic::of(&session), before, "between the uploads and the downloads");
+    assert_eq!(session.calls("aclrtMemsetAsync"), 2, "each mask zeroed on the stream");
+    assert_eq!(session.calls("aclnnMaxPool2dWithMaskBackward"), 2);
+    // The downloads wait for the stream once, then copy.
+    tensors.check_against_cpu();
+    let after = Traffic::of(&session);
+    assert_eq!(after.synchronisations - before.synchronisations, 1, "one wait, before the first download");
+    assert_eq!(after.to_host - before.to_host, 12, "one copy per tensor downloaded");
+    assert_eq!(after.to_device, before.to_device);
+    drop(tensors);
+    drop(ws);
+    drop(stream);
+    drop(npu);
+    session.assert_clean();
+}
+
+#[test]
+fn dropping_tensors_with_work_queued_waits_for_poolgrads_stream_first() {
+    let session = Double::session();
+    let npu = session.open();
+    let mut tensors = Tensors::new(&npu);
+    let stream = npu.stream();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    tensors.queue_all(&stream, &mut ws);
+    let waits = session.calls("aclrtSynchronizeStream");
+    // Freeing memory a queued kernel uses would be a violation: the first free waits.
+    drop(tensors);
+    assert_eq!(session.calls("aclrtSynchronizeStream"), waits + 1);
+    drop(ws);
+    drop(stream);
+    drop(npu);
+    session.assert_clean();
+}
+
+#[test]
+fn an_explicit_synchronize_makes_the_downloads_wait_for_nothing() {
+    let session = Double::session();
+    let npu = session.open();
+    let mut tensors = Tensors::new(&npu);
+    let stream = npu.stream();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    tensors.queue_all(&stream, &mut ws);
+    stream.synchronize().unwrap();
+    let waits = session.calls("aclrtSynchronizeStream");
+    tensors.check_against_cpu();
+    assert_eq!(session.calls("aclrtSynchronizeStream"), waits, "nothing left to wait for");
+    drop(tensors);
+    drop(ws);
+    drop(stream);
+    drop(npu);
+    session.assert_clean();
+}
+
+#[test]
+#[allow(unsafe_code)] // a caller's stream: `AscendStream::from_raw`
+fn all_six_operators_on_a_callers_stream_with_no_synchronisation_of_poolgrads() {
+    let session = Double::session();
+    let foreign = session.foreign();
+    // The caller's thread: bound to the device (its primary context, as torch_npu binds it), with
+    // a stream of its own.
+    assert_eq!(foreign.set_device(0), 0);
+    let raw = foreign.create_stream();
+    let npu = session.open();
+    let mut tensors = Tensors::new(&npu);
+    let before = Traffic::of(&session);
+    {
+        // SAFETY: `raw` is a live stream of device 0's primary context, current on this thread; it
+        // is synchronised below before any result is read or any buffer freed.
+        let stream = unsafe { AscendStream::from_raw(&npu, raw as *mut std::ffi::c_void) };
+        let mut ws = Workspace::new(&stream, 0).unwrap();
+        tensors.queue_all(&stream, &mut ws);
+        assert_eq!(Traffic::of(&session), before, "no copy and no wait inside poolgrad");
+        // The caller's synchronisation, then the workspace and the handle may go.
+        assert_eq!(foreign.synchronize(raw), 0);
+    }
+    let waits = session.calls("aclrtSynchronizeStream");
+    tensors.check_against_cpu();
+    assert_eq!(session.calls("aclrtSynchronizeStream"), waits, "poolgrad's stream had nothing to wait for");
+    drop((tensors, npu));
+    assert_eq!(foreign.destroy_stream(raw), 0);
+    assert_eq!(foreign.reset_device(0), 0);
+    session.assert_clean();
+}
+
+/// A library with its own context, stream and buffers (as a custom operator library keeps them)
+/// runs poolgrad's backward on its own memory, on its own stream, and reads the gradient after its
+/// own synchronisation.
+#[test]
+#[allow(unsafe_code)] // the library's own memory and stream: `from_device_ptr`, `from_raw`
+fn a_foreign_library_runs_a_backward_on_its_buffers_and_its_stream() {
+    let session = Double::session();
+    let foreign = session.foreign();
+    let npu = session.open();
+    let ctx = foreign.create_context(0); // current on this thread from here on
+    let raw = foreign.create_stream();
+    // grad_output [1, 2, 1, 2], indices into a [1, 2, 2, 3] input, and the gradient buffer.
+    let grad = [1.5f32, -2.0, 4.0, 0.25];
+    let indices = [5i64, 0, 2, 2]; // channel 1's two outputs share position 2: they sum
+    let (go, idx, gx, x) = (foreign.malloc(16), foreign.malloc(32), foreign.malloc(48), foreign.malloc(48));
+    foreign.upload(go, bytemuck::cast_slice(&grad));
+    foreign.upload(idx, bytemuck::cast_slice(&indices));
+    let traffic = Traffic::of(&session);
+    {
+        let p = |a: usize| a as *mut std::ffi::c_void;
+        // SAFETY: each address is a live allocation of this device of the size its shape needs,
+        // aligned, written only by the upload above; `raw` is a live stream of the context current
+        // on this thread, synchronised below before anything is read or freed; the indices lie in
+        // the 2 x 3 plane.
+        let (stream, op) = unsafe {
+            let op = AdaptiveMaxPool2dBackward::<f32, i64, Npu> {
+                grad_output: TensorRef::from_device_ptr(&npu, p(go), &[1, 2, 1, 2], &[4, 2, 2, 1]).unwrap(),
+                self_: TensorRef::from_device_ptr(&npu, p(x), &[1, 2, 2, 3], &[12, 6, 3, 1]).unwrap(),
+                indices: TensorRef::from_device_ptr(&npu, p(idx), &[1, 2, 1, 2], &[4, 2, 2, 1]).unwrap(),
+                grad_input: TensorMut::from_device_ptr(&npu, p(gx), &[1, 2, 2, 3], &[12, 6, 3, 1]).unwrap(),
+            };
+            (AscendStream::from_raw(&npu, p(raw)), op)
+        };
+        let mut ws = Workspace::new(&stream, 0).unwrap();
+        Plan::new(&stream, op).unwrap().run_in(&mut ws).unwrap();
+        assert_eq!(Traffic::of(&session), traffic, "poolgrad copied nothing and waited for nothing");
+        assert_eq!(foreign.current_context(), Ok(ctx), "the library's thread keeps its context");
+        assert_eq!(foreign.synchronize(raw), 0);
+    }
+    let mut bytes = [0u8; 48];
+    foreign.download(gx, &mut bytes);
+    let got: &[f32] = bytemuck::cast_slice(&bytes);
+    // Worked by hand: channel 0 puts 1.5 at 5 and -2.0 at 0; channel 1 puts 4.0 + 0.25 at 2.
+    assert_eq!(got, [-2.0, 0.0, 0.0, 0.0, 0.0, 1.5, 0.0, 0.0, 4.25, 0.0, 0.0, 0.0]);
+    for a in [go, idx, gx, x] {
+        assert_eq!(foreign.free(a), 0);
+    }
+    assert_eq!(foreign.destroy_stream(raw), 0);
+    drop(npu);
+    assert_eq!(foreign.destroy_context(ctx), 0);
+    session.assert_clean();
+}
+
+/// Calls that touch the device or queue work: memory, copies, waits and both phases of every
+/// operator.
+fn device_calls(session: &ascend::Session) -> u64 {
+    let runtime = [
+        "aclrtMalloc",
+        "aclrtFree",
+        "aclrtMemcpy",
+        "aclrtMemset",
+        "aclrtMemsetAsync",
+        "aclrtSynchronizeStream",
+    ];
+    let ops = [
+        "aclnnAdaptiveMaxPool2d",
+        "aclnnAdaptiveMaxPool2dBackward",
+        "aclnnMaxPool2dWithIndices",
+        "aclnnMaxPool2dWithIndicesBackward",
+        "aclnnMaxPool2dWithMask",
+        "aclnnMaxPool2dWithMaskBackward",
+    ];
+    let phase1 = ops.map(|op| format!("{op}GetWorkspaceSize"));
+    runtime.iter().chain(&ops).map(|f| session.calls(f)).sum::<u64>()
+        + phase1.iter().map(|f| session.calls(f)).sum::<u64>()
+}
+
+#[test]
+fn tensors_and_workspaces_of_another_device_are_refused_before_any_device_call() {
+    let session = Double::session();
+    session.set_devices(2, 1 << 30);
+    let npu0 = session.open();
+    let npu1 = Ascend::with_library_dir(session.root(), 1).unwrap();
+    let g = NpuTensor::from_array(&npu0, &Array4::<f32>::ones((1, 1, 1, 1))).unwrap();
+    let x = NpuTensor::<f32>::zeros(&npu0, &[1, 1, 2, 2]).unwrap();
+    let idx = NpuTensor::from_array(&npu0, &Array4::<i64>::zeros((1, 1, 1, 1))).unwrap();
+    let mut elsewhere = NpuTensor::<f32>::zeros(&npu1, &[1, 1, 2, 2]).unwrap();
+    let mut here = NpuTensor::<f32>::zeros(&npu0, &[1, 1, 2, 2]).unwrap();
+    let stream = npu0.stream();
+    let calls = session.calls("*");
+    let op = AdaptiveMaxPool2dBackward {
+        grad_output: (&g).into(),
+        self_: (&x).into(),
+        indices: (&idx).into(),
+        grad_input: (&mut elsewhere).into(),
+    };
+    let e = Plan::new(&stream, op).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidParameter { arg: "grad_input", expected, got, .. }
+            if expected.contains("device 0") && got.contains("device 1")),
+        "{e}"
+    );
+    assert_eq!(session.calls("*"), calls, "no CANN call at all");
+
+    let other = npu1.stream();
+    let mut ws = Workspace::new(&other, 64).unwrap();
+    let op = AdaptiveMaxPool2dBackward {
+        grad_output: (&g).into(),
+        self_: (&x).into(),
+        indices: (&idx).into(),
+        grad_input: (&mut here).into(),
+    };
+    let calls = device_calls(&session);
+    let e = Plan::new(&stream, op).unwrap().run_in(&mut ws);
+    assert!(matches!(&e, Err(Error::InvalidParameter { arg: "workspace", .. })), "{e:?}");
+    assert_eq!(device_calls(&session), calls, "no device call (only `aclTensor` descriptors were made)");
+    drop((g, x, idx, elsewhere, here));
+    drop(ws);
+    drop(other);
+    drop(stream);
+    drop(npu1);
+    drop(npu0);
+    session.assert_clean();
+}
+
+/// A workspace that grows while an operator that used it is still queued on a caller's stream
+/// keeps the old buffer, and a plan run with a workspace of its own (`Plan::run`) leaves it to
+/// the stream handle: nothing is freed before the caller's synchronisation.
+#[test]
+#[allow(unsafe_code)] // a caller's stream: `AscendStream::from_raw`
+fn workspaces_on_a_callers_stream_are_not_freed_under_queued_work() {
+    let session = Double::session();
+    let foreign = session.foreign();
+    assert_eq!(foreign.set_device(0), 0);
+    let raw = foreign.create_stream();
+    let npu = session.open();
+    let small = NpuTensor::from_array(&npu, &Array4::<f32>::ones((1, 1, 2, 2))).unwrap();
+    let large = NpuTensor::from_array(&npu, &input()).unwrap();
+    let (mut small_out, mut small_idx) = (
+        NpuTensor::<f32>::zeros(&npu, &[1, 1, 1, 1]).unwrap(),
+        NpuTensor::<i32>::zeros(&npu, &[1, 1, 1, 1]).unwrap(),
+    );
+    let a = [SHAPE[0], SHAPE[1], ADAPTIVE[0], ADAPTIVE[1]];
+    let (mut out, mut idx) =
+        (NpuTensor::<f32>::zeros(&npu, &a).unwrap(), NpuTensor::<i64>::zeros(&npu, &a).unwrap());
+    let frees = session.calls("aclrtFree");
+    {
+        // SAFETY: a live stream of the primary context, current on this thread; synchronised
+        // below before anything is read or freed.
+        let stream = unsafe { AscendStream::from_raw(&npu, raw as *mut std::ffi::c_void) };
+        let mut ws = Workspace::new(&stream, 0).unwrap();
+        let op = MaxPool2dWithIndices {
+            input: (&small).into(),
+            params: MaxPool2dParams::new([2, 2]),
+            output: (&mut small_out).into(),
+            indices: (&mut small_idx).into(),
+        };
+        Plan::new(&stream, op).unwrap().run_in(&mut ws).unwrap();
+        let grown_from = ws.len();
+        let op = AdaptiveMaxPool2d {
+            input: (&large).into(),
+            output_size: ADAPTIVE,
+            output: (&mut out).into(),
+            indices: (&mut idx).into(),
+        };
+        Plan::new(&stream, op).unwrap().run_in(&mut ws).unwrap();
+        assert!(ws.len() > grown_from, "the workspace grew ({grown_from} -> {} bytes)", ws.len());
+        let op = MaxPool2dWithIndices {
+            input: (&small).into(),
+            params: MaxPool2dParams::new([2, 2]),
+            output: (&mut small_out).into(),
+            indices: (&mut small_idx).into(),
+        };
+        Plan::new(&stream, op).unwrap().run().unwrap(); // a workspace of its own, dropped at once
+        drop(ws);
+        assert_eq!(session.calls("aclrtFree"), frees, "nothing freed before the caller's synchronisation");
+        assert_eq!(foreign.synchronize(raw), 0);
+    }
+    assert_eq!(session.calls("aclrtFree"), frees + 3, "the three workspace buffers, with the stream handle");
+    assert_eq!(host(&small_out.to_array().unwrap())[[0, 0, 0, 0]], 1.0);
+    drop((small, large, small_out, small_idx, out, idx));
+    drop(npu);
+    assert_eq!(foreign.destroy_stream(raw), 0);
+    assert_eq!(foreign.reset_device(0), 0);
+    session.assert_clean();
+}
+
+/// Index values on the device are checked against the backward's plane from what poolgrad saw of
+/// them, before any device call: read on upload, known from the forward that wrote them, unknown
+/// for a bit-mask's words.
+#[test]
+fn device_indices_outside_the_plane_are_refused_before_any_device_call() {
+    let session = Double::session();
+    let npu = session.open();
+    refusals(&session, &npu);
+    drop(npu);
+    session.assert_clean();
+}
+
+fn refusals(session: &ascend::Session, npu: &Ascend) {
+    let stream = npu.stream();
+    let x = NpuTensor::<f32>::zeros(npu, &[1, 2, 3]).unwrap(); // a 2 x 3 plane
+    let g = NpuTensor::from_array(npu, &ndarray::Array3::<f32>::ones((1, 1, 2))).unwrap();
+    let mut gx = NpuTensor::<f32>::zeros(npu, &[1, 2, 3]).unwrap();
+    let backward = |idx: &NpuTensor<i64>, gx: &mut NpuTensor<f32>| {
+        let op = AdaptiveMaxPool2dBackward {
+            grad_output: (&g).into(),
+            self_: (&x).into(),
+            indices: idx.into(),
+            grad_input: gx.into(),
+        };
+        Plan::new(&stream, op).map(drop)
+    };
+    let calls = device_calls(session);
+    // Uploaded: the first value outside [0, 6) is named, where it is.
+    let idx = NpuTensor::from_array(npu, &ndarray::array![[[5i64, 6]]]).unwrap();
+    let e = backward(&idx, &mut gx).unwrap_err();
+    assert!(
+        matches!(&e, Error::IndexOutOfRange { arg: "indices", position, value: 6, plane: 6, .. } if position == &[0, 0, 1]),
+        "{e}"
+    );
+    let idx = NpuTensor::from_array(npu, &ndarray::array![[[-1i64, 9]]]).unwrap();
+    let e = backward(&idx, &mut gx).unwrap_err();
+    assert!(matches!(&e, Error::IndexOutOfRange { value: -1, .. }), "{e}");
+    let calls = calls + 4; // the two uploads: a malloc and a copy each
+    assert_eq!(device_calls(session), calls);
+    // Written by a forward over a larger plane (3 x 3): not known to fit a 2 x 3 plane.
+    let big = NpuTensor::<f32>::zeros(npu, &[1, 3, 3]).unwrap();
+    let (mut out, mut idx) = (
+        NpuTensor::<f32>::zeros(npu, &[1, 1, 2]).unwrap(),
+        NpuTensor::<i64>::zeros(npu, &[1, 1, 2]).unwrap(),
+    );
+    let op = AdaptiveMaxPool2d {
+        input: (&big).into(),
+        output_size: [1, 2],
+        output: (&mut out).into(),
+        indices: (&mut idx).into(),
+    };
+    Plan::new(&stream, op).unwrap().run().unwrap();
+    let e = backward(&idx, &mut gx).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidParameter { arg: "indices", got, .. } if got.contains("planes of 9 elements")),
+        "{e}"
+    );
+    // Zeros, and indices a forward of the same plane wrote, pass.
+    backward(&NpuTensor::zeros(npu, &[1, 1, 2]).unwrap(), &mut gx).unwrap();
+    let op = AdaptiveMaxPool2d {
+        input: (&x).into(),
+        output_size: [1, 2],
+        output: (&mut out).into(),
+        indices: (&mut idx).into(),
+    };
+    Plan::new(&stream, op).unwrap().run().unwrap();
+    backward(&idx, &mut gx).unwrap();
+
+    // A bit-mask's words say nothing of I32Argmax values: its bytes are refused as one. (Only a
+    // device that lets CANN decide the layout takes a Bitmask forward of a 1x2 kernel on A2.)
+    let npu = Ascend::with_library_dir(session.root(), 0).unwrap().cann_decides();
+    let stream = npu.stream();
+    let params = MaxPool2dParams::new([1, 2]).with_stride([1, 2]);
+    let input = NpuTensor::from_array(&npu, &input()).unwrap();
+    let mut pooled_out = NpuTensor::<f32>::zeros(&npu, &pooled(&params)).unwrap();
+    let mut mask = NpuTensor::<i8>::zeros(&npu, &mask_shape(&params)).unwrap();
+    let op = MaxPool2dWithMask {
+        input: (&input).into(),
+        params,
+        output: (&mut pooled_out).into(),
+        mask: MaskMut::new((&mut mask).into(), Bitmask),
+    };
+    Plan::new(&stream, op).unwrap().run().unwrap();
+    let grad = NpuTensor::from_array(&npu, &ramp(pooled(&params))).unwrap();
+    let mut gx = NpuTensor::<f32>::zeros(&npu, &SHAPE).unwrap();
+    let op = MaxPool2dWithMaskBackward {
+        grad_output: (&grad).into(),
+        self_: (&input).into(),
+        mask: MaskRef::new((&mask).into(), I32Argmax),
+        params,
+        grad_input: (&mut gx).into(),
+    };
+    let e = Plan::new(&stream, op).map(drop).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidParameter { arg: "mask", got, .. } if got.contains("has not seen")),
+        "{e}"
+    );
+}
