@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 use half::{bf16, f16};
 use ndarray::{Array4, ArrayD, ArrayViewD, Axis, IxDyn, s};
-use poolgrad::device::ascend::{Ascend, DeterministicLevel, finalize};
+use poolgrad::device::ascend::{Ascend, DeterministicLevel, NpuTensor, finalize};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::AdaptiveMaxPool2dBackward;
 use poolgrad::{
@@ -493,7 +493,69 @@ fn lifecycle(d: &Devices, outcomes: &[Outcome]) -> Vec<(&'static str, String)> {
             || "no run failed in CANN (nothing poolgrad refused was refused by CANN too)".to_string(),
             |failure| format!("{failure}; then {}", check(&d.raw)),
         );
-    vec![("dropped_plan", dropped), ("failed_run", failed)]
+    vec![("dropped_plan", dropped), ("failed_run", failed), ("device_resident", device_resident(&d.npu))]
+}
+
+/// Forward and backward of both seed operators on tensors uploaded once and queued back to back
+/// on poolgrad's stream (operator descriptors destroyed right after each launch, the mask zeroed
+/// on the stream, no wait until the downloads), against the CPU.
+fn device_resident(npu: &Ascend) -> String {
+    let run = || -> poolgrad::Result<Vec<&'static str>> {
+        let x = input4::<f32>("plain", 5);
+        let p = params(3);
+        let want = adaptive_max_pool2d_on(&Cpu::sequential(), &x, [2, 3])?;
+        let g = want.output.mapv(|v| v * 0.5 + 1.0);
+        let want_g = adaptive_max_pool2d_backward_on(&Cpu::sequential(), &g, &x, &want.indices)?;
+        let stream = npu.stream();
+        let (x_dev, g_dev) = (NpuTensor::from_array(npu, &x)?, NpuTensor::from_array(npu, &g)?);
+        let adaptive = stream.adaptive_max_pool2d(&x_dev, [2, 3])?;
+        let adaptive_grad = stream.adaptive_max_pool2d_backward(&g_dev, &x_dev, &adaptive.indices)?;
+        let mut differ = Vec::new();
+        if adaptive.indices.to_array()? != want.indices.into_dyn() {
+            differ.push("adaptive_max_pool2d indices");
+        }
+        if adaptive_grad.to_array()? != want_g.into_dyn() {
+            differ.push("adaptive_max_pool2d_backward");
+        }
+        let mask_differs = if npu.writes_mask_layout::<I32Argmax>(&p) {
+            device_mask_differs::<I32Argmax>(npu, &stream, &x, &p)?
+        } else {
+            device_mask_differs::<Bitmask>(npu, &stream, &x, &p)?
+        };
+        differ.extend(mask_differs);
+        Ok(differ)
+    };
+    match run() {
+        Ok(differ) if differ.is_empty() => {
+            "forward and backward of both seed operators on device tensors, queued on one stream, match the CPU"
+                .to_string()
+        }
+        Ok(differ) => format!("differs from the CPU: {}", differ.join(", ")),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// The mask forward and backward of [`device_resident`]: which of them differ from the CPU.
+fn device_mask_differs<L: MaskLayout>(
+    npu: &Ascend,
+    stream: &poolgrad::device::ascend::AscendStream<'_>,
+    x: &Array4<f32>,
+    p: &MaxPool2dParams,
+) -> poolgrad::Result<Vec<&'static str>> {
+    let want = max_pool2d_with_mask_on(&Cpu::sequential(), x, p, L::default())?;
+    let g = want.output.mapv(|v| v - 2.0);
+    let want_g = max_pool2d_with_mask_backward_on(&Cpu::sequential(), &g, x, &want.mask)?;
+    let (x_dev, g_dev) = (NpuTensor::from_array(npu, x)?, NpuTensor::from_array(npu, &g)?);
+    let pooled = stream.max_pool2d_with_mask(&x_dev, p, L::default())?;
+    let grad = stream.max_pool2d_with_mask_backward(&g_dev, &x_dev, &pooled)?;
+    let mut differ = Vec::new();
+    if pooled.output.to_array()? != want.output.into_dyn() {
+        differ.push("max_pool2d_with_mask output");
+    }
+    if grad.to_array()? != want_g.into_dyn() {
+        differ.push("max_pool2d_with_mask_backward");
+    }
+    Ok(differ)
 }
 
 struct Report<'a> {

@@ -212,6 +212,12 @@ impl<D: Device> Workspace<D> {
         Ok(Self { memory: device.alloc_workspace(bytes)? })
     }
 
+    /// A workspace of `memory` that a device made itself (for a device that keeps one).
+    #[cfg_attr(not(feature = "ascend"), allow(dead_code))] // `AscendStream`'s own workspace
+    pub(crate) fn of_memory(memory: D::Memory) -> Self {
+        Self { memory }
+    }
+
     /// Grows the workspace to at least `bytes` bytes on `device` if it is smaller (its contents
     /// are not kept); does nothing if it is large enough.
     ///

@@ -634,3 +634,62 @@ fn refusals(session: &ascend::Session, npu: &Ascend) {
         "{e}"
     );
 }
+
+/// The device forms (methods of the stream) allocate their outputs on the device and reuse the
+/// stream's workspace: forward and backward of all six operators with no copy and no wait.
+#[test]
+#[allow(unsafe_code)] // a caller's stream: `AscendStream::from_raw`
+fn the_streams_methods_run_all_six_operators_on_device_tensors() {
+    let session = Double::session();
+    let foreign = session.foreign();
+    assert_eq!(foreign.set_device(0), 0);
+    let raw = foreign.create_stream();
+    let npu = session.open();
+    let x = NpuTensor::from_array(&npu, &input()).unwrap();
+    let a = [SHAPE[0], SHAPE[1], ADAPTIVE[0], ADAPTIVE[1]];
+    let (p, b) = (pool_params(), bits_params());
+    let grads =
+        [ramp(a), ramp(pooled(&p)), ramp(pooled(&b))].map(|g| NpuTensor::from_array(&npu, &g).unwrap());
+    let before = Traffic::of(&session);
+    let mallocs = session.calls("aclrtMalloc");
+    let results = {
+        // SAFETY: a live stream of the primary context, current on this thread; synchronised
+        // below before anything is read or freed.
+        let stream = unsafe { AscendStream::from_raw(&npu, raw as *mut std::ffi::c_void) };
+        let adaptive = stream.adaptive_max_pool2d(&x, ADAPTIVE).unwrap();
+        let adaptive_gx = stream.adaptive_max_pool2d_backward(&grads[0], &x, &adaptive.indices).unwrap();
+        let pool = stream.max_pool2d_with_indices(&x, &p).unwrap();
+        let pool_gx = stream.max_pool2d_with_indices_backward(&grads[1], &x, &pool.indices, &p).unwrap();
+        let mask = stream.max_pool2d_with_mask(&x, &p, I32Argmax).unwrap();
+        let mask_gx = stream.max_pool2d_with_mask_backward(&grads[1], &x, &mask).unwrap();
+        let bits = stream.max_pool2d_with_mask(&x, &b, Bitmask).unwrap();
+        let bits_gx = stream.max_pool2d_with_mask_backward(&grads[2], &x, &bits).unwrap();
+        assert_eq!(Traffic::of(&session), before, "no copy and no wait inside poolgrad");
+        // 12 outputs, and the workspace once (1024 bytes for the first adaptive forward, enough
+        // for every later operator).
+        assert_eq!(session.calls("aclrtMalloc") - mallocs, 13);
+        assert_eq!(foreign.synchronize(raw), 0);
+        (adaptive, adaptive_gx, pool, pool_gx, mask, mask_gx, bits, bits_gx)
+    };
+    let (adaptive, adaptive_gx, pool, pool_gx, mask, mask_gx, bits, bits_gx) = results;
+    let h = input();
+    let cpu = poolgrad::adaptive_max_pool2d(&h, ADAPTIVE).unwrap();
+    assert_eq!(host(&adaptive.indices.to_array().unwrap()), cpu.indices);
+    let gx = poolgrad::adaptive_max_pool2d_backward(&ramp(a), &h, &cpu.indices).unwrap();
+    assert_eq!(host(&adaptive_gx.to_array().unwrap()), gx);
+    let cpu = poolgrad::max_pool2d_with_indices_i32(&h, &p).unwrap();
+    assert_eq!(host(&pool.output.to_array().unwrap()), cpu.output);
+    let gx = poolgrad::max_pool2d_with_indices_backward(&ramp(pooled(&p)), &h, &cpu.indices, &p).unwrap();
+    assert_eq!(host(&pool_gx.to_array().unwrap()), gx);
+    assert_eq!(host(&mask_gx.to_array().unwrap()), gx, "the mask backward scatters as the indices one");
+    assert_eq!(host(&mask.output.to_array().unwrap()), cpu.output);
+    let cpu = poolgrad::max_pool2d_with_mask(&h, &b, Bitmask).unwrap();
+    assert_eq!(host(&bits.output.to_array().unwrap()), cpu.output);
+    let gx = poolgrad::max_pool2d_with_mask_backward(&ramp(pooled(&b)), &h, &cpu.mask).unwrap();
+    assert_eq!(host(&bits_gx.to_array().unwrap()), gx);
+    drop((adaptive, adaptive_gx, pool, pool_gx, mask, mask_gx, bits, bits_gx, x, grads));
+    drop(npu);
+    assert_eq!(foreign.destroy_stream(raw), 0);
+    assert_eq!(foreign.reset_device(0), 0);
+    session.assert_clean();
+}

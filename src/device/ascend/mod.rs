@@ -108,6 +108,7 @@ use crate::error::{Error, Result};
 use crate::mask::MaskLayout;
 use crate::params::MaxPool2dParams;
 
+mod calls;
 mod ffi;
 mod launch;
 mod resident;
@@ -116,6 +117,7 @@ mod status;
 mod stream;
 mod tensor;
 
+pub use calls::{NpuPooled, NpuPooledMask};
 pub use soc::SocFamily;
 pub use stream::AscendStream;
 pub use tensor::{DeviceMut, DeviceRef, Npu, NpuTensor};

@@ -10,6 +10,7 @@ use super::{Ascend, AscendMemory, Graveyard};
 use crate::device::internal::DeviceImpl;
 use crate::device::{Device, DeviceLimits};
 use crate::error::{Error, Result};
+use crate::plan::Workspace;
 
 /// A stream of an Ascend device: the device for plans whose tensors are in the NPU's memory
 /// ([`Npu`](super::Npu) descriptors). A plan run on it queues the operator on the stream and
@@ -32,6 +33,9 @@ pub struct AscendStream<'d> {
     queue: Queue,
     /// Workspace buffers of a caller's stream that no workspace holds any more.
     graveyard: Option<Graveyard>,
+    /// The workspace of the methods that allocate their outputs ([`AscendStream::adaptive_max_pool2d`]
+    /// and the others), grown as phase 1 asks and reused.
+    pub(super) workspace: Mutex<Workspace<AscendStream<'d>>>,
 }
 
 impl fmt::Debug for AscendStream<'_> {
@@ -49,7 +53,7 @@ impl Ascend {
     /// operator and returns; [`AscendStream::synchronize`] waits for them. Safe to use as it is:
     /// freeing device memory and copying it to the host wait for this stream first.
     pub fn stream(&self) -> AscendStream<'_> {
-        AscendStream { device: self, queue: Queue::Own, graveyard: None }
+        AscendStream::new(self, Queue::Own, None)
     }
 }
 
@@ -75,7 +79,12 @@ impl<'d> AscendStream<'d> {
     #[allow(unsafe_code)]
     pub unsafe fn from_raw(device: &'d Ascend, stream: *mut c_void) -> Self {
         let graveyard = Some(Arc::new(Mutex::new(Vec::new())));
-        AscendStream { device, queue: Queue::Foreign(RawStream(stream as usize)), graveyard }
+        AscendStream::new(device, Queue::Foreign(RawStream(stream as usize)), graveyard)
+    }
+
+    fn new(device: &'d Ascend, queue: Queue, graveyard: Option<Graveyard>) -> Self {
+        let workspace = Mutex::new(Workspace::of_memory(AscendMemory::new(None, graveyard.clone())));
+        AscendStream { device, queue, graveyard, workspace }
     }
 
     /// The device the stream belongs to.

@@ -427,7 +427,7 @@ impl<E: Element> fmt::Debug for NpuTensor<E> {
 
 impl<E: Element> NpuTensor<E> {
     /// Device memory for `shape` on `device`, not yet written.
-    fn alloc(device: &Ascend, op: &'static str, shape: &[usize], values: Values) -> Result<Self> {
+    pub(super) fn alloc(device: &Ascend, op: &'static str, shape: &[usize], values: Values) -> Result<Self> {
         let (shape4, ndim) = device_shape::<E>(op, "shape", shape)?;
         let bytes = shape4.iter().product::<usize>() * size_of::<E>();
         let session = Arc::clone(&device.session);

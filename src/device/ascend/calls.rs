@@ -1,0 +1,207 @@
+//! The six operations as methods of [`AscendStream`] on [`NpuTensor`]s: the device forms of the
+//! free functions, allocating their outputs on the device and running with the stream's own
+//! reusable workspace. Each builds the operation's descriptor and runs it through the same
+//! [`Plan`] as any other caller.
+
+use core::marker::PhantomData;
+
+use super::tensor::Values;
+use super::{AscendStream, Npu, NpuTensor};
+use crate::device::Runs;
+use crate::element::{Element, PoolFloat};
+use crate::error::Result;
+use crate::index::ArgmaxIndex;
+use crate::mask::{MaskLayout, MaskMut, MaskRef};
+use crate::op::{
+    self, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
+    MaxPool2dWithMask, MaxPool2dWithMaskBackward, Operation, name,
+};
+use crate::params::MaxPool2dParams;
+use crate::plan::Plan;
+
+/// The outputs of a forward with indices on the device ([`AscendStream::adaptive_max_pool2d`],
+/// [`AscendStream::max_pool2d_with_indices`]).
+#[derive(Debug)]
+pub struct NpuPooled<T: Element, I: Element> {
+    /// Pooled values.
+    pub output: NpuTensor<T>,
+    /// Flat index `ih * W + iw` of each value inside its `(n, c)` plane.
+    pub indices: NpuTensor<I>,
+}
+
+/// The outputs of [`AscendStream::max_pool2d_with_mask`]: the pooled values and the int8 mask in
+/// layout `L`, with the parameters it belongs to.
+#[derive(Debug)]
+pub struct NpuPooledMask<T: Element, L: MaskLayout> {
+    /// Pooled values.
+    pub output: NpuTensor<T>,
+    /// The mask bytes, `[N, C, kH*kW, (ceil(Ho*Wo/16)+1)*32]`.
+    pub mask: NpuTensor<i8>,
+    /// The pooling the mask records.
+    pub params: MaxPool2dParams,
+    layout: PhantomData<fn() -> L>,
+}
+
+impl<'d> AscendStream<'d> {
+    /// Plans `op` and runs it with the stream's workspace (grown as phase 1 asks, then reused).
+    fn run<O: Operation>(&self, op: O) -> Result<()>
+    where
+        Self: Runs<O>,
+    {
+        let plan = Plan::new(self, op)?;
+        let mut ws = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
+        plan.run_in(&mut ws)
+    }
+
+    /// Adaptive max pooling of `input` to `output_size`, queued on this stream (the device form
+    /// of [`adaptive_max_pool2d`](crate::adaptive_max_pool2d)); `i64` indices, which is what
+    /// `aclnnAdaptiveMaxPool2d` writes.
+    ///
+    /// # Errors
+    /// The errors of [`adaptive_max_pool2d`](crate::adaptive_max_pool2d), of the plan on this
+    /// device, and of device memory that cannot be had.
+    pub fn adaptive_max_pool2d<T: PoolFloat>(
+        &self,
+        input: &NpuTensor<T>,
+        output_size: [usize; 2],
+    ) -> Result<NpuPooled<T, i64>> {
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
+        let dims = op::adaptive_forward_shapes::<T, i64, Npu>(&input.view(), output_size)?.pooled_dims();
+        let mut output = NpuTensor::alloc(self.device(), OP, &dims, Values::Unknown)?;
+        let mut indices = NpuTensor::alloc(self.device(), OP, &dims, Values::Unknown)?;
+        self.run(AdaptiveMaxPool2d {
+            input: input.view(),
+            output_size,
+            output: output.view_mut(),
+            indices: indices.view_mut(),
+        })?;
+        Ok(NpuPooled { output, indices })
+    }
+
+    /// The gradient of [`AscendStream::adaptive_max_pool2d`], queued on this stream (the device
+    /// form of [`adaptive_max_pool2d_backward`](crate::adaptive_max_pool2d_backward)).
+    ///
+    /// # Errors
+    /// As [`adaptive_max_pool2d_backward`](crate::adaptive_max_pool2d_backward), with index
+    /// values checked from what poolgrad knows of them ([`NpuTensor::from_array`] reads them, a
+    /// forward bounds them by its plane).
+    pub fn adaptive_max_pool2d_backward<T: PoolFloat, I: ArgmaxIndex>(
+        &self,
+        grad_output: &NpuTensor<T>,
+        self_: &NpuTensor<T>,
+        indices: &NpuTensor<I>,
+    ) -> Result<NpuTensor<T>> {
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
+        op::adaptive_backward_shapes(&grad_output.view(), &self_.view(), &indices.view())?;
+        let mut grad_input = NpuTensor::alloc(self.device(), OP, &self_.dims(), Values::Unknown)?;
+        self.run(AdaptiveMaxPool2dBackward {
+            grad_output: grad_output.view(),
+            self_: self_.view(),
+            indices: indices.view(),
+            grad_input: grad_input.view_mut(),
+        })?;
+        Ok(grad_input)
+    }
+
+    /// Max pooling with flat `i32` indices, queued on this stream (the device form of
+    /// [`max_pool2d_with_indices_i32`](crate::max_pool2d_with_indices_i32)): int32 is what the
+    /// device's operators take and write.
+    ///
+    /// # Errors
+    /// As [`max_pool2d_with_indices_i32`](crate::max_pool2d_with_indices_i32), and the plan's.
+    pub fn max_pool2d_with_indices<T: PoolFloat>(
+        &self,
+        input: &NpuTensor<T>,
+        params: &MaxPool2dParams,
+    ) -> Result<NpuPooled<T, i32>> {
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
+        let dims = op::max_pool_forward_shapes::<T, i32, Npu>(&input.view(), params)?.pooled_dims();
+        let mut output = NpuTensor::alloc(self.device(), OP, &dims, Values::Unknown)?;
+        let mut indices = NpuTensor::alloc(self.device(), OP, &dims, Values::Unknown)?;
+        self.run(MaxPool2dWithIndices {
+            input: input.view(),
+            params: *params,
+            output: output.view_mut(),
+            indices: indices.view_mut(),
+        })?;
+        Ok(NpuPooled { output, indices })
+    }
+
+    /// The gradient of [`AscendStream::max_pool2d_with_indices`], queued on this stream.
+    ///
+    /// # Errors
+    /// As [`max_pool2d_with_indices_backward`](crate::max_pool2d_with_indices_backward), with
+    /// index values checked as for [`AscendStream::adaptive_max_pool2d_backward`].
+    pub fn max_pool2d_with_indices_backward<T: PoolFloat>(
+        &self,
+        grad_output: &NpuTensor<T>,
+        self_: &NpuTensor<T>,
+        indices: &NpuTensor<i32>,
+        params: &MaxPool2dParams,
+    ) -> Result<NpuTensor<T>> {
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
+        let (go, x, idx) = (grad_output.view(), self_.view(), indices.view());
+        op::max_pool_indices_backward_shapes(&go, &x, &idx, params)?;
+        let mut grad_input = NpuTensor::alloc(self.device(), OP, &self_.dims(), Values::Unknown)?;
+        self.run(MaxPool2dWithIndicesBackward {
+            grad_output: go,
+            self_: x,
+            indices: idx,
+            params: *params,
+            grad_input: grad_input.view_mut(),
+        })?;
+        Ok(grad_input)
+    }
+
+    /// Max pooling that records its arg-max as an int8 mask in layout `L`, queued on this stream
+    /// (the device form of [`max_pool2d_with_mask`](crate::max_pool2d_with_mask)); the layout must
+    /// be the one the SoC writes ([`Ascend::writes_mask_layout`](super::Ascend::writes_mask_layout)).
+    ///
+    /// # Errors
+    /// As [`max_pool2d_with_mask`](crate::max_pool2d_with_mask), and the plan's.
+    pub fn max_pool2d_with_mask<T: PoolFloat, L: MaskLayout>(
+        &self,
+        input: &NpuTensor<T>,
+        params: &MaxPool2dParams,
+        layout: L,
+    ) -> Result<NpuPooledMask<T, L>> {
+        const OP: &str = name::MAX_POOL2D_WITH_MASK;
+        let g = op::mask_forward_shapes::<T, L, Npu>(&input.view(), params)?;
+        let mut output = NpuTensor::alloc(self.device(), OP, &g.pooled_dims(), Values::Unknown)?;
+        let mut mask = NpuTensor::alloc(self.device(), OP, &g.dims(), Values::Unknown)?;
+        self.run(MaxPool2dWithMask {
+            input: input.view(),
+            params: *params,
+            output: output.view_mut(),
+            mask: MaskMut::new(mask.view_mut(), layout),
+        })?;
+        Ok(NpuPooledMask { output, mask, params: *params, layout: PhantomData })
+    }
+
+    /// The gradient of [`AscendStream::max_pool2d_with_mask`] through its mask, queued on this
+    /// stream (the device form of
+    /// [`max_pool2d_with_mask_backward`](crate::max_pool2d_with_mask_backward)).
+    ///
+    /// # Errors
+    /// As [`max_pool2d_with_mask_backward`](crate::max_pool2d_with_mask_backward); an
+    /// `I32Argmax` mask's values are checked as indices are.
+    pub fn max_pool2d_with_mask_backward<T: PoolFloat, L: MaskLayout>(
+        &self,
+        grad_output: &NpuTensor<T>,
+        self_: &NpuTensor<T>,
+        pooled: &NpuPooledMask<T, L>,
+    ) -> Result<NpuTensor<T>> {
+        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
+        let mask = MaskRef::new(pooled.mask.view(), L::default());
+        op::mask_backward_shapes(&grad_output.view(), &self_.view(), &mask, &pooled.params)?;
+        let mut grad_input = NpuTensor::alloc(self.device(), OP, &self_.dims(), Values::Unknown)?;
+        self.run(MaxPool2dWithMaskBackward {
+            grad_output: grad_output.view(),
+            self_: self_.view(),
+            mask,
+            params: pooled.params,
+            grad_input: grad_input.view_mut(),
+        })?;
+        Ok(grad_input)
+    }
+}
