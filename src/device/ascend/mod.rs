@@ -70,8 +70,13 @@
 //! neither the stream nor its device reference, until a later wait succeeds; if none does, they
 //! are left for the process's end rather than freed under a running kernel.
 //!
-//! **Host-staged tensors.** This version takes host tensors (ndarray views) and copies them to and
-//! from the device on every run; it does not hold tensors on the device between calls.
+//! **Host tensors or device tensors.** `Ascend` itself runs operations on host tensors (ndarray
+//! views), copying them to and from the device on every run. Tensors that stay in device memory
+//! ([`NpuTensor`], or the caller's memory through [`TensorRef::from_device_ptr`](crate::TensorRef::from_device_ptr))
+//! run on an [`AscendStream`]: poolgrad's own stream ([`Ascend::stream`]) or one the caller owns
+//! ([`AscendStream::from_raw`]). There a run queues its operator and returns: no copy, no wait.
+//! On poolgrad's stream, freeing or downloading device memory waits for what was queued; on the
+//! caller's, the caller synchronises, as the `unsafe` constructors' contracts say.
 //!
 //! **Tested against a test double, not hardware.** No NPU was available to this crate's
 //! developers: the backend is built from CANN's documented C signatures and tested against a double

@@ -25,9 +25,23 @@ use crate::plan::Workspace;
 ///   stream). poolgrad never waits for it; the caller synchronises it before reading results or
 ///   freeing memory, as its `unsafe` contract says.
 ///
-/// The workspace ([`Workspace`](crate::Workspace)`<AscendStream>`) is device memory, grown to
+/// The workspace ([`Workspace`]`<AscendStream>`) is device memory, grown to
 /// what CANN's phase 1 asks and reused across runs; a buffer replaced while an operator may
-/// still use it is kept until the workspace is dropped.
+/// still use it is kept until the workspace is dropped. The methods that allocate their outputs
+/// ([`AscendStream::adaptive_max_pool2d`] and the five others) use a workspace of the stream's own.
+///
+/// ```no_run
+/// use poolgrad::device::ascend::{Ascend, NpuTensor};
+/// let npu = Ascend::new(0)?;
+/// let x = NpuTensor::from_array(&npu, &ndarray::Array4::<f32>::ones((2, 8, 12, 12)))?;
+/// let g = NpuTensor::from_array(&npu, &ndarray::Array4::<f32>::ones((2, 8, 3, 3)))?;
+/// let stream = npu.stream();
+/// let pooled = stream.adaptive_max_pool2d(&x, [3, 3])?; // queued
+/// let gx = stream.adaptive_max_pool2d_backward(&g, &x, &pooled.indices)?; // queued after it
+/// stream.synchronize()?;
+/// assert_eq!(gx.to_array()?.sum(), 144.0); // each of the 2 * 8 * 3 * 3 gradients lands once
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
 pub struct AscendStream<'d> {
     device: &'d Ascend,
     queue: Queue,

@@ -1488,6 +1488,35 @@ mod tests {
         unsafe { aclCreateIntArray(v.as_ptr(), v.len() as u64) }
     }
 
+    /// `aclrtMemsetAsync` is a task of its stream: it runs at the stream's synchronisation, in
+    /// order; until then its memory is in use (a host copy or a free of it is a violation), and a
+    /// stream of another context is refused.
+    #[test]
+    fn memset_async_runs_in_stream_order() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let stream = open_device();
+        let mut ptr = core::ptr::null_mut();
+        assert_eq!(unsafe { aclrtMalloc(&mut ptr, 8, 0) }, 0);
+        assert_eq!(aclrtMemsetAsync(ptr, 8, 0, 8, stream), 0);
+        let mut host = [0u8; 8];
+        let copy =
+            |host: &mut [u8; 8]| unsafe { aclrtMemcpy(host.as_mut_ptr().cast(), 8, ptr, 8, DEVICE_TO_HOST) };
+        let violations = state::lock().violations.len();
+        assert_eq!(copy(&mut host), 0);
+        assert_eq!(host, [0xA5; 8], "not run before the synchronisation");
+        assert_eq!(state::lock().violations.len(), violations + 1, "a host copy of memory in use is caught");
+        assert_eq!(aclrtSynchronizeStream(stream), 0);
+        assert_eq!(copy(&mut host), 0);
+        assert_eq!(host, [0; 8], "run by the synchronisation");
+        assert_eq!(state::lock().violations.len(), violations + 1);
+        assert_eq!(state::lock().calls("aclrtMemcpy:DeviceToHost"), 2, "copies are counted by direction");
+        // A stream of another context: `RT_ERROR_STREAM_CONTEXT`.
+        let mut other = core::ptr::null_mut();
+        assert_eq!(unsafe { aclrtCreateContext(&mut other, 0) }, 0);
+        assert_ne!(aclrtMemsetAsync(ptr, 8, 0, 8, stream), 0);
+        assert_eq!(aclrtFree(ptr), 0);
+    }
+
     /// One test: the double's state is process-wide.
     #[test]
     fn executors_behave_as_nnopbase_owns_them() {
