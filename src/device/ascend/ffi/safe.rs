@@ -6,7 +6,7 @@
 #![allow(unsafe_code)]
 
 use core::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::result::Runtime;
@@ -33,9 +33,12 @@ pub(crate) struct Session {
     memory_total: Option<usize>,
     /// Serialises launch-synchronise-copy sequences on the stream.
     stream_lock: Mutex<()>,
-    /// Set when a wait for the stream failed with work queued: a kernel may still be running, so
-    /// no memory is freed until a wait succeeds ([`Session::settle`]).
-    unsettled: AtomicBool,
+    /// Launches on the stream so far (each counted before it is made).
+    queued: AtomicU64,
+    /// The launches a successful wait has seen finish: while it is below `queued`, a kernel may
+    /// still run (queued without a wait, or a wait failed), so no memory is freed and nothing is
+    /// copied to the host until a wait succeeds ([`Session::settle`]).
+    finished: AtomicU64,
 }
 
 // SAFETY: the context and stream handles are plain identifiers that CANN lets any thread use once
@@ -135,8 +138,8 @@ impl Session {
             opened?
         };
         let stream_lock = Mutex::new(());
-        let unsettled = AtomicBool::new(false);
-        Ok(Arc::new(Session { rt, device_id, context, stream, memory_total, stream_lock, unsettled }))
+        let (queued, finished) = (AtomicU64::new(0), AtomicU64::new(0));
+        Ok(Arc::new(Session { rt, device_id, context, stream, memory_total, stream_lock, queued, finished }))
     }
 
     /// The device memory available to applications (bytes), if CANN reported it at open.
@@ -155,13 +158,13 @@ impl Session {
         Ok(thread)
     }
 
-    /// Whether the stream has no work that might still run: true unless a wait failed with work
-    /// queued ([`StreamGuard::execute`]), in which case the stream is waited for again and the
-    /// answer is whether that wait succeeded. Memory is freed, and the stream destroyed, only
-    /// when it is true: a failed wait does not stop a kernel, which would then read or write
-    /// memory returned to the allocator.
+    /// Whether the stream has no work that might still run: true when a successful wait has seen
+    /// every launch finish; otherwise (work queued without a wait, [`Session::enqueue`], or a
+    /// failed wait, [`StreamGuard::execute`]) the stream is waited for and the answer is whether
+    /// that wait succeeded. Memory is freed, and the stream destroyed, only when it is true: a
+    /// kernel still running would read or write memory returned to the allocator.
     fn settle(&self) -> bool {
-        if !self.unsettled.load(Ordering::Acquire) {
+        if self.is_settled() {
             return true;
         }
         // Not under `stream_lock`: a buffer may be dropped while this thread holds the stream,
@@ -174,11 +177,26 @@ impl Session {
     /// example `ACL_ERROR_RT_STREAM_SYNC_TIMEOUT`) does not stop the stream's tasks
     /// (hicann/runtime `api_impl.cc`, `ApiImpl::StreamSynchronize`, l.1732-1741: a timeout
     /// reports the task still running), so it leaves the session unsettled until a wait succeeds.
+    /// A successful wait covers the launches counted before it began; one another thread makes
+    /// meanwhile stays unsettled.
     fn wait(&self) -> i32 {
+        let upto = self.queued.load(Ordering::Acquire);
         // SAFETY: the stream is live (destroyed only by `Session::drop`).
         let code = unsafe { (self.rt.api.aclrt_synchronize_stream)(self.stream) };
-        self.unsettled.store(code != ACL_SUCCESS, Ordering::Release);
+        if code == ACL_SUCCESS {
+            self.finished.fetch_max(upto, Ordering::AcqRel);
+        }
         code
+    }
+
+    /// Whether a successful wait has seen every launch so far finish.
+    fn is_settled(&self) -> bool {
+        self.finished.load(Ordering::Acquire) >= self.queued.load(Ordering::Acquire)
+    }
+
+    /// Counts a launch about to be made on the session's stream.
+    fn count_launch(&self) {
+        self.queued.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Sets `ACL_OPT_DETERMINISTIC` on this session's context (`aclrtCtxSetSysParamOpt`).
@@ -525,6 +543,7 @@ impl StreamGuard<'_> {
         let (exec, size, launch) = self.session.phase_one(&call)?;
         let ws = workspace(size)?.map_or(core::ptr::null_mut(), |w| w.ptr);
         self.pending.set(true);
+        self.session.count_launch();
         // SAFETY: `exec` is the live executor phase 1 just made for this operator, handed over to
         // CANN, which deletes it when the call returns; `ws` is device memory of at least `size`
         // bytes (the caller's contract for `workspace`) or null when `size` is 0; the stream is live.
@@ -570,7 +589,7 @@ impl Session {
     /// Queues `call` on `queue` without waiting for it: bytes `zero` set to zero first
     /// (`aclrtMemsetAsync`, on the same stream), then phase 1 and at once phase 2, with the
     /// workspace `workspace` gives for the size phase 1 asked ([`StreamGuard::execute`] says why
-    /// the phases run together). On the session's stream the session is marked unsettled first:
+    /// the phases run together). On the session's stream the launch is counted first (the session is unsettled):
     /// from then on no buffer of the session is freed and no result copied to the host before a
     /// wait for the stream succeeds ([`Session::settle`]). On a caller's stream nothing waits: the
     /// caller orders its own frees and reads after its own synchronisation (the contract of
@@ -596,7 +615,7 @@ impl Session {
             }
         };
         if matches!(queue, Queue::Own) {
-            self.unsettled.store(true, Ordering::Release);
+            self.count_launch();
         }
         for &(DeviceAddr(addr), len) in zero {
             // SAFETY: `addr` is device memory of at least `len` bytes (the caller's staging or
@@ -628,7 +647,7 @@ impl Session {
 
     /// Waits for the session's stream if work may be queued on it ([`Session::enqueue`]).
     pub(crate) fn finish(&self) -> Result<()> {
-        if !self.unsettled.load(Ordering::Acquire) {
+        if self.is_settled() {
             return Ok(());
         }
         let _bound = self.bind()?;
