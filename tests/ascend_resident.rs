@@ -693,3 +693,47 @@ fn the_streams_methods_run_all_six_operators_on_device_tensors() {
     assert_eq!(foreign.reset_device(0), 0);
     session.assert_clean();
 }
+
+/// A workspace belongs to the stream it was made for: operators of two streams may run at once,
+/// so one made for poolgrad's stream is refused on a caller's (and the other way round) before
+/// any device call.
+#[test]
+#[allow(unsafe_code)] // a caller's stream: `AscendStream::from_raw`
+fn a_workspace_of_another_stream_is_refused() {
+    let session = Double::session();
+    let foreign = session.foreign();
+    assert_eq!(foreign.set_device(0), 0);
+    let raw = foreign.create_stream();
+    let npu = session.open();
+    let g = NpuTensor::from_array(&npu, &Array4::<f32>::ones((1, 1, 1, 1))).unwrap();
+    let x = NpuTensor::<f32>::zeros(&npu, &[1, 1, 2, 2]).unwrap();
+    let idx = NpuTensor::from_array(&npu, &Array4::<i64>::zeros((1, 1, 1, 1))).unwrap();
+    let mut gx = NpuTensor::<f32>::zeros(&npu, &[1, 1, 2, 2]).unwrap();
+    {
+        let own = npu.stream();
+        // SAFETY: a live stream of the primary context, current on this thread; nothing is queued
+        // on it (every run below is refused).
+        let theirs = unsafe { AscendStream::from_raw(&npu, raw as *mut std::ffi::c_void) };
+        for (stream, other) in [(&own, &theirs), (&theirs, &own)] {
+            let mut ws = Workspace::new(other, 4096).unwrap();
+            let op = AdaptiveMaxPool2dBackward {
+                grad_output: (&g).into(),
+                self_: (&x).into(),
+                indices: (&idx).into(),
+                grad_input: (&mut gx).into(),
+            };
+            let calls = device_calls(&session);
+            let e = Plan::new(stream, op).unwrap().run_in(&mut ws).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidParameter { arg: "workspace", got, .. } if got.contains("another stream")),
+                "{e}"
+            );
+            assert_eq!(device_calls(&session), calls, "no device call");
+        }
+    }
+    drop((g, x, idx, gx));
+    drop(npu);
+    assert_eq!(foreign.destroy_stream(raw), 0);
+    assert_eq!(foreign.reset_device(0), 0);
+    session.assert_clean();
+}

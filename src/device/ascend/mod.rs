@@ -355,6 +355,9 @@ pub struct AscendMemory {
     /// For a workspace of a caller's stream: where its buffers go when it is dropped, to be freed
     /// with the last of the stream handle and its workspaces ([`AscendStream::from_raw`]).
     graveyard: Option<Graveyard>,
+    /// The stream whose operators use the workspace (the session's own for the synchronous host
+    /// path): a workspace shared by two streams would be used by two kernels at once.
+    queue: ffi::Queue,
 }
 
 /// Buffers of a caller's stream that poolgrad no longer uses but a queued operator may: freed
@@ -362,8 +365,8 @@ pub struct AscendMemory {
 type Graveyard = Arc<std::sync::Mutex<Vec<DeviceBuffer>>>;
 
 impl AscendMemory {
-    fn new(buffer: Option<DeviceBuffer>, graveyard: Option<Graveyard>) -> Self {
-        AscendMemory { buffer, retired: Vec::new(), graveyard }
+    fn new(buffer: Option<DeviceBuffer>, graveyard: Option<Graveyard>, queue: ffi::Queue) -> Self {
+        AscendMemory { buffer, retired: Vec::new(), graveyard, queue }
     }
 }
 
@@ -382,7 +385,7 @@ impl DeviceImpl for Ascend {
 
     fn alloc_workspace(&self, bytes: usize) -> Result<AscendMemory> {
         let buffer = if bytes == 0 { None } else { Some(self.session.alloc(bytes)?) };
-        Ok(AscendMemory::new(buffer, None))
+        Ok(AscendMemory::new(buffer, None, ffi::Queue::Own))
     }
 
     fn workspace_len(memory: &AscendMemory) -> usize {

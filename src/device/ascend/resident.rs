@@ -73,6 +73,7 @@ impl AscendStream<'_> {
         call: Call<'_>,
     ) -> Result<()> {
         self.device().workspace(op, memory)?;
+        self.own_workspace(op, memory)?;
         self.device().session.enqueue(self.queue(), zero, call, |size| self.workspace_for(op, memory, size))
     }
 

@@ -97,7 +97,7 @@ impl<'d> AscendStream<'d> {
     }
 
     fn new(device: &'d Ascend, queue: Queue, graveyard: Option<Graveyard>) -> Self {
-        let workspace = Mutex::new(Workspace::of_memory(AscendMemory::new(None, graveyard.clone())));
+        let workspace = Mutex::new(Workspace::of_memory(AscendMemory::new(None, graveyard.clone(), queue)));
         AscendStream { device, queue, graveyard, workspace }
     }
 
@@ -120,6 +120,20 @@ impl<'d> AscendStream<'d> {
 
     pub(super) fn queue(&self) -> Queue {
         self.queue
+    }
+
+    /// Refuses a workspace made for another stream (before any device call): operators of two
+    /// streams may run at once, and must not share scratch memory.
+    pub(super) fn own_workspace(&self, op: &'static str, memory: &AscendMemory) -> Result<()> {
+        if memory.queue == self.queue {
+            return Ok(());
+        }
+        Err(Error::InvalidParameter {
+            op,
+            arg: "workspace",
+            expected: format!("a workspace made for this stream ({self:?})"),
+            got: "a workspace made for another stream".to_string(),
+        })
     }
 
     /// Refuses a tensor of another device (before any device call).
@@ -164,7 +178,7 @@ impl DeviceImpl for AscendStream<'_> {
 
     fn alloc_workspace(&self, bytes: usize) -> Result<AscendMemory> {
         let buffer = if bytes == 0 { None } else { Some(self.device.session.alloc(bytes)?) };
-        Ok(AscendMemory::new(buffer, self.graveyard.clone()))
+        Ok(AscendMemory::new(buffer, self.graveyard.clone(), self.queue))
     }
 
     fn workspace_len(memory: &AscendMemory) -> usize {

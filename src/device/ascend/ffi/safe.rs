@@ -576,7 +576,7 @@ impl DeviceAddr {
 pub(crate) struct RawStream(pub(crate) usize);
 
 /// Where an operator is queued: the session's own stream, or a caller's.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Queue {
     /// The session's stream.
     Own,
