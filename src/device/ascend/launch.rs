@@ -11,10 +11,10 @@ use ndarray::ArrayView4;
 
 use super::ffi::{self, AclTensor, Call, DeviceBuffer, IntArray, PoolParams, Session, StreamGuard};
 use super::soc::DeviceOp;
-use super::{Ascend, AscendMemory, INT32_PLANE};
+use super::{Ascend, AscendMemory, INT32_PLANE, Replaced};
 use crate::alloc::{collect_exact, zeroed_vec};
 use crate::device::DeviceLimits;
-use crate::device::internal::{DeviceImpl, Launch};
+use crate::device::internal::Launch;
 use crate::element::{DType, Element, PoolFloat};
 use crate::error::{DeviceLimitKind, Error, Result};
 use crate::index::{ArgmaxIndex, repr::IndexRepr};
@@ -396,31 +396,7 @@ impl Ascend {
         call: Call<'_>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        stream.execute(call, |size| self.workspace_for(op, memory, size))
-    }
-
-    /// The workspace of `memory`, grown to `size` bytes if it is smaller (never shrunk, as
-    /// [`Workspace::ensure`](crate::Workspace::ensure)); `None` when `size` is 0.
-    fn workspace_for<'m>(
-        &self,
-        op: &'static str,
-        memory: &'m mut AscendMemory,
-        size: u64,
-    ) -> Result<Option<&'m DeviceBuffer>> {
-        let bytes = usize::try_from(size).map_err(|_| Error::Overflow {
-            op,
-            arg: "workspace",
-            what: format!("{size} bytes asked by CANN's phase 1 exceed usize::MAX"),
-        })?;
-        if bytes == 0 {
-            return Ok(None);
-        }
-        if Self::workspace_len(memory) < bytes {
-            // The old buffer goes first: both may not fit together.
-            memory.buffer = None;
-            memory.buffer = Some(self.session.alloc(bytes)?);
-        }
-        Ok(memory.buffer.as_ref())
+        stream.execute(call, |size| memory.grown_to(&self.session, op, size, Replaced::Freed))
     }
 }
 

@@ -364,7 +364,46 @@ pub struct AscendMemory {
 /// when the last [`AscendStream`] handle or workspace holding them is dropped.
 type Graveyard = Arc<std::sync::Mutex<Vec<DeviceBuffer>>>;
 
+/// What becomes of a workspace buffer replaced by a larger one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replaced {
+    /// Freed first, so that the two need not fit together: the synchronous path, whose stream
+    /// was waited for, so nothing uses it.
+    Freed,
+    /// Kept until the workspace is dropped: an operator queued earlier may still use it.
+    Retired,
+}
+
 impl AscendMemory {
+    /// The workspace buffer, grown to the `size` bytes CANN's phase 1 asked for `op` if it is
+    /// smaller (never shrunk, as [`Workspace::ensure`](crate::Workspace::ensure)); `None` when
+    /// `size` is 0.
+    fn grown_to(
+        &mut self,
+        session: &Arc<Session>,
+        op: &'static str,
+        size: u64,
+        replaced: Replaced,
+    ) -> Result<Option<&DeviceBuffer>> {
+        let bytes = usize::try_from(size).map_err(|_| Error::Overflow {
+            op,
+            arg: "workspace",
+            what: format!("{size} bytes asked by CANN's phase 1 exceed usize::MAX"),
+        })?;
+        if bytes == 0 {
+            return Ok(None);
+        }
+        if Ascend::workspace_len(self) < bytes {
+            let old = self.buffer.take();
+            match replaced {
+                Replaced::Freed => drop(old),
+                Replaced::Retired => self.retired.extend(old),
+            }
+            self.buffer = Some(session.alloc(bytes)?);
+        }
+        Ok(self.buffer.as_ref())
+    }
+
     fn new(buffer: Option<DeviceBuffer>, graveyard: Option<Graveyard>, queue: ffi::Queue) -> Self {
         AscendMemory { buffer, retired: Vec::new(), graveyard, queue }
     }

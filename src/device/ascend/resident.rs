@@ -9,7 +9,7 @@ use super::launch::{
 };
 use super::soc::DeviceOp;
 use super::tensor::{DeviceMut, DeviceRef, Values};
-use super::{AscendMemory, AscendStream, INT32_PLANE, Npu};
+use super::{AscendMemory, AscendStream, INT32_PLANE, Npu, Replaced};
 use crate::device::DeviceLimits;
 use crate::device::internal::Launch;
 use crate::element::{DType, Element, PoolFloat};
@@ -74,7 +74,9 @@ impl AscendStream<'_> {
     ) -> Result<()> {
         self.device().workspace(op, memory)?;
         self.own_workspace(op, memory)?;
-        self.device().session.enqueue(self.queue(), zero, call, |size| self.workspace_for(op, memory, size))
+        let session = &self.device().session;
+        session
+            .enqueue(self.queue(), zero, call, |size| memory.grown_to(session, op, size, Replaced::Retired))
     }
 
     /// The checks of the with-indices and mask operators that the host path makes while staging:

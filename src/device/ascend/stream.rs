@@ -5,7 +5,7 @@ use core::ffi::c_void;
 use core::fmt;
 use std::sync::{Arc, Mutex};
 
-use super::ffi::{DeviceBuffer, Queue, RawStream};
+use super::ffi::{Queue, RawStream};
 use super::{Ascend, AscendMemory, Graveyard};
 use crate::device::internal::DeviceImpl;
 use crate::device::{Device, DeviceLimits};
@@ -147,29 +147,6 @@ impl<'d> AscendStream<'d> {
             expected: format!("a tensor on Ascend device {}, the stream's", self.device.device_id()),
             got: format!("a tensor on Ascend device {device_id}"),
         })
-    }
-
-    /// The workspace of `memory`, grown to `size` bytes if it is smaller; `None` when `size` is
-    /// 0. A replaced buffer is retired, not freed: an operator queued earlier may still use it.
-    pub(super) fn workspace_for<'m>(
-        &self,
-        op: &'static str,
-        memory: &'m mut AscendMemory,
-        size: u64,
-    ) -> Result<Option<&'m DeviceBuffer>> {
-        let bytes = usize::try_from(size).map_err(|_| Error::Overflow {
-            op,
-            arg: "workspace",
-            what: format!("{size} bytes asked by CANN's phase 1 exceed usize::MAX"),
-        })?;
-        if bytes == 0 {
-            return Ok(None);
-        }
-        if Self::workspace_len(memory) < bytes {
-            let grown = self.device.session.alloc(bytes)?;
-            memory.retired.extend(memory.buffer.replace(grown));
-        }
-        Ok(memory.buffer.as_ref())
     }
 }
 
