@@ -256,6 +256,41 @@ fn mask_pair<'s, L: MaskLayout>(
     Plan::new(stream, op).unwrap().run_in(ws).unwrap();
 }
 
+/// A caller's thread (as torch_npu keeps one): bound to device 0, its primary context, with a
+/// stream of its own.
+struct Caller<'s> {
+    foreign: ascend::Foreign<'s>,
+    raw: usize,
+}
+
+impl<'s> Caller<'s> {
+    fn new(session: &'s ascend::Session) -> Self {
+        let foreign = session.foreign();
+        assert_eq!(foreign.set_device(0), 0);
+        let raw = foreign.create_stream();
+        Caller { foreign, raw }
+    }
+
+    /// The caller's stream as poolgrad borrows it. Every test below synchronises it
+    /// ([`Caller::synchronize`]) before it reads a result, frees a buffer or drops the handle or a
+    /// workspace made from it, as `AscendStream::from_raw`'s contract asks.
+    #[allow(unsafe_code)]
+    fn stream<'d>(&self, npu: &'d Ascend) -> AscendStream<'d> {
+        // SAFETY: `raw` is a live stream of device 0's primary context, current on this thread,
+        // destroyed only by `close`; the synchronisation is the calling test's (above).
+        unsafe { AscendStream::from_raw(npu, self.raw as *mut std::ffi::c_void) }
+    }
+
+    fn synchronize(&self) {
+        assert_eq!(self.foreign.synchronize(self.raw), 0);
+    }
+
+    fn close(self) {
+        assert_eq!(self.foreign.destroy_stream(self.raw), 0);
+        assert_eq!(self.foreign.reset_device(0), 0);
+    }
+}
+
 #[test]
 fn all_six_operators_on_poolgrads_stream_copy_nothing_and_wait_for_nothing() {
     let session = Double::session();
@@ -319,33 +354,25 @@ fn an_explicit_synchronize_makes_the_downloads_wait_for_nothing() {
 }
 
 #[test]
-#[allow(unsafe_code)] // a caller's stream: `AscendStream::from_raw`
 fn all_six_operators_on_a_callers_stream_with_no_synchronisation_of_poolgrads() {
     let session = Double::session();
-    let foreign = session.foreign();
-    // The caller's thread: bound to the device (its primary context, as torch_npu binds it), with
-    // a stream of its own.
-    assert_eq!(foreign.set_device(0), 0);
-    let raw = foreign.create_stream();
+    let caller = Caller::new(&session);
     let npu = session.open();
     let mut tensors = Tensors::new(&npu);
     let before = Traffic::of(&session);
     {
-        // SAFETY: `raw` is a live stream of device 0's primary context, current on this thread; it
-        // is synchronised below before any result is read or any buffer freed.
-        let stream = unsafe { AscendStream::from_raw(&npu, raw as *mut std::ffi::c_void) };
+        let stream = caller.stream(&npu);
         let mut ws = Workspace::new(&stream, 0).unwrap();
         tensors.queue_all(&stream, &mut ws);
         assert_eq!(Traffic::of(&session), before, "no copy and no wait inside poolgrad");
         // The caller's synchronisation, then the workspace and the handle may go.
-        assert_eq!(foreign.synchronize(raw), 0);
+        caller.synchronize();
     }
     let waits = session.calls("aclrtSynchronizeStream");
     tensors.check_against_cpu();
     assert_eq!(session.calls("aclrtSynchronizeStream"), waits, "poolgrad's stream had nothing to wait for");
     drop((tensors, npu));
-    assert_eq!(foreign.destroy_stream(raw), 0);
-    assert_eq!(foreign.reset_device(0), 0);
+    caller.close();
     session.assert_clean();
 }
 
@@ -478,12 +505,9 @@ fn tensors_and_workspaces_of_another_device_are_refused_before_any_device_call()
 /// keeps the old buffer, and a plan run with a workspace of its own (`Plan::run`) leaves it to
 /// the stream handle: nothing is freed before the caller's synchronisation.
 #[test]
-#[allow(unsafe_code)] // a caller's stream: `AscendStream::from_raw`
 fn workspaces_on_a_callers_stream_are_not_freed_under_queued_work() {
     let session = Double::session();
-    let foreign = session.foreign();
-    assert_eq!(foreign.set_device(0), 0);
-    let raw = foreign.create_stream();
+    let caller = Caller::new(&session);
     let npu = session.open();
     let small = NpuTensor::from_array(&npu, &Array4::<f32>::ones((1, 1, 2, 2))).unwrap();
     let large = NpuTensor::from_array(&npu, &input()).unwrap();
@@ -496,9 +520,7 @@ fn workspaces_on_a_callers_stream_are_not_freed_under_queued_work() {
         (NpuTensor::<f32>::zeros(&npu, &a).unwrap(), NpuTensor::<i64>::zeros(&npu, &a).unwrap());
     let frees = session.calls("aclrtFree");
     {
-        // SAFETY: a live stream of the primary context, current on this thread; synchronised
-        // below before anything is read or freed.
-        let stream = unsafe { AscendStream::from_raw(&npu, raw as *mut std::ffi::c_void) };
+        let stream = caller.stream(&npu);
         let mut ws = Workspace::new(&stream, 0).unwrap();
         let op = MaxPool2dWithIndices {
             input: (&small).into(),
@@ -525,14 +547,13 @@ fn workspaces_on_a_callers_stream_are_not_freed_under_queued_work() {
         Plan::new(&stream, op).unwrap().run().unwrap(); // a workspace of its own, dropped at once
         drop(ws);
         assert_eq!(session.calls("aclrtFree"), frees, "nothing freed before the caller's synchronisation");
-        assert_eq!(foreign.synchronize(raw), 0);
+        caller.synchronize();
     }
     assert_eq!(session.calls("aclrtFree"), frees + 3, "the three workspace buffers, with the stream handle");
     assert_eq!(host(&small_out.to_array().unwrap())[[0, 0, 0, 0]], 1.0);
     drop((small, large, small_out, small_idx, out, idx));
     drop(npu);
-    assert_eq!(foreign.destroy_stream(raw), 0);
-    assert_eq!(foreign.reset_device(0), 0);
+    caller.close();
     session.assert_clean();
 }
 
@@ -638,12 +659,9 @@ fn refusals(session: &ascend::Session, npu: &Ascend) {
 /// The device forms (methods of the stream) allocate their outputs on the device and reuse the
 /// stream's workspace: forward and backward of all six operators with no copy and no wait.
 #[test]
-#[allow(unsafe_code)] // a caller's stream: `AscendStream::from_raw`
 fn the_streams_methods_run_all_six_operators_on_device_tensors() {
     let session = Double::session();
-    let foreign = session.foreign();
-    assert_eq!(foreign.set_device(0), 0);
-    let raw = foreign.create_stream();
+    let caller = Caller::new(&session);
     let npu = session.open();
     let x = NpuTensor::from_array(&npu, &input()).unwrap();
     let a = [SHAPE[0], SHAPE[1], ADAPTIVE[0], ADAPTIVE[1]];
@@ -653,9 +671,7 @@ fn the_streams_methods_run_all_six_operators_on_device_tensors() {
     let before = Traffic::of(&session);
     let mallocs = session.calls("aclrtMalloc");
     let results = {
-        // SAFETY: a live stream of the primary context, current on this thread; synchronised
-        // below before anything is read or freed.
-        let stream = unsafe { AscendStream::from_raw(&npu, raw as *mut std::ffi::c_void) };
+        let stream = caller.stream(&npu);
         let adaptive = stream.adaptive_max_pool2d(&x, ADAPTIVE).unwrap();
         let adaptive_gx = stream.adaptive_max_pool2d_backward(&grads[0], &x, &adaptive.indices).unwrap();
         let pool = stream.max_pool2d_with_indices(&x, &p).unwrap();
@@ -668,7 +684,7 @@ fn the_streams_methods_run_all_six_operators_on_device_tensors() {
         // 12 outputs, and the workspace once (1024 bytes for the first adaptive forward, enough
         // for every later operator).
         assert_eq!(session.calls("aclrtMalloc") - mallocs, 13);
-        assert_eq!(foreign.synchronize(raw), 0);
+        caller.synchronize();
         (adaptive, adaptive_gx, pool, pool_gx, mask, mask_gx, bits, bits_gx)
     };
     let (adaptive, adaptive_gx, pool, pool_gx, mask, mask_gx, bits, bits_gx) = results;
@@ -689,8 +705,7 @@ fn the_streams_methods_run_all_six_operators_on_device_tensors() {
     assert_eq!(host(&bits_gx.to_array().unwrap()), gx);
     drop((adaptive, adaptive_gx, pool, pool_gx, mask, mask_gx, bits, bits_gx, x, grads));
     drop(npu);
-    assert_eq!(foreign.destroy_stream(raw), 0);
-    assert_eq!(foreign.reset_device(0), 0);
+    caller.close();
     session.assert_clean();
 }
 
@@ -698,12 +713,9 @@ fn the_streams_methods_run_all_six_operators_on_device_tensors() {
 /// so one made for poolgrad's stream is refused on a caller's (and the other way round) before
 /// any device call.
 #[test]
-#[allow(unsafe_code)] // a caller's stream: `AscendStream::from_raw`
 fn a_workspace_of_another_stream_is_refused() {
     let session = Double::session();
-    let foreign = session.foreign();
-    assert_eq!(foreign.set_device(0), 0);
-    let raw = foreign.create_stream();
+    let caller = Caller::new(&session);
     let npu = session.open();
     let g = NpuTensor::from_array(&npu, &Array4::<f32>::ones((1, 1, 1, 1))).unwrap();
     let x = NpuTensor::<f32>::zeros(&npu, &[1, 1, 2, 2]).unwrap();
@@ -711,9 +723,7 @@ fn a_workspace_of_another_stream_is_refused() {
     let mut gx = NpuTensor::<f32>::zeros(&npu, &[1, 1, 2, 2]).unwrap();
     {
         let own = npu.stream();
-        // SAFETY: a live stream of the primary context, current on this thread; nothing is queued
-        // on it (every run below is refused).
-        let theirs = unsafe { AscendStream::from_raw(&npu, raw as *mut std::ffi::c_void) };
+        let theirs = caller.stream(&npu); // nothing is queued on it: every run below is refused
         for (stream, other) in [(&own, &theirs), (&theirs, &own)] {
             let mut ws = Workspace::new(other, 4096).unwrap();
             let op = AdaptiveMaxPool2dBackward {
@@ -733,7 +743,6 @@ fn a_workspace_of_another_stream_is_refused() {
     }
     drop((g, x, idx, gx));
     drop(npu);
-    assert_eq!(foreign.destroy_stream(raw), 0);
-    assert_eq!(foreign.reset_device(0), 0);
+    caller.close();
     session.assert_clean();
 }
