@@ -87,7 +87,8 @@ impl<'d> AscendStream<'d> {
     ///   its completion otherwise waited for) before the caller reads a result it writes, frees
     ///   or reuses memory it reads or writes, or drops the handle or a workspace made from it.
     ///   poolgrad's own tensors ([`NpuTensor`](super::NpuTensor)) wait only for poolgrad's stream
-    ///   when dropped, not for this one.
+    ///   when dropped, not for this one. A run that returns an error may have queued part of its
+    ///   work: the same holds after it.
     // `unsafe` by contract only (the function body has no unsafe operation): the one other
     // `unsafe` item of the crate outside the FFI module, with `from_device_ptr`.
     #[allow(unsafe_code)]
