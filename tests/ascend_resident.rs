@@ -746,3 +746,39 @@ fn a_workspace_of_another_stream_is_refused() {
     caller.close();
     session.assert_clean();
 }
+
+/// The half types and f64 on device tensors: the descriptors carry each element type (and the
+/// index type of the backward) as the host path stages them, and the SoC's dtype table holds.
+#[test]
+fn device_tensors_of_every_element_type_match_the_cpu() {
+    /// The adaptive forward and backward of `T` on `npu`, each against the CPU; the backward's
+    /// result, or its refusal.
+    fn adaptive<T: poolgrad::PoolFloat, I: poolgrad::ArgmaxIndex>(npu: &Ascend) -> poolgrad::Result<()> {
+        let x = input().mapv(|v| T::round_from_f64(v.into()));
+        let g = ramp([SHAPE[0], SHAPE[1], 2, 3]).mapv(|v| T::round_from_f64(v.into()));
+        let cpu = poolgrad::adaptive_max_pool2d(&x, [2, 3]).unwrap();
+        let idx: Array4<I> = cpu.indices.mapv(|i| I::try_from(i).ok().unwrap());
+        let want = poolgrad::adaptive_max_pool2d_backward(&g, &x, &idx).unwrap();
+        let stream = npu.stream();
+        let x_dev = NpuTensor::from_array(npu, &x).unwrap();
+        let pooled = stream.adaptive_max_pool2d(&x_dev, [2, 3]).unwrap();
+        let bits = |a: &[T]| a.iter().map(|v| v.to_f64_exact().to_bits()).collect::<Vec<_>>();
+        let out = pooled.output.to_array().unwrap();
+        assert_eq!(bits(out.as_slice().unwrap()), bits(cpu.output.as_slice().unwrap()));
+        assert_eq!(host(&pooled.indices.to_array().unwrap()), cpu.indices);
+        let (g_dev, idx_dev) =
+            (NpuTensor::from_array(npu, &g).unwrap(), NpuTensor::from_array(npu, &idx).unwrap());
+        let gx = stream.adaptive_max_pool2d_backward(&g_dev, &x_dev, &idx_dev)?;
+        assert_eq!(bits(gx.to_array().unwrap().as_slice().unwrap()), bits(want.as_slice().unwrap()));
+        Ok(())
+    }
+    let session = Double::session();
+    let npu = session.open();
+    adaptive::<half::f16, i64>(&npu).unwrap();
+    adaptive::<half::bf16, i32>(&npu).unwrap();
+    // A2 runs the adaptive forward in f64, not its backward.
+    let e = adaptive::<f64, i64>(&npu).unwrap_err();
+    assert!(matches!(e, Error::DeviceLimit { about: poolgrad::DeviceLimitKind::DType, .. }), "{e}");
+    drop(npu);
+    session.assert_clean();
+}
