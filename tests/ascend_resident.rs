@@ -594,7 +594,11 @@ fn refusals(session: &ascend::Session, npu: &Ascend) {
     let idx = NpuTensor::from_array(npu, &ndarray::array![[[-1i64, 9]]]).unwrap();
     let e = backward(&idx, &mut gx).unwrap_err();
     assert!(matches!(&e, Error::IndexOutOfRange { value: -1, .. }), "{e}");
-    let calls = calls + 4; // the two uploads: a malloc and a copy each
+    // No negative value: the first of the largest is named.
+    let idx = NpuTensor::from_array(npu, &ndarray::array![[[9i64, 9]]]).unwrap();
+    let e = backward(&idx, &mut gx).unwrap_err();
+    assert!(matches!(&e, Error::IndexOutOfRange { position, value: 9, .. } if position == &[0, 0, 0]), "{e}");
+    let calls = calls + 6; // the three uploads: a malloc and a copy each
     assert_eq!(device_calls(session), calls);
     // Written by a forward over a larger plane (3 x 3): not known to fit a 2 x 3 plane.
     let big = NpuTensor::<f32>::zeros(npu, &[1, 3, 3]).unwrap();
@@ -724,7 +728,7 @@ fn a_workspace_of_another_stream_is_refused() {
     {
         let own = npu.stream();
         let theirs = caller.stream(&npu); // nothing is queued on it: every run below is refused
-        for (stream, other) in [(&own, &theirs), (&theirs, &own)] {
+        for (stream, other, name) in [(&own, &theirs, "poolgrad's"), (&theirs, &own, "the caller's")] {
             let mut ws = Workspace::new(other, 4096).unwrap();
             let op = AdaptiveMaxPool2dBackward {
                 grad_output: (&g).into(),
@@ -735,7 +739,8 @@ fn a_workspace_of_another_stream_is_refused() {
             let calls = device_calls(&session);
             let e = Plan::new(stream, op).unwrap().run_in(&mut ws).unwrap_err();
             assert!(
-                matches!(&e, Error::InvalidParameter { arg: "workspace", got, .. } if got.contains("another stream")),
+                matches!(&e, Error::InvalidParameter { arg: "workspace", expected, got, .. }
+                    if got.contains("another stream") && expected.contains(&format!("stream: \"{name}\""))),
                 "{e}"
             );
             assert_eq!(device_calls(&session), calls, "no device call");
@@ -781,4 +786,149 @@ fn device_tensors_of_every_element_type_match_the_cpu() {
     assert!(matches!(e, Error::DeviceLimit { about: poolgrad::DeviceLimitKind::DType, .. }), "{e}");
     drop(npu);
     session.assert_clean();
+}
+
+/// Indices and `I32Argmax` masks that the with-indices and mask forwards write on the device are
+/// bounded by the forward's plane; uploaded ones are read on the way, so both backwards refuse
+/// values outside their plane before any device call, and run on values inside it.
+#[test]
+fn device_indices_and_masks_of_the_pooling_operators_are_checked_against_the_plane() {
+    let session = Double::session();
+    let npu = session.open();
+    let stream = npu.stream();
+    // A 2x2 kernel with stride 2 pools both a 3 x 3 and a 2 x 3 plane to 1 x 1.
+    let p = MaxPool2dParams::new([2, 2]).with_stride([2, 2]);
+    let big =
+        NpuTensor::from_array(&npu, &Array4::from_shape_fn((1, 1, 3, 3), |(_, _, h, w)| (h * 3 + w) as f32))
+            .unwrap();
+    let small = NpuTensor::<f32>::zeros(&npu, &[1, 1, 2, 3]).unwrap();
+    let g = NpuTensor::from_array(&npu, &Array4::<f32>::ones((1, 1, 1, 1))).unwrap();
+    let mut gx = NpuTensor::<f32>::zeros(&npu, &[1, 1, 2, 3]).unwrap();
+
+    let pooled = stream.max_pool2d_with_indices(&big, &p).unwrap(); // written for a plane of 9
+    let e = stream.max_pool2d_with_indices_backward(&g, &small, &pooled.indices, &p).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidParameter { arg: "indices", got, .. } if got.contains("planes of 9 elements")),
+        "{e}"
+    );
+    let upload = |v: i32| NpuTensor::from_array(&npu, &Array4::from_elem((1, 1, 1, 1), v)).unwrap();
+    let e = stream.max_pool2d_with_indices_backward(&g, &small, &upload(6), &p).unwrap_err();
+    assert!(matches!(&e, Error::IndexOutOfRange { value: 6, plane: 6, .. }), "{e}");
+    let five = upload(5);
+    let op = MaxPool2dWithIndicesBackward {
+        grad_output: (&g).into(),
+        self_: (&small).into(),
+        indices: (&five).into(),
+        params: p,
+        grad_input: (&mut gx).into(),
+    };
+    Plan::new(&stream, op).unwrap().run().unwrap();
+    assert_eq!(gx.to_array().unwrap().as_slice().unwrap(), [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
+
+    let masked = stream.max_pool2d_with_mask(&big, &p, I32Argmax).unwrap(); // for a plane of 9
+    let op = MaxPool2dWithMaskBackward {
+        grad_output: (&g).into(),
+        self_: (&small).into(),
+        mask: MaskRef::new((&masked.mask).into(), I32Argmax),
+        params: p,
+        grad_input: (&mut gx).into(),
+    };
+    let e = Plan::new(&stream, op).map(drop).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidParameter { arg: "mask", got, .. } if got.contains("planes of 9 elements")),
+        "{e}"
+    );
+    // An I32Argmax mask made on the host and uploaded: its values are read as int32 words.
+    let host_x = Array4::from_shape_fn((1, 1, 2, 3), |(_, _, h, w)| (h * 3 + w) as f32);
+    let host_mask = poolgrad::max_pool2d_with_mask(&host_x, &p, I32Argmax).unwrap().mask;
+    let uploaded = NpuTensor::from_array(&npu, host_mask.as_array()).unwrap();
+    let op = MaxPool2dWithMaskBackward {
+        grad_output: (&g).into(),
+        self_: (&small).into(),
+        mask: MaskRef::new((&uploaded).into(), I32Argmax),
+        params: p,
+        grad_input: (&mut gx).into(),
+    };
+    Plan::new(&stream, op).unwrap().run().unwrap();
+    assert_eq!(
+        gx.to_array().unwrap().as_slice().unwrap(),
+        [0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+        "the maximum at 4"
+    );
+    let mut bytes = host_mask.as_array().clone();
+    bytes.as_slice_mut().unwrap()[..4].copy_from_slice(&bytemuck::cast::<i32, [i8; 4]>(7));
+    let outside = NpuTensor::from_array(&npu, &bytes).unwrap();
+    let op = MaxPool2dWithMaskBackward {
+        grad_output: (&g).into(),
+        self_: (&small).into(),
+        mask: MaskRef::new((&outside).into(), I32Argmax),
+        params: p,
+        grad_input: (&mut gx).into(),
+    };
+    let e = Plan::new(&stream, op).map(drop).unwrap_err();
+    assert!(matches!(&e, Error::IndexOutOfRange { arg: "mask", value: 7, plane: 6, .. }), "{e}");
+    drop((big, small, g, gx, pooled, masked, five, uploaded, outside));
+    drop(stream);
+    drop(npu);
+    session.assert_clean();
+}
+
+/// The stream has its device's limits, and the with-indices operators keep the INT32 plane on the
+/// 950 too (their device indices are INT32), before any device call. (The views below describe a
+/// plane far larger than their memory; no call reads it, as the plans are refused.)
+#[test]
+#[allow(unsafe_code)] // views of a large plane: `from_device_ptr`
+fn device_planes_past_int32_are_refused_on_the_stream() {
+    for (soc, op) in [
+        ("Ascend910B1", "adaptive_max_pool2d_backward"),
+        ("Ascend950PR_9599", "max_pool2d_with_indices_backward"),
+    ] {
+        let session = Double::session();
+        session.set_soc(soc);
+        let npu = session.open();
+        let stream = npu.stream();
+        let memory = NpuTensor::<f32>::zeros(&npu, &[1, 1, 1, 1]).unwrap();
+        let index = NpuTensor::<i32>::zeros(&npu, &[1, 1, 1, 1]).unwrap();
+        let huge = [1, 1, 1 << 16, 1 << 15];
+        let ptr = memory.device_ptr().cast_mut();
+        // SAFETY: not met for the shape (one element of memory): the plans below are refused in
+        // phase 1, before any call that would read or write it.
+        let (x, mut gx) = unsafe {
+            (
+                TensorRef::<f32, Npu>::from_device_ptr(&npu, ptr, &huge, &[0, 0, 1 << 15, 1]).unwrap(),
+                TensorMut::<f32, Npu>::from_device_ptr(&npu, ptr, &huge, &[0, 0, 1 << 15, 1]).unwrap(),
+            )
+        };
+        let idx = NpuTensor::<i64>::zeros(&npu, &[1, 1, 1, 1]).unwrap();
+        let calls = session.calls("*");
+        let e = if op == "adaptive_max_pool2d_backward" {
+            let op = AdaptiveMaxPool2dBackward {
+                grad_output: (&memory).into(),
+                self_: x,
+                indices: (&idx).into(),
+                grad_input: gx.reborrow(),
+            };
+            Plan::new(&stream, op).map(drop).unwrap_err()
+        } else {
+            let p = MaxPool2dParams::new([1 << 16, 1 << 15]);
+            let op = MaxPool2dWithIndicesBackward {
+                grad_output: (&memory).into(),
+                self_: x,
+                indices: (&index).into(),
+                params: p,
+                grad_input: gx.reborrow(),
+            };
+            Plan::new(&stream, op).map(drop).unwrap_err()
+        };
+        assert!(
+            matches!(&e, Error::DeviceLimit { device: "ascend", about: poolgrad::DeviceLimitKind::PlaneSize, limit, .. } if limit.contains("2147483647")),
+            "{soc}: {e}"
+        );
+        assert!(e.to_string().starts_with(op), "{e}");
+        assert_eq!(session.calls("*"), calls, "no CANN call");
+        drop((memory, index, idx, gx));
+        drop(stream);
+        drop(npu);
+        session.assert_clean();
+    }
 }

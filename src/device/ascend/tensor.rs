@@ -96,13 +96,15 @@ pub(crate) enum Values {
 impl Values {
     /// What a scan of `host` (the elements of a tensor of type `E`) shows.
     fn scan<E: Element>(host: &[E]) -> Values {
-        let bytes: &[u8] = bytemuck::cast_slice(host);
         match E::DTYPE {
             DType::I64 => Self::scan_values(bytemuck::cast_slice::<E, i64>(host).iter().copied()),
             DType::I32 => Self::scan_values(bytemuck::cast_slice::<E, i32>(host).iter().map(|&v| v as i64)),
-            // An `I32Argmax` mask's values are native-endian int32 words of its bytes.
-            DType::I8 if bytes.len().is_multiple_of(4) => Self::scan_values(
-                bytes.chunks_exact(4).map(|w| i32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as i64),
+            // An `I32Argmax` mask's values are native-endian int32 words of its bytes (a mask's
+            // rows are whole words: 32 bytes and more).
+            DType::I8 => Self::scan_values(
+                bytemuck::cast_slice::<E, u8>(host)
+                    .chunks_exact(4)
+                    .map(|w| i32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as i64),
             ),
             _ => Values::Unknown,
         }
