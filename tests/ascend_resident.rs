@@ -479,6 +479,31 @@ fn tensors_and_workspaces_of_another_device_are_refused_before_any_device_call()
         "{e}"
     );
     assert_eq!(session.calls("*"), calls, "no CANN call at all");
+    // An input of another device, likewise.
+    let x1 = NpuTensor::<f32>::zeros(&npu1, &[1, 1, 2, 2]).unwrap();
+    let calls = session.calls("*");
+    let op = AdaptiveMaxPool2dBackward {
+        grad_output: (&g).into(),
+        self_: (&x1).into(),
+        indices: (&idx).into(),
+        grad_input: (&mut here).into(),
+    };
+    let e = Plan::new(&stream, op).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidParameter { arg: "self_", got, .. } if got.contains("device 1")),
+        "{e}"
+    );
+    assert_eq!(session.calls("*"), calls, "no CANN call at all");
+    // The views say where they are.
+    assert_eq!(
+        format!("{:?}", x1.view()),
+        "TensorRef { view: DeviceRef { device_id: 1, shape: [1, 1, 2, 2], dtype: F32, .. }, ndim: 4 }"
+    );
+    assert!(
+        format!("{:?}", here.view_mut())
+            .contains("DeviceMut { device_id: 0, shape: [1, 1, 2, 2], dtype: F32, .. }")
+    );
+    drop(x1);
 
     let other = npu1.stream();
     let mut ws = Workspace::new(&other, 64).unwrap();
