@@ -110,7 +110,9 @@ impl Tensors {
             pool_grad: NpuTensor::from_array(npu, &ramp(p)).unwrap(),
             pool_gx: zeros(&SHAPE),
             mask_out: zeros(&p),
-            mask: NpuTensor::zeros(npu, &mask_shape(&pool_params())).unwrap(),
+            // Not zeros: the forward clears the mask on the stream before the operator writes it.
+            mask: NpuTensor::from_array(npu, &ndarray::ArrayD::from_elem(mask_shape(&pool_params()), 0x55i8))
+                .unwrap(),
             mask_gx: zeros(&SHAPE),
             bits_out: zeros(&b),
             bits: NpuTensor::zeros(npu, &mask_shape(&bits_params())).unwrap(),
@@ -210,6 +212,7 @@ impl Tensors {
             mask.mask.to_indices::<i64>().unwrap(),
             "mask arg-max"
         );
+        assert_eq!(bytes.as_array(), mask.mask.as_array(), "every byte, those the operator leaves too");
         let gx = poolgrad::max_pool2d_with_mask_backward(&grad, &x, &mask.mask).unwrap();
         assert_eq!(host(&self.mask_gx.to_array().unwrap()), gx, "mask backward");
 
@@ -894,6 +897,23 @@ fn device_indices_and_masks_of_the_pooling_operators_are_checked_against_the_pla
     assert!(matches!(&e, Error::IndexOutOfRange { arg: "mask", value: 7, plane: 6, .. }), "{e}");
     drop((big, small, g, gx, pooled, masked, five, uploaded, outside));
     drop(stream);
+    drop(npu);
+    session.assert_clean();
+}
+
+/// A device tensor whose byte count passes `isize::MAX` is refused before any allocation.
+#[test]
+fn device_tensors_too_large_to_address_are_refused() {
+    let session = Double::session();
+    let npu = session.open();
+    let calls = session.calls("*");
+    let e = NpuTensor::<f32>::zeros(&npu, &[1, 1, 1 << 31, 1 << 30]).unwrap_err(); // 2^63 bytes
+    assert!(matches!(&e, Error::Overflow { arg: "shape", .. }), "{e}");
+    let e = NpuTensor::<f32>::zeros(&npu, &[1, 1 << 31, 1 << 31, 1 << 31]).unwrap_err();
+    assert!(matches!(&e, Error::Overflow { arg: "shape", .. }), "{e}");
+    let e = NpuTensor::<f32>::zeros(&npu, &[2, 2]).unwrap_err();
+    assert!(matches!(&e, Error::Rank { got: 2, .. }), "{e}");
+    assert_eq!(session.calls("*"), calls, "no CANN call");
     drop(npu);
     session.assert_clean();
 }
