@@ -977,3 +977,49 @@ fn device_planes_past_int32_are_refused_on_the_stream() {
         session.assert_clean();
     }
 }
+
+/// Views of a caller's device memory check what they can: a null or misaligned address, the
+/// stride count, and strides other than row-major contiguous (an axis of length 1 may have any).
+#[test]
+#[allow(unsafe_code)] // `from_device_ptr`, with arguments it refuses (no memory is touched)
+fn views_of_a_callers_memory_refuse_what_they_can_check() {
+    let session = Double::session();
+    let npu = session.open();
+    let t = NpuTensor::<f32>::zeros(&npu, &[2, 3, 4]).unwrap();
+    let ptr = t.device_ptr();
+    // SAFETY: `ptr` is 24 live f32 of device 0, not written meanwhile; the refused calls make
+    // no view at all.
+    unsafe {
+        let view = TensorRef::<f32, Npu>::from_device_ptr(&npu, ptr, &[2, 3, 4], &[12, 4, 1]).unwrap();
+        assert_eq!(view.dims(), [2, 3, 4]);
+        // Axes of length 1 may have any stride.
+        TensorRef::<f32, Npu>::from_device_ptr(&npu, ptr, &[1, 2, 1, 12], &[999, 12, 7, 1]).unwrap();
+        let e = TensorRef::<f32, Npu>::from_device_ptr(&npu, std::ptr::null(), &[2, 3, 4], &[12, 4, 1])
+            .unwrap_err();
+        assert!(matches!(&e, Error::InvalidParameter { arg: "ptr", got, .. } if got.contains("null")), "{e}");
+        // An empty view needs no memory.
+        TensorRef::<f32, Npu>::from_device_ptr(&npu, std::ptr::null(), &[0, 3, 4], &[12, 4, 1]).unwrap();
+        let odd = ptr.cast::<u8>().wrapping_add(2).cast::<std::ffi::c_void>().cast_mut();
+        let e = TensorMut::<f32, Npu>::from_device_ptr(&npu, odd, &[2, 3, 4], &[12, 4, 1]).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidParameter { arg: "ptr", expected, .. } if expected.contains("aligned to 4")),
+            "{e}"
+        );
+        let e = TensorRef::<f32, Npu>::from_device_ptr(&npu, ptr, &[2, 3, 4], &[12, 4]).unwrap_err();
+        assert!(matches!(&e, Error::Layout { arg: "strides", .. }), "{e}");
+        // Transposed, or every other column: not contiguous.
+        let e = TensorRef::<f32, Npu>::from_device_ptr(&npu, ptr, &[2, 3, 4], &[12, 1, 3]).unwrap_err();
+        assert!(
+            matches!(&e, Error::Layout { arg: "strides", reason, .. } if reason.contains("axis 2 needs stride 1")),
+            "{e}"
+        );
+        let e =
+            TensorMut::<f32, Npu>::from_device_ptr(&npu, ptr.cast_mut(), &[1, 3, 2], &[6, 2, 2]).unwrap_err();
+        assert!(matches!(&e, Error::Layout { arg: "strides", .. }), "{e}");
+        let e = TensorMut::<f32, Npu>::from_device_ptr(&npu, ptr.cast_mut(), &[3, 2], &[2, 1]).unwrap_err();
+        assert!(matches!(&e, Error::Rank { got: 2, .. }), "{e}");
+    }
+    drop(t);
+    drop(npu);
+    session.assert_clean();
+}
