@@ -497,7 +497,9 @@ fn tensors_and_workspaces_of_another_device_are_refused_before_any_device_call()
         "{e}"
     );
     assert_eq!(session.calls("*"), calls, "no CANN call at all");
-    // The views say where they are.
+    // The tensors and their views say where they are.
+    assert_eq!((here.device_id(), elsewhere.device_id()), (0, 1));
+    assert_eq!(format!("{x1:?}"), "NpuTensor { device_id: 1, dims: [1, 1, 2, 2], dtype: F32 }");
     assert_eq!(
         format!("{:?}", x1.view()),
         "TensorRef { view: DeviceRef { device_id: 1, shape: [1, 1, 2, 2], dtype: F32, .. }, ndim: 4 }"
