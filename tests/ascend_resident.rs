@@ -988,6 +988,11 @@ fn views_of_a_callers_memory_refuse_what_they_can_check() {
     let session = Double::session();
     let npu = session.open();
     let t = NpuTensor::<f32>::zeros(&npu, &[2, 3, 4]).unwrap();
+    assert_eq!(
+        t.to_array().unwrap(),
+        ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[2, 3, 4])),
+        "fresh device memory is not zero"
+    );
     let ptr = t.device_ptr();
     // SAFETY: `ptr` is 24 live f32 of device 0, not written meanwhile; the refused calls make
     // no view at all.
@@ -1023,5 +1028,33 @@ fn views_of_a_callers_memory_refuse_what_they_can_check() {
     }
     drop(t);
     drop(npu);
+    session.assert_clean();
+}
+
+/// `AscendStream::synchronize` on a caller's stream waits for that stream (a convenience for a
+/// caller without its own binding): once, and the results are then ready.
+#[test]
+fn synchronize_waits_for_a_callers_stream() {
+    let session = Double::session();
+    let caller = Caller::new(&session);
+    let npu = session.open();
+    let x = NpuTensor::from_array(&npu, &input()).unwrap();
+    let pooled = {
+        let stream = caller.stream(&npu);
+        let pooled = stream.adaptive_max_pool2d(&x, ADAPTIVE).unwrap();
+        let waits = session.calls("aclrtSynchronizeStream");
+        stream.synchronize().unwrap();
+        assert_eq!(session.calls("aclrtSynchronizeStream"), waits + 1);
+        pooled
+    };
+    let waits = session.calls("aclrtSynchronizeStream");
+    assert_eq!(
+        host(&pooled.output.to_array().unwrap()),
+        poolgrad::adaptive_max_pool2d(&input(), ADAPTIVE).unwrap().output
+    );
+    assert_eq!(session.calls("aclrtSynchronizeStream"), waits, "the caller's stream was waited for");
+    drop((x, pooled));
+    drop(npu);
+    caller.close();
     session.assert_clean();
 }
