@@ -1058,3 +1058,21 @@ fn synchronize_waits_for_a_callers_stream() {
     caller.close();
     session.assert_clean();
 }
+
+/// Forward and backward of the six operators on device tensors on poolgrad's stream, against the
+/// CPU: on the double, and on a real NPU when one is present.
+#[test]
+fn device_resident_results_match_the_cpu_on_every_device() {
+    ascend::on_every_device("device_resident_results_match_the_cpu_on_every_device", |npu| {
+        // On SoCs other than A2/A3 some of the six are refused (the SoC table); A2/A3 run all.
+        if npu.soc_family() != poolgrad::device::ascend::SocFamily::AtlasA2A3 {
+            return;
+        }
+        let mut tensors = Tensors::new(npu);
+        let stream = npu.stream();
+        let mut ws = Workspace::new(&stream, 0).unwrap();
+        tensors.queue_all(&stream, &mut ws);
+        stream.synchronize().unwrap();
+        tensors.check_against_cpu();
+    });
+}
