@@ -131,7 +131,8 @@ impl<B> AscendPrepared<B> {
     }
 
     /// Staged device work. The workspace is sized by CANN's phase 1 when the plan runs, so the
-    /// plan asks for none (the run grows the workspace it is given: [`Ascend::workspace_for`]).
+    /// plan asks for none (the run grows the workspace it is given:
+    /// [`AscendMemory::grown_to`](super::AscendMemory::grown_to)).
     pub(super) fn of(buffers: B) -> (Self, usize) {
         (AscendPrepared(Some(buffers)), 0)
     }
