@@ -13,10 +13,7 @@ use half::f16;
 use ndarray::Array4;
 use poolgrad::device::ascend::Ascend;
 use poolgrad::device::cpu::Cpu;
-use poolgrad::{
-    Bitmask, I32Argmax, MaskLayout, MaxPool2dParams, PoolFloat, adaptive_max_pool2d_backward_on,
-    adaptive_max_pool2d_on, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
-};
+use poolgrad::{Bitmask, I32Argmax, MaskLayout, MaxPool2dParams, PoolFloat};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -60,13 +57,13 @@ fn run(npu: &Ascend) -> poolgrad::Result<()> {
     let go = Array4::from_shape_fn((4, 32, 7, 7), |(n, c, h, w)| ((n + c + h * 7 + w) % 9) as f32 - 4.0);
 
     // Adaptive max pooling, [4, 32, 30, 30] -> 7x7 (overlapping windows), f32 and f16.
-    let pooled = adaptive_max_pool2d_on(&cpu, &x, [7, 7])?;
-    let on_npu = adaptive_max_pool2d_backward_on(npu, &go, &x, &pooled.indices)?;
-    let on_cpu = adaptive_max_pool2d_backward_on(&cpu, &go, &x, &pooled.indices)?;
+    let pooled = poolgrad::on(&cpu).adaptive_max_pool2d(&x, [7, 7])?;
+    let on_npu = poolgrad::on(npu).adaptive_max_pool2d_backward(&go, &x, &pooled.indices)?;
+    let on_cpu = poolgrad::on(&cpu).adaptive_max_pool2d_backward(&go, &x, &pooled.indices)?;
     report("adaptive_max_pool2d_backward f32", &on_npu, &on_cpu);
     let (x16, go16) = (x.mapv(f16::from_f32), go.mapv(f16::from_f32));
-    let on_npu = adaptive_max_pool2d_backward_on(npu, &go16, &x16, &pooled.indices)?;
-    let on_cpu = adaptive_max_pool2d_backward_on(&cpu, &go16, &x16, &pooled.indices)?;
+    let on_npu = poolgrad::on(npu).adaptive_max_pool2d_backward(&go16, &x16, &pooled.indices)?;
+    let on_cpu = poolgrad::on(&cpu).adaptive_max_pool2d_backward(&go16, &x16, &pooled.indices)?;
     report("adaptive_max_pool2d_backward f16", &on_npu, &on_cpu);
 
     // Max pooling k3 s2 p1 with the mask layout this SoC writes.
@@ -85,14 +82,14 @@ fn mask_round_trip<T: PoolFloat, L: MaskLayout>(
     params: &MaxPool2dParams,
 ) -> poolgrad::Result<()> {
     let x = x.mapv(|v| T::round_from_f64(v.into()));
-    let dev = max_pool2d_with_mask_on(npu, &x, params, L::default())?;
-    let host = max_pool2d_with_mask_on(cpu, &x, params, L::default())?;
+    let dev = poolgrad::on(npu).max_pool2d_with_mask(&x, params, L::default())?;
+    let host = poolgrad::on(cpu).max_pool2d_with_mask(&x, params, L::default())?;
     report(&format!("max_pool2d_with_mask ({}) values", L::NAME), &dev.output, &host.output);
     let same = dev.mask.to_indices::<i64>()? == host.mask.to_indices::<i64>()?;
     println!("{:<44} arg-max identical: {same}", format!("max_pool2d_with_mask ({}) mask", L::NAME));
     let g = dev.output.mapv(|v| T::round_from_f64(v.to_f64_exact().rem_euclid(5.0) - 2.0));
-    let on_npu = max_pool2d_with_mask_backward_on(npu, &g, &x, &dev.mask)?;
-    let on_cpu = max_pool2d_with_mask_backward_on(cpu, &g, &x, &host.mask)?;
+    let on_npu = poolgrad::on(npu).max_pool2d_with_mask_backward(&g, &x, &dev.mask)?;
+    let on_cpu = poolgrad::on(cpu).max_pool2d_with_mask_backward(&g, &x, &host.mask)?;
     report(&format!("max_pool2d_with_mask_backward ({})", L::NAME), &on_npu, &on_cpu);
     Ok(())
 }

@@ -29,8 +29,7 @@ use poolgrad::device::cpu::Cpu;
 use poolgrad::op::AdaptiveMaxPool2dBackward;
 use poolgrad::{
     AscendError, Bitmask, Error, I32Argmax, Mask, MaskLayout, MaxPool2dParams, Plan, PoolFloat, TensorMut,
-    TensorRef, adaptive_max_pool2d_backward_on, adaptive_max_pool2d_on, max_pool2d_with_indices_backward_on,
-    max_pool2d_with_indices_on, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
+    TensorRef,
 };
 
 /// One operator run: what happened, in a word, and the detail.
@@ -308,26 +307,26 @@ fn probe<T: PoolFloat>(
     let cpu = Cpu::sequential();
     let tag = |op| (op, dtype, case);
     if adaptive && p.kernel() != [1, 1] {
-        let want = adaptive_max_pool2d_on(&cpu, &x, [2, 3]).unwrap();
+        let want = poolgrad::on(&cpu).adaptive_max_pool2d(&x, [2, 3]).unwrap();
         let want_fwd = (bits(&want.output), want.indices.clone());
         outcomes.push(record(d, tag("adaptive_max_pool2d"), want_fwd, |dev| {
-            adaptive_max_pool2d_on(dev, &x, [2, 3]).map(|r| (bits(&r.output), r.indices))
+            poolgrad::on(dev).adaptive_max_pool2d(&x, [2, 3]).map(|r| (bits(&r.output), r.indices))
         }));
         let g = want.output.mapv(|v| cast::<T>(wide(v) as f32 * 0.5 + 1.0));
-        let want_g = adaptive_max_pool2d_backward_on(&cpu, &g, &x, &want.indices).unwrap();
+        let want_g = poolgrad::on(&cpu).adaptive_max_pool2d_backward(&g, &x, &want.indices).unwrap();
         outcomes.push(record(d, tag("adaptive_max_pool2d_backward"), bits(&want_g), |dev| {
-            adaptive_max_pool2d_backward_on(dev, &g, &x, &want.indices).map(|r| bits(&r))
+            poolgrad::on(dev).adaptive_max_pool2d_backward(&g, &x, &want.indices).map(|r| bits(&r))
         }));
     }
-    let want = max_pool2d_with_indices_on(&cpu, &x, p).unwrap();
+    let want = poolgrad::on(&cpu).max_pool2d_with_indices(&x, p).unwrap();
     let want_fwd = (bits(&want.output), want.indices.clone());
     outcomes.push(record(d, tag("max_pool2d_with_indices"), want_fwd, |dev| {
-        max_pool2d_with_indices_on(dev, &x, p).map(|r| (bits(&r.output), r.indices))
+        poolgrad::on(dev).max_pool2d_with_indices(&x, p).map(|r| (bits(&r.output), r.indices))
     }));
     let g = want.output.mapv(|v| cast::<T>(wide(v) as f32 - 2.0));
-    let want_g = max_pool2d_with_indices_backward_on(&cpu, &g, &x, &want.indices, p).unwrap();
+    let want_g = poolgrad::on(&cpu).max_pool2d_with_indices_backward(&g, &x, &want.indices, p).unwrap();
     outcomes.push(record(d, tag("max_pool2d_with_indices_backward"), bits(&want_g), |dev| {
-        max_pool2d_with_indices_backward_on(dev, &g, &x, &want.indices, p).map(|r| bits(&r))
+        poolgrad::on(dev).max_pool2d_with_indices_backward(&g, &x, &want.indices, p).map(|r| bits(&r))
     }));
     // The mask operators take no dilation (neither CANN's nor poolgrad's mask layouts encode it).
     if p.dilation() != [1, 1] {
@@ -349,9 +348,9 @@ fn mask_probe<'c, T: PoolFloat, L: MaskLayout>(
     masks: &mut Vec<(String, &'static str, String, String)>,
 ) {
     let cpu = Cpu::sequential();
-    let want = max_pool2d_with_mask_on(&cpu, x, p, L::default()).unwrap();
+    let want = poolgrad::on(&cpu).max_pool2d_with_mask(x, p, L::default()).unwrap();
     let want_idx = want.mask.to_indices::<i64>().unwrap();
-    let got = max_pool2d_with_mask_on(&d.npu, x, p, L::default());
+    let got = poolgrad::on(&d.npu).max_pool2d_with_mask(x, p, L::default());
     let (_, dtype, case) = tag("");
     if let Ok(dev) = &got
         && (case.ends_with("plain") || case.starts_with("ceil"))
@@ -363,13 +362,14 @@ fn mask_probe<'c, T: PoolFloat, L: MaskLayout>(
     }
     let want_fwd = (bits(&want.output), Some(want_idx));
     outcomes.push(record(d, tag("max_pool2d_with_mask"), want_fwd, |dev| {
-        max_pool2d_with_mask_on(dev, x, p, L::default())
+        poolgrad::on(dev)
+            .max_pool2d_with_mask(x, p, L::default())
             .map(|r| (bits(&r.output), r.mask.to_indices::<i64>().ok()))
     }));
     let g = want.output.mapv(|v| cast::<T>(wide(v) as f32 + 3.0));
-    let want_g = max_pool2d_with_mask_backward_on(&cpu, &g, x, &want.mask).unwrap();
+    let want_g = poolgrad::on(&cpu).max_pool2d_with_mask_backward(&g, x, &want.mask).unwrap();
     outcomes.push(record(d, tag("max_pool2d_with_mask_backward"), bits(&want_g), |dev| {
-        max_pool2d_with_mask_backward_on(dev, &g, x, &want.mask).map(|r| bits(&r))
+        poolgrad::on(dev).max_pool2d_with_mask_backward(&g, x, &want.mask).map(|r| bits(&r))
     }));
 }
 
@@ -461,8 +461,8 @@ fn lifecycle(d: &Devices, outcomes: &[Outcome]) -> Vec<(&'static str, String)> {
     let cpu = Cpu::sequential();
     let x = input::<f32>("plain");
     let p = params(3);
-    let want = max_pool2d_with_indices_on(&cpu, &x, &p).unwrap();
-    let check = |dev: &Ascend| match max_pool2d_with_indices_on(dev, &x, &p) {
+    let want = poolgrad::on(&cpu).max_pool2d_with_indices(&x, &p).unwrap();
+    let check = |dev: &Ascend| match poolgrad::on(dev).max_pool2d_with_indices(&x, &p) {
         Ok(r) if r == want => "the next run matches the CPU".to_string(),
         Ok(_) => "the next run differs from the CPU".to_string(),
         Err(e) => format!("the next run failed: {e}"),
@@ -503,9 +503,9 @@ fn device_resident(npu: &Ascend) -> String {
     let run = || -> poolgrad::Result<Vec<&'static str>> {
         let x = input4::<f32>("plain", 5);
         let p = params(3);
-        let want = adaptive_max_pool2d_on(&Cpu::sequential(), &x, [2, 3])?;
+        let want = poolgrad::on(&Cpu::sequential()).adaptive_max_pool2d(&x, [2, 3])?;
         let g = want.output.mapv(|v| v * 0.5 + 1.0);
-        let want_g = adaptive_max_pool2d_backward_on(&Cpu::sequential(), &g, &x, &want.indices)?;
+        let want_g = poolgrad::on(&Cpu::sequential()).adaptive_max_pool2d_backward(&g, &x, &want.indices)?;
         let stream = npu.stream();
         let (x_dev, g_dev) = (NpuTensor::from_array(npu, &x)?, NpuTensor::from_array(npu, &g)?);
         let adaptive = stream.adaptive_max_pool2d(&x_dev, [2, 3])?;
@@ -542,9 +542,9 @@ fn device_mask_differs<L: MaskLayout>(
     x: &Array4<f32>,
     p: &MaxPool2dParams,
 ) -> poolgrad::Result<Vec<&'static str>> {
-    let want = max_pool2d_with_mask_on(&Cpu::sequential(), x, p, L::default())?;
+    let want = poolgrad::on(&Cpu::sequential()).max_pool2d_with_mask(x, p, L::default())?;
     let g = want.output.mapv(|v| v - 2.0);
-    let want_g = max_pool2d_with_mask_backward_on(&Cpu::sequential(), &g, x, &want.mask)?;
+    let want_g = poolgrad::on(&Cpu::sequential()).max_pool2d_with_mask_backward(&g, x, &want.mask)?;
     let (x_dev, g_dev) = (NpuTensor::from_array(npu, x)?, NpuTensor::from_array(npu, &g)?);
     let pooled = stream.max_pool2d_with_mask(&x_dev, p, L::default())?;
     let grad = stream.max_pool2d_with_mask_backward(&g_dev, &x_dev, &pooled)?;

@@ -525,8 +525,8 @@ fn tiny_cases(reps: usize, selected: &dyn Fn(&str) -> bool) {
             }
             let stem = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
             let forward = |cpu: &Cpu| match op {
-                "adaptive" => poolgrad::adaptive_max_pool2d_on(cpu, &x, [3, 3]).unwrap(),
-                _ => poolgrad::max_pool2d_with_indices_on(cpu, &x, &stem).unwrap(),
+                "adaptive" => poolgrad::on(cpu).adaptive_max_pool2d(&x, [3, 3]).unwrap(),
+                _ => poolgrad::on(cpu).max_pool2d_with_indices(&x, &stem).unwrap(),
             };
             let p = forward(&default);
             let g = to4(random::<f32>(p.output.shape(), 2));
@@ -534,9 +534,9 @@ fn tiny_cases(reps: usize, selected: &dyn Fn(&str) -> bool) {
             let tmin = tmin::<f32>(shape, out, 8.0);
             if selected(&bwd) {
                 let backward = |cpu: &Cpu| match op {
-                    "adaptive" => poolgrad::adaptive_max_pool2d_backward_on(cpu, &g, &x, &p.indices).unwrap(),
+                    "adaptive" => poolgrad::on(cpu).adaptive_max_pool2d_backward(&g, &x, &p.indices).unwrap(),
                     _ => {
-                        poolgrad::max_pool2d_with_indices_backward_on(cpu, &g, &x, &p.indices, &stem).unwrap()
+                        poolgrad::on(cpu).max_pool2d_with_indices_backward(&g, &x, &p.indices, &stem).unwrap()
                     }
                 };
                 let t = time_per_call(reps, calls, || drop(std::hint::black_box(backward(&default))));

@@ -1,60 +1,27 @@
-//! Free functions over ndarray arrays: the one-line entry points.
+//! The free functions: the crate's entry points on the default [`Cpu`].
 //!
-//! Each accepts owned arrays or views of rank 3 (`[C, H, W]`) or 4 (`[N, C, H, W]`) with any
-//! strides, runs on the default [`Cpu`] device, and returns owned arrays of the input's rank. Each
-//! has an `_on` twin that takes the device as its first argument, and an `_into` twin (PyTorch's
-//! `out=`) that writes into arrays or views the caller owns, of any strides, with the same checks:
-//! a training loop that reuses its buffers allocates nothing per step.
-//!
-//! Each operation has one private core that writes into views (`*_into_views`); the `_into`
-//! forms call it directly, and the allocating forms check what they read, allocate, and call it.
+//! Each is a one-line shorthand for the method of the same name of [`On`], the handle that binds
+//! a device (`poolgrad::on(&device)`), where the operation is implemented once. Every form takes
+//! `&ArrayRef` (owned arrays, views and mutable views all pass as they are) of rank 3
+//! (`[C, H, W]`) or 4 (`[N, C, H, W]`) with any strides, and returns arrays of the input's rank.
+//! The `_into` forms (PyTorch's `out=`) write into arrays or views the caller owns, of any
+//! strides, with the same checks: a training loop that reuses its buffers allocates nothing per
+//! step.
 
-use ndarray::{Array, ArrayBase, ArrayView, ArrayViewMut, Data, DataMut, Dimension};
+use ndarray::{Array, ArrayRef};
 
-use crate::device::Runs;
 use crate::device::cpu::Cpu;
 use crate::element::PoolFloat;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
 use crate::index::ArgmaxIndex;
-use crate::mask::{Mask, MaskLayout, MaskMut};
-use crate::op::name;
-use crate::op::{
-    AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
-    MaxPool2dWithMask, MaxPool2dWithMaskBackward,
-};
+use crate::mask::{Mask, MaskLayout};
+#[cfg(doc)]
+use crate::on::On;
+use crate::on::{Pooled, PooledMask, on};
 use crate::params::MaxPool2dParams;
-use crate::plan::Plan;
-use crate::tensor::{PoolDim, TensorMut, TensorRef};
-
-/// Whose `grad_input` a backward core writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Buffer {
-    /// The allocating form's, just allocated zeroed: a kernel may leave it unzeroed.
-    Fresh,
-    /// The caller's (the `_into` forms): any contents, all replaced.
-    Callers,
-}
-
-impl Buffer {
-    /// `grad_input` as this buffer is: marked as holding only zeros when fresh.
-    fn mark<T: crate::element::Element>(self, grad_input: TensorMut<'_, T>) -> TensorMut<'_, T> {
-        match self {
-            Buffer::Fresh => grad_input.known_zero(),
-            Buffer::Callers => grad_input,
-        }
-    }
-}
-
-/// The result of a max-pooling forward: pooled values and flat arg-max indices.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pooled<T, I, D: Dimension> {
-    /// Pooled values.
-    pub output: Array<T, D>,
-    /// Flat index `ih * W + iw` of each value inside its `(n, c)` plane.
-    pub indices: Array<I, D>,
-}
+use crate::tensor::PoolDim;
 
 /// Adaptive 2-D max pooling of `input` to `output_size = [Ho, Wo]`, with PyTorch's semantics
 /// (first maximum wins; a NaN wins and a later NaN replaces it). `Ho > H` and `Wo > W` are allowed.
@@ -74,42 +41,11 @@ pub struct Pooled<T, I, D: Dimension> {
 /// [`Error::InvalidParameter`] for a zero in `output_size`, [`Error::IndexTypeTooNarrow`] when
 /// `H * W` exceeds the index type, [`Error::Overflow`] / [`Error::Allocation`] when the output
 /// cannot be allocated.
-pub fn adaptive_max_pool2d<T, S, D>(
-    input: &ArrayBase<S, D>,
+pub fn adaptive_max_pool2d<T: PoolFloat, D: PoolDim>(
+    input: &ArrayRef<T, D>,
     output_size: [usize; 2],
-) -> Result<Pooled<T, i64, D>>
-where
-    T: PoolFloat,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    adaptive_forward(&Cpu::default(), input, output_size)
-}
-
-/// [`adaptive_max_pool2d`] on `device` (for example an Ascend NPU, with the `ascend` feature).
-///
-/// ```
-/// use poolgrad::device::cpu::Cpu;
-/// let x = ndarray::Array4::<f32>::ones((1, 2, 6, 6));
-/// let p = poolgrad::adaptive_max_pool2d_on(&Cpu::sequential(), &x, [3, 3])?;
-/// assert!(p.indices.iter().all(|&i| i % 2 == 0 && (i / 6) % 2 == 0)); // ties: the first maximum
-/// # Ok::<(), poolgrad::Error>(())
-/// ```
-///
-/// # Errors
-/// As [`adaptive_max_pool2d`], and the device's own errors.
-pub fn adaptive_max_pool2d_on<Dev, T, S, D>(
-    device: &Dev,
-    input: &ArrayBase<S, D>,
-    output_size: [usize; 2],
-) -> Result<Pooled<T, i64, D>>
-where
-    Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, i64>>,
-    T: PoolFloat,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    adaptive_forward(device, input, output_size)
+) -> Result<Pooled<T, i64, D>> {
+    on(&Cpu::default()).adaptive_max_pool2d(input, output_size)
 }
 
 /// [`adaptive_max_pool2d`] with `i32` indices (half the memory; planes up to `2^31` positions).
@@ -124,80 +60,11 @@ where
 ///
 /// # Errors
 /// As [`adaptive_max_pool2d`].
-pub fn adaptive_max_pool2d_i32<T, S, D>(
-    input: &ArrayBase<S, D>,
+pub fn adaptive_max_pool2d_i32<T: PoolFloat, D: PoolDim>(
+    input: &ArrayRef<T, D>,
     output_size: [usize; 2],
-) -> Result<Pooled<T, i32, D>>
-where
-    T: PoolFloat,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    adaptive_forward(&Cpu::default(), input, output_size)
-}
-
-/// [`adaptive_max_pool2d_i32`] on `device`.
-///
-/// # Errors
-/// As [`adaptive_max_pool2d`], and the device's own errors.
-pub fn adaptive_max_pool2d_i32_on<Dev, T, S, D>(
-    device: &Dev,
-    input: &ArrayBase<S, D>,
-    output_size: [usize; 2],
-) -> Result<Pooled<T, i32, D>>
-where
-    Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, i32>>,
-    T: PoolFloat,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    adaptive_forward(device, input, output_size)
-}
-
-/// The allocating adaptive forward behind the four public forms.
-fn adaptive_forward<Dev, T, I, S, D>(
-    device: &Dev,
-    input: &ArrayBase<S, D>,
-    output_size: [usize; 2],
-) -> Result<Pooled<T, I, D>>
-where
-    Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-    let checked = TensorRef::named(input.view(), OP, "input")?;
-    let dims = crate::op::adaptive_forward_shapes::<T, I, _>(&checked, output_size)?.pooled_dims();
-    let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &dims)?;
-    let mut indices = crate::alloc::zeroed_array::<I, D>(OP, "indices", &dims)?;
-    adaptive_into_views(device, input.view(), output_size, output.view_mut(), indices.view_mut())?;
-    Ok(Pooled { output, indices })
-}
-
-/// The one adaptive forward: into the caller's views.
-fn adaptive_into_views<Dev, T, I, D>(
-    device: &Dev,
-    input: ArrayView<'_, T, D>,
-    output_size: [usize; 2],
-    output: ArrayViewMut<'_, T, D>,
-    indices: ArrayViewMut<'_, I, D>,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    D: PoolDim,
-{
-    const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-    let op = AdaptiveMaxPool2d {
-        input: TensorRef::named(input, OP, "input")?,
-        output_size,
-        output: TensorMut::named(output, OP, "output")?,
-        indices: TensorMut::named(indices, OP, "indices")?,
-    };
-    Plan::new(device, op)?.run()
+) -> Result<Pooled<T, i32, D>> {
+    on(&Cpu::default()).adaptive_max_pool2d_i32(input, output_size)
 }
 
 /// [`adaptive_max_pool2d`] into `output` and `indices` (PyTorch's `out=`): arrays or views of
@@ -217,44 +84,13 @@ where
 /// # Errors
 /// As [`adaptive_max_pool2d`], and [`Error::ShapeMismatch`] for an `output` or `indices` of
 /// another shape.
-pub fn adaptive_max_pool2d_into<T, I, S, So, Si, D>(
-    input: &ArrayBase<S, D>,
+pub fn adaptive_max_pool2d_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    input: &ArrayRef<T, D>,
     output_size: [usize; 2],
-    output: &mut ArrayBase<So, D>,
-    indices: &mut ArrayBase<Si, D>,
-) -> Result<()>
-where
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S: Data<Elem = T>,
-    So: DataMut<Elem = T>,
-    Si: DataMut<Elem = I>,
-    D: PoolDim,
-{
-    adaptive_into_views(&Cpu::default(), input.view(), output_size, output.view_mut(), indices.view_mut())
-}
-
-/// [`adaptive_max_pool2d_into`] on `device`.
-///
-/// # Errors
-/// As [`adaptive_max_pool2d_into`], and the device's own errors.
-pub fn adaptive_max_pool2d_into_on<Dev, T, I, S, So, Si, D>(
-    device: &Dev,
-    input: &ArrayBase<S, D>,
-    output_size: [usize; 2],
-    output: &mut ArrayBase<So, D>,
-    indices: &mut ArrayBase<Si, D>,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S: Data<Elem = T>,
-    So: DataMut<Elem = T>,
-    Si: DataMut<Elem = I>,
-    D: PoolDim,
-{
-    adaptive_into_views(device, input.view(), output_size, output.view_mut(), indices.view_mut())
+    output: &mut ArrayRef<T, D>,
+    indices: &mut ArrayRef<I, D>,
+) -> Result<()> {
+    on(&Cpu::default()).adaptive_max_pool2d_into(input, output_size, output, indices)
 }
 
 /// Gradient of [`adaptive_max_pool2d`] (`aclnnAdaptiveMaxPool2dBackward`): each
@@ -281,77 +117,12 @@ where
 /// `[N, C, Ho, Wo]` for `self_ = [N, C, H, W]`, [`Error::EmptyDimension`],
 /// [`Error::IndexOutOfRange`] for an index outside `[0, H*W)`, [`Error::Overflow`] /
 /// [`Error::Allocation`].
-pub fn adaptive_max_pool2d_backward<T, I, S1, S2, S3, D>(
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    indices: &ArrayBase<S3, D>,
-) -> Result<Array<T, D>>
-where
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S3: Data<Elem = I>,
-    D: PoolDim,
-{
-    adaptive_max_pool2d_backward_on(&Cpu::default(), grad_output, self_, indices)
-}
-
-/// [`adaptive_max_pool2d_backward`] on `device` (for example an Ascend NPU, with the `ascend` feature).
-///
-/// # Errors
-/// As [`adaptive_max_pool2d_backward`], and the device's own errors.
-pub fn adaptive_max_pool2d_backward_on<Dev, T, I, S1, S2, S3, D>(
-    device: &Dev,
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    indices: &ArrayBase<S3, D>,
-) -> Result<Array<T, D>>
-where
-    Dev: for<'a> Runs<AdaptiveMaxPool2dBackward<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S3: Data<Elem = I>,
-    D: PoolDim,
-{
-    const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
-    let (go, x, ix) = (grad_output.view(), self_.view(), indices.view());
-    // Shape errors take precedence over the allocation of the result.
-    crate::op::adaptive_backward_shapes(
-        &TensorRef::named(go.view(), OP, "grad_output")?,
-        &TensorRef::named(x.view(), OP, "self_")?,
-        &TensorRef::named(ix.view(), OP, "indices")?,
-    )?;
-    let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", x.shape())?;
-    adaptive_backward_into_views(device, go, x, ix, grad_input.view_mut(), Buffer::Fresh)?;
-    Ok(grad_input)
-}
-
-/// The one adaptive backward: into the caller's view.
-fn adaptive_backward_into_views<Dev, T, I, D>(
-    device: &Dev,
-    grad_output: ArrayView<'_, T, D>,
-    self_: ArrayView<'_, T, D>,
-    indices: ArrayView<'_, I, D>,
-    grad_input: ArrayViewMut<'_, T, D>,
-    buffer: Buffer,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<AdaptiveMaxPool2dBackward<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    D: PoolDim,
-{
-    const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
-    let op = AdaptiveMaxPool2dBackward {
-        grad_output: TensorRef::named(grad_output, OP, "grad_output")?,
-        self_: TensorRef::named(self_, OP, "self_")?,
-        indices: TensorRef::named(indices, OP, "indices")?,
-        grad_input: buffer.mark(TensorMut::named(grad_input, OP, "grad_input")?),
-    };
-    Plan::new(device, op)?.run()
+pub fn adaptive_max_pool2d_backward<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).adaptive_max_pool2d_backward(grad_output, self_, indices)
 }
 
 /// [`adaptive_max_pool2d_backward`] into `grad_input` (PyTorch's `out=`): an array or view of
@@ -370,69 +141,13 @@ where
 /// # Errors
 /// As [`adaptive_max_pool2d_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of
 /// another shape.
-pub fn adaptive_max_pool2d_backward_into<T, I, S1, S2, S3, S4, D>(
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    indices: &ArrayBase<S3, D>,
-    grad_input: &mut ArrayBase<S4, D>,
-) -> Result<()>
-where
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S3: Data<Elem = I>,
-    S4: DataMut<Elem = T>,
-    D: PoolDim,
-{
-    adaptive_backward_into_views(
-        &Cpu::default(),
-        grad_output.view(),
-        self_.view(),
-        indices.view(),
-        grad_input.view_mut(),
-        Buffer::Callers,
-    )
-}
-
-/// [`adaptive_max_pool2d_backward_into`] on `device`.
-///
-/// # Errors
-/// As [`adaptive_max_pool2d_backward_into`], and the device's own errors.
-pub fn adaptive_max_pool2d_backward_into_on<Dev, T, I, S1, S2, S3, S4, D>(
-    device: &Dev,
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    indices: &ArrayBase<S3, D>,
-    grad_input: &mut ArrayBase<S4, D>,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<AdaptiveMaxPool2dBackward<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S3: Data<Elem = I>,
-    S4: DataMut<Elem = T>,
-    D: PoolDim,
-{
-    adaptive_backward_into_views(
-        device,
-        grad_output.view(),
-        self_.view(),
-        indices.view(),
-        grad_input.view_mut(),
-        Buffer::Callers,
-    )
-}
-
-/// The result of a max-pooling forward with an Ascend mask: pooled values and the mask.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PooledMask<T, L: MaskLayout, D: Dimension> {
-    /// Pooled values.
-    pub output: Array<T, D>,
-    /// The arg-max of each output as an int8 mask in layout `L`.
-    pub mask: Mask<L, D>,
+pub fn adaptive_max_pool2d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    grad_input: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).adaptive_max_pool2d_backward_into(grad_output, self_, indices, grad_input)
 }
 
 /// 2-D max pooling with PyTorch's semantics and flat indices (`max_pool2d_with_indices`):
@@ -453,34 +168,11 @@ pub struct PooledMask<T, L: MaskLayout, D: Dimension> {
 /// The parameter errors of [`MaxPool2dParams::output_size`], [`Error::Rank`] (an `IxDyn` input
 /// of another rank), [`Error::EmptyDimension`], [`Error::IndexTypeTooNarrow`],
 /// [`Error::Overflow`], [`Error::Allocation`].
-pub fn max_pool2d_with_indices<T, S, D>(
-    input: &ArrayBase<S, D>,
+pub fn max_pool2d_with_indices<T: PoolFloat, D: PoolDim>(
+    input: &ArrayRef<T, D>,
     params: &MaxPool2dParams,
-) -> Result<Pooled<T, i64, D>>
-where
-    T: PoolFloat,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    max_pool_forward(&Cpu::default(), input, params)
-}
-
-/// [`max_pool2d_with_indices`] on `device` (for example an Ascend NPU, with the `ascend` feature).
-///
-/// # Errors
-/// As [`max_pool2d_with_indices`], and the device's own errors.
-pub fn max_pool2d_with_indices_on<Dev, T, S, D>(
-    device: &Dev,
-    input: &ArrayBase<S, D>,
-    params: &MaxPool2dParams,
-) -> Result<Pooled<T, i64, D>>
-where
-    Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, i64>>,
-    T: PoolFloat,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    max_pool_forward(device, input, params)
+) -> Result<Pooled<T, i64, D>> {
+    on(&Cpu::default()).max_pool2d_with_indices(input, params)
 }
 
 /// [`max_pool2d_with_indices`] with `i32` indices (half the memory; planes up to `2^31`
@@ -497,80 +189,11 @@ where
 ///
 /// # Errors
 /// As [`max_pool2d_with_indices`].
-pub fn max_pool2d_with_indices_i32<T, S, D>(
-    input: &ArrayBase<S, D>,
+pub fn max_pool2d_with_indices_i32<T: PoolFloat, D: PoolDim>(
+    input: &ArrayRef<T, D>,
     params: &MaxPool2dParams,
-) -> Result<Pooled<T, i32, D>>
-where
-    T: PoolFloat,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    max_pool_forward(&Cpu::default(), input, params)
-}
-
-/// [`max_pool2d_with_indices_i32`] on `device`.
-///
-/// # Errors
-/// As [`max_pool2d_with_indices`], and the device's own errors.
-pub fn max_pool2d_with_indices_i32_on<Dev, T, S, D>(
-    device: &Dev,
-    input: &ArrayBase<S, D>,
-    params: &MaxPool2dParams,
-) -> Result<Pooled<T, i32, D>>
-where
-    Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, i32>>,
-    T: PoolFloat,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    max_pool_forward(device, input, params)
-}
-
-/// The allocating max-pooling forward behind the four public forms.
-fn max_pool_forward<Dev, T, I, S, D>(
-    device: &Dev,
-    input: &ArrayBase<S, D>,
-    params: &MaxPool2dParams,
-) -> Result<Pooled<T, I, D>>
-where
-    Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-    let checked = TensorRef::named(input.view(), OP, "input")?;
-    let dims = crate::op::max_pool_forward_shapes::<T, I, _>(&checked, params)?.pooled_dims();
-    let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &dims)?;
-    let mut indices = crate::alloc::zeroed_array::<I, D>(OP, "indices", &dims)?;
-    max_pool_into_views(device, input.view(), params, output.view_mut(), indices.view_mut())?;
-    Ok(Pooled { output, indices })
-}
-
-/// The one max-pooling forward with indices: into the caller's views.
-fn max_pool_into_views<Dev, T, I, D>(
-    device: &Dev,
-    input: ArrayView<'_, T, D>,
-    params: &MaxPool2dParams,
-    output: ArrayViewMut<'_, T, D>,
-    indices: ArrayViewMut<'_, I, D>,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    D: PoolDim,
-{
-    const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-    let op = MaxPool2dWithIndices {
-        input: TensorRef::named(input, OP, "input")?,
-        params: *params,
-        output: TensorMut::named(output, OP, "output")?,
-        indices: TensorMut::named(indices, OP, "indices")?,
-    };
-    Plan::new(device, op)?.run()
+) -> Result<Pooled<T, i32, D>> {
+    on(&Cpu::default()).max_pool2d_with_indices_i32(input, params)
 }
 
 /// [`max_pool2d_with_indices`] into `output` and `indices` (PyTorch's `out=`): arrays or views
@@ -591,44 +214,13 @@ where
 /// # Errors
 /// As [`max_pool2d_with_indices`], and [`Error::ShapeMismatch`] for an `output` or `indices` of
 /// another shape.
-pub fn max_pool2d_with_indices_into<T, I, S, So, Si, D>(
-    input: &ArrayBase<S, D>,
+pub fn max_pool2d_with_indices_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    input: &ArrayRef<T, D>,
     params: &MaxPool2dParams,
-    output: &mut ArrayBase<So, D>,
-    indices: &mut ArrayBase<Si, D>,
-) -> Result<()>
-where
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S: Data<Elem = T>,
-    So: DataMut<Elem = T>,
-    Si: DataMut<Elem = I>,
-    D: PoolDim,
-{
-    max_pool_into_views(&Cpu::default(), input.view(), params, output.view_mut(), indices.view_mut())
-}
-
-/// [`max_pool2d_with_indices_into`] on `device`.
-///
-/// # Errors
-/// As [`max_pool2d_with_indices_into`], and the device's own errors.
-pub fn max_pool2d_with_indices_into_on<Dev, T, I, S, So, Si, D>(
-    device: &Dev,
-    input: &ArrayBase<S, D>,
-    params: &MaxPool2dParams,
-    output: &mut ArrayBase<So, D>,
-    indices: &mut ArrayBase<Si, D>,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S: Data<Elem = T>,
-    So: DataMut<Elem = T>,
-    Si: DataMut<Elem = I>,
-    D: PoolDim,
-{
-    max_pool_into_views(device, input.view(), params, output.view_mut(), indices.view_mut())
+    output: &mut ArrayRef<T, D>,
+    indices: &mut ArrayRef<I, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_pool2d_with_indices_into(input, params, output, indices)
 }
 
 /// Gradient of [`max_pool2d_with_indices`]: `grad_input[n, c, idx] += grad_output[n, c, oh, ow]`
@@ -649,81 +241,13 @@ where
 /// # Errors
 /// As [`max_pool2d_with_indices`], plus [`Error::ShapeMismatch`] and
 /// [`Error::IndexOutOfRange`].
-pub fn max_pool2d_with_indices_backward<T, I, S1, S2, S3, D>(
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    indices: &ArrayBase<S3, D>,
+pub fn max_pool2d_with_indices_backward<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
     params: &MaxPool2dParams,
-) -> Result<Array<T, D>>
-where
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S3: Data<Elem = I>,
-    D: PoolDim,
-{
-    max_pool2d_with_indices_backward_on(&Cpu::default(), grad_output, self_, indices, params)
-}
-
-/// [`max_pool2d_with_indices_backward`] on `device` (for example an Ascend NPU, with the `ascend` feature).
-///
-/// # Errors
-/// As [`max_pool2d_with_indices_backward`], and the device's own errors.
-pub fn max_pool2d_with_indices_backward_on<Dev, T, I, S1, S2, S3, D>(
-    device: &Dev,
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    indices: &ArrayBase<S3, D>,
-    params: &MaxPool2dParams,
-) -> Result<Array<T, D>>
-where
-    Dev: for<'a> Runs<MaxPool2dWithIndicesBackward<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S3: Data<Elem = I>,
-    D: PoolDim,
-{
-    const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-    let (go, x, ix) = (grad_output.view(), self_.view(), indices.view());
-    crate::op::max_pool_indices_backward_shapes(
-        &TensorRef::named(go.view(), OP, "grad_output")?,
-        &TensorRef::named(x.view(), OP, "self_")?,
-        &TensorRef::named(ix.view(), OP, "indices")?,
-        params,
-    )?;
-    let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", x.shape())?;
-    max_pool_backward_into_views(device, go, x, ix, params, grad_input.view_mut(), Buffer::Fresh)?;
-    Ok(grad_input)
-}
-
-/// The one max-pooling backward with indices: into the caller's view.
-fn max_pool_backward_into_views<Dev, T, I, D>(
-    device: &Dev,
-    grad_output: ArrayView<'_, T, D>,
-    self_: ArrayView<'_, T, D>,
-    indices: ArrayView<'_, I, D>,
-    params: &MaxPool2dParams,
-    grad_input: ArrayViewMut<'_, T, D>,
-    buffer: Buffer,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<MaxPool2dWithIndicesBackward<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    D: PoolDim,
-{
-    const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-    let op = MaxPool2dWithIndicesBackward {
-        grad_output: TensorRef::named(grad_output, OP, "grad_output")?,
-        self_: TensorRef::named(self_, OP, "self_")?,
-        indices: TensorRef::named(indices, OP, "indices")?,
-        params: *params,
-        grad_input: buffer.mark(TensorMut::named(grad_input, OP, "grad_input")?),
-    };
-    Plan::new(device, op)?.run()
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_pool2d_with_indices_backward(grad_output, self_, indices, params)
 }
 
 /// [`max_pool2d_with_indices_backward`] into `grad_input` (PyTorch's `out=`): an array or view
@@ -744,65 +268,14 @@ where
 /// # Errors
 /// As [`max_pool2d_with_indices_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of
 /// another shape.
-pub fn max_pool2d_with_indices_backward_into<T, I, S1, S2, S3, S4, D>(
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    indices: &ArrayBase<S3, D>,
+pub fn max_pool2d_with_indices_backward_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
     params: &MaxPool2dParams,
-    grad_input: &mut ArrayBase<S4, D>,
-) -> Result<()>
-where
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S3: Data<Elem = I>,
-    S4: DataMut<Elem = T>,
-    D: PoolDim,
-{
-    let device = Cpu::default();
-    max_pool_backward_into_views(
-        &device,
-        grad_output.view(),
-        self_.view(),
-        indices.view(),
-        params,
-        grad_input.view_mut(),
-        Buffer::Callers,
-    )
-}
-
-/// [`max_pool2d_with_indices_backward_into`] on `device`.
-///
-/// # Errors
-/// As [`max_pool2d_with_indices_backward_into`], and the device's own errors.
-pub fn max_pool2d_with_indices_backward_into_on<Dev, T, I, S1, S2, S3, S4, D>(
-    device: &Dev,
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    indices: &ArrayBase<S3, D>,
-    params: &MaxPool2dParams,
-    grad_input: &mut ArrayBase<S4, D>,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<MaxPool2dWithIndicesBackward<'a, T, I>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S3: Data<Elem = I>,
-    S4: DataMut<Elem = T>,
-    D: PoolDim,
-{
-    max_pool_backward_into_views(
-        device,
-        grad_output.view(),
-        self_.view(),
-        indices.view(),
-        params,
-        grad_input.view_mut(),
-        Buffer::Callers,
-    )
+    grad_input: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_pool2d_with_indices_backward_into(grad_output, self_, indices, params, grad_input)
 }
 
 /// 2-D max pooling that records its arg-max as an Ascend int8 mask in `layout`
@@ -825,68 +298,12 @@ where
 /// # Errors
 /// As [`max_pool2d_with_indices`], plus [`Error::InvalidParameter`] for a dilation other than 1
 /// or an `I32Argmax` mask too small for its values (1x1 kernels).
-pub fn max_pool2d_with_mask<T, L, S, D>(
-    input: &ArrayBase<S, D>,
+pub fn max_pool2d_with_mask<T: PoolFloat, L: MaskLayout, D: PoolDim>(
+    input: &ArrayRef<T, D>,
     params: &MaxPool2dParams,
     layout: L,
-) -> Result<PooledMask<T, L, D>>
-where
-    T: PoolFloat,
-    L: MaskLayout,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    max_pool2d_with_mask_on(&Cpu::default(), input, params, layout)
-}
-
-/// [`max_pool2d_with_mask`] on `device` (for example an Ascend NPU, with the `ascend` feature).
-///
-/// # Errors
-/// As [`max_pool2d_with_mask`], and the device's own errors.
-pub fn max_pool2d_with_mask_on<Dev, T, L, S, D>(
-    device: &Dev,
-    input: &ArrayBase<S, D>,
-    params: &MaxPool2dParams,
-    layout: L,
-) -> Result<PooledMask<T, L, D>>
-where
-    Dev: for<'a> Runs<MaxPool2dWithMask<'a, T, L>>,
-    T: PoolFloat,
-    L: MaskLayout,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
-    const OP: &str = name::MAX_POOL2D_WITH_MASK;
-    let g = crate::op::mask_forward_shapes::<T, L, _>(&TensorRef::named(input.view(), OP, "input")?, params)?;
-    let mut output = crate::alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
-    let mut mask = crate::alloc::zeroed_array::<i8, D>(OP, "mask", &g.dims())?;
-    mask_into_views(device, input.view(), params, output.view_mut(), mask.view_mut(), layout)?;
-    Ok(PooledMask { output, mask: Mask::from_parts(mask, g) })
-}
-
-/// The one max-pooling forward with a mask: into the caller's views.
-fn mask_into_views<Dev, T, L, D>(
-    device: &Dev,
-    input: ArrayView<'_, T, D>,
-    params: &MaxPool2dParams,
-    output: ArrayViewMut<'_, T, D>,
-    mask: ArrayViewMut<'_, i8, D>,
-    layout: L,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<MaxPool2dWithMask<'a, T, L>>,
-    T: PoolFloat,
-    L: MaskLayout,
-    D: PoolDim,
-{
-    const OP: &str = name::MAX_POOL2D_WITH_MASK;
-    let op = MaxPool2dWithMask {
-        input: TensorRef::named(input, OP, "input")?,
-        params: *params,
-        output: TensorMut::named(output, OP, "output")?,
-        mask: MaskMut::new(TensorMut::named(mask, OP, "mask")?, layout),
-    };
-    Plan::new(device, op)?.run()
+) -> Result<PooledMask<T, L, D>> {
+    on(&Cpu::default()).max_pool2d_with_mask(input, params, layout)
 }
 
 /// [`max_pool2d_with_mask`] into `output` and `mask` (PyTorch's `out=`), with the parameters the
@@ -909,43 +326,12 @@ where
 /// # Errors
 /// As [`max_pool2d_with_mask`], [`Error::ShapeMismatch`] for an `input` of another shape than the
 /// mask's or an `output` of another shape than the pooled one.
-pub fn max_pool2d_with_mask_into<T, L, S, So, D>(
-    input: &ArrayBase<S, D>,
-    output: &mut ArrayBase<So, D>,
+pub fn max_pool2d_with_mask_into<T: PoolFloat, L: MaskLayout, D: PoolDim>(
+    input: &ArrayRef<T, D>,
+    output: &mut ArrayRef<T, D>,
     mask: &mut Mask<L, D>,
-) -> Result<()>
-where
-    T: PoolFloat,
-    L: MaskLayout,
-    S: Data<Elem = T>,
-    So: DataMut<Elem = T>,
-    D: PoolDim,
-{
-    max_pool2d_with_mask_into_on(&Cpu::default(), input, output, mask)
-}
-
-/// [`max_pool2d_with_mask_into`] on `device`.
-///
-/// # Errors
-/// As [`max_pool2d_with_mask_into`], and the device's own errors.
-pub fn max_pool2d_with_mask_into_on<Dev, T, L, S, So, D>(
-    device: &Dev,
-    input: &ArrayBase<S, D>,
-    output: &mut ArrayBase<So, D>,
-    mask: &mut Mask<L, D>,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<MaxPool2dWithMask<'a, T, L>>,
-    T: PoolFloat,
-    L: MaskLayout,
-    S: Data<Elem = T>,
-    So: DataMut<Elem = T>,
-    D: PoolDim,
-{
-    const OP: &str = name::MAX_POOL2D_WITH_MASK;
-    crate::validate::same_shape(OP, "input", input.shape(), &mask.input_shape())?;
-    let params = *mask.params();
-    mask_into_views(device, input.view(), &params, output.view_mut(), mask.bytes_mut(), L::default())
+) -> Result<()> {
+    on(&Cpu::default()).max_pool2d_with_mask_into(input, output, mask)
 }
 
 /// Gradient of [`max_pool2d_with_mask`] (`aclnnMaxPool2dWithMaskBackward`), for either layout,
@@ -966,79 +352,12 @@ where
 /// # Errors
 /// As [`max_pool2d_with_indices_backward`], plus [`Error::ShapeMismatch`] when the mask was made
 /// for another input shape.
-pub fn max_pool2d_with_mask_backward<T, L, S1, S2, D>(
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
+pub fn max_pool2d_with_mask_backward<T: PoolFloat, L: MaskLayout, D: PoolDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
     mask: &Mask<L, D>,
-) -> Result<Array<T, D>>
-where
-    T: PoolFloat,
-    L: MaskLayout,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    D: PoolDim,
-{
-    max_pool2d_with_mask_backward_on(&Cpu::default(), grad_output, self_, mask)
-}
-
-/// [`max_pool2d_with_mask_backward`] on `device` (for example an Ascend NPU, with the `ascend` feature).
-///
-/// # Errors
-/// As [`max_pool2d_with_mask_backward`], and the device's own errors.
-pub fn max_pool2d_with_mask_backward_on<Dev, T, L, S1, S2, D>(
-    device: &Dev,
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    mask: &Mask<L, D>,
-) -> Result<Array<T, D>>
-where
-    Dev: for<'a> Runs<MaxPool2dWithMaskBackward<'a, T, L>>,
-    T: PoolFloat,
-    L: MaskLayout,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    D: PoolDim,
-{
-    const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-    let (go, x) = (grad_output.view(), self_.view());
-    crate::validate::same_shape(OP, "self_", x.shape(), &mask.input_shape())?;
-    crate::op::mask_backward_shapes(
-        &TensorRef::named(go.view(), OP, "grad_output")?,
-        &TensorRef::named(x.view(), OP, "self_")?,
-        &mask.view(),
-        mask.params(),
-    )?;
-    let mut grad_input = crate::alloc::zeroed_array::<T, D>(OP, "grad_input", x.shape())?;
-    mask_backward_into_views(device, go, x, mask, grad_input.view_mut(), Buffer::Fresh)?;
-    Ok(grad_input)
-}
-
-/// The one max-pooling backward with a mask: into the caller's view, with the mask's parameters
-/// (the mask must have been made for an input of `self_`'s shape).
-fn mask_backward_into_views<Dev, T, L, D>(
-    device: &Dev,
-    grad_output: ArrayView<'_, T, D>,
-    self_: ArrayView<'_, T, D>,
-    mask: &Mask<L, D>,
-    grad_input: ArrayViewMut<'_, T, D>,
-    buffer: Buffer,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<MaxPool2dWithMaskBackward<'a, T, L>>,
-    T: PoolFloat,
-    L: MaskLayout,
-    D: PoolDim,
-{
-    const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-    crate::validate::same_shape(OP, "self_", self_.shape(), &mask.input_shape())?;
-    let op = MaxPool2dWithMaskBackward {
-        grad_output: TensorRef::named(grad_output, OP, "grad_output")?,
-        self_: TensorRef::named(self_, OP, "self_")?,
-        mask: mask.view(),
-        params: *mask.params(),
-        grad_input: buffer.mark(TensorMut::named(grad_input, OP, "grad_input")?),
-    };
-    Plan::new(device, op)?.run()
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_pool2d_with_mask_backward(grad_output, self_, mask)
 }
 
 /// [`max_pool2d_with_mask_backward`] into `grad_input` (PyTorch's `out=`): an array or view of
@@ -1058,56 +377,11 @@ where
 /// # Errors
 /// As [`max_pool2d_with_mask_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of
 /// another shape.
-pub fn max_pool2d_with_mask_backward_into<T, L, S1, S2, S4, D>(
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
+pub fn max_pool2d_with_mask_backward_into<T: PoolFloat, L: MaskLayout, D: PoolDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
     mask: &Mask<L, D>,
-    grad_input: &mut ArrayBase<S4, D>,
-) -> Result<()>
-where
-    T: PoolFloat,
-    L: MaskLayout,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S4: DataMut<Elem = T>,
-    D: PoolDim,
-{
-    mask_backward_into_views(
-        &Cpu::default(),
-        grad_output.view(),
-        self_.view(),
-        mask,
-        grad_input.view_mut(),
-        Buffer::Callers,
-    )
-}
-
-/// [`max_pool2d_with_mask_backward_into`] on `device`.
-///
-/// # Errors
-/// As [`max_pool2d_with_mask_backward_into`], and the device's own errors.
-pub fn max_pool2d_with_mask_backward_into_on<Dev, T, L, S1, S2, S4, D>(
-    device: &Dev,
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    mask: &Mask<L, D>,
-    grad_input: &mut ArrayBase<S4, D>,
-) -> Result<()>
-where
-    Dev: for<'a> Runs<MaxPool2dWithMaskBackward<'a, T, L>>,
-    T: PoolFloat,
-    L: MaskLayout,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S4: DataMut<Elem = T>,
-    D: PoolDim,
-{
-    mask_backward_into_views(
-        device,
-        grad_output.view(),
-        self_.view(),
-        mask,
-        grad_input.view_mut(),
-        Buffer::Callers,
-    )
+    grad_input: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_pool2d_with_mask_backward_into(grad_output, self_, mask, grad_input)
 }

@@ -91,6 +91,7 @@ mod functional;
 pub mod geometry;
 mod index;
 mod mask;
+mod on;
 pub mod op;
 mod params;
 mod plan;
@@ -109,6 +110,7 @@ pub use error::{DeviceLimitKind, Error, Result};
 pub use functional::*;
 pub use index::ArgmaxIndex;
 pub use mask::{Bitmask, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef};
+pub use on::{On, Pooled, PooledMask, on};
 pub use params::MaxPool2dParams;
 pub use plan::{Executor, Plan, Workspace};
 pub use tensor::{Host, Memory, PoolDim, TensorMut, TensorRef};
@@ -137,7 +139,7 @@ pub use ndarray;
 /// let cpu = Cpu::with_threads(2)?;
 /// # let _: (ndarray::Array4<i64>, ndarray::Array4<f32>) = (p.indices.clone(), gx.clone());
 /// # assert_eq!(gx.sum(), (7 * 7 * 2) as f32);
-/// # assert_eq!(q.indices, max_pool2d_with_indices_on(&cpu, &x, &params)?.indices);
+/// # assert_eq!(q.indices, on(&cpu).max_pool2d_with_indices(&x, &params)?.indices);
 /// # assert_eq!(gx_mask, max_pool2d_with_indices_backward(&g, &x, &q.indices, &params)?);
 /// # assert_eq!(legacy.to_indices::<i64>()?, q.indices);
 /// // i32 indices, one named step away:
@@ -149,6 +151,7 @@ pub use ndarray;
 pub mod prelude {
     pub use crate::device::cpu::{Cpu, Parallelism};
     pub use crate::functional::*;
+    pub use crate::on::{On, Pooled, PooledMask, on};
     pub use crate::{
         ArgmaxIndex, Bitmask, Error, Executor, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef,
         MaxPool2dParams, Plan, PoolFloat, TensorMut, TensorRef, Workspace,

@@ -61,6 +61,13 @@ impl<'d, D: Runs<O>, O: Operation> Plan<'d, D, O> {
     /// [`Error::IndexTypeTooNarrow`], [`Error::Overflow`]) and [`Error::DeviceLimit`].
     pub fn new(device: &'d D, op: O) -> Result<Self> {
         let geometry = op.validate()?;
+        Self::checked(device, op, geometry)
+    }
+
+    /// Phase 1 of an `op` already checked: `geometry` is what its inputs' check returned, and
+    /// its outputs were allocated to the shapes `geometry` gives (the free functions'
+    /// allocating forms), so `validate` would find nothing; only the device is asked.
+    pub(crate) fn checked(device: &'d D, op: O, geometry: O::Geometry) -> Result<Self> {
         O::check_limits(&geometry, &device.limits(), device.name())?;
         let (prepared, workspace_size) = device.prepare(&op, &geometry)?;
         Ok(Self { device, op, geometry, prepared, workspace_size })

@@ -11,10 +11,7 @@ use ascend::{Double, Foreign};
 use ndarray::Array4;
 use poolgrad::device::ascend::Ascend;
 use poolgrad::op::AdaptiveMaxPool2dBackward;
-use poolgrad::{
-    I32Argmax, MaxPool2dParams, Plan, TensorMut, TensorRef, adaptive_max_pool2d_backward_on,
-    max_pool2d_with_mask_on,
-};
+use poolgrad::{I32Argmax, MaxPool2dParams, Plan, TensorMut, TensorRef};
 
 /// `aclrtGetCurrentContext`'s status for a thread with no context (`ACL_ERROR_RT_CONTEXT_NULL`).
 const CONTEXT_NULL: i32 = 107_002;
@@ -25,9 +22,11 @@ fn work(npu: &Ascend) {
     let x = Array4::from_shape_fn((1, 2, 5, 5), |(_, c, h, w)| (c * 25 + h * 5 + w) as f32);
     let g = Array4::from_elem((1, 2, 3, 3), 1.0f32);
     let idx = Array4::from_shape_fn((1, 2, 3, 3), |(_, _, i, j)| (i * 5 + j * 2) as i64);
-    let gi = adaptive_max_pool2d_backward_on(npu, &g, &x, &idx).expect("an adaptive backward");
+    let gi = poolgrad::on(npu).adaptive_max_pool2d_backward(&g, &x, &idx).expect("an adaptive backward");
     assert_eq!(gi.sum(), 18.0);
-    max_pool2d_with_mask_on(npu, &x, &MaxPool2dParams::new([2, 2]), I32Argmax).expect("a mask forward");
+    poolgrad::on(npu)
+        .max_pool2d_with_mask(&x, &MaxPool2dParams::new([2, 2]), I32Argmax)
+        .expect("a mask forward");
     let mut gi = vec![0.0f32; 50];
     let plan = Plan::new(
         npu,
@@ -133,7 +132,8 @@ fn a_failed_switch_is_an_error_and_leaves_the_thread_as_it_was() {
     let stream = foreign.create_stream();
     session.inject("aclrtSetCurrentContext", 100_000, 0);
     let x = Array4::<f32>::zeros((1, 1, 4, 4));
-    let e = max_pool2d_with_mask_on(&npu, &x, &MaxPool2dParams::new([2, 2]), I32Argmax).unwrap_err();
+    let e =
+        poolgrad::on(&npu).max_pool2d_with_mask(&x, &MaxPool2dParams::new([2, 2]), I32Argmax).unwrap_err();
     assert!(e.to_string().contains("aclrtSetCurrentContext"), "{e}");
     assert_context(&foreign, Ok(ctx), "after a failed switch");
     work(&npu);

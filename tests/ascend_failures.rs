@@ -10,23 +10,20 @@ use ascend::{Double, Session};
 use half::f16;
 use ndarray::Array4;
 use poolgrad::device::ascend::Ascend;
-use poolgrad::{
-    AscendError, DeviceLimitKind, Error, I32Argmax, MaxPool2dParams, Workspace,
-    adaptive_max_pool2d_backward_on, max_pool2d_with_mask_on,
-};
+use poolgrad::{AscendError, DeviceLimitKind, Error, I32Argmax, MaxPool2dParams, Workspace};
 
 /// An f16 adaptive backward (workspace, two uploads, one download) on `npu`.
 fn backward(npu: &Ascend) -> poolgrad::Result<Array4<f16>> {
     let x = Array4::<f16>::zeros((1, 2, 5, 5));
     let g = Array4::from_elem((1, 2, 3, 3), f16::ONE);
     let idx = Array4::from_shape_fn((1, 2, 3, 3), |(_, _, i, j)| (i * 5 + j * 2) as i64);
-    adaptive_max_pool2d_backward_on(npu, &g, &x, &idx)
+    poolgrad::on(npu).adaptive_max_pool2d_backward(&g, &x, &idx)
 }
 
 /// A mask forward (int arrays and a memset) on `npu`.
 fn mask_forward(npu: &Ascend) -> poolgrad::Result<()> {
     let x = Array4::from_shape_fn((1, 3, 6, 6), |(_, c, h, w)| (c + h * w) as f32);
-    max_pool2d_with_mask_on(npu, &x, &MaxPool2dParams::new([2, 2]), I32Argmax).map(|_| ())
+    poolgrad::on(npu).max_pool2d_with_mask(&x, &MaxPool2dParams::new([2, 2]), I32Argmax).map(|_| ())
 }
 
 /// `aclrtMalloc` refused for want of device memory (`ACL_ERROR_RT_MEMORY_ALLOCATION`).
@@ -389,9 +386,9 @@ fn an_operator_missing_from_an_older_cann_is_an_error_when_planned() {
     // CANN 8.1 has the forwards but not aclnnAdaptiveMaxPool2dBackward.
     let npu = Ascend::with_library_dir(ascend::cann81_root(), 0).unwrap();
     let x = Array4::from_shape_fn((1, 2, 4, 4), |(_, c, h, w)| (c + h * w) as f32);
-    let pooled = poolgrad::adaptive_max_pool2d_on(&npu, &x, [2, 2]).unwrap();
+    let pooled = poolgrad::on(&npu).adaptive_max_pool2d(&x, [2, 2]).unwrap();
     let g = pooled.output.mapv(|_| 1.0f32);
-    let e = adaptive_max_pool2d_backward_on(&npu, &g, &x, &pooled.indices).unwrap_err();
+    let e = poolgrad::on(&npu).adaptive_max_pool2d_backward(&g, &x, &pooled.indices).unwrap_err();
     let Error::Ascend(AscendError::Unavailable { reason, .. }) = &e else { panic!("{e:?}") };
     assert!(reason.contains("aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize"), "{e}");
     // By `Plan::new` itself, before anything is staged on the device.

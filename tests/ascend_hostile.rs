@@ -11,7 +11,7 @@ mod hostile;
 use ascend::Double;
 use hostile::npu::{Hook, Stats};
 use ndarray::{Array4, ArrayView4, ShapeBuilder};
-use poolgrad::{DeviceLimitKind, Error, I32Argmax, MaxPool2dParams, adaptive_max_pool2d_backward_on};
+use poolgrad::{DeviceLimitKind, Error, I32Argmax, MaxPool2dParams};
 use proptest::prelude::*;
 
 /// Runs `inputs` through the harness with the double's device installed; returns what it did.
@@ -65,7 +65,7 @@ fn hostile_inputs_are_rejected_before_any_device_call() {
     for bad in [16i64, -1, i64::MAX, i64::MIN] {
         let mut idx = Array4::<i64>::zeros((1, 2, 2, 2));
         idx[[0, 1, 1, 0]] = bad;
-        let e = adaptive_max_pool2d_backward_on(&npu, &g, &x, &idx).unwrap_err();
+        let e = poolgrad::on(&npu).adaptive_max_pool2d_backward(&g, &x, &idx).unwrap_err();
         assert_eq!(
             e,
             Error::IndexOutOfRange {
@@ -82,35 +82,37 @@ fn hostile_inputs_are_rejected_before_any_device_call() {
     let mut mask = poolgrad::max_pool2d_with_mask(&x, &p, I32Argmax).unwrap().mask.into_array();
     mask[[0, 0, 0, 20]] = 100; // bytes 20..24: i32 element 5 of the prefix (c 1, position 1)
     let mask = poolgrad::Mask::<I32Argmax, _>::from_raw(mask, &p, &[1, 2, 4, 4]).unwrap();
-    let e = poolgrad::max_pool2d_with_mask_backward_on(&npu, &g, &x, &mask).unwrap_err();
+    let e = poolgrad::on(&npu).max_pool2d_with_mask_backward(&g, &x, &mask).unwrap_err();
     assert!(matches!(&e, Error::IndexOutOfRange { arg: "mask", value: 100, .. }), "{e}");
     // The last value of the prefix is checked too (element 7 = 2 planes x 4 positions - 1).
     let mut mask = poolgrad::max_pool2d_with_mask(&x, &p, I32Argmax).unwrap().mask.into_array();
     mask[[0, 0, 0, 28]] = 101;
     let mask = poolgrad::Mask::<I32Argmax, _>::from_raw(mask, &p, &[1, 2, 4, 4]).unwrap();
-    let e = poolgrad::max_pool2d_with_mask_backward_on(&npu, &g, &x, &mask).unwrap_err();
+    let e = poolgrad::on(&npu).max_pool2d_with_mask_backward(&g, &x, &mask).unwrap_err();
     assert!(matches!(&e, Error::IndexOutOfRange { arg: "mask", value: 101, .. }), "{e}");
     // Shapes and parameters.
-    let e = adaptive_max_pool2d_backward_on(&npu, &g, &x, &Array4::<i64>::zeros((1, 2, 2, 3))).unwrap_err();
+    let e = poolgrad::on(&npu)
+        .adaptive_max_pool2d_backward(&g, &x, &Array4::<i64>::zeros((1, 2, 2, 3)))
+        .unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { arg: "indices", .. }), "{e}");
-    let e = poolgrad::max_pool2d_with_mask_on(&npu, &x, &p.with_dilation([2, 2]), I32Argmax).unwrap_err();
+    let e = poolgrad::on(&npu).max_pool2d_with_mask(&x, &p.with_dilation([2, 2]), I32Argmax).unwrap_err();
     assert!(matches!(e, Error::InvalidParameter { arg: "dilation", .. }), "{e}");
-    let e = poolgrad::max_pool2d_with_mask_on(&npu, &x, &p.with_padding([2, 2]), I32Argmax).unwrap_err();
+    let e = poolgrad::on(&npu).max_pool2d_with_mask(&x, &p.with_padding([2, 2]), I32Argmax).unwrap_err();
     assert!(matches!(e, Error::InvalidParameter { arg: "padding", .. }), "{e}");
     // The device's own limits: f64, the other mask layout, a plane past i32::MAX, and the 2^24
     // limit of non-divisible adaptive shapes (broadcast views: no memory behind them).
-    let e = adaptive_max_pool2d_backward_on(
-        &npu,
-        &g.mapv(f64::from),
-        &x.mapv(f64::from),
-        &Array4::<i64>::zeros((1, 2, 2, 2)),
-    )
-    .unwrap_err();
+    let e = poolgrad::on(&npu)
+        .adaptive_max_pool2d_backward(
+            &g.mapv(f64::from),
+            &x.mapv(f64::from),
+            &Array4::<i64>::zeros((1, 2, 2, 2)),
+        )
+        .unwrap_err();
     assert!(
         matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::DType, got, .. } if got == "f64"),
         "{e}"
     );
-    let e = poolgrad::max_pool2d_with_mask_on(&npu, &x, &p, poolgrad::Bitmask).unwrap_err();
+    let e = poolgrad::on(&npu).max_pool2d_with_mask(&x, &p, poolgrad::Bitmask).unwrap_err();
     let text = e.to_string();
     assert!(
         matches!(e, Error::DeviceLimit { about: DeviceLimitKind::MaskLayout, .. })
@@ -120,15 +122,16 @@ fn hostile_inputs_are_rejected_before_any_device_call() {
     );
     let one = [0.0f32];
     let huge = ArrayView4::from_shape((1, 1, 1 << 16, 1 << 15).strides((0, 0, 0, 0)), &one[..]).unwrap();
-    let e = poolgrad::adaptive_max_pool2d_on(&npu, &huge, [1, 1]).unwrap_err();
+    let e = poolgrad::on(&npu).adaptive_max_pool2d(&huge, [1, 1]).unwrap_err();
     assert!(
         matches!(&e, Error::DeviceLimit { device: "ascend", about: DeviceLimitKind::PlaneSize, limit, .. } if limit.contains("2147483647")),
         "{e}"
     );
     let big = ArrayView4::from_shape((1, 1, 4097, 4097).strides((0, 0, 0, 0)), &one[..]).unwrap();
     let g7 = Array4::<f32>::ones((1, 1, 7, 7));
-    let e =
-        adaptive_max_pool2d_backward_on(&npu, &g7, &big, &Array4::<i64>::zeros((1, 1, 7, 7))).unwrap_err();
+    let e = poolgrad::on(&npu)
+        .adaptive_max_pool2d_backward(&g7, &big, &Array4::<i64>::zeros((1, 1, 7, 7)))
+        .unwrap_err();
     assert!(
         matches!(&e, Error::DeviceLimit { device: "ascend", about: DeviceLimitKind::PlaneSize, limit, .. } if limit.contains("16777216")),
         "{e}"
@@ -150,10 +153,10 @@ fn the_950_plans_adaptive_planes_of_2_31_and_more() {
     let one = [0.0f32];
     let huge = ArrayView4::from_shape((1, 1, 1 << 15, 1 << 16).strides((0, 0, 0, 0)), &one[..]).unwrap();
     let before = session.calls("*");
-    let e = poolgrad::adaptive_max_pool2d_on(&npu, &huge, [2, 2]).unwrap_err();
+    let e = poolgrad::on(&npu).adaptive_max_pool2d(&huge, [2, 2]).unwrap_err();
     assert!(matches!(e, Error::DeviceLimit { device: "ascend", about: DeviceLimitKind::Memory, .. }), "{e}");
     let p = MaxPool2dParams::new([2, 2]);
-    let e = poolgrad::max_pool2d_with_indices_on(&npu, &huge, &p).unwrap_err();
+    let e = poolgrad::on(&npu).max_pool2d_with_indices(&huge, &p).unwrap_err();
     assert!(
         matches!(&e, Error::DeviceLimit { device: "ascend", about: DeviceLimitKind::PlaneSize, limit, .. } if limit.contains("2147483647")),
         "{e}"

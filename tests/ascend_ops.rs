@@ -15,8 +15,7 @@ use poolgrad::op::AdaptiveMaxPool2dBackward;
 use poolgrad::testing::{ParamBounds, Shapes, Values, adaptive_cases, mask_cases};
 use poolgrad::{
     ArgmaxIndex, Bitmask, DeviceLimitKind, Error, I32Argmax, MaskLayout, MaxPool2dParams, Plan, PoolFloat,
-    TensorMut, TensorRef, Workspace, adaptive_max_pool2d_backward_on, adaptive_max_pool2d_on,
-    max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
+    TensorMut, TensorRef, Workspace,
 };
 use proptest::test_runner::{Config, TestRunner};
 
@@ -38,10 +37,12 @@ fn adaptive_matches_cpu<T: PoolFloat, I: ArgmaxIndex>(npu: &Ascend, values: Valu
             let host = common::adaptive_on::<_, T, I, _, _>(&cpu, &case.input, case.output_size).unwrap();
             assert_eq!(bits(&dev.output), bits(&host.output), "forward values");
             assert_eq!(dev.indices, host.indices, "forward indices");
-            let gd =
-                adaptive_max_pool2d_backward_on(npu, &case.grad_output, &case.input, &host.indices).unwrap();
-            let gc =
-                adaptive_max_pool2d_backward_on(&cpu, &case.grad_output, &case.input, &host.indices).unwrap();
+            let gd = poolgrad::on(npu)
+                .adaptive_max_pool2d_backward(&case.grad_output, &case.input, &host.indices)
+                .unwrap();
+            let gc = poolgrad::on(&cpu)
+                .adaptive_max_pool2d_backward(&case.grad_output, &case.input, &host.indices)
+                .unwrap();
             assert_eq!(bits(&gd), bits(&gc), "backward");
             Ok(())
         })
@@ -66,7 +67,7 @@ fn mask_matches_cpu<T: PoolFloat, L: MaskLayout>(npu: &Ascend, bounds: ParamBoun
     runner(16)
         .run(&mask_cases::<T, L, ndarray::IxDyn>(shapes, bounds, Values::Ties), |case| {
             let p = &case.params;
-            let dev = match max_pool2d_with_mask_on(npu, &case.input, p, L::default()) {
+            let dev = match poolgrad::on(npu).max_pool2d_with_mask(&case.input, p, L::default()) {
                 // The legacy kernel's documented ceil-mode limit (310P, Atlas training).
                 Err(Error::DeviceLimit { about: DeviceLimitKind::Parameter("ceil_mode"), .. })
                     if matches!(npu.soc_family(), SocFamily::AtlasTraining | SocFamily::Atlas310P) =>
@@ -75,17 +76,19 @@ fn mask_matches_cpu<T: PoolFloat, L: MaskLayout>(npu: &Ascend, bounds: ParamBoun
                 }
                 dev => dev.unwrap(),
             };
-            let host = max_pool2d_with_mask_on(&cpu, &case.input, p, L::default()).unwrap();
+            let host = poolgrad::on(&cpu).max_pool2d_with_mask(&case.input, p, L::default()).unwrap();
             assert_eq!(bits(&dev.output), bits(&host.output), "forward values");
             assert_eq!(
                 dev.mask.to_indices::<i64>().unwrap(),
                 host.mask.to_indices::<i64>().unwrap(),
                 "arg-max"
             );
-            let gd =
-                max_pool2d_with_mask_backward_on(npu, &case.grad_output, &case.input, &dev.mask).unwrap();
-            let gc =
-                max_pool2d_with_mask_backward_on(&cpu, &case.grad_output, &case.input, &host.mask).unwrap();
+            let gd = poolgrad::on(npu)
+                .max_pool2d_with_mask_backward(&case.grad_output, &case.input, &dev.mask)
+                .unwrap();
+            let gc = poolgrad::on(&cpu)
+                .max_pool2d_with_mask_backward(&case.grad_output, &case.input, &host.mask)
+                .unwrap();
             assert_eq!(bits(&gd), bits(&gc), "backward");
             Ok(())
         })
@@ -144,7 +147,7 @@ fn the_worked_example_runs_on_the_device() {
         )
         .unwrap();
         let p = MaxPool2dParams::new([2, 2]);
-        let pooled = max_pool2d_with_mask_on(npu, &x, &p, I32Argmax).unwrap();
+        let pooled = poolgrad::on(npu).max_pool2d_with_mask(&x, &p, I32Argmax).unwrap();
         assert_eq!(pooled.output.as_slice().unwrap(), &[5.0, 7.0, 9.0, 6.0]);
         let bytes = pooled.mask.as_array();
         assert_eq!(bytes.shape(), &[1, 1, 4, 64]);
@@ -152,7 +155,7 @@ fn the_worked_example_runs_on_the_device() {
         assert_eq!(prefix, [1, 0, 0, 0, 6, 0, 0, 0, 8, 0, 0, 0, 10, 0, 0, 0]);
         assert!(bytes.iter().skip(16).all(|&b| b == 0), "the rest of the mask is zero");
         let g = Array4::from_shape_vec((1, 1, 2, 2), vec![1.0f32, 2.0, 4.0, 8.0]).unwrap();
-        let gi = max_pool2d_with_mask_backward_on(npu, &g, &x, &pooled.mask).unwrap();
+        let gi = poolgrad::on(npu).max_pool2d_with_mask_backward(&g, &x, &pooled.mask).unwrap();
         let mut want = [0.0f32; 16];
         (want[1], want[6], want[8], want[10]) = (1.0, 2.0, 4.0, 8.0);
         assert_eq!(gi.as_slice().unwrap(), &want);
@@ -168,20 +171,20 @@ fn strided_views_three_d_and_empty_batches_match_the_cpu() {
             ((n * 31 + c * 17 + h * 5 + w * 3) % 11) as f32
         });
         let xt = x.view().permuted_axes([0, 1, 3, 2]);
-        let dev = adaptive_max_pool2d_on(npu, &xt, [3, 4]).unwrap();
-        let host = adaptive_max_pool2d_on(&cpu, &xt, [3, 4]).unwrap();
+        let dev = poolgrad::on(npu).adaptive_max_pool2d(&xt, [3, 4]).unwrap();
+        let host = poolgrad::on(&cpu).adaptive_max_pool2d(&xt, [3, 4]).unwrap();
         assert_eq!((&dev.output, &dev.indices), (&host.output, &host.indices));
         // A 3-D call keeps its rank.
         let x3 = x.index_axis(ndarray::Axis(0), 1).to_owned();
-        let dev = poolgrad::adaptive_max_pool2d_i32_on(npu, &x3, [2, 2]).unwrap();
+        let dev = poolgrad::on(npu).adaptive_max_pool2d_i32(&x3, [2, 2]).unwrap();
         assert_eq!(dev.output.ndim(), 3);
         let g = dev.output.mapv(|v| v + 1.0);
-        let gd = adaptive_max_pool2d_backward_on(npu, &g, &x3, &dev.indices).unwrap();
-        let gc = adaptive_max_pool2d_backward_on(&cpu, &g, &x3, &dev.indices).unwrap();
+        let gd = poolgrad::on(npu).adaptive_max_pool2d_backward(&g, &x3, &dev.indices).unwrap();
+        let gc = poolgrad::on(&cpu).adaptive_max_pool2d_backward(&g, &x3, &dev.indices).unwrap();
         assert_eq!(gd, gc);
         // An empty batch needs no device work.
         let empty = Array4::<f32>::zeros((0, 2, 4, 4));
-        let dev = adaptive_max_pool2d_on(npu, &empty, [2, 2]).unwrap();
+        let dev = poolgrad::on(npu).adaptive_max_pool2d(&empty, [2, 2]).unwrap();
         assert_eq!(dev.output.shape(), &[0, 2, 2, 2]);
         // A strided output view is written through.
         let (go, idx) = (Array4::from_elem((1, 1, 2, 2), 1.5f32), Array4::from_elem((1, 1, 2, 2), 4i64));
@@ -272,7 +275,7 @@ fn deterministic_mode_reaches_the_process_option_cann_reads() {
         let x = ArrayD::<f32>::zeros(IxDyn(&[1, 3, 3]));
         let g = ArrayD::<f32>::ones(IxDyn(&[1, 2, 2]));
         let idx = ArrayD::<i64>::zeros(IxDyn(&[1, 2, 2]));
-        adaptive_max_pool2d_backward_on(npu, &g, &x, &idx).unwrap()
+        poolgrad::on(npu).adaptive_max_pool2d_backward(&g, &x, &idx).unwrap()
     };
     let npu = session.open();
     // The context option is unset and the process option reads 0: off, as in CANN.
@@ -318,12 +321,12 @@ fn the_device_is_usable_from_other_threads() {
     let session = Double::session();
     let npu = session.open();
     let x = Array4::from_shape_fn((2, 3, 6, 6), |(n, c, h, w)| (n + 2 * c + 3 * h + 5 * w) as f32 % 7.0);
-    let want = adaptive_max_pool2d_on(&Cpu::sequential(), &x, [3, 3]).unwrap();
+    let want = poolgrad::on(&Cpu::sequential()).adaptive_max_pool2d(&x, [3, 3]).unwrap();
     std::thread::scope(|s| {
         for _ in 0..3 {
             s.spawn(|| {
                 for _ in 0..4 {
-                    let got = adaptive_max_pool2d_on(&npu, &x, [3, 3]).unwrap();
+                    let got = poolgrad::on(&npu).adaptive_max_pool2d(&x, [3, 3]).unwrap();
                     assert_eq!(got, want);
                 }
             });
@@ -341,8 +344,8 @@ fn broadcast_inputs_are_staged() {
         let g = ndarray::ArrayView4::from_shape((1, 2, 2, 2).strides((0, 0, 0, 0)), &one).unwrap();
         let idx = Array4::from_shape_fn((1, 2, 2, 2), |(_, _, i, j)| (i * 2 + j) as i64 * 5);
         let x = Array4::<f32>::zeros((1, 2, 4, 4));
-        let got = adaptive_max_pool2d_backward_on(npu, &g, &x, &idx).unwrap();
-        let want = adaptive_max_pool2d_backward_on(&Cpu::sequential(), &g, &x, &idx).unwrap();
+        let got = poolgrad::on(npu).adaptive_max_pool2d_backward(&g, &x, &idx).unwrap();
+        let want = poolgrad::on(&Cpu::sequential()).adaptive_max_pool2d_backward(&g, &x, &idx).unwrap();
         assert_eq!(got, want);
         assert_eq!(got.sum(), 16.0);
     });
@@ -362,23 +365,27 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     let session = Double::session();
     session.set_soc("Ascend310P3");
     let npu = session.open();
-    let dev = max_pool2d_with_mask_on(&npu, &x, &p, Bitmask).unwrap();
-    let host = max_pool2d_with_mask_on(&cpu, &x, &p, Bitmask).unwrap();
+    let dev = poolgrad::on(&npu).max_pool2d_with_mask(&x, &p, Bitmask).unwrap();
+    let host = poolgrad::on(&cpu).max_pool2d_with_mask(&x, &p, Bitmask).unwrap();
     assert_eq!(dev.output, host.output);
     assert_eq!(dev.mask.to_indices::<i64>().unwrap(), host.mask.to_indices::<i64>().unwrap());
     let before = session.calls("*");
     let g = dev.output.mapv(|_| 1.0f32);
     refused(
         &session,
-        max_pool2d_with_mask_backward_on(&npu, &g, &x, &dev.mask).unwrap_err(),
+        poolgrad::on(&npu).max_pool2d_with_mask_backward(&g, &x, &dev.mask).unwrap_err(),
         DeviceLimitKind::Operator,
     );
     refused(
         &session,
-        max_pool2d_with_mask_on(&npu, &x.mapv(f16::from_f32), &p, Bitmask).unwrap_err(),
+        poolgrad::on(&npu).max_pool2d_with_mask(&x.mapv(f16::from_f32), &p, Bitmask).unwrap_err(),
         DeviceLimitKind::DType,
     );
-    refused(&session, adaptive_max_pool2d_on(&npu, &x, [2, 2]).unwrap_err(), DeviceLimitKind::Operator);
+    refused(
+        &session,
+        poolgrad::on(&npu).adaptive_max_pool2d(&x, [2, 2]).unwrap_err(),
+        DeviceLimitKind::Operator,
+    );
     assert_eq!(session.calls("*"), before, "refused before any device call");
     drop(npu);
     session.assert_clean();
@@ -391,13 +398,15 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     let before = session.calls("*");
     refused(
         &session,
-        max_pool2d_with_mask_on(&npu, &x.mapv(bf16::from_f32), &p, Bitmask).unwrap_err(),
+        poolgrad::on(&npu).max_pool2d_with_mask(&x.mapv(bf16::from_f32), &p, Bitmask).unwrap_err(),
         DeviceLimitKind::DType,
     );
     let idx = Array4::<i64>::zeros((1, 3, 2, 2));
     refused(
         &session,
-        adaptive_max_pool2d_backward_on(&npu, &Array4::<f32>::ones((1, 3, 2, 2)), &x, &idx).unwrap_err(),
+        poolgrad::on(&npu)
+            .adaptive_max_pool2d_backward(&Array4::<f32>::ones((1, 3, 2, 2)), &x, &idx)
+            .unwrap_err(),
         DeviceLimitKind::Operator,
     );
     assert_eq!(session.calls("*"), before);
@@ -410,11 +419,15 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     session.set_soc("Ascend950PR_9599");
     let npu = session.open();
     assert_eq!(npu.soc_family(), SocFamily::Ascend950);
-    let dev = adaptive_max_pool2d_on(&npu, &x.mapv(bf16::from_f32), [4, 4]).unwrap();
-    let host = adaptive_max_pool2d_on(&cpu, &x.mapv(bf16::from_f32), [4, 4]).unwrap();
+    let dev = poolgrad::on(&npu).adaptive_max_pool2d(&x.mapv(bf16::from_f32), [4, 4]).unwrap();
+    let host = poolgrad::on(&cpu).adaptive_max_pool2d(&x.mapv(bf16::from_f32), [4, 4]).unwrap();
     assert_eq!(dev, host);
     let before = session.calls("*");
-    refused(&session, max_pool2d_with_mask_on(&npu, &x, &p, Bitmask).unwrap_err(), DeviceLimitKind::Operator);
+    refused(
+        &session,
+        poolgrad::on(&npu).max_pool2d_with_mask(&x, &p, Bitmask).unwrap_err(),
+        DeviceLimitKind::Operator,
+    );
     assert_eq!(session.calls("*"), before);
     drop(npu);
 
@@ -422,7 +435,11 @@ fn each_soc_runs_what_it_supports_and_refuses_the_rest_before_any_device_call() 
     session.set_soc("Ascend310B1");
     let npu = session.open();
     assert_eq!(npu.soc_family(), SocFamily::Other);
-    refused(&session, adaptive_max_pool2d_on(&npu, &x, [2, 2]).unwrap_err(), DeviceLimitKind::Operator);
+    refused(
+        &session,
+        poolgrad::on(&npu).adaptive_max_pool2d(&x, [2, 2]).unwrap_err(),
+        DeviceLimitKind::Operator,
+    );
     drop(npu);
     session.assert_clean();
 }

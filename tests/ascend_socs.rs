@@ -14,8 +14,7 @@ use poolgrad::device::cpu::Cpu;
 use poolgrad::op::{AdaptiveMaxPool2dBackward, MaxPool2dWithIndices};
 use poolgrad::{
     AscendError, Bitmask, DeviceLimitKind, Error, I32Argmax, MaskLayout, MaxPool2dParams, Plan, TensorMut,
-    TensorRef, adaptive_max_pool2d_backward_on, adaptive_max_pool2d_on, max_pool2d_with_indices_backward_on,
-    max_pool2d_with_indices_on, max_pool2d_with_mask_backward_on, max_pool2d_with_mask_on,
+    TensorRef,
 };
 
 /// The six operators, in the order of [`SUPPORT`]'s columns.
@@ -53,29 +52,32 @@ fn run_op(npu: &Ascend, op: usize) -> poolgrad::Result<()> {
     let p = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
     match op {
         0 => {
-            let got = adaptive_max_pool2d_on(npu, &x, [4, 3])?;
-            assert_eq!(got, adaptive_max_pool2d_on(&cpu, &x, [4, 3]).unwrap());
+            let got = poolgrad::on(npu).adaptive_max_pool2d(&x, [4, 3])?;
+            assert_eq!(got, poolgrad::on(&cpu).adaptive_max_pool2d(&x, [4, 3]).unwrap());
         }
         1 => {
-            let fwd = adaptive_max_pool2d_on(&cpu, &x, [4, 3]).unwrap();
+            let fwd = poolgrad::on(&cpu).adaptive_max_pool2d(&x, [4, 3]).unwrap();
             let g = fwd.output.mapv(|v| v + 0.5);
-            let got = adaptive_max_pool2d_backward_on(npu, &g, &x, &fwd.indices)?;
-            assert_eq!(got, adaptive_max_pool2d_backward_on(&cpu, &g, &x, &fwd.indices).unwrap());
+            let got = poolgrad::on(npu).adaptive_max_pool2d_backward(&g, &x, &fwd.indices)?;
+            assert_eq!(got, poolgrad::on(&cpu).adaptive_max_pool2d_backward(&g, &x, &fwd.indices).unwrap());
         }
         2 | 3 if npu.writes_mask_layout::<I32Argmax>(&p) => mask_op::<I32Argmax>(npu, op == 3, &p)?,
         2 | 3 => mask_op::<Bitmask>(npu, op == 3, &p)?,
         4 => {
-            let got = max_pool2d_with_indices_on(npu, &x, &p)?;
-            assert_eq!(got, max_pool2d_with_indices_on(&cpu, &x, &p).unwrap());
+            let got = poolgrad::on(npu).max_pool2d_with_indices(&x, &p)?;
+            assert_eq!(got, poolgrad::on(&cpu).max_pool2d_with_indices(&x, &p).unwrap());
         }
         _ => {
-            let fwd = poolgrad::max_pool2d_with_indices_i32_on(&cpu, &x, &p).unwrap();
+            let fwd = poolgrad::on(&cpu).max_pool2d_with_indices_i32(&x, &p).unwrap();
             let g = fwd.output.mapv(|v| v * 0.25);
-            let got = max_pool2d_with_indices_backward_on(npu, &g, &x, &fwd.indices, &p)?;
-            assert_eq!(got, max_pool2d_with_indices_backward_on(&cpu, &g, &x, &fwd.indices, &p).unwrap());
+            let got = poolgrad::on(npu).max_pool2d_with_indices_backward(&g, &x, &fwd.indices, &p)?;
+            assert_eq!(
+                got,
+                poolgrad::on(&cpu).max_pool2d_with_indices_backward(&g, &x, &fwd.indices, &p).unwrap()
+            );
             // i64 indices are converted to the device's int32.
             let wide = fwd.indices.mapv(i64::from);
-            assert_eq!(max_pool2d_with_indices_backward_on(npu, &g, &x, &wide, &p)?, got);
+            assert_eq!(poolgrad::on(npu).max_pool2d_with_indices_backward(&g, &x, &wide, &p)?, got);
         }
     }
     Ok(())
@@ -84,13 +86,13 @@ fn run_op(npu: &Ascend, op: usize) -> poolgrad::Result<()> {
 fn mask_op<L: MaskLayout>(npu: &Ascend, backward: bool, p: &MaxPool2dParams) -> poolgrad::Result<()> {
     let cpu = Cpu::sequential();
     let x = input();
-    let host = max_pool2d_with_mask_on(&cpu, &x, p, L::default()).unwrap();
+    let host = poolgrad::on(&cpu).max_pool2d_with_mask(&x, p, L::default()).unwrap();
     if backward {
         let g = host.output.mapv(|v| v - 3.0);
-        let got = max_pool2d_with_mask_backward_on(npu, &g, &x, &host.mask)?;
-        assert_eq!(got, max_pool2d_with_mask_backward_on(&cpu, &g, &x, &host.mask).unwrap());
+        let got = poolgrad::on(npu).max_pool2d_with_mask_backward(&g, &x, &host.mask)?;
+        assert_eq!(got, poolgrad::on(&cpu).max_pool2d_with_mask_backward(&g, &x, &host.mask).unwrap());
     } else {
-        let dev = max_pool2d_with_mask_on(npu, &x, p, L::default())?;
+        let dev = poolgrad::on(npu).max_pool2d_with_mask(&x, p, L::default())?;
         assert_eq!(dev.output, host.output);
         assert_eq!(dev.mask.to_indices::<i64>().unwrap(), host.mask.to_indices::<i64>().unwrap());
     }
@@ -241,7 +243,7 @@ fn a_failed_launch_leaves_the_executor_to_cann_and_waits_before_freeing() {
     let npu = session.open();
     session.inject("aclnnMaxPool2dWithIndices", 561_000, 0);
     let x = input();
-    let e = poolgrad::max_pool2d_with_indices_i32_on(&npu, &x, &MaxPool2dParams::new([2, 2])).unwrap_err();
+    let e = poolgrad::on(&npu).max_pool2d_with_indices_i32(&x, &MaxPool2dParams::new([2, 2])).unwrap_err();
     assert!(
         matches!(e, Error::Ascend(AscendError::Cann { function: "aclnnMaxPool2dWithIndices", .. })),
         "{e}"
@@ -257,15 +259,15 @@ fn device_parameters_are_checked_in_phase_1() {
     let dilated = MaxPool2dParams::new([2, 2]).with_dilation([2, 1]);
     let session = session_on("Ascend910B2C");
     let npu = session.open();
-    let e = max_pool2d_with_indices_on(&npu, &x, &dilated).unwrap_err();
+    let e = poolgrad::on(&npu).max_pool2d_with_indices(&x, &dilated).unwrap_err();
     assert!(matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::Parameter("dilation"), .. }), "{e}");
     drop(npu);
     session.assert_clean();
     drop(session);
     let session = session_on("Ascend950PR_9589");
     let npu = session.open();
-    let got = max_pool2d_with_indices_on(&npu, &x, &dilated).unwrap();
-    assert_eq!(got, max_pool2d_with_indices_on(&Cpu::sequential(), &x, &dilated).unwrap());
+    let got = poolgrad::on(&npu).max_pool2d_with_indices(&x, &dilated).unwrap();
+    assert_eq!(got, poolgrad::on(&Cpu::sequential()).max_pool2d_with_indices(&x, &dilated).unwrap());
     drop(npu);
     session.assert_clean();
     drop(session);
@@ -276,15 +278,15 @@ fn device_parameters_are_checked_in_phase_1() {
     let x4 = Array4::<f32>::zeros((1, 1, 4, 5));
     let ceil = MaxPool2dParams::new([1, 1]).with_stride([2, 2]).with_ceil_mode(true);
     let before = session.calls("*");
-    let e = max_pool2d_with_mask_on(&npu, &x4, &ceil, Bitmask).unwrap_err();
+    let e = poolgrad::on(&npu).max_pool2d_with_mask(&x4, &ceil, Bitmask).unwrap_err();
     assert!(matches!(&e, Error::DeviceLimit { about: DeviceLimitKind::Parameter("ceil_mode"), .. }), "{e}");
     assert!(e.to_string().contains("on H = 4"), "{e}");
     assert_eq!(session.calls("*"), before);
     // Without ceil mode, or where the last window starts inside, it runs.
     let floor = MaxPool2dParams::new([1, 1]).with_stride([2, 2]);
-    max_pool2d_with_mask_on(&npu, &x4, &floor, Bitmask).unwrap();
+    poolgrad::on(&npu).max_pool2d_with_mask(&x4, &floor, Bitmask).unwrap();
     let inside = MaxPool2dParams::new([2, 2]).with_stride([2, 2]).with_ceil_mode(true);
-    max_pool2d_with_mask_on(&npu, &Array4::<f32>::zeros((1, 1, 5, 5)), &inside, Bitmask).unwrap();
+    poolgrad::on(&npu).max_pool2d_with_mask(&Array4::<f32>::zeros((1, 1, 5, 5)), &inside, Bitmask).unwrap();
     drop(npu);
     session.assert_clean();
 }
@@ -296,8 +298,8 @@ fn f64_adaptive_forward_runs_where_cann_documents_it() {
     for soc in ["Ascend910B3", "Ascend910ProB"] {
         let session = session_on(soc);
         let npu = session.open();
-        let got = adaptive_max_pool2d_on(&npu, &x, [3, 5]).unwrap();
-        assert_eq!(got, adaptive_max_pool2d_on(&Cpu::sequential(), &x, [3, 5]).unwrap());
+        let got = poolgrad::on(&npu).adaptive_max_pool2d(&x, [3, 5]).unwrap();
+        assert_eq!(got, poolgrad::on(&Cpu::sequential()).adaptive_max_pool2d(&x, [3, 5]).unwrap());
         drop(npu);
         session.assert_clean();
     }
@@ -321,14 +323,14 @@ fn with_indices_plans_use_int32_indices_on_the_device() {
     )
     .unwrap();
     plan.run().unwrap();
-    let want = max_pool2d_with_indices_on(&Cpu::sequential(), &x, &p).unwrap();
+    let want = poolgrad::on(&Cpu::sequential()).max_pool2d_with_indices(&x, &p).unwrap();
     assert_eq!(idx, want.indices.iter().copied().collect::<Vec<_>>());
     // An index outside its plane never reaches the device.
     let g = Array4::<f32>::ones((2, 3, 3, 2));
     let mut bad = want.indices.mapv(|_| 0i64);
     bad[[1, 2, 0, 1]] = 42;
     let before = session.calls("*");
-    let e = max_pool2d_with_indices_backward_on(&npu, &g, &x, &bad, &p).unwrap_err();
+    let e = poolgrad::on(&npu).max_pool2d_with_indices_backward(&g, &x, &bad, &p).unwrap_err();
     assert!(matches!(&e, Error::IndexOutOfRange { value: 42, .. }), "{e}");
     assert_eq!(session.calls("*"), before);
     drop(npu);
@@ -386,11 +388,11 @@ fn cann_decides_also_lets_parameters_layouts_and_plane_limits_through() {
     let k3 = MaxPool2dParams::new([3, 3]);
     let before = session.calls("*");
     assert!(matches!(
-        max_pool2d_with_indices_on(&npu, &x, &dilated),
+        poolgrad::on(&npu).max_pool2d_with_indices(&x, &dilated),
         Err(Error::DeviceLimit { about: DeviceLimitKind::Parameter("dilation"), .. })
     ));
     assert!(matches!(
-        max_pool2d_with_mask_on(&npu, &x, &k3, Bitmask),
+        poolgrad::on(&npu).max_pool2d_with_mask(&x, &k3, Bitmask),
         Err(Error::DeviceLimit { about: DeviceLimitKind::MaskLayout, .. })
     ));
     assert_eq!(session.calls("*"), before);
@@ -398,8 +400,8 @@ fn cann_decides_also_lets_parameters_layouts_and_plane_limits_through() {
     let npu = npu.cann_decides();
     let (indices, mask) =
         ("aclnnMaxPool2dWithIndicesGetWorkspaceSize", "aclnnMaxPool2dWithMaskGetWorkspaceSize");
-    let _ = max_pool2d_with_indices_on(&npu, &x, &dilated);
-    let _ = max_pool2d_with_mask_on(&npu, &x, &k3, Bitmask);
+    let _ = poolgrad::on(&npu).max_pool2d_with_indices(&x, &dilated);
+    let _ = poolgrad::on(&npu).max_pool2d_with_mask(&x, &k3, Bitmask);
     assert_eq!(session.calls(indices), 1, "the dilated call reached CANN");
     assert_eq!(session.calls(mask), 1, "the Bitmask call reached CANN");
     // The documented 2^24 limit is poolgrad's, and left out; the int32 plane limit protects memory.

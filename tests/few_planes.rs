@@ -198,8 +198,8 @@ fn check<T: PoolFloat>(
     });
     let x = Array4::<T>::zeros((1, planes, h, w));
     let run = |cpu: &Cpu| match &pooling {
-        Pooling::Max(params) => poolgrad::max_pool2d_with_indices_backward_on(cpu, &go, &x, &idx, params),
-        Pooling::Adaptive(_) => poolgrad::adaptive_max_pool2d_backward_on(cpu, &go, &x, &idx),
+        Pooling::Max(params) => poolgrad::on(cpu).max_pool2d_with_indices_backward(&go, &x, &idx, params),
+        Pooling::Adaptive(_) => poolgrad::on(cpu).adaptive_max_pool2d_backward(&go, &x, &idx),
     };
     let one = run(&Cpu::sequential());
     for threads in [2, 3, 7] {
@@ -234,7 +234,7 @@ fn check<T: PoolFloat>(
                 let mask = Mask::<I32Argmax, _>::from_indices(&idx, params, &[1, planes, h, w]).unwrap();
                 for threads in [2, 3, 7] {
                     let cpu = common::cpu_with_threads(threads);
-                    let by_mask = poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &mask).unwrap();
+                    let by_mask = poolgrad::on(cpu).max_pool2d_with_mask_backward(&go, &x, &mask).unwrap();
                     prop_assert!(same_bits(&arr_f64(by_mask.view()), &want), "mask, {threads} threads");
                 }
                 // With every index in its window, a `Bitmask` too: its blocks are decoded and
@@ -358,7 +358,7 @@ fn a_used_workspace_gives_the_same_sums() {
             grad_input: TensorMut::from_array(&mut gi).unwrap(),
         };
         Plan::new(cpu, backward).unwrap().bind(&mut ws).unwrap().run().unwrap();
-        let fresh = poolgrad::adaptive_max_pool2d_backward_on(cpu, &go, &x, &idx).unwrap();
+        let fresh = poolgrad::on(cpu).adaptive_max_pool2d_backward(&go, &x, &idx).unwrap();
         assert_eq!(gi, fresh, "moved {moved:?}");
         let want = common::backward_f32(arr_f64(go.view()).view(), idx.view(), 40, 12).mapv(bf16::from_f32);
         assert_eq!(gi, want, "moved {moved:?}");
@@ -464,7 +464,7 @@ impl BitsOf {
             .into_iter()
             .chain([3, 7].map(|t| (t, common::cpu_with_threads(t))))
         {
-            let gi = poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &mask).unwrap();
+            let gi = poolgrad::on(cpu).max_pool2d_with_mask_backward(&go, &x, &mask).unwrap();
             assert_eq!(gi.mapv(f64::from), want, "{:?}, {threads} threads", self.shape);
         }
     }

@@ -53,8 +53,8 @@ fn first_reach_forms_agree_with_the_reference() -> Result<(), Error> {
     assert_eq!(max_pool2d_with_mask_backward(&g3, &x, &legacy)?, want_gx);
 
     let cpu = Cpu::with_threads(2)?;
-    assert_eq!(max_pool2d_with_indices_on(&cpu, &x, &params)?.indices, want_i);
-    assert_eq!(adaptive_max_pool2d_on(&cpu, &x, [4, 4])?.output, p.output);
+    assert_eq!(poolgrad::on(&cpu).max_pool2d_with_indices(&x, &params)?.indices, want_i);
+    assert_eq!(poolgrad::on(&cpu).adaptive_max_pool2d(&x, [4, 4])?.output, p.output);
     Ok(())
 }
 
@@ -67,11 +67,40 @@ fn i32_twins_give_the_same_positions() -> Result<(), Error> {
     let (_, want) = reference::max_pool2d_with_indices(&x, &params)?;
     let want32 = want.mapv(|i| i32::try_from(i).unwrap());
     assert_eq!(max_pool2d_with_indices_i32(&x, &params)?.indices, want32);
-    assert_eq!(max_pool2d_with_indices_i32_on(&cpu, &x, &params)?.indices, want32);
+    assert_eq!(poolgrad::on(&cpu).max_pool2d_with_indices_i32(&x, &params)?.indices, want32);
     let (_, want) = reference::adaptive_max_pool2d(&x, [5, 3])?;
     let want32 = want.mapv(|i| i32::try_from(i).unwrap());
     assert_eq!(adaptive_max_pool2d_i32(&x, [5, 3])?.indices, want32);
-    assert_eq!(adaptive_max_pool2d_i32_on(&cpu, &x, [5, 3])?.indices, want32);
+    assert_eq!(poolgrad::on(&cpu).adaptive_max_pool2d_i32(&x, [5, 3])?.indices, want32);
+    Ok(())
+}
+
+/// Owned arrays, views, sliced views and mutable views all pass to the same forms as they are
+/// (`&ArrayRef`), on the default device and through `on`. The expected gradient is worked by
+/// hand: each 2x2 window of the column-reversed input selects its largest value.
+#[test]
+fn arrays_views_and_mutable_views_pass_as_they_are() -> Result<(), Error> {
+    let x: Array3<f32> = array![[[1.0, 0.0, 9.0, 4.0], [2.0, 3.0, 5.0, 8.0]]];
+    let reversed = x.slice(ndarray::s![.., .., ..;-1]); // [[4, 9, 0, 1], [8, 5, 3, 2]]
+    let params = MaxPool2dParams::new([2, 2]);
+    let p = max_pool2d_with_indices(&reversed, &params)?;
+    assert_eq!(p.output, array![[[9.0, 3.0]]]);
+    assert_eq!(p.indices, array![[[1, 6]]]);
+    let g = array![[[1.5f32, -2.0]]];
+    let want = array![[[0.0, 1.5, 0.0, 0.0], [0.0, 0.0, -2.0, 0.0]]];
+    assert_eq!(max_pool2d_with_indices_backward(&g.view(), &reversed, &p.indices.view(), &params)?, want);
+    let mut buffer = Array3::<f32>::from_elem((1, 2, 8), 7.0);
+    let mut every_other = buffer.slice_mut(ndarray::s![.., .., ..;2]);
+    let cpu = Cpu::sequential();
+    poolgrad::on(&cpu).max_pool2d_with_indices_backward_into(
+        &g,
+        &reversed,
+        &p.indices,
+        &params,
+        &mut every_other,
+    )?;
+    assert_eq!(every_other, want);
+    assert!(buffer.slice(ndarray::s![.., .., 1..;2]).iter().all(|&v| v == 7.0)); // untouched
     Ok(())
 }
 

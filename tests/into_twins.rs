@@ -77,7 +77,7 @@ fn adaptive_into_checks<T: PoolFloat, I: ArgmaxIndex>(
         let (o, i) = (&mut b.view(&mut out), &mut b.view(&mut idx));
         match b {
             Buffer::Owned => adaptive_max_pool2d_into(x, size, o, i),
-            Buffer::Strided => adaptive_max_pool2d_into_on(&two_threads(), x, size, o, i),
+            Buffer::Strided => poolgrad::on(&two_threads()).adaptive_max_pool2d_into(x, size, o, i),
         }
         .unwrap();
         case.check_forward(&b.written(out, fill), &b.written(idx, ifill))?;
@@ -87,7 +87,7 @@ fn adaptive_into_checks<T: PoolFloat, I: ArgmaxIndex>(
             match b {
                 Buffer::Owned => adaptive_max_pool2d_backward_into(g, x, &case.indices, view),
                 Buffer::Strided => {
-                    adaptive_max_pool2d_backward_into_on(&two_threads(), g, x, &case.indices, view)
+                    poolgrad::on(&two_threads()).adaptive_max_pool2d_backward_into(g, x, &case.indices, view)
                 }
             }
             .unwrap();
@@ -107,7 +107,7 @@ fn max_pool_into_checks<T: PoolFloat, I: ArgmaxIndex>(
         let (o, i) = (&mut b.view(&mut out), &mut b.view(&mut idx));
         match b {
             Buffer::Owned => max_pool2d_with_indices_into(x, params, o, i),
-            Buffer::Strided => max_pool2d_with_indices_into_on(&two_threads(), x, params, o, i),
+            Buffer::Strided => poolgrad::on(&two_threads()).max_pool2d_with_indices_into(x, params, o, i),
         }
         .unwrap();
         case.check_forward(&b.written(out, fill), &b.written(idx, ifill))?;
@@ -118,7 +118,7 @@ fn max_pool_into_checks<T: PoolFloat, I: ArgmaxIndex>(
             match b {
                 Buffer::Owned => max_pool2d_with_indices_backward_into(g, x, ix, params, view),
                 Buffer::Strided => {
-                    max_pool2d_with_indices_backward_into_on(&two_threads(), g, x, ix, params, view)
+                    poolgrad::on(&two_threads()).max_pool2d_with_indices_backward_into(g, x, ix, params, view)
                 }
             }
             .unwrap();
@@ -140,7 +140,7 @@ fn mask_into_checks<T: PoolFloat, L: MaskLayout>(case: MaskCase<T, L, Ix4>) -> R
         max_pool2d_with_mask_into(&reversed, o, &mut mask).unwrap();
         match b {
             Buffer::Owned => max_pool2d_with_mask_into(x, o, &mut mask),
-            Buffer::Strided => max_pool2d_with_mask_into_on(&two_threads(), x, o, &mut mask),
+            Buffer::Strided => poolgrad::on(&two_threads()).max_pool2d_with_mask_into(x, o, &mut mask),
         }
         .unwrap();
         case.check_forward(&b.written(out, fill), &mask)?;
@@ -150,7 +150,7 @@ fn mask_into_checks<T: PoolFloat, L: MaskLayout>(case: MaskCase<T, L, Ix4>) -> R
             match b {
                 Buffer::Owned => max_pool2d_with_mask_backward_into(g, x, &case.mask, view),
                 Buffer::Strided => {
-                    max_pool2d_with_mask_backward_into_on(&two_threads(), g, x, &case.mask, view)
+                    poolgrad::on(&two_threads()).max_pool2d_with_mask_backward_into(g, x, &case.mask, view)
                 }
             }
             .unwrap();

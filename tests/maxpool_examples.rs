@@ -9,7 +9,6 @@ use poolgrad::device::cpu::Cpu;
 use poolgrad::{
     ArgmaxIndex, Bitmask, Error, I32Argmax, Mask, MaxPool2dParams, PoolFloat, max_pool2d_with_indices,
     max_pool2d_with_indices_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward,
-    max_pool2d_with_mask_backward_on,
 };
 
 fn a5<T: PoolFloat>() -> Array3<T> {
@@ -287,7 +286,7 @@ fn bitmask_bit_past_the_right_edge_adds_nothing() {
         want[[0, flat / 5, flat % 5]] = grad;
     }
     assert_eq!(max_pool2d_with_mask_backward(&g, &x, &edited).unwrap(), want);
-    let one_thread = max_pool2d_with_mask_backward_on(&Cpu::sequential(), &g, &x, &edited).unwrap();
+    let one_thread = poolgrad::on(&Cpu::sequential()).max_pool2d_with_mask_backward(&g, &x, &edited).unwrap();
     assert_eq!(one_thread, want);
 }
 
@@ -350,9 +349,9 @@ fn large_masks_encode_in_parts_on_every_thread_count() {
         ))
         .unwrap()
         .with_grain(0);
-        let bits = poolgrad::max_pool2d_with_mask_on(&cpu, &x, &params, Bitmask).unwrap();
+        let bits = poolgrad::on(&cpu).max_pool2d_with_mask(&x, &params, Bitmask).unwrap();
         assert_eq!(bits.mask.to_indices::<i64>().unwrap(), want, "Bitmask, {threads} threads");
-        let values = poolgrad::max_pool2d_with_mask_on(&cpu, &big, &params, I32Argmax).unwrap();
+        let values = poolgrad::on(&cpu).max_pool2d_with_mask(&big, &params, I32Argmax).unwrap();
         assert_eq!(values.mask.to_indices::<i64>().unwrap(), want_big, "I32Argmax, {threads} threads");
     }
 }
@@ -383,11 +382,11 @@ fn special_gradients<T: PoolFloat>(specials: &[u16]) {
     let i32argmax = Mask::<I32Argmax, _>::from_indices(&indices, &params, &shape).unwrap();
     let bitmask = Mask::<Bitmask, _>::from_indices(&indices, &params, &shape).unwrap();
     for cpu in [&poolgrad::device::cpu::Cpu::sequential(), common::cpu_with_threads(2)] {
-        let flat = poolgrad::max_pool2d_with_indices_backward_on(cpu, &go, &x, &indices, &params).unwrap();
+        let flat = poolgrad::on(cpu).max_pool2d_with_indices_backward(&go, &x, &indices, &params).unwrap();
         assert_eq!(bits(&flat), want, "i64 indices");
-        let by_argmax = poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &i32argmax).unwrap();
+        let by_argmax = poolgrad::on(cpu).max_pool2d_with_mask_backward(&go, &x, &i32argmax).unwrap();
         assert_eq!(bits(&by_argmax), want, "I32Argmax");
-        let by_bits = poolgrad::max_pool2d_with_mask_backward_on(cpu, &go, &x, &bitmask).unwrap();
+        let by_bits = poolgrad::on(cpu).max_pool2d_with_mask_backward(&go, &x, &bitmask).unwrap();
         assert_eq!(bits(&by_bits), want, "Bitmask");
     }
 }
@@ -528,13 +527,9 @@ fn the_i32argmax_forward_pools_into_the_mask() {
     assert_eq!(wide.slice(ndarray::s![.., .., .., ..;2]).iter().copied().collect::<Vec<_>>(), expected);
     // No planes: nothing to pool, no workspace, an empty mask.
     let none = Array4::<f32>::zeros((0, 16, 8, 8));
-    let p = poolgrad::max_pool2d_with_mask_on(
-        &Cpu::with_threads(2).unwrap().with_grain(0),
-        &none,
-        &k2,
-        I32Argmax,
-    )
-    .unwrap();
+    let p = poolgrad::on(&Cpu::with_threads(2).unwrap().with_grain(0))
+        .max_pool2d_with_mask(&none, &k2, I32Argmax)
+        .unwrap();
     assert_eq!((p.output.shape(), p.mask.as_array().shape()), (&[0, 16, 4, 4][..], &[0, 16, 4, 64][..]));
 }
 

@@ -16,7 +16,7 @@
 //! Inputs are ndarray arrays or views of rank 3 (`[C, H, W]`) or 4 (`[N, C, H, W]`); results have
 //! the input's rank. Indices come back as `i64`.
 
-use ndarray::{Array, Array4, ArrayBase, ArrayView4, Data, Dimension};
+use ndarray::{Array, Array4, ArrayRef, ArrayView4, Dimension};
 
 use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
@@ -164,7 +164,7 @@ fn backward4<T: PoolFloat>(
 }
 
 fn view4<'a, T: crate::Element, D: Dimension>(
-    a: &'a ArrayBase<impl Data<Elem = T>, D>,
+    a: &'a ArrayRef<T, D>,
     arg: &'static str,
 ) -> Result<TensorRef<'a, T>> {
     TensorRef::named(a.view(), "reference", arg)
@@ -231,13 +231,12 @@ where
 ///
 /// # Errors
 /// A rank other than 3 or 4, or a zero output size.
-pub fn adaptive_max_pool2d<T, S, D>(
-    input: &ArrayBase<S, D>,
+pub fn adaptive_max_pool2d<T, D>(
+    input: &ArrayRef<T, D>,
     output_size: [usize; 2],
 ) -> Result<(Array<T, D>, Array<i64, D>)>
 where
     T: PoolFloat,
-    S: Data<Elem = T>,
     D: Dimension,
 {
     let x = view4(input, "input")?;
@@ -258,17 +257,14 @@ where
 ///
 /// # Errors
 /// Ranks, shapes, or an index outside its plane.
-pub fn adaptive_max_pool2d_backward<T, I, S1, S2, S3, D>(
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    indices: &ArrayBase<S3, D>,
+pub fn adaptive_max_pool2d_backward<T, I, D>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
 ) -> Result<Array<T, D>>
 where
     T: PoolFloat,
     I: ArgmaxIndex,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S3: Data<Elem = I>,
     D: Dimension,
 {
     let go = view4(grad_output, "grad_output")?;
@@ -294,13 +290,12 @@ where
 ///
 /// # Errors
 /// A rank other than 3 or 4, or parameters the input does not allow.
-pub fn max_pool2d_with_indices<T, S, D>(
-    input: &ArrayBase<S, D>,
+pub fn max_pool2d_with_indices<T, D>(
+    input: &ArrayRef<T, D>,
     params: &MaxPool2dParams,
 ) -> Result<(Array<T, D>, Array<i64, D>)>
 where
     T: PoolFloat,
-    S: Data<Elem = T>,
     D: Dimension,
 {
     let x = view4(input, "input")?;
@@ -322,18 +317,15 @@ where
 ///
 /// # Errors
 /// Ranks, shapes, parameters, or an index outside its plane.
-pub fn max_pool2d_with_indices_backward<T, I, S1, S2, S3, D>(
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
-    indices: &ArrayBase<S3, D>,
+pub fn max_pool2d_with_indices_backward<T, I, D>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
     params: &MaxPool2dParams,
 ) -> Result<Array<T, D>>
 where
     T: PoolFloat,
     I: ArgmaxIndex,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
-    S3: Data<Elem = I>,
     D: Dimension,
 {
     backward_with_indices(
@@ -358,15 +350,14 @@ where
 ///
 /// # Errors
 /// As [`max_pool2d_with_indices`], plus the mask operations' constraints (dilation 1).
-pub fn max_pool2d_with_mask<T, L, S, D>(
-    input: &ArrayBase<S, D>,
+pub fn max_pool2d_with_mask<T, L, D>(
+    input: &ArrayRef<T, D>,
     params: &MaxPool2dParams,
     _layout: L,
 ) -> Result<(Array<T, D>, Mask<L, D>)>
 where
     T: PoolFloat,
     L: MaskLayout,
-    S: Data<Elem = T>,
     D: Dimension,
 {
     let (values, indices) = max_pool2d_with_indices(input, params)?;
@@ -390,16 +381,14 @@ where
 ///
 /// # Errors
 /// Ranks, shapes, or an `I32Argmax` value outside its plane.
-pub fn max_pool2d_with_mask_backward<T, L, S1, S2, D>(
-    grad_output: &ArrayBase<S1, D>,
-    self_: &ArrayBase<S2, D>,
+pub fn max_pool2d_with_mask_backward<T, L, D>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
     mask: &Mask<L, D>,
 ) -> Result<Array<T, D>>
 where
     T: PoolFloat,
     L: MaskLayout,
-    S1: Data<Elem = T>,
-    S2: Data<Elem = T>,
     D: Dimension,
 {
     let go = view4(grad_output, "grad_output")?;

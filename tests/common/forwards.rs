@@ -18,8 +18,8 @@ fn with_indices_as<T, I: ArgmaxIndex, J: ArgmaxIndex, D: ndarray::Dimension>(
     Pooled { output: p.output, indices }
 }
 
-/// The public forward for index type `I`: [`poolgrad::adaptive_max_pool2d_on`] for `i64`,
-/// [`poolgrad::adaptive_max_pool2d_i32_on`] for `i32`.
+/// The public forward for index type `I`: [`poolgrad::On::adaptive_max_pool2d`] for `i64`,
+/// [`poolgrad::On::adaptive_max_pool2d_i32`] for `i32`.
 pub fn adaptive_on<Dev, T, I, S, D>(
     device: &Dev,
     input: &ArrayBase<S, D>,
@@ -33,9 +33,9 @@ where
     D: PoolDim,
 {
     Ok(if I::DTYPE == DType::I32 {
-        with_indices_as(poolgrad::adaptive_max_pool2d_i32_on(device, input, output_size)?)
+        with_indices_as(poolgrad::on(device).adaptive_max_pool2d_i32(input, output_size)?)
     } else {
-        with_indices_as(poolgrad::adaptive_max_pool2d_on(device, input, output_size)?)
+        with_indices_as(poolgrad::on(device).adaptive_max_pool2d(input, output_size)?)
     })
 }
 
@@ -67,9 +67,9 @@ where
     D: PoolDim,
 {
     Ok(if I::DTYPE == DType::I32 {
-        with_indices_as(poolgrad::max_pool2d_with_indices_i32_on(device, input, params)?)
+        with_indices_as(poolgrad::on(device).max_pool2d_with_indices_i32(input, params)?)
     } else {
-        with_indices_as(poolgrad::max_pool2d_with_indices_on(device, input, params)?)
+        with_indices_as(poolgrad::on(device).max_pool2d_with_indices(input, params)?)
     })
 }
 

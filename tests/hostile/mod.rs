@@ -379,7 +379,7 @@ fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
         also_on_npu!(
             "adaptive backward",
             res,
-            |dev| poolgrad::adaptive_max_pool2d_backward_on(dev, &g, &x, &ix),
+            |dev| poolgrad::on(dev).adaptive_max_pool2d_backward(&g, &x, &ix),
             npu::same_bits
         );
         let got = ok_or_err("adaptive backward", res);
@@ -462,7 +462,7 @@ fn mask<T: PoolFloat, L: MaskLayout>(op: u8, b: &mut Bytes) {
             also_on_npu!(
                 "mask forward (broadcast)",
                 res,
-                |dev| poolgrad::max_pool2d_with_mask_on(dev, &x, &p, L::default()),
+                |dev| poolgrad::on(dev).max_pool2d_with_mask(&x, &p, L::default()),
                 npu::same_masked
             );
             ok_or_err("mask forward (broadcast)", res.map(|_| ()));
@@ -473,7 +473,7 @@ fn mask<T: PoolFloat, L: MaskLayout>(op: u8, b: &mut Bytes) {
     also_on_npu!(
         "mask forward",
         res,
-        |dev| poolgrad::max_pool2d_with_mask_on(dev, &x, &p, L::default()),
+        |dev| poolgrad::on(dev).max_pool2d_with_mask(&x, &p, L::default()),
         npu::same_masked
     );
     let Some(pooled) = ok_or_err("mask forward", res) else {
@@ -488,7 +488,7 @@ fn mask<T: PoolFloat, L: MaskLayout>(op: u8, b: &mut Bytes) {
         also_on_npu!(
             "mask backward",
             res,
-            |dev| poolgrad::max_pool2d_with_mask_backward_on(dev, &g, &x, &pooled.mask),
+            |dev| poolgrad::on(dev).max_pool2d_with_mask_backward(&g, &x, &pooled.mask),
             npu::same_bits
         );
         let gi = res.expect("a forward's own mask");
@@ -543,7 +543,7 @@ fn raw_mask_layout<T: PoolFloat, L: MaskLayout>(
     also_on_npu!(
         "mask backward (raw)",
         res,
-        |dev| poolgrad::max_pool2d_with_mask_backward_on(dev, &g, &x, &mask),
+        |dev| poolgrad::on(dev).max_pool2d_with_mask_backward(&g, &x, &mask),
         npu::same_bits
     );
     if let Some(gi) = ok_or_err("mask backward (raw)", res) {

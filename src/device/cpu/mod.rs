@@ -32,9 +32,9 @@ mod workspace;
 /// let sequential = Cpu::new(Parallelism::Sequential)?;
 /// let global = Cpu::new(Parallelism::AllThreads)?; // rayon's global pool
 /// let own = Cpu::new(Parallelism::Threads(3.try_into().unwrap()))?; // a pool of its own (or Cpu::with_threads(3))
-/// let a = poolgrad::adaptive_max_pool2d_on(&sequential, &x, [4, 4])?;
-/// assert_eq!(a, poolgrad::adaptive_max_pool2d_on(&global, &x, [4, 4])?);
-/// assert_eq!(a, poolgrad::adaptive_max_pool2d_on(&own, &x, [4, 4])?);
+/// let a = poolgrad::on(&sequential).adaptive_max_pool2d(&x, [4, 4])?;
+/// assert_eq!(a, poolgrad::on(&global).adaptive_max_pool2d(&x, [4, 4])?);
+/// assert_eq!(a, poolgrad::on(&own).adaptive_max_pool2d(&x, [4, 4])?);
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
 #[derive(Clone)]

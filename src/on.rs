@@ -1,0 +1,411 @@
+//! The device-bound handle, [`On`]: each operation over ndarray arrays, implemented once.
+//!
+//! The allocating forms check what they read once, allocate outputs of the shapes that check
+//! established, and hand the descriptor to the plan as checked (phase 1 then only asks the
+//! device); the `_into` forms describe the caller's arrays and let [`Plan::new`] check all of it.
+
+use ndarray::{Array, ArrayRef, Dimension};
+
+#[cfg(doc)]
+use crate::device::cpu::Cpu;
+use crate::device::{Device, Runs};
+use crate::element::{Element, PoolFloat};
+use crate::error::Result;
+use crate::index::ArgmaxIndex;
+use crate::mask::{Mask, MaskLayout, MaskMut};
+use crate::op::{
+    self, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
+    MaxPool2dWithMask, MaxPool2dWithMaskBackward, name,
+};
+use crate::params::MaxPool2dParams;
+use crate::plan::Plan;
+use crate::tensor::{PoolDim, TensorMut, TensorRef};
+use crate::{alloc, validate};
+
+/// The result of a max-pooling forward: pooled values and flat arg-max indices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pooled<T, I, D: Dimension> {
+    /// Pooled values.
+    pub output: Array<T, D>,
+    /// Flat index `ih * W + iw` of each value inside its `(n, c)` plane.
+    pub indices: Array<I, D>,
+}
+
+/// The result of a max-pooling forward with an Ascend mask: pooled values and the mask.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PooledMask<T, L: MaskLayout, D: Dimension> {
+    /// Pooled values.
+    pub output: Array<T, D>,
+    /// The arg-max of each output as an int8 mask in layout `L`.
+    pub mask: Mask<L, D>,
+}
+
+/// The operations on `device`: [`On`]'s methods are the free functions of the same names, run
+/// there (an Ascend NPU with the `ascend` feature, or a [`Cpu`] with its own threads).
+///
+/// ```
+/// use poolgrad::device::cpu::Cpu;
+/// let x = ndarray::Array4::<f32>::ones((1, 2, 6, 6));
+/// let p = poolgrad::on(&Cpu::sequential()).adaptive_max_pool2d(&x, [3, 3])?;
+/// assert!(p.indices.iter().all(|&i| i % 2 == 0 && (i / 6) % 2 == 0)); // ties: the first maximum
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+pub fn on<Dev: Device>(device: &Dev) -> On<'_, Dev> {
+    On { device }
+}
+
+/// The operations bound to one device: made by [`on`]. Each method is the free function of the
+/// same name on this device, with the same arguments, results and errors, and the device's own
+/// errors besides.
+#[derive(Debug, Clone, Copy)]
+pub struct On<'d, Dev> {
+    device: &'d Dev,
+}
+
+/// An array's view as the operation's argument `arg`.
+fn read<'a, E: Element, D: PoolDim>(
+    op: &'static str,
+    arg: &'static str,
+    array: &'a ArrayRef<E, D>,
+) -> Result<TensorRef<'a, E>> {
+    TensorRef::named(array.view(), op, arg)
+}
+
+/// An array's mutable view as the operation's argument `arg`.
+fn write<'a, E: Element, D: PoolDim>(
+    op: &'static str,
+    arg: &'static str,
+    array: &'a mut ArrayRef<E, D>,
+) -> Result<TensorMut<'a, E>> {
+    TensorMut::named(array.view_mut(), op, arg)
+}
+
+impl<Dev: Device> On<'_, Dev> {
+    /// [`adaptive_max_pool2d`](crate::adaptive_max_pool2d) on this device.
+    pub fn adaptive_max_pool2d<T: PoolFloat, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: [usize; 2],
+    ) -> Result<Pooled<T, i64, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, i64>>,
+    {
+        self.adaptive_pooled(input, output_size)
+    }
+
+    /// [`adaptive_max_pool2d_i32`](crate::adaptive_max_pool2d_i32) on this device.
+    pub fn adaptive_max_pool2d_i32<T: PoolFloat, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: [usize; 2],
+    ) -> Result<Pooled<T, i32, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, i32>>,
+    {
+        self.adaptive_pooled(input, output_size)
+    }
+
+    fn adaptive_pooled<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: [usize; 2],
+    ) -> Result<Pooled<T, I, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
+        let input = read(OP, "input", input)?;
+        let g = op::adaptive_forward_shapes::<T, I, _>(&input, output_size)?;
+        let mut output = alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
+        let mut indices = alloc::zeroed_array::<I, D>(OP, "indices", &g.pooled_dims())?;
+        let op = AdaptiveMaxPool2d {
+            input,
+            output_size,
+            output: write(OP, "output", &mut output)?,
+            indices: write(OP, "indices", &mut indices)?,
+        };
+        Plan::checked(self.device, op, g)?.run()?;
+        Ok(Pooled { output, indices })
+    }
+
+    /// [`adaptive_max_pool2d_into`](crate::adaptive_max_pool2d_into) on this device.
+    pub fn adaptive_max_pool2d_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: [usize; 2],
+        output: &mut ArrayRef<T, D>,
+        indices: &mut ArrayRef<I, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
+        let op = AdaptiveMaxPool2d {
+            input: read(OP, "input", input)?,
+            output_size,
+            output: write(OP, "output", output)?,
+            indices: write(OP, "indices", indices)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`adaptive_max_pool2d_backward`](crate::adaptive_max_pool2d_backward) on this device.
+    pub fn adaptive_max_pool2d_backward<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2dBackward<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
+        let grad_output = read(OP, "grad_output", grad_output)?;
+        let (self_, indices) = (read(OP, "self_", self_)?, read(OP, "indices", indices)?);
+        let g = op::adaptive_backward_shapes(&grad_output, &self_, &indices)?;
+        let mut grad_input = alloc::zeroed_array::<T, D>(OP, "grad_input", self_.user_shape())?;
+        let op = AdaptiveMaxPool2dBackward {
+            grad_output,
+            self_,
+            indices,
+            grad_input: write(OP, "grad_input", &mut grad_input)?.known_zero(),
+        };
+        Plan::checked(self.device, op, g)?.run()?;
+        Ok(grad_input)
+    }
+
+    /// [`adaptive_max_pool2d_backward_into`](crate::adaptive_max_pool2d_backward_into) on this device.
+    pub fn adaptive_max_pool2d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        grad_input: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2dBackward<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
+        let op = AdaptiveMaxPool2dBackward {
+            grad_output: read(OP, "grad_output", grad_output)?,
+            self_: read(OP, "self_", self_)?,
+            indices: read(OP, "indices", indices)?,
+            grad_input: write(OP, "grad_input", grad_input)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`max_pool2d_with_indices`](crate::max_pool2d_with_indices) on this device.
+    pub fn max_pool2d_with_indices<T: PoolFloat, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool2dParams,
+    ) -> Result<Pooled<T, i64, D>>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, i64>>,
+    {
+        self.max_pooled(input, params)
+    }
+
+    /// [`max_pool2d_with_indices_i32`](crate::max_pool2d_with_indices_i32) on this device.
+    pub fn max_pool2d_with_indices_i32<T: PoolFloat, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool2dParams,
+    ) -> Result<Pooled<T, i32, D>>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, i32>>,
+    {
+        self.max_pooled(input, params)
+    }
+
+    fn max_pooled<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool2dParams,
+    ) -> Result<Pooled<T, I, D>>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
+        let input = read(OP, "input", input)?;
+        let g = op::max_pool_forward_shapes::<T, I, _>(&input, params)?;
+        let mut output = alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
+        let mut indices = alloc::zeroed_array::<I, D>(OP, "indices", &g.pooled_dims())?;
+        let op = MaxPool2dWithIndices {
+            input,
+            params: *params,
+            output: write(OP, "output", &mut output)?,
+            indices: write(OP, "indices", &mut indices)?,
+        };
+        Plan::checked(self.device, op, g)?.run()?;
+        Ok(Pooled { output, indices })
+    }
+
+    /// [`max_pool2d_with_indices_into`](crate::max_pool2d_with_indices_into) on this device.
+    pub fn max_pool2d_with_indices_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool2dParams,
+        output: &mut ArrayRef<T, D>,
+        indices: &mut ArrayRef<I, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
+        let op = MaxPool2dWithIndices {
+            input: read(OP, "input", input)?,
+            params: *params,
+            output: write(OP, "output", output)?,
+            indices: write(OP, "indices", indices)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`max_pool2d_with_indices_backward`](crate::max_pool2d_with_indices_backward) on this device.
+    pub fn max_pool2d_with_indices_backward<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        params: &MaxPool2dParams,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndicesBackward<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
+        let grad_output = read(OP, "grad_output", grad_output)?;
+        let (self_, indices) = (read(OP, "self_", self_)?, read(OP, "indices", indices)?);
+        let g = op::max_pool_indices_backward_shapes(&grad_output, &self_, &indices, params)?;
+        let mut grad_input = alloc::zeroed_array::<T, D>(OP, "grad_input", self_.user_shape())?;
+        let op = MaxPool2dWithIndicesBackward {
+            grad_output,
+            self_,
+            indices,
+            params: *params,
+            grad_input: write(OP, "grad_input", &mut grad_input)?.known_zero(),
+        };
+        Plan::checked(self.device, op, g)?.run()?;
+        Ok(grad_input)
+    }
+
+    /// [`max_pool2d_with_indices_backward_into`](crate::max_pool2d_with_indices_backward_into) on this device.
+    pub fn max_pool2d_with_indices_backward_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        params: &MaxPool2dParams,
+        grad_input: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndicesBackward<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
+        let op = MaxPool2dWithIndicesBackward {
+            grad_output: read(OP, "grad_output", grad_output)?,
+            self_: read(OP, "self_", self_)?,
+            indices: read(OP, "indices", indices)?,
+            params: *params,
+            grad_input: write(OP, "grad_input", grad_input)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`max_pool2d_with_mask`](crate::max_pool2d_with_mask) on this device.
+    pub fn max_pool2d_with_mask<T: PoolFloat, L: MaskLayout, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool2dParams,
+        layout: L,
+    ) -> Result<PooledMask<T, L, D>>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithMask<'a, T, L>>,
+    {
+        const OP: &str = name::MAX_POOL2D_WITH_MASK;
+        let input = read(OP, "input", input)?;
+        let g = op::mask_forward_shapes::<T, L, _>(&input, params)?;
+        let mut output = alloc::zeroed_array::<T, D>(OP, "output", &g.pooled_dims())?;
+        let mut mask = alloc::zeroed_array::<i8, D>(OP, "mask", &g.dims())?;
+        let op = MaxPool2dWithMask {
+            input,
+            params: *params,
+            output: write(OP, "output", &mut output)?,
+            mask: MaskMut::new(write(OP, "mask", &mut mask)?, layout),
+        };
+        Plan::checked(self.device, op, g)?.run()?;
+        Ok(PooledMask { output, mask: Mask::from_parts(mask, g) })
+    }
+
+    /// [`max_pool2d_with_mask_into`](crate::max_pool2d_with_mask_into) on this device.
+    pub fn max_pool2d_with_mask_into<T: PoolFloat, L: MaskLayout, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output: &mut ArrayRef<T, D>,
+        mask: &mut Mask<L, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithMask<'a, T, L>>,
+    {
+        const OP: &str = name::MAX_POOL2D_WITH_MASK;
+        validate::same_shape(OP, "input", input.shape(), &mask.input_shape())?;
+        let params = *mask.params();
+        let op = MaxPool2dWithMask {
+            input: read(OP, "input", input)?,
+            params,
+            output: write(OP, "output", output)?,
+            mask: MaskMut::new(TensorMut::named(mask.bytes_mut(), OP, "mask")?, L::default()),
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`max_pool2d_with_mask_backward`](crate::max_pool2d_with_mask_backward) on this device.
+    pub fn max_pool2d_with_mask_backward<T: PoolFloat, L: MaskLayout, D: PoolDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        mask: &Mask<L, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithMaskBackward<'a, T, L>>,
+    {
+        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
+        validate::same_shape(OP, "self_", self_.shape(), &mask.input_shape())?;
+        let (grad_output, self_) = (read(OP, "grad_output", grad_output)?, read(OP, "self_", self_)?);
+        let g = op::mask_backward_shapes(&grad_output, &self_, &mask.view(), mask.params())?;
+        let mut grad_input = alloc::zeroed_array::<T, D>(OP, "grad_input", self_.user_shape())?;
+        let op = MaxPool2dWithMaskBackward {
+            grad_output,
+            self_,
+            mask: mask.view(),
+            params: *mask.params(),
+            grad_input: write(OP, "grad_input", &mut grad_input)?.known_zero(),
+        };
+        Plan::checked(self.device, op, g)?.run()?;
+        Ok(grad_input)
+    }
+
+    /// [`max_pool2d_with_mask_backward_into`](crate::max_pool2d_with_mask_backward_into) on this device.
+    pub fn max_pool2d_with_mask_backward_into<T: PoolFloat, L: MaskLayout, D: PoolDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        mask: &Mask<L, D>,
+        grad_input: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithMaskBackward<'a, T, L>>,
+    {
+        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
+        validate::same_shape(OP, "self_", self_.shape(), &mask.input_shape())?;
+        let op = MaxPool2dWithMaskBackward {
+            grad_output: read(OP, "grad_output", grad_output)?,
+            self_: read(OP, "self_", self_)?,
+            mask: mask.view(),
+            params: *mask.params(),
+            grad_input: write(OP, "grad_input", grad_input)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+}
