@@ -32,13 +32,27 @@ pub(crate) enum Unpooling {
     Adaptive,
 }
 
+/// How a bridge's functions name the free functions' tensor arguments: the tensor pooled is
+/// `x`, in the forwards (`input`) and the backwards (`self_`) alike.
+pub(crate) const ARGUMENTS: [(&str, &str); 2] = [("input", "x"), ("self_", "x")];
+
+/// An error of a free function called by the bridge function `op`, in `op`'s terms.
+pub(crate) fn in_terms_of(op: &'static str) -> impl Fn(crate::Error) -> crate::Error {
+    move |e| e.in_terms_of(op, &ARGUMENTS)
+}
+
 impl Pooling {
-    /// The pooled values and `i64` indices of `x`.
-    pub(crate) fn forward<T: PoolFloat>(self, x: &ArrayViewD<'_, T>) -> crate::Result<Pooled<T, i64, IxDyn>> {
+    /// The pooled values and `i64` indices of `x`, errors named for the bridge function `op`.
+    pub(crate) fn forward<T: PoolFloat>(
+        self,
+        op: &'static str,
+        x: &ArrayViewD<'_, T>,
+    ) -> crate::Result<Pooled<T, i64, IxDyn>> {
         match self {
             Pooling::MaxPool(params) => crate::max_pool2d_with_indices(x, &params),
             Pooling::Adaptive(size) => crate::adaptive_max_pool2d(x, size),
         }
+        .map_err(in_terms_of(op))
     }
 
     pub(crate) fn backward(self) -> Unpooling {
@@ -50,9 +64,11 @@ impl Pooling {
 }
 
 impl Unpooling {
-    /// The gradient of `x`: `grad` added at `indices` of each plane.
+    /// The gradient of `x`: `grad` added at `indices` of each plane, errors named for the bridge
+    /// function `op`.
     pub(crate) fn backward<T: PoolFloat, I: ArgmaxIndex>(
         self,
+        op: &'static str,
         grad: &ArrayViewD<'_, T>,
         x: &ArrayViewD<'_, T>,
         indices: &ArrayViewD<'_, I>,
@@ -61,5 +77,6 @@ impl Unpooling {
             Unpooling::MaxPool(params) => crate::max_pool2d_with_indices_backward(grad, x, indices, &params),
             Unpooling::Adaptive => crate::adaptive_max_pool2d_backward(grad, x, indices),
         }
+        .map_err(in_terms_of(op))
     }
 }

@@ -194,18 +194,22 @@ pub fn max_pool2d_with_indices_backward(
 /// The forward on an ndarray primitive: the output (x's dtype) and i64 indices.
 fn forward(op: &'static str, pooling: Pooling, x: &NdArrayTensor) -> Result<(NdArrayTensor, NdArrayTensor)> {
     match x {
-        NdArrayTensor::F32(x) => forward_typed::<f32>(pooling, x.view()),
-        NdArrayTensor::F64(x) => forward_typed::<f64>(pooling, x.view()),
+        NdArrayTensor::F32(x) => forward_typed::<f32>(op, pooling, x.view()),
+        NdArrayTensor::F64(x) => forward_typed::<f64>(op, pooling, x.view()),
         other => Err(dtype_error(op, "x", FLOATS, other)),
     }
 }
 
-fn forward_typed<T>(pooling: Pooling, x: ArrayViewD<'_, T>) -> Result<(NdArrayTensor, NdArrayTensor)>
+fn forward_typed<T>(
+    op: &'static str,
+    pooling: Pooling,
+    x: ArrayViewD<'_, T>,
+) -> Result<(NdArrayTensor, NdArrayTensor)>
 where
     T: PoolFloat,
     NdArrayTensor: From<ArcArray<T, IxDyn>>,
 {
-    let pooled = pooling.forward(&x)?;
+    let pooled = pooling.forward(op, &x)?;
     Ok((pooled.output.into_shared().into(), pooled.indices.into_shared().into()))
 }
 
@@ -243,13 +247,14 @@ where
     NdArrayTensor: From<ArcArray<T, IxDyn>>,
 {
     match indices {
-        NdArrayTensor::I64(i) => backward_typed(which, grad, x, i.view()),
-        NdArrayTensor::I32(i) => backward_typed(which, grad, x, i.view()),
+        NdArrayTensor::I64(i) => backward_typed(op, which, grad, x, i.view()),
+        NdArrayTensor::I32(i) => backward_typed(op, which, grad, x, i.view()),
         other => Err(dtype_error(op, "indices", "I64 or I32", other)),
     }
 }
 
 fn backward_typed<T, I>(
+    op: &'static str,
     which: Unpooling,
     grad: ArrayViewD<'_, T>,
     x: ArrayViewD<'_, T>,
@@ -260,7 +265,7 @@ where
     I: ArgmaxIndex,
     NdArrayTensor: From<ArcArray<T, IxDyn>>,
 {
-    Ok(which.backward(&grad, &x, &indices)?.into_shared().into())
+    Ok(which.backward(op, &grad, &x, &indices)?.into_shared().into())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ use candle_core::{
 };
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 
-use crate::bridge::{Pooling, Unpooling, function_names};
+use crate::bridge::{Pooling, Unpooling, function_names, in_terms_of};
 use crate::{Mask, MaskLayout, MaxPool2dParams};
 
 // The functions' names, which begin their messages (and name the recorded operation in
@@ -279,7 +279,7 @@ impl CustomOp1 for IndexedOp {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         with_float_type!(storage.dtype(), self.op, "x", T => {
             let x = cpu_view::<T>(storage, layout, self.op, "x")?;
-            let pooled = self.pooling.forward(&x).map_err(wrap)?;
+            let pooled = self.pooling.forward(self.op, &x).map_err(wrap)?;
             let indices_tensor = into_tensor(pooled.indices)?;
             self.indices.get_or_init(|| indices_tensor);
             Ok(into_storage(pooled.output))
@@ -303,7 +303,8 @@ impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
         const OP: &str = name::max_pool2d_with_mask;
         with_float_type!(storage.dtype(), OP, "x", T => {
             let x = cpu_view::<T>(storage, layout, OP, "x")?;
-            let pooled = crate::max_pool2d_with_mask(&x, &self.params, self.layout).map_err(wrap)?;
+            let pooled = crate::max_pool2d_with_mask(&x, &self.params, self.layout)
+                .map_err(|e| wrap(in_terms_of(OP)(e)))?;
             self.mask.get_or_init(|| pooled.mask);
             Ok(into_storage(pooled.output))
         })
@@ -338,7 +339,7 @@ fn backward_with_indices(
             let grad = cpu_view::<T>(grad_cpu, grad_layout, op, "grad_output")?;
             let x = cpu_view::<T>(x_cpu, x_layout, op, "x")?;
             let idx = cpu_view::<I>(idx_cpu, idx_layout, op, "indices")?;
-            into_tensor(which.backward(&grad, &x, &idx).map_err(wrap)?)
+            into_tensor(which.backward(op, &grad, &x, &idx).map_err(wrap)?)
         })
     })
 }
@@ -356,7 +357,7 @@ fn mask_backward<L: MaskLayout>(
     with_float_type!(x.dtype(), op, "x", T => {
         let grad = cpu_view::<T>(grad_cpu, grad_layout, op, "grad_output")?;
         let x = cpu_view::<T>(x_cpu, x_layout, op, "x")?;
-        let gx = crate::max_pool2d_with_mask_backward(&grad, &x, mask).map_err(wrap)?;
+        let gx = crate::max_pool2d_with_mask_backward(&grad, &x, mask).map_err(|e| wrap(in_terms_of(op)(e)))?;
         into_tensor(gx)
     })
 }
@@ -397,6 +398,11 @@ fn cpu_view<'s, T: WithDType>(
             "{op}: `{arg}` must have rank 3 ([C, H, W]) or 4 ([N, C, H, W]); got shape {:?}",
             layout.dims()
         )));
+    }
+    if layout.dims().contains(&0) {
+        // No element to read: candle keeps the strides of the non-empty shape (and its
+        // offset), which ndarray would check against the storage; the empty view needs neither.
+        return ArrayViewD::from_shape(IxDyn(layout.dims()), &[]).map_err(|e| wrap(e.to_string()));
     }
     let len = data.len();
     let data = data.get(layout.start_offset()..).unwrap_or_default();

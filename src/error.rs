@@ -339,6 +339,48 @@ fn message_text(message: &str) -> String {
 }
 
 impl Error {
+    /// The same error in the terms of a caller that wraps an operation: `op` as the operation's
+    /// name, and the argument renamed when `args` lists it as `(poolgrad's name, the caller's
+    /// name)`. An error that names no operation is returned as it is. A library that wraps
+    /// poolgrad's functions under its own names uses it so that a message names what its user
+    /// called and passed (the candle and burn bridges do).
+    ///
+    /// ```
+    /// let x = ndarray::Array4::<f32>::zeros((1, 0, 4, 4));
+    /// let e = poolgrad::adaptive_max_pool2d(&x, [2, 2]).unwrap_err();
+    /// let e = e.in_terms_of("mylib::pool", &[("input", "x")]);
+    /// assert_eq!(e.to_string(), "mylib::pool: `x` has shape [1, 0, 4, 4], but its C dimension must not be empty");
+    /// ```
+    #[must_use]
+    pub fn in_terms_of(mut self, op: &'static str, args: &[(&str, &'static str)]) -> Self {
+        let (named_op, named_arg) = match &mut self {
+            Error::Rank { op, arg, .. }
+            | Error::ShapeMismatch { op, arg, .. }
+            | Error::EmptyDimension { op, arg, .. }
+            | Error::InvalidParameter { op, arg, .. }
+            | Error::OutputTooSmall { op, arg, .. }
+            | Error::IndexOutOfRange { op, arg, .. }
+            | Error::IndexNotInWindow { op, arg, .. }
+            | Error::MaskContent { op, arg, .. }
+            | Error::IndexTypeTooNarrow { op, arg, .. }
+            | Error::Layout { op, arg, .. }
+            | Error::Overflow { op, arg, .. }
+            | Error::Allocation { op, arg, .. } => (op, Some(arg)),
+            Error::DeviceLimit { op, .. } | Error::WorkspaceTooSmall { op, .. } => (op, None),
+            #[cfg(feature = "ascend")]
+            Error::Ascend(_) => return self,
+            #[cfg(feature = "rayon")]
+            Error::ThreadPool { .. } => return self,
+        };
+        *named_op = op;
+        if let Some(arg) = named_arg
+            && let Some(&(_, callers)) = args.iter().find(|(ours, _)| ours == arg)
+        {
+            *arg = callers;
+        }
+        self
+    }
+
     /// Wraps an ndarray shape error raised while building a view of `arg`.
     pub(crate) fn from_shape(op: &'static str, arg: &'static str, e: ndarray::ShapeError) -> Self {
         use ndarray::ErrorKind;

@@ -331,3 +331,75 @@ fn expect_dtype_error(e: &poolgrad::burn::Error, arg: &str, words: [&str; 2]) {
     assert!(matches!(e, poolgrad::burn::Error::DType { arg: a, .. } if *a == arg), "{m}");
     assert!(words.iter().all(|w| m.contains(w)), "{m}");
 }
+
+/// poolgrad's own checks name the function called and its `x` too (not the free functions'
+/// `input` and `self_`), in the forwards and the backwards.
+#[test]
+fn pooling_errors_name_the_function_called_and_its_x() {
+    let x = tensor_f32(&[0.0; 4], [1, 1, 1, 4], &plain());
+    let e = poolgrad::burn::max_pool2d(x, &MaxPool2dParams::new([2, 2])).unwrap_err();
+    assert!(e.to_string().starts_with("poolgrad::burn::max_pool2d: `kernel` is [2, 2]"), "{e}");
+    let x = tensor_f32(&[0.0; 16], [1, 1, 4, 4], &plain());
+    let other = tensor_f32(&[0.0; 36], [1, 1, 6, 6], &plain());
+    let (y, idx) = poolgrad::burn::adaptive_max_pool2d_with_indices(x, [2, 2]).unwrap();
+    let e = poolgrad::burn::max_pool2d_with_indices_backward(y, other, idx, &MaxPool2dParams::new([2, 2]))
+        .unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "poolgrad::burn::max_pool2d_with_indices_backward: `grad_output` has shape [1, 1, 2, 2], expected [1, 1, 3, 3]"
+        ),
+        "{e}"
+    );
+}
+
+/// An `N = 0` batch gives empty results, forward and backward, with and without autodiff (as the
+/// free functions do); an empty `C`, `H` or `W` is the empty-dimension error, named for the
+/// function called and its `x`.
+#[test]
+fn empty_tensors_of_every_axis() {
+    let p = MaxPool2dParams::new([2, 2]);
+    let mut differentiated = 0;
+    for (device, differentiable) in [(plain(), false), (autodiff(), true), (balanced(), true)] {
+        for x in
+            [tensor_f32(&[], [0, 2, 4, 4], &device), tensor_f32(&[], [0, 2, 4, 4], &device).swap_dims(2, 3)]
+        {
+            let x = if differentiable { x.require_grad() } else { x };
+            let y = poolgrad::burn::max_pool2d(x.clone(), &p).unwrap();
+            let z = poolgrad::burn::adaptive_max_pool2d(x.clone(), [2, 2]).unwrap();
+            assert_eq!((y.dims(), z.dims()), ([0, 2, 2, 2], [0, 2, 2, 2]));
+            if differentiable {
+                let grads = (y.sum() + z.sum()).backward();
+                assert_eq!(x.grad(&grads).expect("x takes part").dims(), [0, 2, 4, 4]);
+                differentiated += 1;
+            }
+            let (y, idx) = poolgrad::burn::max_pool2d_with_indices(x.clone(), &p).unwrap();
+            let gx = poolgrad::burn::max_pool2d_with_indices_backward(y, x.clone(), idx, &p).unwrap();
+            assert_eq!(gx.dims(), [0, 2, 4, 4]);
+            let (z, idx) = poolgrad::burn::adaptive_max_pool2d_with_indices(x.clone(), [2, 2]).unwrap();
+            assert_eq!(poolgrad::burn::adaptive_max_pool2d_backward(z, x, idx).unwrap().dims(), [0, 2, 4, 4]);
+        }
+    }
+    assert_eq!(differentiated, 4, "both autodiff devices, both layouts");
+    for (shape, axis) in [([1, 0, 4, 4], "C"), ([1, 2, 0, 4], "H"), ([1, 2, 4, 0], "W")] {
+        let x = tensor_f32(&[], shape, &plain());
+        let says = |f: &str| {
+            format!(
+                "poolgrad::burn::{f}: `x` has shape {shape:?}, but its {axis} dimension must not be empty"
+            )
+        };
+        assert_eq!(poolgrad::burn::max_pool2d(x.clone(), &p).unwrap_err().to_string(), says("max_pool2d"));
+        let e = poolgrad::burn::adaptive_max_pool2d(x.clone(), [2, 2]).unwrap_err();
+        assert_eq!(e.to_string(), says("adaptive_max_pool2d"));
+        let pooled = [shape[0], shape[1], 2, 2];
+        let g = tensor_f32(&vec![0.0; pooled.iter().product()], pooled, &plain());
+        let idx = Tensor::<4, Int>::from_data(
+            TensorData::new(vec![0i64; pooled.iter().product()], pooled),
+            &plain(),
+        );
+        let e = poolgrad::burn::max_pool2d_with_indices_backward(g.clone(), x.clone(), idx.clone(), &p)
+            .unwrap_err();
+        assert_eq!(e.to_string(), says("max_pool2d_with_indices_backward"));
+        let e = poolgrad::burn::adaptive_max_pool2d_backward(g, x, idx).unwrap_err();
+        assert_eq!(e.to_string(), says("adaptive_max_pool2d_backward"));
+    }
+}

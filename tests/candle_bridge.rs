@@ -352,3 +352,103 @@ fn each_function_names_itself_in_its_errors() -> Result {
     }
     Ok(())
 }
+
+/// An `N = 0` batch gives empty results through every forward and backward (as the free
+/// functions do, and whatever strides candle keeps on the empty tensor); an empty `C`, `H` or `W`
+/// is the empty-dimension error, named for the function called and its `x`. Both ranks, a
+/// transposed view too.
+#[test]
+fn empty_tensors_of_every_axis_through_every_function() -> Result {
+    let p = MaxPool2dParams::new([2, 2]);
+    let pooled_dims = |d: &[usize]| -> Vec<usize> { [&d[..d.len() - 2], &[2, 2]].concat() };
+    for dims in [vec![0, 2, 4, 4], vec![0, 3, 4, 4]] {
+        for x in [
+            Tensor::zeros(dims.as_slice(), DType::F32, &cpu())?,
+            Tensor::zeros(dims.as_slice(), DType::F32, &cpu())?.transpose(2, 3)?,
+        ] {
+            let x = Var::from_tensor(&x)?;
+            let forwards: [Tensor; 4] = [
+                poolgrad::candle::max_pool2d(&x, &p)?,
+                poolgrad::candle::adaptive_max_pool2d(&x, [2, 2])?,
+                poolgrad::candle::max_pool2d_with_mask(&x, &p, I32Argmax)?.0,
+                poolgrad::candle::max_pool2d_with_mask(&x, &p, Bitmask)?.0,
+            ];
+            for y in forwards {
+                assert_eq!(y.dims(), pooled_dims(&dims));
+                let grads = y.sum_all()?.backward()?;
+                assert_eq!(grads.get(&x).expect("x takes part").dims(), dims.as_slice());
+            }
+            let g = Tensor::zeros(pooled_dims(&dims), DType::F32, &cpu())?;
+            let (_, idx) = poolgrad::candle::max_pool2d_with_indices(&x, &p)?;
+            assert_eq!(
+                poolgrad::candle::max_pool2d_with_indices_backward(&g, &x, &idx, &p)?.dims(),
+                dims.as_slice()
+            );
+            let (_, idx) = poolgrad::candle::adaptive_max_pool2d_with_indices(&x, [2, 2])?;
+            assert_eq!(poolgrad::candle::adaptive_max_pool2d_backward(&g, &x, &idx)?.dims(), dims.as_slice());
+            let (_, mask) = poolgrad::candle::max_pool2d_with_mask(&x, &p, Bitmask)?;
+            assert_eq!(
+                poolgrad::candle::max_pool2d_with_mask_backward(&g, &x, &mask)?.dims(),
+                dims.as_slice()
+            );
+        }
+    }
+    for (dims, axis) in [
+        (vec![1, 0, 4, 4], "C"),
+        (vec![1, 2, 0, 4], "H"),
+        (vec![1, 2, 4, 0], "W"),
+        (vec![0, 4, 4], "C"),
+        (vec![2, 0, 4], "H"),
+        (vec![2, 4, 0], "W"),
+    ] {
+        let x = Tensor::zeros(dims.as_slice(), DType::F32, &cpu())?;
+        let says = |f: &str| {
+            format!(
+                "poolgrad::candle::{f}: `x` has shape {dims:?}, but its {axis} dimension must not be empty"
+            )
+        };
+        let err = |r: Result<Tensor>| r.expect_err("an empty dimension").to_string();
+        assert!(err(poolgrad::candle::max_pool2d(&x, &p)).starts_with(&says("max_pool2d")));
+        assert!(
+            err(poolgrad::candle::adaptive_max_pool2d(&x, [2, 2])).starts_with(&says("adaptive_max_pool2d"))
+        );
+        let masked = poolgrad::candle::max_pool2d_with_mask(&x, &p, Bitmask).map(|(y, _)| y);
+        assert!(err(masked).starts_with(&says("max_pool2d_with_mask")));
+        let g = Tensor::zeros(pooled_dims(&dims), DType::F32, &cpu())?;
+        let idx = Tensor::zeros(pooled_dims(&dims), DType::I64, &cpu())?;
+        let backward = poolgrad::candle::max_pool2d_with_indices_backward(&g, &x, &idx, &p);
+        assert!(err(backward).starts_with(&says("max_pool2d_with_indices_backward")));
+        let backward = poolgrad::candle::adaptive_max_pool2d_backward(&g, &x, &idx);
+        assert!(err(backward).starts_with(&says("adaptive_max_pool2d_backward")));
+    }
+    Ok(())
+}
+
+/// Errors from poolgrad's checks name the function the user called and the arguments the user
+/// passed (`x`, not the free functions' `input` or `self_`); the messages are hand-written from
+/// the checks' documented rules.
+#[test]
+fn errors_name_the_function_called_and_its_arguments() -> Result {
+    let x = Tensor::zeros((1, 2, 1, 1), DType::F32, &cpu())?;
+    let e = poolgrad::candle::max_pool2d(&x, &MaxPool2dParams::new([2, 2])).unwrap_err().to_string();
+    assert!(e.starts_with("poolgrad::candle::max_pool2d: `kernel` is [2, 2]"), "{e}");
+    let x = Tensor::zeros((1, 2, 4, 4), DType::F32, &cpu())?;
+    let g = Tensor::zeros((1, 2, 3, 2), DType::F32, &cpu())?;
+    let idx = Tensor::zeros((1, 2, 2, 2), DType::I64, &cpu())?;
+    let e = poolgrad::candle::adaptive_max_pool2d_backward(&g, &x, &idx).unwrap_err().to_string();
+    assert!(
+        e.starts_with("poolgrad::candle::adaptive_max_pool2d_backward: `indices` has shape [1, 2, 2, 2], expected [1, 2, 3, 2]"),
+        "{e}"
+    );
+    let idx = Tensor::new(&[[[[0i64, 0], [0, 16]], [[0, 0], [0, 0]]]], &cpu())?;
+    let g = Tensor::zeros((1, 2, 2, 2), DType::F32, &cpu())?;
+    let e = poolgrad::candle::max_pool2d_with_indices_backward(&g, &x, &idx, &MaxPool2dParams::new([2, 2]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("poolgrad::candle::max_pool2d_with_indices_backward: `indices` holds 16"), "{e}");
+    let (_, mask) = poolgrad::candle::max_pool2d_with_mask(&x, &MaxPool2dParams::new([2, 2]), Bitmask)?;
+    let other = Tensor::zeros((1, 2, 6, 6), DType::F32, &cpu())?;
+    let e = poolgrad::candle::max_pool2d_with_mask_backward(&g, &other, &mask).unwrap_err().to_string();
+    assert!(e.starts_with("poolgrad::candle::max_pool2d_with_mask_backward: `x` has shape [1, 2, 6, 6], expected [1, 2, 4, 4]"), "{e}");
+    Ok(())
+}

@@ -262,5 +262,7 @@ fn a_raw_value_outside_its_window_cannot_become_a_bitmask() {
     let raw = Mask::<I32Argmax, _>::from_raw(bytes, &params, &[1, 4, 4]).unwrap();
     assert_eq!(raw.to_indices::<i64>().unwrap(), array![[[15, 2], [8, 10]]]);
     let e = raw.convert::<Bitmask>().unwrap_err();
-    assert!(matches!(e, Error::IndexNotInWindow { op: "Mask::convert", .. }), "{e:?}");
+    // The value is the mask's: the caller passed no `indices`.
+    assert!(matches!(e, Error::IndexNotInWindow { op: "Mask::convert", arg: "mask", .. }), "{e:?}");
+    assert!(e.to_string().starts_with("Mask::convert: `mask` holds 15 at position [0, 0, 0]"), "{e}");
 }

@@ -330,10 +330,10 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         const OP: &str = "Mask::convert";
         let g = &self.geometry;
         check_layout::<L2>(g, OP)?;
-        let mut indices = crate::alloc::zeroed_vec::<i64>(OP, "indices", g.planes() * g.positions())?;
+        let mut indices = crate::alloc::zeroed_vec::<i64>(OP, "mask", g.planes() * g.positions())?;
         decode(OP, "mask", L::KIND, g, &MaskBytes::of(&self.data), &mut indices)?;
         let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", g.bytes().unwrap_or(0))?;
-        encode(OP, "indices", L2::KIND, g, &indices, &mut data)?;
+        encode(OP, "mask", L2::KIND, g, &indices, &mut data)?;
         let data = into_array(OP, "mask", data, &g.dims())?;
         Ok(Mask::from_parts(data, *g))
     }
