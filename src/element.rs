@@ -367,8 +367,7 @@ fn f32_bits_to_bf16_bits(x: u32) -> u16 {
 /// Whether `half` converts `f16` with an instruction the compiler can inline: the target enables
 /// F16C (x86) or FP16 (AArch64) at compile time. Otherwise `half` tests for it at run time and
 /// calls an out-of-line function for each value; the scalar conversions below give the same bits
-/// inline, without the test and the call (on `adaptive_ovl_f16`: as many instructions in all,
-/// timings within the benchmark machine's noise).
+/// inline, without the test and the call.
 const F16_INSTRUCTIONS: bool = cfg!(any(
     all(any(target_arch = "x86", target_arch = "x86_64"), target_feature = "f16c"),
     all(target_arch = "aarch64", target_feature = "fp16"),

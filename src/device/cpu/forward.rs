@@ -292,11 +292,13 @@ const BLOCK_PLANE_MAX: usize = 2048;
 
 /// The fewest planes for which a block of fewer than [`BLOCK`] planes beats pooling them one by
 /// one ([`pool_plane`]), from the windows' columns `cols` and their `groups`; more than
-/// [`BLOCK`] when it never does. A block costs about 17 instructions a tap whatever the number
-/// of its planes (AVX2, callgrind); one by one, a window narrower than [`WIDE_LANES`] columns
-/// alone costs about 22 a tap, 8 columns 2 apart about 37 a tap for the 8, and 8 columns 1 apart
-/// or a wide window far less. So: any number of planes when every window is scanned alone, half
-/// a block when some go 8 columns 2 apart, never when some go 8 columns 1 apart or are wide.
+/// [`BLOCK`] when it never does. A block costs the same per tap whatever the number of its
+/// planes; one by one, a window scanned alone costs a little more per tap than a block, 8
+/// columns 2 apart about twice as much for the 8, and 8 columns 1 apart or a wide window far
+/// less. So: any number of planes when every window is scanned alone, half a block when some go
+/// 8 columns 2 apart, never when some go 8 columns 1 apart or are wide. Both ways give the same
+/// results; the instruction counts behind the rule are in `benches/README.md`, "The
+/// measurements behind the tuning constants".
 fn partial_blocks_from(cols: &[Taps], groups: &[ColumnGroup]) -> usize {
     let narrow = cols.iter().all(|c| c.count < WIDE_LANES);
     let by_stride = |s| groups.iter().any(|g| matches!(g, ColumnGroup::Lanes { stride, .. } if *stride == s));
@@ -377,8 +379,8 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
         // Windows of the same shape two at a time: independent chains of compare and select
         // (each step waits on the one before), which the processor overlaps. (The windows of an
         // axis all have the same step, the dilation, so the same count is the same shape.) A
-        // window without such a neighbour is scanned alone: as a pair with itself it took 5% to
-        // 10% longer (the tiny forwards, 3 rounds).
+        // window without such a neighbour is scanned alone, rather than as a pair with itself
+        // (which would scan it twice).
         let mut o = 0;
         while let Some(c) = p.cols.get(o) {
             let pair = p.cols.get(o + 1).filter(|d| d.count == c.count);
@@ -661,8 +663,8 @@ fn wide_window<A: AccFloat, const N: usize>(xa: &[A], w: usize, r: &Taps, c: &Ta
 }
 
 /// The lanes of [`wide_window`]: one vector of `f32` on every x86-64, or twice as many in the
-/// copy for registers of 8 (AVX2). Eight in two SSE2 vectors took 1.2 times the instructions of
-/// four (shuffles between the halves of their masks); in AVX2 eight took 0.88 times.
+/// copy for registers of 8 (AVX2). Eight lanes in two SSE2 vectors need shuffles between the
+/// halves of their masks, which cost more than the lanes save; any count finds the same tap.
 const WIDE_LANES: usize = 4;
 
 /// `N` lanes of a scan ([`span`], [`wide_window`]), each keeping its best value and that value's

@@ -221,8 +221,9 @@ impl Cpu {
         self.grain
     }
 
-    /// The grain of every device until [`Cpu::with_grain`] changes it: 2^17 units, about 130 us
-    /// of one thread's work.
+    /// The grain of every device until [`Cpu::with_grain`] changes it: 2^17 units (a unit is
+    /// about one window tap of a forward), the work at which waiting for a thread pool starts
+    /// to pay.
     pub const DEFAULT_GRAIN: u64 = schedule::GRAIN;
 
     /// Threads that kernels will use (1 without the `rayon` feature).

@@ -47,15 +47,12 @@ pub struct ScatterPrepared {
 
 /// Whole planes of at least this many bytes are zeroed a window's rows at a time, just before
 /// their sums, rather than all at once: the rows are then still in the first-level cache when
-/// the sums land. Smaller planes are zeroed at once (one `memset`, in cache anyway).
+/// the sums land. Smaller planes are zeroed at once (one `memset`, in cache anyway), because on
+/// them the extra calls of zeroing by rows cost more than the cache misses they save.
 ///
-/// Measured (plan only, 2 threads, medians of 5 alternating rounds): on the Zen 4 benchmark
-/// machine of 2026-12-04, by rows took 0.86x the time at once on the ResNet stem's planes (50
-/// KiB in f32, 25 KiB in bf16), but 1.14x on the 12.5 KiB planes of `maxpool_k2_f32` (1.11x to
-/// 1.19x in every round), whose windows span two rows, so the rows are zeroed 448 bytes at a
-/// time; with this bound at 16 KiB instead of 8, `k2` took 0.80x to 0.89x the time (`f32`,
-/// `I32Argmax`, `Bitmask`). On the Zen 3 machine before it, by rows took 15% to 20% off planes
-/// of 12 KiB and more, and on planes of 3 KiB and less the calls cost more than they saved.
+/// Any value stores the same gradients (each element is zeroed before its first addition,
+/// [`zeroes_by_rows`]); the value is where the two ways cross on the benchmark machine:
+/// `benches/README.md`, "The measurements behind the tuning constants".
 const ZERO_BY_ROWS: usize = 16 * 1024;
 
 /// Whether the whole planes of `planes`, of `T`, whose output row `o` has windows on input rows
@@ -470,7 +467,7 @@ impl Part for Plane<'_> {
 
 /// [`Plane::add`] zeroing the plane by rows: `rows` are the runs of each output row. Out of
 /// line, so that its loop state does not crowd the registers of the at-once path's additions on
-/// small planes (inlined, `adaptive_ovl_f16` took 16% longer at 1 thread).
+/// small planes.
 #[inline(never)]
 fn add_by_rows<G: Copy, I: ArgmaxIndex>(
     go: &[G],
@@ -604,9 +601,10 @@ impl<A: AccFloat, const CLEARED: bool> Sums<A> for Direct<'_, A, CLEARED> {
 /// A tuning decision: an allocating backward's gradient comes zeroed from `calloc`, which clears
 /// reused memory itself (so the kernel's zeroing is a second pass over it) but maps fresh pages
 /// untouched, and on those the zeroing is the first touch: skipped, the first read maps the
-/// shared zero page and the first addition copies it, which made a 103 MB gradient 5x slower
-/// (2026-12-02). Small gradients are mostly reused memory, still in cache after `calloc`, and
+/// shared zero page and the first addition copies it, which makes a large gradient several
+/// times slower. Small gradients are mostly reused memory, still in cache after `calloc`, and
 /// have few pages either way. Any bound stores the same sums: the skipped zeros are there.
+/// (`benches/README.md`, "The measurements behind the tuning constants".)
 const CLEARED_MAX_BYTES: usize = 256 * 1024;
 
 /// Whether the scatter leaves `gi` unzeroed (`Direct<_, true>`): its tensor was `known_zero` (the
@@ -672,9 +670,8 @@ fn add_rounded<T: PoolFloat>(acc: &mut [T::Acc], out: &mut [T], at: usize, g: T:
 #[inline(always)]
 fn add_within<G: Copy, I: ArgmaxIndex>(sums: &mut impl Sums<G>, go: &[G], ix: &[I]) -> usize {
     let len = sums.len();
-    // Through a view bounded by `len`: fewer instructions than adding through `sums` itself
-    // (callgrind, whole runs: `maxpool_stem_bf16` 193.1M against 194.4M, `adaptive_global_bf16`
-    // 37.3M against 38.2M).
+    // Through a view bounded by `len`, whose bound the compiler sees: fewer instructions than
+    // adding through `sums` itself.
     let mut sums = sums.head(len);
     let (go, ix) = (&go[..go.len().min(ix.len())], &ix[..go.len().min(ix.len())]);
     for k in 0..go.len() {

@@ -14,12 +14,11 @@
 //! **Small work stays on the calling thread.** Every operation first asks [`sized`] which device
 //! it runs on, in both phases, from its sizes alone ([`Work`]): a call with less work than
 //! [`GRAIN`] is planned and run as on `Cpu::sequential()`, so it never waits for a pool; above
-//! it every thread gets work as the table says. The grain was set from the crossover of
-//! `Cpu::sequential()` and the default device (2 threads) measured here, f32, medians of 31
-//! runs of 50 calls: the adaptive forward (3x3 of 32x32 planes) was faster on the pool from
-//! about 150 000 taps; the max-pooling forward (k3 s2 p1) from about 100 000; the backwards only
-//! from about 500 000 elements (they stream memory at 0.1 to 0.4 ns an element, so their
-//! tasks are short), which the quarter unit per element puts at the grain.
+//! it every thread gets work as the table says. The grain is the work at which the pool starts
+//! to finish first: handing tasks to a pool and waiting for them costs a fixed time, which
+//! work below the grain does not repay. A backward's element costs a quarter of a forward's tap
+//! (it streams memory), which puts both crossovers at the same grain. The crossovers measured:
+//! `benches/README.md`, "The measurements behind the tuning constants".
 //!
 //! **Why no result depends on the thread count.** Every output element (a pooled value and its
 //! index, a gradient, a mask byte) is written by exactly one task, by the same operations in the
@@ -41,11 +40,9 @@ use crate::alloc::collect_exact;
 use crate::error::Result;
 use crate::validate::{AdaptiveGeometry, MaxPoolGeometry};
 
-/// The default grain: work below which a call runs on the calling thread, in [`Work::units`] (about a nanosecond
-/// each of one thread's time on this project's machine). Handing tasks to a pool and waiting
-/// for them cost 20 to 40 us there (2 threads, rayon's global pool); with less work than about
-/// twice that, the calling thread alone finishes first. Measured crossovers, f32, medians: see
-/// the module doc.
+/// The default grain: work below which a call runs on the calling thread, in [`Work::units`].
+/// Any grain gives the same results (no result depends on the thread count); the value is where
+/// the calling thread alone stops finishing first (module doc).
 pub(super) const GRAIN: u64 = 1 << 17;
 
 /// How much a call does, estimated from its sizes alone (so both phases agree), for [`sized`].
@@ -76,8 +73,8 @@ impl Work {
         Work::Backward(g.into())
     }
 
-    /// The estimate: one unit per tap a forward reads (a comparison and a branch, about 1.2 ns
-    /// here); a quarter unit per element a backward zeroes or adds (streaming, 0.1 to 0.4 ns).
+    /// The estimate: one unit per tap a forward reads (a comparison and a branch); a quarter
+    /// unit per element a backward zeroes or adds (streaming memory, a few times cheaper).
     pub(super) fn units(&self) -> u64 {
         let (p, per_plane) = match *self {
             Work::Forward { planes: p, taps } => {
