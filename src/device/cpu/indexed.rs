@@ -1,12 +1,12 @@
 //! The four operations with flat indices on the CPU (adaptive and regular max pooling, forward
 //! and backward): each output's window taps (from the adaptive formula or the max-pooling
 //! parameters), then the shared forward and scatter kernels, on the device the call's size
-//! deserves ([`sized`]).
+//! deserves ([`Planned`]).
 
 use super::Cpu;
 use super::forward::{self, ForwardPrepared};
 use super::scatter::{self, ScatterPrepared};
-use super::schedule::{Work, sized};
+use super::schedule::{Planned, Work};
 use super::windows::{Planes, Taps, adaptive_taps, max_pool_taps};
 use super::workspace::{CacheLine, Sizer};
 use crate::device::internal::Launch;
@@ -39,7 +39,7 @@ pub(super) fn prepare_scatter<T: PoolFloat>(
 }
 
 /// What the four operations need of their geometry: the planes, each output's window taps, how
-/// much a forward reads (for [`sized`]), and the error for a bad index.
+/// much a forward reads (for [`Planned`]), and the error for a bad index.
 trait Windowed {
     fn planes(&self) -> Planes;
     fn taps(&self, op: &'static str) -> Result<(Vec<Taps>, Vec<Taps>)>;
@@ -83,9 +83,11 @@ fn prepare_forward_indexed<T: PoolFloat, I: ArgmaxIndex>(
     op: &'static str,
     g: &impl Windowed,
     (input, output, indices): (&TensorRef<'_, T>, &TensorMut<'_, T>, &TensorMut<'_, I>),
-) -> Result<(ForwardPrepared, usize)> {
+) -> Result<(Planned<ForwardPrepared>, usize)> {
     let (rows, cols) = g.taps(op)?;
-    forward::prepare_indexed(sized(cpu, g.forward_work()), op, input, output, indices, rows, cols, g.planes())
+    Planned::of(cpu, g.forward_work(), |cpu| {
+        forward::prepare_indexed(cpu, op, input, output, indices, rows, cols, g.planes())
+    })
 }
 
 /// Phase 2 of [`prepare_forward_indexed`].
@@ -94,10 +96,10 @@ fn run_forward_indexed<T: PoolFloat, I: ArgmaxIndex>(
     op: &'static str,
     g: &impl Windowed,
     views: (TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
-    p: &ForwardPrepared,
+    p: &Planned<ForwardPrepared>,
     memory: &mut [CacheLine],
 ) -> Result<()> {
-    forward::run_indexed(sized(cpu, g.forward_work()), op, views, g.planes(), p, memory)
+    forward::run_indexed(p.device(cpu), op, views, g.planes(), &p.plan, memory)
 }
 
 /// Phase 1 of a backward with indices (operation `op`) on the device its size deserves.
@@ -106,9 +108,11 @@ fn prepare_backward_indexed<T: PoolFloat, I: ArgmaxIndex>(
     op: &'static str,
     g: &impl Windowed,
     views: (&TensorRef<'_, T>, &TensorRef<'_, I>, &TensorMut<'_, T>),
-) -> Result<(ScatterPrepared, usize)> {
-    let work = Work::backward(g.planes());
-    scatter::prepare_indexed(sized(cpu, work), op, views, g.planes(), &g.taps(op)?.0)
+) -> Result<(Planned<ScatterPrepared>, usize)> {
+    let taps = g.taps(op)?.0;
+    Planned::of(cpu, Work::backward(g.planes()), |cpu| {
+        scatter::prepare_indexed(cpu, op, views, g.planes(), &taps)
+    })
 }
 
 /// Phase 2 of [`prepare_backward_indexed`].
@@ -117,21 +121,20 @@ fn run_backward_indexed<T: PoolFloat, I: ArgmaxIndex>(
     op: &'static str,
     g: &impl Windowed,
     views: (TensorRef<'_, T>, TensorRef<'_, I>, TensorMut<'_, T>),
-    p: &ScatterPrepared,
+    p: &Planned<ScatterPrepared>,
     memory: &mut [CacheLine],
 ) -> Result<()> {
-    let work = Work::backward(g.planes());
-    scatter::run_indexed(sized(cpu, work), op, views, p, memory, |e, v| g.bad_index(op, e, v))
+    scatter::run_indexed(p.device(cpu), op, views, &p.plan, memory, |e, v| g.bad_index(op, e, v))
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> for Cpu {
-    type Prepared = ForwardPrepared;
+    type Prepared = Planned<ForwardPrepared>;
 
     fn prepare(
         &self,
         op: &MaxPool2dWithIndices<'a, T, I>,
         g: &MaxPoolGeometry,
-    ) -> Result<(ForwardPrepared, usize)> {
+    ) -> Result<(Planned<ForwardPrepared>, usize)> {
         let views = (&op.input, &op.output, &op.indices);
         prepare_forward_indexed(self, name::MAX_POOL2D_WITH_INDICES, g, views)
     }
@@ -140,7 +143,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         &self,
         op: MaxPool2dWithIndices<'a, T, I>,
         g: &MaxPoolGeometry,
-        p: ForwardPrepared,
+        p: Planned<ForwardPrepared>,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
@@ -149,13 +152,13 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T, I>> for Cpu {
-    type Prepared = ScatterPrepared;
+    type Prepared = Planned<ScatterPrepared>;
 
     fn prepare(
         &self,
         op: &MaxPool2dWithIndicesBackward<'a, T, I>,
         g: &MaxPoolGeometry,
-    ) -> Result<(ScatterPrepared, usize)> {
+    ) -> Result<(Planned<ScatterPrepared>, usize)> {
         let views = (&op.grad_output, &op.indices, &op.grad_input);
         prepare_backward_indexed(self, name::MAX_POOL2D_WITH_INDICES_BACKWARD, g, views)
     }
@@ -164,7 +167,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         &self,
         op: MaxPool2dWithIndicesBackward<'a, T, I>,
         g: &MaxPoolGeometry,
-        p: ScatterPrepared,
+        p: Planned<ScatterPrepared>,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.grad_output, op.indices, op.grad_input);
@@ -173,13 +176,13 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for Cpu {
-    type Prepared = ForwardPrepared;
+    type Prepared = Planned<ForwardPrepared>;
 
     fn prepare(
         &self,
         op: &AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
-    ) -> Result<(ForwardPrepared, usize)> {
+    ) -> Result<(Planned<ForwardPrepared>, usize)> {
         let views = (&op.input, &op.output, &op.indices);
         prepare_forward_indexed(self, name::ADAPTIVE_MAX_POOL2D, g, views)
     }
@@ -188,7 +191,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         &self,
         op: AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
-        p: ForwardPrepared,
+        p: Planned<ForwardPrepared>,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
@@ -197,13 +200,13 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I>> for Cpu {
-    type Prepared = ScatterPrepared;
+    type Prepared = Planned<ScatterPrepared>;
 
     fn prepare(
         &self,
         op: &AdaptiveMaxPool2dBackward<'a, T, I>,
         g: &AdaptiveGeometry,
-    ) -> Result<(ScatterPrepared, usize)> {
+    ) -> Result<(Planned<ScatterPrepared>, usize)> {
         let views = (&op.grad_output, &op.indices, &op.grad_input);
         prepare_backward_indexed(self, name::ADAPTIVE_MAX_POOL2D_BACKWARD, g, views)
     }
@@ -212,7 +215,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         &self,
         op: AdaptiveMaxPool2dBackward<'a, T, I>,
         g: &AdaptiveGeometry,
-        p: ScatterPrepared,
+        p: Planned<ScatterPrepared>,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.grad_output, op.indices, op.grad_input);

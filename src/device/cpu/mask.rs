@@ -11,7 +11,7 @@ use super::bitmask::{self, BitmaskPrepared};
 use super::forward::{self, ForwardPrepared};
 use super::indexed::{prepare_forward, prepare_scatter};
 use super::scatter::{self, ScatterPrepared};
-use super::schedule::{Work, block_runs, runs, sized, task_count};
+use super::schedule::{Planned, Work, block_runs, runs, task_count};
 use super::windows::Planes;
 use super::workspace::{CacheLine, Carver, Sizer, task_share};
 use crate::device::internal::Launch;
@@ -38,44 +38,46 @@ pub struct MaskForwardPrepared {
 }
 
 impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cpu {
-    type Prepared = MaskForwardPrepared;
+    type Prepared = Planned<MaskForwardPrepared>;
 
     fn prepare(
         &self,
         op: &MaxPool2dWithMask<'a, T, L>,
         g: &MaxPoolGeometry,
-    ) -> Result<(MaskForwardPrepared, usize)> {
-        let cpu = sized(self, Work::max_pool_forward(g));
-        let mut sizer = Sizer::new(name::MAX_POOL2D_WITH_MASK);
-        sizer.stage(&op.input.view())?;
-        sizer.stage(&op.output.as_ref().view())?;
-        sizer.stage(&op.mask.bytes.as_ref().view())?;
-        // Fused when every thread gets a block (so never without blocks: threads >= 1).
-        let blocks = g.n * g.channel_blocks();
-        let fused = L::KIND == LayoutKind::Bitmask && blocks >= cpu.threads();
-        let fused_tasks = fused.then(|| task_count(cpu, blocks));
-        let values_in_mask = L::KIND == LayoutKind::I32Argmax
-            && match op.mask.bytes.as_ref().view().to_slice() {
-                Some(bytes) => mask::i32_in_place(bytes),
-                // Staged in a workspace region, which starts on a cache line.
-                None => cfg!(target_endian = "little"),
-            };
-        if !values_in_mask {
-            sizer.region::<i32>(index_count(g, fused_tasks)?)?;
-        }
-        let forward = prepare_forward::<T>(cpu, g, &mut sizer)?;
-        Ok((MaskForwardPrepared { forward, fused_tasks, values_in_mask }, sizer.total()))
+    ) -> Result<(Planned<MaskForwardPrepared>, usize)> {
+        Planned::of(self, Work::max_pool_forward(g), |cpu| {
+            let mut sizer = Sizer::new(name::MAX_POOL2D_WITH_MASK);
+            sizer.stage(&op.input.view())?;
+            sizer.stage(&op.output.as_ref().view())?;
+            sizer.stage(&op.mask.bytes.as_ref().view())?;
+            // Fused when every thread gets a block (so never without blocks: threads >= 1).
+            let blocks = g.n * g.channel_blocks();
+            let fused = L::KIND == LayoutKind::Bitmask && blocks >= cpu.threads();
+            let fused_tasks = fused.then(|| task_count(cpu, blocks));
+            let values_in_mask = L::KIND == LayoutKind::I32Argmax
+                && match op.mask.bytes.as_ref().view().to_slice() {
+                    Some(bytes) => mask::i32_in_place(bytes),
+                    // Staged in a workspace region, which starts on a cache line.
+                    None => cfg!(target_endian = "little"),
+                };
+            if !values_in_mask {
+                sizer.region::<i32>(index_count(g, fused_tasks)?)?;
+            }
+            let forward = prepare_forward::<T>(cpu, g, &mut sizer)?;
+            Ok((MaskForwardPrepared { forward, fused_tasks, values_in_mask }, sizer.total()))
+        })
     }
 
     fn launch(
         &self,
         op: MaxPool2dWithMask<'a, T, L>,
         g: &MaxPoolGeometry,
-        p: MaskForwardPrepared,
+        p: Planned<MaskForwardPrepared>,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
-        let cpu = sized(self, Work::max_pool_forward(g));
+        let cpu = p.device(self);
+        let p = p.plan;
         let MaxPool2dWithMask { input, output, mask, .. } = op;
         let mut carver = Carver::new(OP, memory);
         let x = carver.stage(input.view())?;
@@ -230,46 +232,48 @@ pub enum MaskBackwardPrepared {
 }
 
 impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>> for Cpu {
-    type Prepared = MaskBackwardPrepared;
+    type Prepared = Planned<MaskBackwardPrepared>;
 
     fn prepare(
         &self,
         op: &MaxPool2dWithMaskBackward<'a, T, L>,
         g: &MaxPoolGeometry,
-    ) -> Result<(MaskBackwardPrepared, usize)> {
-        let cpu = sized(self, Work::backward(g));
-        let mut sizer = Sizer::new(name::MAX_POOL2D_WITH_MASK_BACKWARD);
-        sizer.stage(&op.grad_output.view())?;
-        let count = g.planes() * g.positions();
-        let prepared = match L::KIND {
-            LayoutKind::I32Argmax => {
-                let bytes = op.mask.bytes.view();
-                let in_place = bytes.to_slice().and_then(|b| mask::i32_prefix(b, count)).is_some();
-                if !in_place {
-                    sizer.region::<i32>(count)?;
+    ) -> Result<(Planned<MaskBackwardPrepared>, usize)> {
+        Planned::of(self, Work::backward(g), |cpu| {
+            let mut sizer = Sizer::new(name::MAX_POOL2D_WITH_MASK_BACKWARD);
+            sizer.stage(&op.grad_output.view())?;
+            let count = g.planes() * g.positions();
+            let prepared = match L::KIND {
+                LayoutKind::I32Argmax => {
+                    let bytes = op.mask.bytes.view();
+                    let in_place = bytes.to_slice().and_then(|b| mask::i32_prefix(b, count)).is_some();
+                    if !in_place {
+                        sizer.region::<i32>(count)?;
+                    }
+                    sizer.stage(&op.grad_input.as_ref().view())?;
+                    let scatter = prepare_scatter::<T>(cpu, g, &mut sizer)?;
+                    MaskBackwardPrepared::I32Argmax { scatter, copy_values: !in_place }
                 }
-                sizer.stage(&op.grad_input.as_ref().view())?;
-                let scatter = prepare_scatter::<T>(cpu, g, &mut sizer)?;
-                MaskBackwardPrepared::I32Argmax { scatter, copy_values: !in_place }
-            }
-            LayoutKind::Bitmask => {
-                sizer.stage(&op.mask.bytes.view())?;
-                sizer.stage(&op.grad_input.as_ref().view())?;
-                MaskBackwardPrepared::Bitmask(BitmaskPrepared::plan::<T>(cpu, g, &mut sizer)?)
-            }
-        };
-        Ok((prepared, sizer.total()))
+                LayoutKind::Bitmask => {
+                    sizer.stage(&op.mask.bytes.view())?;
+                    sizer.stage(&op.grad_input.as_ref().view())?;
+                    MaskBackwardPrepared::Bitmask(BitmaskPrepared::plan::<T>(cpu, g, &mut sizer)?)
+                }
+            };
+            Ok((prepared, sizer.total()))
+        })
     }
 
     fn launch(
         &self,
         op: MaxPool2dWithMaskBackward<'a, T, L>,
         g: &MaxPoolGeometry,
-        p: MaskBackwardPrepared,
+        p: Planned<MaskBackwardPrepared>,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        let cpu = sized(self, Work::backward(g));
+        let cpu = p.device(self);
+        let p = p.plan;
         let MaxPool2dWithMaskBackward { grad_output, mask, grad_input, .. } = op;
         let mut carver = Carver::new(OP, memory);
         let go = carver.stage(grad_output.view())?;

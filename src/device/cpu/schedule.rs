@@ -93,8 +93,38 @@ impl Work {
 /// `Cpu::with_grain` set another), the calling thread alone (no pool round trip). Results are
 /// the same either way (module doc).
 pub(super) fn sized(cpu: &Cpu, work: Work) -> &Cpu {
-    static CALLING_THREAD: Cpu = Cpu::sequential();
     if work.units() < cpu.grain { &CALLING_THREAD } else { cpu }
+}
+
+/// The device of calls planned for the calling thread alone.
+static CALLING_THREAD: Cpu = Cpu::sequential();
+
+/// What phase 1 planned, with the device it planned for ([`sized`]): phase 2 runs there
+/// without estimating the work again, so both phases agree by construction.
+#[derive(Debug)]
+pub struct Planned<P> {
+    alone: bool,
+    /// The kernel's own plan.
+    pub(super) plan: P,
+}
+
+impl<P> Planned<P> {
+    /// Phase 1 of a call of `work` on `cpu`: `plan` runs for the device the work deserves and
+    /// returns its plan and workspace size.
+    pub(super) fn of(
+        cpu: &Cpu,
+        work: Work,
+        plan: impl FnOnce(&Cpu) -> Result<(P, usize)>,
+    ) -> Result<(Self, usize)> {
+        let device = sized(cpu, work);
+        let (plan, bytes) = plan(device)?;
+        Ok((Planned { alone: !core::ptr::eq(device, cpu), plan }, bytes))
+    }
+
+    /// The device phase 1 planned for: `cpu` itself, or the calling thread alone.
+    pub(super) fn device<'c>(&self, cpu: &'c Cpu) -> &'c Cpu {
+        if self.alone { &CALLING_THREAD } else { cpu }
+    }
 }
 
 /// Planes handled by each of `tasks` tasks (at least 1, so chunk sizes are never zero).
@@ -300,6 +330,25 @@ mod tests {
         let g100 = two.with_grain(100);
         assert!(!core::ptr::eq(sized(&g100, work(99)), &g100));
         assert!(core::ptr::eq(sized(&g100, work(100)), &g100));
+    }
+
+    /// Phase 1 plans for the device the work deserves, and phase 2 gets that device back from
+    /// the plan: the calling thread below the grain, the device itself from it.
+    #[test]
+    fn a_plan_carries_its_device_to_phase_2() {
+        let two = Cpu::with_threads(2).unwrap().with_grain(100);
+        let one_tap = Planes { count: 1, h: 1, w: 1, ho: 1, wo: 1 };
+        let work = |taps: usize| Work::Forward { planes: one_tap, taps };
+        for (taps, alone) in [(99, true), (100, false)] {
+            let (planned, bytes) =
+                Planned::of(&two, work(taps), |cpu| Ok((core::ptr::eq(cpu, &two), 7))).unwrap();
+            assert_eq!((planned.plan, bytes), (!alone, 7), "phase 1 planned for the device itself");
+            assert_eq!(core::ptr::eq(planned.device(&two), &two), !alone, "phase 2's device");
+        }
+        let failed = Planned::<()>::of(&two, work(0), |_| {
+            Err(crate::Error::WorkspaceTooSmall { op: "t", expected: 1, got: 0 })
+        });
+        assert!(failed.is_err());
     }
 
     /// Kernel 3, stride 2, padding 1 on 10 rows: output row `o` pools input rows
