@@ -95,6 +95,7 @@ mod on;
 pub mod op;
 mod params;
 mod plan;
+mod shape;
 mod tensor;
 #[cfg(feature = "proptest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proptest")))]

@@ -48,7 +48,7 @@ pub(crate) mod internal {
 /// module.
 pub trait Operation: internal::OperationImpl {}
 
-pub use crate::validate::{AdaptiveGeometry, MaxPoolGeometry};
+pub use crate::shape::{AdaptiveGeometry, MaxPoolGeometry};
 
 fn adaptive_limits(
     op: &'static str,

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
-use crate::validate::MaxPoolGeometry;
+use crate::shape::MaxPoolGeometry;
 
 use super::layout::layout_repr::LayoutKind;
 use super::layout::{MaskBytes, read_word, word_offset, write_word, write_words};

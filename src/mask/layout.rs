@@ -24,7 +24,7 @@ use crate::element::sealed::Sealed;
 use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
 use crate::tensor::TensorRef;
-use crate::validate::MaxPoolGeometry;
+use crate::shape::MaxPoolGeometry;
 
 pub(crate) mod layout_repr {
     /// Which layout a marker stands for. Not part of the public API.

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
 use crate::params::MaxPool2dParams;
 use crate::tensor::{Host, Memory, TensorMut, TensorRef};
-use crate::validate::MaxPoolGeometry;
+use crate::shape::MaxPoolGeometry;
 
 pub(crate) use codec::{EncodeParts, decode, encode, encode_in_order};
 #[cfg(test)]

@@ -38,7 +38,7 @@ use super::Cpu;
 use super::windows::Planes;
 use crate::alloc::collect_exact;
 use crate::error::Result;
-use crate::validate::{AdaptiveGeometry, MaxPoolGeometry};
+use crate::shape::{AdaptiveGeometry, MaxPoolGeometry};
 
 /// The default grain: work below which a call runs on the calling thread, in [`Work::units`].
 /// Any grain gives the same results (no result depends on the thread count); the value is where

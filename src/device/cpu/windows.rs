@@ -8,7 +8,7 @@ use core::ops::Range;
 use crate::alloc::collect_exact;
 use crate::error::Result;
 use crate::geometry::{adaptive_window, pool_window_taps};
-use crate::validate::{AdaptiveGeometry, MaxPoolGeometry};
+use crate::shape::{AdaptiveGeometry, MaxPoolGeometry};
 
 /// The input positions one output reads along one axis: `start + i * step` for `i < count`
 /// (`count >= 1`, checked in phase 1).

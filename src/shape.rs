@@ -1,0 +1,192 @@
+//! The sizes an operation's checks establish: [`AdaptiveGeometry`] and [`MaxPoolGeometry`]
+//! (with the sizes of the Ascend mask), each made only by the checks that guarantee them.
+
+use crate::error::{Error, Result};
+use crate::geometry::{mask_block_planes, mask_shape, mask_words_per_row, pool_window_origin};
+use crate::params::MaxPool2dParams;
+use crate::tensor::{position, user_dims, with_spatial};
+use crate::validate::{index_error, plane_size, pooling_dims};
+
+/// Sizes of an adaptive pooling: `N` planes of `C` channels, `H x W` pooled to `Ho x Wo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveGeometry {
+    /// Batch size (1 for 3-D tensors).
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output height.
+    pub ho: usize,
+    /// Output width.
+    pub wo: usize,
+    /// Rank of the caller's tensors (3 or 4).
+    pub(crate) ndim: usize,
+}
+
+impl AdaptiveGeometry {
+    /// Number of `(n, c)` planes.
+    pub fn planes(&self) -> usize {
+        self.n * self.c
+    }
+
+    /// The pooled shape `[N, C, Ho, Wo]` in the caller's rank.
+    pub(crate) fn pooled_dims(&self) -> Vec<usize> {
+        with_spatial([self.n, self.c, self.h, self.w], [self.ho, self.wo], self.ndim)
+    }
+
+    /// The error for index `value` found at element `e` of the indices.
+    pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
+        index_error(op, arg, e, value, [self.n, self.c, self.ho, self.wo], self.ndim, self.h * self.w)
+    }
+}
+
+/// Sizes of a max pooling: `N` planes of `C` channels, `H x W` pooled to `Ho x Wo` with `params`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxPoolGeometry {
+    /// Batch size (1 for 3-D tensors).
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output height.
+    pub ho: usize,
+    /// Output width.
+    pub wo: usize,
+    /// The pooling parameters.
+    pub params: MaxPool2dParams,
+    /// Rank of the caller's tensors (3 or 4).
+    pub(crate) ndim: usize,
+}
+
+impl MaxPoolGeometry {
+    /// Checks `params` on an input of shape `input_dims` (3-D or 4-D, C, H, W non-empty).
+    pub(crate) fn checked(
+        op: &'static str,
+        arg: &'static str,
+        params: &MaxPool2dParams,
+        input_dims: &[usize],
+    ) -> Result<Self> {
+        let [n, c, h, w] = pooling_dims(op, arg, input_dims)?;
+        let [ho, wo] = params.output_size_for(op, arg, [h, w])?;
+        plane_size(op, arg, h, w)?;
+        Ok(MaxPoolGeometry { n, c, h, w, ho, wo, params: *params, ndim: input_dims.len() })
+    }
+
+    /// Number of `(n, c)` planes.
+    pub fn planes(&self) -> usize {
+        self.n * self.c
+    }
+
+    /// Output positions per plane, `Ho * Wo`.
+    pub fn positions(&self) -> usize {
+        self.ho * self.wo
+    }
+
+    /// The input shape in the caller's rank.
+    pub(crate) fn input_dims(&self) -> Vec<usize> {
+        user_dims(&[self.n, self.c, self.h, self.w], self.ndim)
+    }
+
+    /// The pooled shape `[N, C, Ho, Wo]` in the caller's rank.
+    pub(crate) fn pooled_dims(&self) -> Vec<usize> {
+        with_spatial([self.n, self.c, self.h, self.w], [self.ho, self.wo], self.ndim)
+    }
+
+    /// The position `[n, c, oh, ow]` (caller's rank) of element `e` of the pooled output.
+    pub(crate) fn pooled_position(&self, e: usize) -> Vec<usize> {
+        position(e, [self.n, self.c, self.ho, self.wo], self.ndim)
+    }
+
+    /// The pooling in the caller's terms, for messages: its input shape, kernel and output size.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "input {:?}, kernel {:?} and output {}x{}",
+            self.input_dims(),
+            self.params.kernel(),
+            self.ho,
+            self.wo
+        )
+    }
+
+    /// The error for index `value` found at element `e` of the indices (or mask values).
+    pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
+        index_error(op, arg, e, value, [self.n, self.c, self.ho, self.wo], self.ndim, self.h * self.w)
+    }
+}
+
+/// The sizes of the Ascend int8 mask of a max pooling (the mask operations' geometry; where each
+/// value or bit is stored is the `mask` module's).
+impl MaxPoolGeometry {
+    /// Checks `params` for a mask operation (dilation 1) on an input of shape `input_dims`.
+    pub(crate) fn for_mask(
+        op: &'static str,
+        arg: &'static str,
+        params: &MaxPool2dParams,
+        input_dims: &[usize],
+    ) -> Result<Self> {
+        params.check_mask_op(op)?;
+        let g = MaxPoolGeometry::checked(op, arg, params, input_dims)?;
+        if g.bytes().is_none() {
+            // The kernel is at fault when its offsets alone overflow the smallest mask (one
+            // plane, one output: rows of 64 bytes); otherwise the input's size.
+            let [kh, kw] = params.kernel();
+            let kernel_alone = kh.checked_mul(kw).and_then(|k| k.checked_mul(64)).is_none();
+            let what = format!(
+                "the mask of N·C·kH·kW·(⌈Ho·Wo/16⌉ + 1)·32 bytes, for {}, exceeds usize::MAX",
+                g.describe()
+            );
+            return Err(Error::Overflow { op, arg: if kernel_alone { "kernel" } else { arg }, what });
+        }
+        Ok(g)
+    }
+
+    pub(crate) fn offsets(&self) -> usize {
+        self.params.kernel()[0] * self.params.kernel()[1]
+    }
+
+    pub(crate) fn channel_blocks(&self) -> usize {
+        self.c.div_ceil(16)
+    }
+
+    /// The planes (`n * C + c`) of `Bitmask` block `b = n * channel_blocks + c1`: its channels
+    /// `16 * c1 ..` (16, or fewer in the last block of a batch), consecutive planes.
+    pub(crate) fn block_planes(&self, b: usize) -> core::ops::Range<usize> {
+        mask_block_planes(self.c, b)
+    }
+
+    /// `u16` words per `(n, c1, k)` row.
+    pub(crate) fn row_words(&self) -> usize {
+        // Checked in `new` (through `shape4`).
+        mask_words_per_row(self.positions()).unwrap_or(0)
+    }
+
+    pub(crate) fn shape4(&self) -> Option<[usize; 4]> {
+        mask_shape(self.n, self.c, self.params.kernel(), [self.ho, self.wo])
+    }
+
+    /// The mask shape in the caller's rank.
+    pub(crate) fn dims(&self) -> Vec<usize> {
+        user_dims(&self.shape4().unwrap_or_default(), self.ndim)
+    }
+
+    pub(crate) fn bytes(&self) -> Option<usize> {
+        self.shape4()?.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+    }
+
+    /// The flat input index read by window offset `k` of output position `p`, or `None` in padding.
+    #[inline]
+    pub(crate) fn flat_of(&self, p: usize, k: usize) -> Option<usize> {
+        let kw = self.params.kernel()[1];
+        let (oh, ow) = (p / self.wo, p % self.wo);
+        let ih = pool_window_origin(oh, self.params.stride()[0], self.params.padding()[0]) + (k / kw) as i128;
+        let iw = pool_window_origin(ow, self.params.stride()[1], self.params.padding()[1]) + (k % kw) as i128;
+        let inside = (0..self.h as i128).contains(&ih) && (0..self.w as i128).contains(&iw);
+        inside.then(|| ih as usize * self.w + iw as usize)
+    }
+}
