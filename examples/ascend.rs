@@ -15,29 +15,22 @@ use poolgrad::device::ascend::Ascend;
 use poolgrad::device::cpu::Cpu;
 use poolgrad::{Bitmask, I32Argmax, MaskLayout, MaxPool2dParams, PoolFloat};
 
+#[path = "common/open_ascend.rs"]
+mod open_ascend;
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opened = match args.as_slice() {
-        [flag, dir] if flag == "--library-dir" => Ascend::with_library_dir(dir, 0),
-        [] => Ascend::new(0),
-        _ => {
-            eprintln!("usage: ascend [--library-dir DIR]");
-            return ExitCode::FAILURE;
-        }
-    };
-    let npu = match opened {
+    let npu = match open_ascend::open(
+        "ascend",
+        &[
+            "To run this example on an Ascend machine:",
+            "  1. install the CANN toolkit (8.3 or later for aclnnAdaptiveMaxPool2dBackward) and the NPU driver;",
+            "  2. source /usr/local/Ascend/ascend-toolkit/set_env.sh (it sets ASCEND_HOME_PATH,",
+            "     ASCEND_OPP_PATH and LD_LIBRARY_PATH);",
+            "  3. cargo run --release --features ascend --example ascend",
+        ],
+    ) {
         Ok(npu) => npu,
-        Err(e) => {
-            println!("No Ascend NPU here: {e}\n");
-            println!("To run this example on an Ascend machine:");
-            println!(
-                "  1. install the CANN toolkit (8.3 or later for aclnnAdaptiveMaxPool2dBackward) and the NPU driver;"
-            );
-            println!("  2. source /usr/local/Ascend/ascend-toolkit/set_env.sh (it sets ASCEND_HOME_PATH,");
-            println!("     ASCEND_OPP_PATH and LD_LIBRARY_PATH);");
-            println!("  3. cargo run --release --features ascend --example ascend");
-            return ExitCode::SUCCESS;
-        }
+        Err(code) => return code,
     };
     println!("{npu:?}");
     match run(&npu) {

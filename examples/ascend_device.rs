@@ -19,24 +19,19 @@ use ndarray::{Array4, ArrayD};
 use poolgrad::device::ascend::{Ascend, NpuTensor};
 use poolgrad::{Bitmask, I32Argmax, MaskLayout, MaxPool2dParams};
 
+#[path = "common/open_ascend.rs"]
+mod open_ascend;
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opened = match args.as_slice() {
-        [flag, dir] if flag == "--library-dir" => Ascend::with_library_dir(dir, 0),
-        [] => Ascend::new(0),
-        _ => {
-            eprintln!("usage: ascend_device [--library-dir DIR]");
-            return ExitCode::FAILURE;
-        }
-    };
-    let npu = match opened {
+    let npu = match open_ascend::open(
+        "ascend_device",
+        &[
+            "Source CANN's set_env.sh on an Ascend machine, then:",
+            "  cargo run --release --features ascend --example ascend_device",
+        ],
+    ) {
         Ok(npu) => npu,
-        Err(e) => {
-            println!("No Ascend NPU here: {e}\n");
-            println!("Source CANN's set_env.sh on an Ascend machine, then:");
-            println!("  cargo run --release --features ascend --example ascend_device");
-            return ExitCode::SUCCESS;
-        }
+        Err(code) => return code,
     };
     println!("{npu:?}");
     let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);

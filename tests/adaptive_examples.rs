@@ -28,7 +28,7 @@ fn idx<I: ArgmaxIndex>(a: Array3<i64>) -> Array3<I> {
 /// {6,4,6,2} max 6, first at 10 (not 14).
 fn divisible<T: PoolFloat, I: ArgmaxIndex>() {
     let x = f::<T>(array![[[0., 5., 1., 1.], [2., 3., 7., 0.], [9., 1., 6., 4.], [0., 8., 6., 2.]]]);
-    let p = common::adaptive::<T, I, _, _>(&x, [2, 2]).unwrap();
+    let p = common::adaptive::<T, I, _>(&x, [2, 2]).unwrap();
     assert_eq!(vals(&p.output), array![[[5., 7.], [9., 6.]]]);
     assert_eq!(idx_i64(&p.indices), array![[[1, 6], [8, 10]]]);
     // gradInput[0,1]=g0, [1,2]=g1, [2,0]=g2, [2,2]=g3 (A.5).
@@ -42,7 +42,7 @@ fn divisible<T: PoolFloat, I: ArgmaxIndex>() {
 /// overlap: [0, 0, 9, 9, 0] → windows {0,0} first max at 0, {0,9,9} at 2, {9,0} at 3.
 fn non_divisible<T: PoolFloat, I: ArgmaxIndex>() {
     let x = f::<T>(array![[[3., 1., 4., 1., 5.]], [[0., 0., 9., 9., 0.]]]);
-    let p = common::adaptive::<T, I, _, _>(&x, [1, 3]).unwrap();
+    let p = common::adaptive::<T, I, _>(&x, [1, 3]).unwrap();
     assert_eq!(vals(&p.output), array![[[3., 4., 5.]], [[0., 9., 9.]]]);
     assert_eq!(idx_i64(&p.indices), array![[[0, 2, 4]], [[0, 2, 3]]]);
     let g = f::<T>(array![[[1., 2., 4.]], [[8., 16., 32.]]]);
@@ -54,7 +54,7 @@ fn non_divisible<T: PoolFloat, I: ArgmaxIndex>() {
 /// is the sum 1+2+3+4 = 10.
 fn overlapping_sum<T: PoolFloat, I: ArgmaxIndex>() {
     let x = f::<T>(array![[[1., 2., 3.], [4., 9., 5.], [6., 7., 8.]]]);
-    let p = common::adaptive::<T, I, _, _>(&x, [2, 2]).unwrap();
+    let p = common::adaptive::<T, I, _>(&x, [2, 2]).unwrap();
     assert_eq!(idx_i64(&p.indices), array![[[4, 4], [4, 4]]]);
     let g = f::<T>(array![[[1., 2.], [3., 4.]]]);
     let gi = adaptive_max_pool2d_backward(&g, &x, &p.indices).unwrap();
@@ -65,7 +65,7 @@ fn overlapping_sum<T: PoolFloat, I: ArgmaxIndex>() {
 /// x = [[2],[7]] → 2 at 0, 7 at 1, 7 at 1; gradients [1, 10, 100] → [1, 110].
 fn upsampling<T: PoolFloat, I: ArgmaxIndex>() {
     let x = f::<T>(array![[[2.], [7.]]]);
-    let p = common::adaptive::<T, I, _, _>(&x, [3, 2]).unwrap();
+    let p = common::adaptive::<T, I, _>(&x, [3, 2]).unwrap();
     // W = 1 pooled to 2: both windows are [0, 1).
     assert_eq!(vals(&p.output), array![[[2., 2.], [7., 7.], [7., 7.]]]);
     assert_eq!(idx_i64(&p.indices), array![[[0, 0], [1, 1], [1, 1]]]);
@@ -77,7 +77,7 @@ fn upsampling<T: PoolFloat, I: ArgmaxIndex>() {
 /// Ties: the first maximum in row-major order wins.
 fn ties<T: PoolFloat, I: ArgmaxIndex>() {
     let x = f::<T>(array![[[1., 5.], [5., 2.]], [[4., 4.], [4., 4.]]]);
-    let p = common::adaptive::<T, I, _, _>(&x, [1, 1]).unwrap();
+    let p = common::adaptive::<T, I, _>(&x, [1, 1]).unwrap();
     assert_eq!(idx_i64(&p.indices), array![[[1]], [[0]]]);
 }
 
@@ -90,7 +90,7 @@ fn nan_and_infinity<T: PoolFloat, I: ArgmaxIndex>() {
         [[nan, 9.], [1., 2.]],
         [[f64::NEG_INFINITY, f64::NEG_INFINITY], [f64::NEG_INFINITY, f64::NEG_INFINITY]]
     ]);
-    let p = common::adaptive::<T, I, _, _>(&x, [1, 1]).unwrap();
+    let p = common::adaptive::<T, I, _>(&x, [1, 1]).unwrap();
     assert_eq!(idx_i64(&p.indices), array![[[3]], [[0]], [[0]]]);
     let out = vals(&p.output);
     assert!(out[[0, 0, 0]].is_nan() && out[[1, 0, 0]].is_nan());
@@ -104,7 +104,7 @@ fn four_d<T: PoolFloat, I: ArgmaxIndex>() {
     x4.slice_mut(ndarray::s![0, 0, .., ..]).assign(&base);
     x4.slice_mut(ndarray::s![1, 0, .., ..]).assign(&base.mapv(|v: f64| -v));
     let x = x4.mapv(cast::<T>);
-    let p = common::adaptive::<T, I, _, _>(&x, [2, 2]).unwrap();
+    let p = common::adaptive::<T, I, _>(&x, [2, 2]).unwrap();
     assert_eq!(p.indices.ndim(), 4);
     // Negated windows: {0,-5,-2,-3} max 0 at 0; {-1,-1,-7,0} max 0 at 7; {-9,-1,0,-8} max 0 at 12;
     // {-6,-4,-6,-2} max -2 at 15.

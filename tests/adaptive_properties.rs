@@ -35,7 +35,7 @@ fn as4<E: Clone>(a: &ArrayD<E>) -> Array4<E> {
 /// The free functions against the kit's reference (forward exactly; backward at the dtype's
 /// tolerance, with the gradient invariants and linearity), in the case's own rank.
 fn check_against_kit<T: PoolFloat, I: ArgmaxIndex>(case: &AdaptiveCase<T, I>) -> Result<(), TestCaseError> {
-    let mine = common::adaptive::<T, I, _, _>(&case.input, case.output_size).unwrap();
+    let mine = common::adaptive::<T, I, _>(&case.input, case.output_size).unwrap();
     prop_assert_eq!(mine.output.ndim(), case.input.ndim());
     case.check_forward(&mine.output, &mine.indices)?;
     case.check_backward(|g| poolgrad::adaptive_max_pool2d_backward(g, &case.input, &case.indices).unwrap())?;

@@ -33,8 +33,8 @@ fn adaptive_matches_cpu<T: PoolFloat, I: ArgmaxIndex>(npu: &Ascend, values: Valu
     let shapes = Shapes { channels: 1..=5, height: 1..=9, width: 1..=9, ..Shapes::default() };
     runner(24)
         .run(&adaptive_cases::<T, I, ndarray::IxDyn>(shapes, values), |case| {
-            let dev = common::adaptive_on::<_, T, I, _, _>(npu, &case.input, case.output_size).unwrap();
-            let host = common::adaptive_on::<_, T, I, _, _>(&cpu, &case.input, case.output_size).unwrap();
+            let dev = common::adaptive_on::<_, T, I, _>(npu, &case.input, case.output_size).unwrap();
+            let host = common::adaptive_on::<_, T, I, _>(&cpu, &case.input, case.output_size).unwrap();
             assert_eq!(bits(&dev.output), bits(&host.output), "forward values");
             assert_eq!(dev.indices, host.indices, "forward indices");
             let gd = poolgrad::on(npu)

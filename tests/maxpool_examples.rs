@@ -131,7 +131,7 @@ fn ceil_mode_adds_a_partial_window() {
 fn overlapping<T: PoolFloat, I: ArgmaxIndex>() {
     let x = a5::<T>();
     let params = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
-    let p = common::max_pool::<T, I, _, _>(&x, &params).unwrap();
+    let p = common::max_pool::<T, I, _>(&x, &params).unwrap();
     assert_eq!(p.indices.mapv(|v| v.to_i64()), array![[[1, 6], [8, 13]]]);
     assert_eq!(p.output.mapv(to_f64), array![[[5., 7.], [9., 8.]]]);
 
@@ -143,7 +143,7 @@ fn overlapping<T: PoolFloat, I: ArgmaxIndex>() {
     let g = array![[[1., 2.], [3., 4.]]].mapv(cast::<T>);
     let mut expected = Array3::<f64>::zeros((1, 4, 4));
     expected[[0, 1, 1]] = 10.0;
-    let p = common::max_pool::<T, I, _, _>(&y, &params).unwrap();
+    let p = common::max_pool::<T, I, _>(&y, &params).unwrap();
     assert_eq!(p.indices.mapv(|v| v.to_i64()), array![[[5, 5], [5, 5]]]);
     assert_eq!(max_pool2d_with_indices_backward(&g, &y, &p.indices, &params).unwrap().mapv(to_f64), expected);
 
@@ -163,14 +163,14 @@ fn overlapping<T: PoolFloat, I: ArgmaxIndex>() {
 fn dilation<T: PoolFloat, I: ArgmaxIndex>() {
     let x = Array3::from_shape_fn((1, 5, 5), |(_, i, j)| (5 * i + j) as f64).mapv(cast::<T>);
     let params = MaxPool2dParams::new([2, 2]).with_stride([1, 1]).with_dilation([2, 2]);
-    let p = common::max_pool::<T, I, _, _>(&x, &params).unwrap();
+    let p = common::max_pool::<T, I, _>(&x, &params).unwrap();
     assert_eq!(p.indices.mapv(|v| v.to_i64()), array![[[12, 13, 14], [17, 18, 19], [22, 23, 24]]]);
     let neg = x.mapv(|v| -v);
-    let p = common::max_pool::<T, I, _, _>(&neg, &params).unwrap();
+    let p = common::max_pool::<T, I, _>(&neg, &params).unwrap();
     assert_eq!(p.indices.mapv(|v| v.to_i64()), array![[[0, 1, 2], [5, 6, 7], [10, 11, 12]]]);
 
     let params = MaxPool2dParams::new([3, 3]).with_stride([1, 1]).with_dilation([2, 2]).with_padding([1, 1]);
-    let p = common::max_pool::<T, I, _, _>(&x, &params).unwrap();
+    let p = common::max_pool::<T, I, _>(&x, &params).unwrap();
     assert_eq!(p.indices.mapv(|v| v.to_i64()), array![[[18, 19, 18], [23, 24, 23], [18, 19, 18]]]);
     let g = Array3::from_elem((1, 3, 3), cast::<T>(1.0));
     let gx = max_pool2d_with_indices_backward(&g, &x, &p.indices, &params).unwrap().mapv(to_f64);

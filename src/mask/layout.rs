@@ -23,8 +23,8 @@ use ndarray::{Array, ArrayView4, Dimension};
 use crate::element::sealed::Sealed;
 use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
-use crate::tensor::TensorRef;
 use crate::shape::MaxPoolGeometry;
+use crate::tensor::TensorRef;
 
 pub(crate) mod layout_repr {
     /// Which layout a marker stands for. Not part of the public API.

@@ -13,8 +13,8 @@ use crate::alloc::into_array;
 use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
 use crate::params::MaxPool2dParams;
-use crate::tensor::{Host, Memory, TensorMut, TensorRef};
 use crate::shape::MaxPoolGeometry;
+use crate::tensor::{Host, Memory, TensorMut, TensorRef};
 
 pub(crate) use codec::{EncodeParts, decode, encode, encode_in_order};
 #[cfg(test)]

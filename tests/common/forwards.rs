@@ -2,7 +2,7 @@
 //! twins): shared by the test binaries and the fuzz targets.
 #![allow(dead_code)]
 
-use ndarray::{ArrayBase, Data};
+use ndarray::ArrayRef;
 use poolgrad::device::Runs;
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::{AdaptiveMaxPool2d, MaxPool2dWithIndices};
@@ -20,69 +20,57 @@ fn with_indices_as<T, I: ArgmaxIndex, J: ArgmaxIndex, D: ndarray::Dimension>(
 
 /// The public forward for index type `I`: [`poolgrad::On::adaptive_max_pool2d`] for `i64`,
 /// [`poolgrad::On::adaptive_max_pool2d_i32`] for `i32`.
-pub fn adaptive_on<Dev, T, I, S, D>(
+pub fn adaptive_on<Dev, T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
     device: &Dev,
-    input: &ArrayBase<S, D>,
+    input: &ArrayRef<T, D>,
     output_size: [usize; 2],
 ) -> poolgrad::Result<Pooled<T, I, D>>
 where
     Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, i64>> + for<'a> Runs<AdaptiveMaxPool2d<'a, T, i32>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S: Data<Elem = T>,
-    D: PoolDim,
 {
-    Ok(if I::DTYPE == DType::I32 {
-        with_indices_as(poolgrad::on(device).adaptive_max_pool2d_i32(input, output_size)?)
-    } else {
-        with_indices_as(poolgrad::on(device).adaptive_max_pool2d(input, output_size)?)
-    })
+    let on = poolgrad::on(device);
+    in_index_type(
+        || on.adaptive_max_pool2d(input, output_size),
+        || on.adaptive_max_pool2d_i32(input, output_size),
+    )
 }
 
 /// [`adaptive_on`] on the default CPU device.
-pub fn adaptive<T, I, S, D>(
-    input: &ArrayBase<S, D>,
+pub fn adaptive<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    input: &ArrayRef<T, D>,
     output_size: [usize; 2],
-) -> poolgrad::Result<Pooled<T, I, D>>
-where
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
+) -> poolgrad::Result<Pooled<T, I, D>> {
     adaptive_on(&Cpu::default(), input, output_size)
 }
 
 /// The public max-pooling forward for index type `I` (as [`adaptive_on`]).
-pub fn max_pool_on<Dev, T, I, S, D>(
+pub fn max_pool_on<Dev, T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
     device: &Dev,
-    input: &ArrayBase<S, D>,
+    input: &ArrayRef<T, D>,
     params: &MaxPool2dParams,
 ) -> poolgrad::Result<Pooled<T, I, D>>
 where
     Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, i64>> + for<'a> Runs<MaxPool2dWithIndices<'a, T, i32>>,
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S: Data<Elem = T>,
-    D: PoolDim,
 {
-    Ok(if I::DTYPE == DType::I32 {
-        with_indices_as(poolgrad::on(device).max_pool2d_with_indices_i32(input, params)?)
-    } else {
-        with_indices_as(poolgrad::on(device).max_pool2d_with_indices(input, params)?)
-    })
+    let on = poolgrad::on(device);
+    in_index_type(
+        || on.max_pool2d_with_indices(input, params),
+        || on.max_pool2d_with_indices_i32(input, params),
+    )
 }
 
 /// [`max_pool_on`] on the default CPU device.
-pub fn max_pool<T, I, S, D>(
-    input: &ArrayBase<S, D>,
+pub fn max_pool<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    input: &ArrayRef<T, D>,
     params: &MaxPool2dParams,
-) -> poolgrad::Result<Pooled<T, I, D>>
-where
-    T: PoolFloat,
-    I: ArgmaxIndex,
-    S: Data<Elem = T>,
-    D: PoolDim,
-{
+) -> poolgrad::Result<Pooled<T, I, D>> {
     max_pool_on(&Cpu::default(), input, params)
+}
+
+/// The forward of the form for `I`: `as_i64` or `as_i32` run, its indices as `I`.
+fn in_index_type<T, I: ArgmaxIndex, D: ndarray::Dimension>(
+    as_i64: impl FnOnce() -> poolgrad::Result<Pooled<T, i64, D>>,
+    as_i32: impl FnOnce() -> poolgrad::Result<Pooled<T, i32, D>>,
+) -> poolgrad::Result<Pooled<T, I, D>> {
+    Ok(if I::DTYPE == DType::I32 { with_indices_as(as_i32()?) } else { with_indices_as(as_i64()?) })
 }

@@ -335,11 +335,11 @@ fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
     if op == 0 {
         match array::<T>(b, &in_dims) {
             Some(x) => {
-                let res = forwards::adaptive::<T, I, _, _>(&x, out);
+                let res = forwards::adaptive::<T, I, _>(&x, out);
                 also_on_npu!(
                     "adaptive forward",
                     res,
-                    |dev| forwards::adaptive_on::<_, T, I, _, _>(dev, &x, out),
+                    |dev| forwards::adaptive_on::<_, T, I, _>(dev, &x, out),
                     npu::same_pooled
                 );
                 let got = ok_or_err("adaptive forward", res);
@@ -352,11 +352,11 @@ fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
             }
             None => {
                 if let Some(x) = broadcast(&one, &in_dims) {
-                    let res = forwards::adaptive::<T, I, _, _>(&x, out);
+                    let res = forwards::adaptive::<T, I, _>(&x, out);
                     also_on_npu!(
                         "adaptive forward (broadcast)",
                         res,
-                        |dev| forwards::adaptive_on::<_, T, I, _, _>(dev, &x, out),
+                        |dev| forwards::adaptive_on::<_, T, I, _>(dev, &x, out),
                         npu::same_pooled
                     );
                     ok_or_err("adaptive forward (broadcast)", res.map(|_| ()));
@@ -398,7 +398,7 @@ fn max_pool<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
     if op == 2 {
         match array::<T>(b, &in_dims) {
             Some(x) => {
-                let got = ok_or_err("max_pool forward", forwards::max_pool::<T, I, _, _>(&x, &p));
+                let got = ok_or_err("max_pool forward", forwards::max_pool::<T, I, _>(&x, &p));
                 if let Some(g) = got {
                     let (v, i) = reference::max_pool2d_with_indices(&x, &p).expect("reference accepts");
                     compare("max_pool forward", v.view(), g.output.view(), Tolerance::exact()).unwrap();
@@ -410,7 +410,7 @@ fn max_pool<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
                 if let Some(x) = broadcast(&one, &in_dims) {
                     ok_or_err(
                         "max_pool forward (broadcast)",
-                        forwards::max_pool::<T, I, _, _>(&x, &p).map(|_| ()),
+                        forwards::max_pool::<T, I, _>(&x, &p).map(|_| ()),
                     );
                 }
             }
