@@ -22,8 +22,8 @@ const SENTINEL: f64 = 1234.5;
 enum Buffer {
     /// An owned array holding garbage, written by the `_into` form on the default device.
     Owned,
-    /// The even columns of an array twice as wide, written by the `_into_on` form on 2 threads;
-    /// the odd columns must keep their garbage.
+    /// The even columns of an array twice as wide, written by the `_into` method of
+    /// `on(&Cpu::with_threads(2))`; the odd columns must keep their garbage.
     Strided,
 }
 
