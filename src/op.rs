@@ -10,7 +10,7 @@ use crate::element::PoolFloat;
 use crate::error::{DeviceLimitKind, Error, Result};
 use crate::geometry::adaptive_is_divisible;
 use crate::index::ArgmaxIndex;
-use crate::mask::{MaskLayout, MaskMut, MaskRef, check_layout};
+use crate::mask::{MaskLayout, MaskMut, MaskRef};
 use crate::params::MaxPool2dParams;
 use crate::tensor::{Host, Memory, TensorMut, TensorRef};
 use crate::validate::{self, DeviceLimits};
@@ -421,7 +421,7 @@ pub(crate) fn mask_forward_shapes<T: PoolFloat, L: MaskLayout, M: Memory>(
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_MASK;
     let g = MaxPoolGeometry::for_mask(OP, "input", params, &input.dims())?;
-    check_layout::<L>(&g, OP)?;
+    L::check(&g, OP)?;
     Ok(g)
 }
 
@@ -475,7 +475,7 @@ pub(crate) fn mask_backward_shapes<T: PoolFloat, L: MaskLayout, M: Memory>(
     const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
     let g = MaxPoolGeometry::for_mask(OP, "self_", params, &self_.dims())?;
     validate::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
-    check_layout::<L>(&g, OP)?;
+    L::check(&g, OP)?;
     validate::input_shape(OP, "mask", &mask.bytes, &g.dims())?;
     Ok(g)
 }

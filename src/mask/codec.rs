@@ -1,93 +1,77 @@
-//! Encoding flat arg-max indices as mask bytes and decoding them back, in either layout (the byte
-//! positions come from [`super::layout`]).
+//! Encoding flat arg-max indices as mask bytes, in parts that threads can take independently
+//! (what the parts are, and how each is encoded, is the layout's: [`LayoutImpl`]).
+//!
+//! [`LayoutImpl`]: super::LayoutImpl
 
-use crate::error::{Error, Result};
+use core::marker::PhantomData;
+use core::ops::{Range, RangeFrom};
+
+use super::layout::MaskLayout;
+use crate::error::Result;
 use crate::index::ArgmaxIndex;
 use crate::shape::MaxPoolGeometry;
 
-use super::layout::layout_repr::LayoutKind;
-use super::layout::{MaskBytes, read_word, word_offset, write_word, write_words};
-use crate::geometry::mask_block_planes;
-
 /// Writes `indices` (`N·C·Ho·Wo` flat arg-max values, row-major) into the contiguous mask `out`
-/// in layout `kind`; every other byte becomes zero.
+/// in layout `L`; every other byte becomes zero.
 ///
-/// Errors: an index outside the plane; for `Bitmask`, an index outside its window.
-pub(crate) fn encode<I: ArgmaxIndex>(
+/// Errors: the first index (row-major) that layout `L` cannot hold.
+pub(crate) fn encode<L: MaskLayout, I: ArgmaxIndex>(
     op: &'static str,
     arg: &'static str,
-    kind: LayoutKind,
     g: &MaxPoolGeometry,
     indices: &[I],
     out: &mut [i8],
 ) -> Result<()> {
-    let parts = EncodeParts::of(kind, g, indices.len(), out.len());
+    let parts = EncodeParts::<L>::of(g, indices.len(), out.len());
     let body = parts.zero_tail(out);
-    parts.encode_runs(op, arg, g, 0..parts.count(), indices, body)
+    parts.encode_runs(op, arg, 0..parts.count(), indices, body)
 }
 
-/// How an encoding splits into independent parts (for threads): `I32Argmax` into runs of
-/// values, `Bitmask` into `(n, 16-channel block)`s; each part owns a run of the indices and a
-/// run of the mask bytes. The bytes past the last part ([`EncodeParts::tail`]) are only zeroed.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct EncodeParts {
-    kind: LayoutKind,
-    /// Parts; all the values (`I32Argmax`); channels, positions and bytes of a block
-    /// (`Bitmask`); the mask's bytes.
+/// How an encoding in layout `L` splits into independent parts (for threads): each part owns a
+/// run of the indices and a run of the mask bytes ([`LayoutImpl::part_indices`](super::LayoutImpl::part_indices),
+/// [`LayoutImpl::part_bytes`](super::LayoutImpl::part_bytes)). The bytes past the last part ([`EncodeParts::tail`]) are only
+/// zeroed.
+#[derive(Debug)]
+pub(crate) struct EncodeParts<L> {
+    g: MaxPoolGeometry,
+    /// Parts; indices encoded; the mask's bytes.
     count: usize,
-    total: usize,
-    c: usize,
-    positions: usize,
-    block_bytes: usize,
+    values: usize,
     bytes: usize,
+    layout: PhantomData<fn() -> L>,
 }
 
-impl EncodeParts {
-    /// `I32Argmax` values per part.
-    const RUN: usize = 1 << 16;
+impl<L> Clone for EncodeParts<L> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
 
-    pub(crate) fn of(kind: LayoutKind, g: &MaxPoolGeometry, values: usize, bytes: usize) -> Self {
-        let (count, block_bytes) = match kind {
-            LayoutKind::I32Argmax => (values.div_ceil(Self::RUN), 0),
-            LayoutKind::Bitmask => {
-                (if values == 0 { 0 } else { g.n * g.channel_blocks() }, word_offset(g, 0, 1, 0, 0))
-            }
-        };
-        EncodeParts { kind, count, total: values, c: g.c, positions: g.positions(), block_bytes, bytes }
+impl<L> Copy for EncodeParts<L> {}
+
+impl<L: MaskLayout> EncodeParts<L> {
+    /// The parts of the encoding of `values` indices into a mask of `bytes` bytes.
+    pub(crate) fn of(g: &MaxPoolGeometry, values: usize, bytes: usize) -> Self {
+        EncodeParts { g: *g, count: L::part_count(g, values), values, bytes, layout: PhantomData }
     }
 
     /// The parts of a whole mask of `bytes` bytes, which encodes every plane's positions.
-    pub(crate) fn whole(kind: LayoutKind, g: &MaxPoolGeometry, bytes: usize) -> Self {
-        Self::of(kind, g, g.planes() * g.positions(), bytes)
+    pub(crate) fn whole(g: &MaxPoolGeometry, bytes: usize) -> Self {
+        Self::of(g, g.planes() * g.positions(), bytes)
     }
 
     pub(crate) fn count(&self) -> usize {
         self.count
     }
 
-    /// The element (row-major, in the indices) of the part's first index.
-    pub(crate) fn first_element(&self, part: usize) -> usize {
-        self.indices(part).start
+    /// The elements (row-major, in the indices) of part `part`.
+    pub(crate) fn indices(&self, part: usize) -> Range<usize> {
+        L::part_indices(&self.g, self.values, part)
     }
 
-    pub(crate) fn indices(&self, part: usize) -> core::ops::Range<usize> {
-        match self.kind {
-            LayoutKind::I32Argmax => part * Self::RUN..((part + 1) * Self::RUN).min(self.total),
-            LayoutKind::Bitmask => {
-                let planes = mask_block_planes(self.c, part);
-                planes.start * self.positions..planes.end * self.positions
-            }
-        }
-    }
-
-    pub(crate) fn bytes(&self, part: usize) -> core::ops::Range<usize> {
-        match self.kind {
-            LayoutKind::I32Argmax => {
-                let values = self.indices(part);
-                4 * values.start..4 * values.end
-            }
-            LayoutKind::Bitmask => part * self.block_bytes..(part + 1) * self.block_bytes,
-        }
+    /// The bytes (in the mask) of part `part`.
+    pub(crate) fn bytes(&self, part: usize) -> Range<usize> {
+        L::part_bytes(&self.g, self.values, part)
     }
 
     /// Encodes parts `runs` (consecutive) of `indices` into `out`, their bytes (from the first
@@ -96,8 +80,7 @@ impl EncodeParts {
         &self,
         op: &'static str,
         arg: &'static str,
-        g: &MaxPoolGeometry,
-        runs: core::ops::Range<usize>,
+        runs: Range<usize>,
         indices: &[I],
         out: &mut [i8],
     ) -> Result<()> {
@@ -105,7 +88,7 @@ impl EncodeParts {
         for part in runs {
             let bytes = self.bytes(part);
             let out = &mut out[bytes.start - base..bytes.end - base];
-            self.encode_part(op, arg, g, part, &indices[self.indices(part)], out)?;
+            self.encode_part(op, arg, part, &indices[self.indices(part)], out)?;
         }
         Ok(())
     }
@@ -116,12 +99,12 @@ impl EncodeParts {
         &self,
         op: &'static str,
         arg: &'static str,
-        g: &MaxPoolGeometry,
         part: usize,
         indices: &[I],
         out: &mut [i8],
     ) -> Result<()> {
-        encode_part(op, arg, self.kind, g, self.first_element(part), indices, out)
+        let (first, base) = (self.indices(part).start, self.bytes(part).start);
+        L::encode_part(op, arg, &self.g, first, base, indices, out)
     }
 
     /// Zeroes the bytes of `out` after the last part and returns those before them, which the
@@ -138,668 +121,10 @@ impl EncodeParts {
     }
 
     /// The bytes after the last part.
-    pub(crate) fn tail(&self) -> core::ops::RangeFrom<usize> {
+    pub(crate) fn tail(&self) -> RangeFrom<usize> {
         match self.count {
             0 => 0..,
             n => self.bytes(n - 1).end.min(self.bytes)..,
         }
-    }
-}
-
-/// Encodes one part (see [`EncodeParts`]): `indices` from element `first` on, into `out`, which
-/// it fills entirely (zeros where no bit or value goes).
-fn encode_part<I: ArgmaxIndex>(
-    op: &'static str,
-    arg: &'static str,
-    kind: LayoutKind,
-    g: &MaxPoolGeometry,
-    first: usize,
-    indices: &[I],
-    out: &mut [i8],
-) -> Result<()> {
-    out.fill(0);
-    // One (n, 16-channel block) of a `Bitmask`: position by position when every index is in its
-    // window; otherwise in row-major order, so that the first index that is not is the error.
-    if kind == LayoutKind::Bitmask {
-        if encode_by_position(g, indices, out) {
-            return Ok(());
-        }
-        out.fill(0);
-    }
-    // A `Bitmask` part starts at a block's first plane: at its word `(k = 0, p = 0)`.
-    let plane = first / g.positions().max(1);
-    let base = word_offset(g, plane / g.c.max(1), plane % g.c.max(1) / 16, 0, 0);
-    encode_in_order(op, arg, kind, g, first, base, indices.iter().copied(), out)
-}
-
-/// Encodes `values`, the indices of the pooled output from element `first` on in row-major
-/// order, into `out`, which must start zeroed: the `I32Argmax` bytes of those values, or the
-/// `Bitmask` bytes from byte `base` of the mask on (`base` is not used for `I32Argmax`). Reads each
-/// index once, in order (so any strided or broadcast source works without a copy), and stops at
-/// the first one that is outside its plane or, for `Bitmask`, outside its window.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn encode_in_order<I: ArgmaxIndex>(
-    op: &'static str,
-    arg: &'static str,
-    kind: LayoutKind,
-    g: &MaxPoolGeometry,
-    first: usize,
-    base: usize,
-    values: impl Iterator<Item = I>,
-    out: &mut [i8],
-) -> Result<()> {
-    let plane = g.h * g.w;
-    let (positions, wo) = (g.positions().max(1), g.wo.max(1));
-    let bad = |e: usize, v: I| Error::IndexOutOfRange {
-        op,
-        arg,
-        position: g.pooled_position(e),
-        value: v.to_i64(),
-        plane,
-    };
-    match kind {
-        LayoutKind::I32Argmax => {
-            for ((e, v), dst) in (first..).zip(values).zip(out.chunks_exact_mut(4)) {
-                let flat = v.flat_in(plane).ok_or_else(|| bad(e, v))?;
-                for (d, b) in dst.iter_mut().zip((flat as i32).to_le_bytes()) {
-                    *d = b as i8;
-                }
-            }
-        }
-        LayoutKind::Bitmask => {
-            let [kh, kw] = g.params.kernel();
-            let ([sh, sw], [ph, pw]) = (g.params.stride(), g.params.padding());
-            // The element's plane and position, advanced one element at a time.
-            let (mut plane_index, mut p) = (first / positions, first % positions);
-            for (e, v) in (first..).zip(values) {
-                let (oh, ow) = (p / wo, p % wo);
-                let flat = v.flat_in(plane).ok_or_else(|| bad(e, v))?;
-                let (ih, iw) = (flat / g.w, flat % g.w);
-                // The window offset, if the index lies in its window (rows and columns counted
-                // from the window's origin `o·s - pad`).
-                let i = (ih + ph).wrapping_sub(oh * sh);
-                let j = (iw + pw).wrapping_sub(ow * sw);
-                if i >= kh || j >= kw {
-                    return Err(Error::IndexNotInWindow {
-                        op,
-                        arg,
-                        position: g.pooled_position(e),
-                        value: v.to_i64(),
-                    });
-                }
-                let (n, c) = (plane_index / g.c, plane_index % g.c);
-                let o = word_offset(g, n, c / 16, i * kw + j, p) - base;
-                // (Each channel sets its bit once, in a zeroed word: `^` would do the same.)
-                write_word(out, o, read_word(out, o) | 1 << (c % 16));
-                p += 1;
-                if p == positions {
-                    (plane_index, p) = (plane_index + 1, 0);
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Encodes one block's indices (channel-major, at most 16 channels) position by position: the
-/// channels set their bits in the position's window words, which are then stored. Output
-/// columns whose windows lie inside the plane's columns go [`LANES`] at a time
-/// ([`Block::encode_lanes`]), the others one at a time ([`Block::encode_position`]). `out`
-/// must start zeroed. False, with `out` partly written, when some index is not in its window,
-/// or when the windows are larger than [`WindowTaps`] covers.
-fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &mut [i8]) -> bool {
-    let Some(taps) = WindowTaps::of(g) else { return false };
-    let Some(block) = Block::of(g, &taps, indices) else { return false };
-    let sw = g.params.stride()[1];
-    // Columns whose windows lie inside the plane's columns, `LANES` at a time (the last group
-    // ending at the last of them, overlapping the one before: its words are written again, the
-    // same); the others, and all of them when they are fewer than `LANES`, one at a time.
-    let inner = block.lane_columns();
-    let lanes = if inner.len() >= LANES { inner } else { inner.start..inner.start };
-    for oh in 0..g.ho {
-        let (row_origin, p) = (block.row_origin(oh), oh * g.wo);
-        for ow in lanes.clone().step_by(LANES) {
-            let ow = ow.min(lanes.end - LANES);
-            if !block.encode_lanes(row_origin, p + ow, ow * sw, out) {
-                return false;
-            }
-        }
-        for ow in (0..lanes.start).chain(lanes.end..g.wo) {
-            if !block.encode_position(row_origin, p + ow, ow * sw, out) {
-                return false;
-            }
-        }
-    }
-    true
-}
-
-/// Output positions encoded together by [`Block::encode_lanes`].
-const LANES: usize = 8;
-
-/// One block's indices and what [`encode_by_position`] needs to encode them.
-struct Block<'a, I> {
-    g: &'a MaxPoolGeometry,
-    taps: &'a WindowTaps,
-    /// Channel-major: `channels` runs of `g.positions()` indices.
-    indices: &'a [I],
-    channels: usize,
-    /// Bytes from one window offset's row of words to the next.
-    row_bytes: usize,
-}
-
-impl<'a, I: ArgmaxIndex> Block<'a, I> {
-    /// The block of `indices` (at most 16 channels are encoded) with its windows' `taps`, if it
-    /// has positions.
-    fn of(g: &'a MaxPoolGeometry, taps: &'a WindowTaps, indices: &'a [I]) -> Option<Self> {
-        let channels = indices.len().checked_div(g.positions())?.min(16);
-        Some(Block { g, taps, indices, channels, row_bytes: word_offset(g, 0, 0, 1, 0) })
-    }
-
-    /// The flat position of the window origin row `oh·sh - ph` of output row `oh`, modulo 2^64.
-    fn row_origin(&self, oh: usize) -> usize {
-        let g = self.g;
-        (oh * g.params.stride()[0]).wrapping_sub(g.params.padding()[0]).wrapping_mul(g.w)
-    }
-
-    /// The output columns whose windows read only columns inside the plane (so that a distance
-    /// from the window's origin is a tap exactly when it is one of the window's distances), if
-    /// the plane is small enough for distances in `u32` (see [`Block::encode_lanes`]); empty
-    /// otherwise.
-    fn lane_columns(&self) -> core::ops::Range<usize> {
-        let g = self.g;
-        let (kw, sw, pw) = (g.params.kernel()[1], g.params.stride()[1], g.params.padding()[1]);
-        if g.h * g.w > u32::MAX as usize / 4 {
-            return 0..0;
-        }
-        // (`w + pw - kw` below zero: no window fits in the plane's columns.)
-        let Some(room) = (g.w + pw).checked_sub(kw) else { return 0..0 };
-        // `ow·sw >= pw` and `ow·sw - pw + kw <= w`.
-        let first = pw.div_ceil(sw);
-        first..(room / sw + 1).min(g.wo).max(first)
-    }
-
-    /// Encodes position `p`, whose window starts at row origin `row_origin` (flat, modulo
-    /// 2^64) and column `col + pad` (`col` is `ow·sw`). False when some channel's index is not
-    /// in its window (or is a tap [`WindowTaps`] leaves to the exact encoder).
-    fn encode_position(&self, row_origin: usize, p: usize, col: usize, out: &mut [i8]) -> bool {
-        let (g, plane, positions) = (self.g, self.g.h * self.g.w, self.g.positions());
-        let col_origin = col.wrapping_sub(g.params.padding()[1]);
-        let origin = row_origin.wrapping_add(col_origin);
-        let mut words = [0u16; WindowTaps::MAX_OFFSETS];
-        for bit in 0..self.channels {
-            let Some(flat) = self.indices[bit * positions + p].flat_in(plane) else { return false };
-            let Some((k, j)) = self.taps.at(flat.wrapping_sub(origin)) else { return false };
-            // A tap whose column is outside the plane: the index is in another row.
-            if col_origin.wrapping_add(j) >= g.w {
-                return false;
-            }
-            words[k] |= 1 << bit;
-        }
-        for (k, &word) in words[..g.offsets()].iter().enumerate() {
-            write_word(out, k * self.row_bytes + 2 * p, word);
-        }
-        true
-    }
-
-    /// Encodes the [`LANES`] positions from `p` on, in one output row, whose windows lie inside
-    /// the plane's columns ([`Block::lane_columns`]); `col` is the first one's `ow·sw`. Each
-    /// lane compares every channel's distance from its window's origin with each of the
-    /// window's distances, and sets the channel's bit in the word of the one it equals (at
-    /// most one: the distances differ), in loops over the lanes that the compiler vectorises.
-    /// Distances are taken modulo 2^32: with planes below 2^30 elements an index in the plane
-    /// lies less than 2^31 from any window origin, so only a true tap's distance equals one.
-    /// False when some channel's index is outside the plane or its window: its bit is then
-    /// missing from all of the lane's words.
-    fn encode_lanes(&self, row_origin: usize, p: usize, col: usize, out: &mut [i8]) -> bool {
-        let (g, positions) = (self.g, self.g.positions());
-        // Below 2^30 ([`Block::lane_columns`]).
-        let plane = (g.h * g.w) as u32;
-        let [_, sw] = g.params.stride();
-        let origin = row_origin.wrapping_add(col.wrapping_sub(g.params.padding()[1])) as u32;
-        let origins: [u32; LANES] = core::array::from_fn(|l| origin.wrapping_add((l * sw) as u32));
-        // Each channel's distance from each lane's window origin, where it is below
-        // `MAX_SPAN` (every tap's is); `u16::MAX`, which is no tap's, where it is not, or where
-        // the index is outside the plane.
-        let mut d = [[0u16; LANES]; 16];
-        for (bit, d) in d[..self.channels].iter_mut().enumerate() {
-            let Some(run) = self.indices.get(bit * positions + p..bit * positions + p + LANES) else {
-                return false;
-            };
-            for l in 0..LANES {
-                let flat = run[l].to_u32_wrapping();
-                let at = flat.wrapping_sub(origins[l]);
-                d[l] = if flat < plane && at < WindowTaps::MAX_SPAN as u32 { at as u16 } else { u16::MAX };
-            }
-        }
-        let mut seen = [0u16; LANES];
-        for (k, &tap) in self.taps.distances[..g.offsets()].iter().enumerate() {
-            // Channel `c`'s bit shifted in last but `c` (a shift by a variable would not
-            // vectorise on 16-bit lanes).
-            let mut word = [0u16; LANES];
-            for d in d[..self.channels].iter().rev() {
-                for l in 0..LANES {
-                    word[l] = word[l] << 1 | u16::from(d[l] == tap);
-                }
-            }
-            for l in 0..LANES {
-                seen[l] |= word[l];
-            }
-            if write_words(out, k * self.row_bytes + 2 * p, &word).is_none() {
-                return false;
-            }
-        }
-        let every = ((1u32 << self.channels) - 1) as u16;
-        seen.iter().all(|&s| s == every)
-    }
-}
-
-/// The taps of a pooling window by their distance `d` (flat, row-major) from the window's
-/// origin: `d = i·W + j` for the tap in row `i < kH` and column `j < min(kW, W)` of the window,
-/// which is window offset `i·kW + j`. A distance that is not a tap, or a tap whose column lies
-/// outside the plane, is not in the window; a tap in a column `j >= W` (kernels wider than the
-/// plane) is not found here, and is left to the exact encoder.
-struct WindowTaps {
-    /// `k` and `j`, a byte each (`u16::from_le_bytes([k, j])`), per distance, or
-    /// [`WindowTaps::NONE`].
-    taps: [u16; WindowTaps::MAX_SPAN],
-    span: usize,
-    /// The distance `i·W + j` of window offset `k = i·kW + j` (below [`WindowTaps::MAX_SPAN`]),
-    /// or [`WindowTaps::NOT_A_DISTANCE`] for a tap in a column past the plane's width (which
-    /// [`Block::encode_lanes`] never meets: it takes windows inside the plane's columns).
-    distances: [u16; WindowTaps::MAX_OFFSETS],
-}
-
-impl WindowTaps {
-    /// Windows of up to this many offsets (one word each per position, on the stack).
-    const MAX_OFFSETS: usize = 64;
-    /// Distances up to this (`kH · W`).
-    const MAX_SPAN: usize = 4096;
-    const NONE: u16 = u16::MAX;
-    /// Equal to no distance [`Block::encode_lanes`] compares: those are below
-    /// [`WindowTaps::MAX_SPAN`], or `u16::MAX`.
-    const NOT_A_DISTANCE: u16 = u16::MAX - 1;
-
-    fn of(g: &MaxPoolGeometry) -> Option<Self> {
-        let ([kh, kw], w) = (g.params.kernel(), g.w);
-        let span = kh.checked_mul(w).filter(|&s| s <= Self::MAX_SPAN)?;
-        if g.offsets() > Self::MAX_OFFSETS {
-            return None;
-        }
-        let mut taps = [Self::NONE; Self::MAX_SPAN];
-        let mut distances = [Self::NOT_A_DISTANCE; Self::MAX_OFFSETS];
-        for i in 0..kh {
-            for j in 0..kw.min(w) {
-                // Both below 64 (checked above): a byte each.
-                taps[i * w + j] = u16::from_le_bytes([(i * kw + j) as u8, j as u8]);
-                // Below `MAX_SPAN`, 4096: a `u16`.
-                distances[i * kw + j] = (i * w + j) as u16;
-            }
-        }
-        Some(WindowTaps { taps, span, distances })
-    }
-
-    /// The window offset `k` and column `j` of the tap at distance `d`, if it is one.
-    #[inline(always)]
-    fn at(&self, d: usize) -> Option<(usize, usize)> {
-        match *self.taps[..self.span].get(d)? {
-            Self::NONE => None,
-            t => {
-                let [k, j] = t.to_le_bytes();
-                Some((usize::from(k), usize::from(j)))
-            }
-        }
-    }
-}
-
-/// Reads the flat arg-max index of every output position from the mask `bytes`.
-///
-/// Errors: an `I32Argmax` value outside the plane; a `Bitmask` position whose channel has no bit,
-/// several bits, or a bit that points into padding.
-pub(crate) fn decode<I: ArgmaxIndex>(
-    op: &'static str,
-    arg: &'static str,
-    kind: LayoutKind,
-    g: &MaxPoolGeometry,
-    bytes: &MaskBytes<'_>,
-    out: &mut [I],
-) -> Result<()> {
-    let plane = g.h * g.w;
-    let to_index = |flat: usize| I::try_from_flat(flat);
-    match kind {
-        LayoutKind::I32Argmax => {
-            for (e, dst) in out.iter_mut().enumerate() {
-                let v = bytes.value(e);
-                let flat = (v >= 0 && (v as usize) < plane).then_some(v as usize);
-                *dst = flat.and_then(to_index).ok_or_else(|| Error::IndexOutOfRange {
-                    op,
-                    arg,
-                    position: g.pooled_position(e),
-                    value: v.into(),
-                    plane,
-                })?;
-            }
-        }
-        LayoutKind::Bitmask => {
-            let p_count = g.positions();
-            for (e, dst) in out.iter_mut().enumerate() {
-                let (plane_index, p) = (e / p_count, e % p_count);
-                let (n, c) = (plane_index / g.c, plane_index % g.c);
-                let bit = 1u16 << (c % 16);
-                let mut set =
-                    (0..g.offsets()).filter(|&k| bytes.word(word_offset(g, n, c / 16, k, p)) & bit != 0);
-                let content =
-                    |reason: String| Error::MaskContent { op, arg, position: g.pooled_position(e), reason };
-                let k = match (set.next(), set.next()) {
-                    (Some(k), None) => k,
-                    (None, _) => return Err(content("no window offset has its bit set".into())),
-                    (Some(a), Some(b)) => {
-                        return Err(content(format!("window offsets {a} and {b} both have their bit set")));
-                    }
-                };
-                let flat = g
-                    .flat_of(p, k)
-                    .ok_or_else(|| content(format!("the bit of window offset {k} points into padding")))?;
-                *dst = to_index(flat)
-                    .ok_or_else(|| content(format!("index {flat} does not fit the index type")))?;
-            }
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::draws::Draws;
-    use crate::params::MaxPool2dParams;
-
-    /// Every index of every plane at every position of small poolings (kernels wider than the
-    /// plane included): the position-by-position encoder accepts exactly the indices inside
-    /// their window (it may leave those in columns past the plane's width, for kernels wider
-    /// than it, to the exact encoder), and writes the bit of their window offset.
-    #[test]
-    fn encode_by_position_accepts_exactly_the_window() {
-        let mut checked = 0;
-        for (kh, kw, sh, sw, ceil) in itertools_like() {
-            for (ph, pw) in [(0, 0), (kh / 2, kw / 2)] {
-                for (h, w) in (1..=4).flat_map(|h| (1..=4).map(move |w| (h, w))) {
-                    let params = MaxPool2dParams::new([kh, kw])
-                        .with_stride([sh, sw])
-                        .with_padding([ph, pw])
-                        .with_ceil_mode(ceil);
-                    let Ok(g) = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 1, h, w]) else {
-                        continue;
-                    };
-                    // A valid index per position (its window's first tap inside the plane).
-                    let first_tap = |p: usize| (0..g.offsets()).find_map(|k| g.flat_of(p, k));
-                    let Some(valid): Option<Vec<i64>> =
-                        (0..g.positions()).map(|p| first_tap(p).map(|f| f as i64)).collect()
-                    else {
-                        continue;
-                    };
-                    let bytes = g.bytes().unwrap();
-                    for p in 0..g.positions() {
-                        for flat in 0..h * w {
-                            let mut indices = valid.clone();
-                            indices[p] = flat as i64;
-                            // Reference: the window offset of each index, from rows and columns.
-                            let offset = |p: usize, f: usize| {
-                                let (oh, ow, ih, iw) = (p / g.wo, p % g.wo, f / w, f % w);
-                                let i = (ih + ph).checked_sub(oh * sh).filter(|&i| i < kh)?;
-                                let j = (iw + pw).checked_sub(ow * sw).filter(|&j| j < kw)?;
-                                Some((i * kw + j, j))
-                            };
-                            let mut out = vec![0i8; bytes];
-                            let fast = encode_by_position(&g, &indices, &mut out);
-                            // Taps in columns past the plane's width may be left to the exact encoder.
-                            let wide = || {
-                                indices
-                                    .iter()
-                                    .enumerate()
-                                    .any(|(q, &f)| offset(q, f as usize).unwrap().1 >= w)
-                            };
-                            match offset(p, flat) {
-                                None => assert!(!fast, "{params:?} {h}x{w}: p {p} accepted {flat}"),
-                                Some(_) if !fast => {
-                                    assert!(wide(), "{params:?} {h}x{w}: p {p} refused {flat}")
-                                }
-                                Some(_) => {
-                                    let mut expected = vec![0i8; bytes];
-                                    for (q, &f) in indices.iter().enumerate() {
-                                        let (k, _) = offset(q, f as usize).unwrap();
-                                        expected[word_offset(&g, 0, 0, k, q)] |= 1;
-                                    }
-                                    assert_eq!(out, expected, "{params:?} {h}x{w}: p {p}, index {flat}");
-                                }
-                            }
-                            checked += 1;
-                        }
-                    }
-                }
-            }
-        }
-        assert!(checked > 10_000, "{checked}");
-    }
-
-    /// The position-by-position encoder covers windows of at most 64 offsets and 4096
-    /// distances `kH · W`, and leaves larger ones to the exact encoder (worked from the limits:
-    /// 8x8 and 16x4 are 64 offsets, 5x13 is 65; 16 rows of a 256-wide plane span 4096, of a
-    /// 257-wide one 4112).
-    #[test]
-    fn window_taps_cover_64_offsets_and_4096_distances() {
-        let covered = |kernel: [usize; 2], w: usize| {
-            let params = MaxPool2dParams::new(kernel).with_stride([1, 1]);
-            let g = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 1, kernel[0], w]).unwrap();
-            WindowTaps::of(&g).is_some()
-        };
-        assert!(covered([8, 8], 8));
-        assert!(!covered([5, 13], 13));
-        assert!(!covered([13, 5], 5));
-        assert!(covered([16, 4], 256));
-        assert!(!covered([16, 4], 257));
-    }
-
-    /// Windows too large for [`WindowTaps`] (9x9, 81 offsets) are encoded all the same: a
-    /// `Bitmask` made from indices decodes to those indices (every window's maximum at a
-    /// different tap, walking the window).
-    #[test]
-    fn masks_of_windows_past_64_offsets_round_trip() {
-        use crate::mask::{Bitmask, Mask};
-        let params = MaxPool2dParams::new([9, 9]).with_stride([2, 3]).with_padding([4, 4]);
-        let g = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 3, 11, 12]).unwrap();
-        let indices = ndarray::Array4::from_shape_fn((1, 3, g.ho, g.wo), |(_, c, oh, ow)| {
-            let p = oh * g.wo + ow;
-            // The first tap inside the plane at or after offset `7 p + c`, cyclically.
-            let k =
-                (0..g.offsets()).map(|t| (7 * p + c + t) % g.offsets()).find(|&k| g.flat_of(p, k).is_some());
-            g.flat_of(p, k.unwrap()).unwrap() as i64
-        });
-        let mask = Mask::<Bitmask, _>::from_indices(&indices, &params, &[1, 3, 11, 12]).unwrap();
-        assert_eq!(mask.to_indices::<i64>().unwrap(), indices);
-    }
-
-    /// The lane encoder ([`Block::encode_lanes`]) against the exact encoder, which reads the
-    /// indices in row-major order and finds each window offset from rows and columns
-    /// ([`encode_in_order`]), and against the position-by-position encoder
-    /// ([`Block::encode_position`], the lanes' scalar reference), bit for bit, on drawn
-    /// geometries wide enough for lanes (planes 8 to 40 wide, kernels 1 to 4, strides 1 to 3,
-    /// padding up to half the kernel, floor and ceil mode, 1 to 16 channels), in `i64` and
-    /// `i32`. Half the cases hold one bad index (half of them in the first or last output
-    /// column, where windows meet the padding): a neighbour of its tap (a column or a row away:
-    /// in the window or not, the element a row before or after an edge window's first or last
-    /// column among them), outside the plane (negative, past its end), or a tap plus or minus
-    /// 2^32 (equal to a tap in 32-bit lanes). Accepted, with the same bytes, exactly when the
-    /// exact encoder accepts.
-    #[test]
-    fn lanes_encode_as_the_exact_encoder() {
-        let mut draws = Draws::new(0x5DEE_CE66_D1CE_4E5B);
-        let (mut by_lanes, mut refused) = (0, 0);
-        for _ in 0..2000 {
-            let (kh, kw) = (1 + draws.below(4), 1 + draws.below(4));
-            let (sh, sw) = (1 + draws.below(3), 1 + draws.below(3));
-            let (ph, pw) = (draws.below(kh / 2 + 1), draws.below(kw / 2 + 1));
-            let (h, w, c) = (kh + draws.below(6), 8 + draws.below(33), 1 + draws.below(16));
-            let params = MaxPool2dParams::new([kh, kw])
-                .with_stride([sh, sw])
-                .with_padding([ph, pw])
-                .with_ceil_mode(draws.below(2) == 1);
-            let Ok(g) = MaxPoolGeometry::for_mask("test", "input", &params, &[1, c, h, w]) else { continue };
-            let (positions, plane) = (g.positions(), (h * w) as i64);
-            let mut indices: Vec<i64> = (0..c * positions)
-                .map(|e| {
-                    let taps: Vec<usize> =
-                        (0..g.offsets()).filter_map(|k| g.flat_of(e % positions, k)).collect();
-                    taps[draws.below(taps.len())] as i64
-                })
-                .collect();
-            if draws.below(2) == 0 {
-                // At an edge column half the time, where windows meet padding.
-                let e = match draws.below(4) {
-                    0 => draws.below(c * g.ho) * g.wo,
-                    1 => draws.below(c * g.ho) * g.wo + g.wo - 1,
-                    _ => draws.below(indices.len()),
-                };
-                let v = indices[e];
-                indices[e] = match draws.below(8) {
-                    0 => v + 1,
-                    1 => v - 1,
-                    2 => v + w as i64,
-                    3 => v - w as i64,
-                    4 => -1 - draws.below(3) as i64,
-                    5 => plane + draws.below(3) as i64,
-                    6 => v + (1 << 32),
-                    _ => v - (1 << 32),
-                };
-            }
-            let bytes = g.bytes().unwrap();
-            let exact = exactly_encoded(&g, &indices);
-            let accepted = exact.is_some();
-            let taps = WindowTaps::of(&g).unwrap();
-            let block = Block::of(&g, &taps, &indices[..]).unwrap();
-            let mut alone = vec![0i8; bytes];
-            let one_by_one = (0..positions)
-                .all(|p| block.encode_position(block.row_origin(p / g.wo), p, p % g.wo * sw, &mut alone));
-            let case = format!("{params:?} on [1, {c}, {h}, {w}]");
-            assert_eq!(one_by_one, accepted, "{case}: position by position");
-            let narrow: Option<Vec<i32>> = indices.iter().map(|&v| i32::try_from(v).ok()).collect();
-            for fast in [Some(&indices[..]).map(|i| encoded(&g, i)), narrow.map(|i| encoded(&g, &i))]
-                .into_iter()
-                .flatten()
-            {
-                match fast {
-                    Some(fast) => {
-                        assert!(accepted, "{case}: accepted by lanes, refused by the exact encoder");
-                        assert_eq!(Some(&fast), exact.as_ref(), "{case}");
-                        assert_eq!(fast, alone, "{case}");
-                    }
-                    None => assert!(!accepted, "{case}: refused by lanes, accepted by the exact encoder"),
-                }
-            }
-            by_lanes += usize::from(accepted && block.lane_columns().len() >= LANES);
-            refused += usize::from(!accepted);
-        }
-        // Both outcomes, and the lanes, drawn often (worked out from the draws: most of the
-        // planes are wide enough, half the cases hold a bad index, most of which is refused).
-        assert!(by_lanes > 500 && refused > 300, "{by_lanes} accepted through lanes, {refused} refused");
-    }
-
-    /// An index one past the plane (`H·W`) lies at the distance of a tap in the row below the
-    /// plane, which a window reaching into the bottom padding has: every encoder refuses it
-    /// there, through the lanes too (the window of output row 3, column 1, of a k3 s1 p1 pooling
-    /// of 4x16 planes starts at input row 2, column 0; its tap (2, 0) would be element 64).
-    #[test]
-    fn an_index_one_past_the_plane_is_refused_in_the_bottom_padding() {
-        let params = MaxPool2dParams::new([3, 3]).with_stride([1, 1]).with_padding([1, 1]);
-        let g = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 2, 4, 16]).unwrap();
-        let taps = WindowTaps::of(&g).unwrap();
-        let lanes = Block::<i64>::of(&g, &taps, &[]).unwrap().lane_columns();
-        assert!(lanes.contains(&1) && lanes.len() >= LANES, "{lanes:?}");
-        let (positions, wo) = (g.positions(), g.wo);
-        for (channel, at) in [(0, 3 * wo + 1), (1, 3 * wo + 1)] {
-            let mut indices: Vec<i64> =
-                (0..2 * positions).map(|e| g.flat_of(e % positions, 4).unwrap() as i64).collect();
-            assert!(encoded(&g, &indices).is_some(), "the window centres encode");
-            indices[channel * positions + at] = 64;
-            assert_eq!(exactly_encoded(&g, &indices), None, "the exact encoder refuses 64 at position {at}");
-            assert_eq!(encoded(&g, &indices), None, "channel {channel}, position {at} (i64)");
-            let narrow: Vec<i32> = indices.iter().map(|&v| v as i32).collect();
-            assert_eq!(encoded(&g, &narrow), None, "channel {channel}, position {at} (i32)");
-        }
-    }
-
-    /// Lanes take distances modulo 2^32 only on planes below 2^30 elements (see
-    /// [`Block::encode_lanes`]): a plane of 2^30 - 1 elements still has lane columns, one of
-    /// 2^30 none. (Geometry only: no tensor is made. 2^30 - 1 = 294903 · 3641, a width whose
-    /// 1x1 windows [`WindowTaps`] covers.)
-    #[test]
-    fn lane_columns_stop_at_planes_of_2_pow_30() {
-        let lane_columns = |h: usize, w: usize| {
-            let params = MaxPool2dParams::new([1, 1]);
-            let g = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 1, h, w]).unwrap();
-            let taps = WindowTaps::of(&g).expect("1x1 windows of a plane at most 4096 wide");
-            Block::<i64>::of(&g, &taps, &[]).unwrap().lane_columns()
-        };
-        assert_eq!(294903 * 3641, (1 << 30) - 1);
-        assert_eq!(lane_columns(294903, 3641), 0..3641);
-        assert_eq!(lane_columns(1 << 18, 1 << 12), 0..0);
-        // Below the bound the range is the inner columns, whatever the height.
-        assert_eq!(lane_columns((1 << 18) - 1, 1 << 12), 0..4096);
-    }
-
-    /// The lane columns are exactly the output columns `ow` whose windows lie inside the plane's
-    /// columns, `ow·sw >= pw` and `ow·sw - pw + kW <= W`, found here by trying every column
-    /// (kernels 1 to 5 wide, as wide as the plane or wider, strides 1 to 3, every padding up to
-    /// half the kernel, floor and ceil). A range too narrow would only slow the encoder (the
-    /// other columns give the same bytes), one too wide would read taps past the plane's edge.
-    #[test]
-    fn lane_columns_are_the_windows_inside_the_plane() {
-        let mut checked = 0;
-        for (kw, sw, ceil) in (1..=5).flat_map(|k| (1..=3).flat_map(move |s| [(k, s, false), (k, s, true)])) {
-            for (pw, w) in (0..=kw / 2).flat_map(|p| (1..=30).map(move |w| (p, w))) {
-                let params = MaxPool2dParams::new([2, kw])
-                    .with_stride([1, sw])
-                    .with_padding([0, pw])
-                    .with_ceil_mode(ceil);
-                let Ok(g) = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 1, 2, w]) else {
-                    continue;
-                };
-                let taps = WindowTaps::of(&g).unwrap();
-                let got = Block::<i32>::of(&g, &taps, &[]).unwrap().lane_columns();
-                let inside = |ow: usize| ow * sw >= pw && ow * sw - pw + kw <= w;
-                let want: Vec<usize> = (0..g.wo).filter(|&ow| inside(ow)).collect();
-                assert_eq!(
-                    got.clone().collect::<Vec<_>>(),
-                    want,
-                    "kernel {kw}, stride {sw}, pad {pw}, width {w}"
-                );
-                checked += usize::from(!want.is_empty());
-            }
-        }
-        assert!(checked > 1500, "{checked} geometries with lane columns");
-    }
-
-    /// [`encode_in_order`] (the exact encoder) into a zeroed mask: the bytes, or `None` where it
-    /// refuses.
-    fn exactly_encoded(g: &MaxPoolGeometry, indices: &[i64]) -> Option<Vec<i8>> {
-        let mut out = vec![0i8; g.bytes().unwrap()];
-        let values = indices.iter().copied();
-        encode_in_order("test", "mask", LayoutKind::Bitmask, g, 0, 0, values, &mut out).ok().map(|()| out)
-    }
-
-    /// [`encode_by_position`] into a zeroed mask: the bytes, or `None` where it refuses.
-    fn encoded<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I]) -> Option<Vec<i8>> {
-        let mut out = vec![0i8; g.bytes().unwrap()];
-        encode_by_position(g, indices, &mut out).then_some(out)
-    }
-
-    /// Kernels 1 to 3, strides 1 and 2, floor and ceil mode.
-    fn itertools_like() -> impl Iterator<Item = (usize, usize, usize, usize, bool)> {
-        (1..=3).flat_map(|kh| {
-            (1..=3).flat_map(move |kw| {
-                (1..=2).flat_map(move |sh| {
-                    (1..=2).flat_map(move |sw| [false, true].into_iter().map(move |c| (kh, kw, sh, sw, c)))
-                })
-            })
-        })
     }
 }

@@ -1,8 +1,11 @@
-//! The Ascend int8 mask of `aclnnMaxPool2dWithMask`: the [`Mask`] type and its views. What the
-//! bytes mean lives in [`layout`] (the only module that knows where a value or bit is stored), how
-//! indices become bytes and back in [`codec`].
+//! The Ascend int8 mask of `aclnnMaxPool2dWithMask`: the [`Mask`] type and its views. What every
+//! layout provides is in [`layout`]; each layout is a file ([`i32_argmax`], [`bitmask`]), the only
+//! one that knows where its values or bits are stored; [`codec`] splits an encoding into parts
+//! for threads.
 
+mod bitmask;
 mod codec;
+mod i32_argmax;
 mod layout;
 
 use core::marker::PhantomData;
@@ -16,15 +19,16 @@ use crate::params::MaxPool2dParams;
 use crate::shape::MaxPoolGeometry;
 use crate::tensor::{Host, Memory, TensorMut, TensorRef};
 
-pub(crate) use codec::{EncodeParts, decode, encode, encode_in_order};
+pub use bitmask::Bitmask;
 #[cfg(test)]
-pub(crate) use layout::write_word;
-pub use layout::{Bitmask, I32Argmax, MaskLayout};
-pub(crate) use layout::{
-    MaskBytes, check_layout, i32_in_place, i32_prefix, i32_prefix_mut, layout_repr, read_i32_prefix,
-    read_word, read_word_quads, read_words, word_offset,
-};
-use layout_repr::LayoutKind;
+pub(crate) use bitmask::write_word;
+pub(crate) use bitmask::{read_word, read_word_quads, read_words, word_offset};
+pub(crate) use codec::{EncodeParts, encode};
+pub use i32_argmax::I32Argmax;
+pub(crate) use i32_argmax::{i32_in_place, i32_prefix, i32_prefix_mut, read_i32_prefix};
+pub(crate) use layout::MaskBytes;
+pub use layout::MaskLayout;
+pub(crate) use layout::internal::LayoutImpl;
 
 /// A read-only view of a mask in layout `L`, for the two-phase API.
 #[derive(Debug)]
@@ -118,7 +122,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     pub fn from_raw(data: Array<i8, D>, params: &MaxPool2dParams, input_shape: &[usize]) -> Result<Self> {
         const OP: &str = "Mask::from_raw";
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
-        check_layout::<L>(&geometry, OP)?;
+        L::check(&geometry, OP)?;
         crate::validate::same_shape(OP, "data", data.shape(), &geometry.dims())?;
         Ok(Mask { data, geometry, layout: PhantomData })
     }
@@ -146,7 +150,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
             return Err(Error::Rank { op: OP, arg: "input_shape", expected, got, shape });
         }
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
-        check_layout::<L>(&geometry, OP)?;
+        L::check(&geometry, OP)?;
         let data = crate::alloc::zeroed_array::<i8, D>(OP, "mask", &geometry.dims())?;
         Ok(Mask { data, geometry, layout: PhantomData })
     }
@@ -172,17 +176,15 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     {
         const OP: &str = "Mask::from_indices";
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
-        check_layout::<L>(&geometry, OP)?;
+        L::check(&geometry, OP)?;
         crate::validate::same_shape(OP, "indices", indices.shape(), &geometry.pooled_dims())?;
         let bytes = geometry.bytes().unwrap_or(0);
         let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", bytes)?;
         match indices.as_slice() {
-            Some(flat) => encode(OP, "indices", L::KIND, &geometry, flat, &mut data)?,
+            Some(flat) => encode::<L, _>(OP, "indices", &geometry, flat, &mut data)?,
             // Strided or broadcast indices: read in place, in row-major order (the mask is
             // zeroed, as the in-order encoder needs).
-            None => {
-                encode_in_order(OP, "indices", L::KIND, &geometry, 0, 0, indices.iter().copied(), &mut data)?
-            }
+            None => L::encode_in_order(OP, "indices", &geometry, 0, 0, indices.iter().copied(), &mut data)?,
         }
         let data = into_array(OP, "mask", data, &geometry.dims())?;
         Ok(Mask { data, geometry, layout: PhantomData })
@@ -199,7 +201,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         let g = &self.geometry;
         let count = g.planes() * g.positions();
         let mut out = crate::alloc::zeroed_vec::<I>(OP, "indices", count)?;
-        decode(OP, "mask", L::KIND, g, &MaskBytes::of(&self.data), &mut out)?;
+        L::decode(OP, "mask", g, &MaskBytes::of(&self.data), &mut out)?;
         into_array(OP, "indices", out, &g.pooled_dims())
     }
 
@@ -241,38 +243,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
 
     /// Calls `f(element, flat)` for every pair [`Mask::selected`] returns, in its order.
     fn visit_selected(&self, op: &'static str, mut f: impl FnMut(usize, usize)) -> Result<()> {
-        let g = &self.geometry;
-        let bytes = MaskBytes::of(&self.data);
-        let count = g.planes() * g.positions();
-        match L::KIND {
-            LayoutKind::I32Argmax => {
-                let plane = g.h * g.w;
-                for e in 0..count {
-                    let v = bytes.value(e);
-                    if v < 0 || v as usize >= plane {
-                        return Err(g.index_error(op, "mask", e, v.into()));
-                    }
-                    f(e, v as usize);
-                }
-            }
-            LayoutKind::Bitmask => {
-                let (positions, row_bytes) = (g.positions(), word_offset(g, 0, 0, 1, 0));
-                for plane_index in 0..g.planes() {
-                    let (n, c) = (plane_index / g.c, plane_index % g.c);
-                    let (bit, first_word) = (1 << (c % 16), word_offset(g, n, c / 16, 0, 0));
-                    for p in 0..positions {
-                        for k in 0..g.offsets() {
-                            if bytes.word(first_word + k * row_bytes + 2 * p) & bit != 0
-                                && let Some(flat) = g.flat_of(p, k)
-                            {
-                                f(plane_index * positions + p, flat);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        Ok(())
+        L::visit_selected(op, &self.geometry, &MaskBytes::of(&self.data), &mut f)
     }
 
     /// The mask bytes.
@@ -329,11 +300,11 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     pub fn convert<L2: MaskLayout>(&self) -> Result<Mask<L2, D>> {
         const OP: &str = "Mask::convert";
         let g = &self.geometry;
-        check_layout::<L2>(g, OP)?;
+        L2::check(g, OP)?;
         let mut indices = crate::alloc::zeroed_vec::<i64>(OP, "mask", g.planes() * g.positions())?;
-        decode(OP, "mask", L::KIND, g, &MaskBytes::of(&self.data), &mut indices)?;
+        L::decode(OP, "mask", g, &MaskBytes::of(&self.data), &mut indices)?;
         let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", g.bytes().unwrap_or(0))?;
-        encode(OP, "mask", L2::KIND, g, &indices, &mut data)?;
+        encode::<L2, _>(OP, "mask", g, &indices, &mut data)?;
         let data = into_array(OP, "mask", data, &g.dims())?;
         Ok(Mask::from_parts(data, *g))
     }

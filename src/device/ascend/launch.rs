@@ -18,7 +18,6 @@ use crate::device::internal::Launch;
 use crate::element::{DType, Element, PoolFloat};
 use crate::error::{DeviceLimitKind, Error, Result};
 use crate::index::{ArgmaxIndex, repr::IndexRepr};
-use crate::mask::layout_repr::LayoutKind;
 use crate::mask::{MaskLayout, i32_prefix, read_i32_prefix};
 use crate::op::{
     AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
@@ -306,14 +305,10 @@ impl Ascend {
     /// Refuses a mask of layout `L` if the SoC writes the other layout for this kernel.
     pub(super) fn check_layout<L: MaskLayout>(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
         let kernel = g.params.kernel();
-        let native = self.family.mask_layout(kernel);
-        if native == L::KIND || self.cann_decides {
+        let name = self.family.mask_layout(kernel);
+        if name == L::NAME || self.cann_decides {
             return Ok(());
         }
-        let name = match native {
-            LayoutKind::I32Argmax => "I32Argmax",
-            LayoutKind::Bitmask => "Bitmask",
-        };
         Err(Error::DeviceLimit {
             device: "ascend",
             op,
@@ -655,7 +650,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         self.check_support(OP, DeviceOp::MaskBackward, T::DTYPE)?;
         self.check_params(OP, g)?;
         self.check_layout::<L>(OP, g)?;
-        if L::KIND == LayoutKind::I32Argmax {
+        if L::I32_VALUES {
             // As for indices: a value outside the plane would make the device write outside
             // grad_input, so the host-staged values are checked before any device call.
             // Read in place when the bytes allow it, as the CPU backend does; else copied.

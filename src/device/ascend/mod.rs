@@ -291,7 +291,7 @@ impl Ascend {
     /// (A2/A3 write `I32Argmax` except for 1x1 kernels; other SoCs write `Bitmask`). Says nothing
     /// of whether the SoC runs the operator at all.
     pub fn writes_mask_layout<L: MaskLayout>(&self, params: &MaxPool2dParams) -> bool {
-        self.family.mask_layout(params.kernel()) == L::KIND
+        self.family.mask_layout(params.kernel()) == L::NAME
     }
 
     /// The version of the ACL interface, `"major.minor.patch"` (`aclrtGetVersion`), or `None` where the runtime does not export it or does not answer. This is

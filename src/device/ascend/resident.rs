@@ -16,7 +16,6 @@ use crate::element::{DType, Element, PoolFloat};
 use crate::error::Result;
 use crate::index::ArgmaxIndex;
 use crate::mask::MaskLayout;
-use crate::mask::layout_repr::LayoutKind;
 use crate::op::{
     AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
     MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry,
@@ -311,9 +310,10 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L, Npu>> f
         // The operator writes only part of the mask (the i32 prefix, or the bit-mask words): the
         // rest is zeroed first, on the stream, as the host path and the CPU backend leave it.
         self.queue_call(OP, memory, &[(mask.addr(), mask.bytes())], b.call())?;
-        mask.set_values(match L::KIND {
-            LayoutKind::I32Argmax => Values::Written { below: (g.h * g.w) as u64 },
-            LayoutKind::Bitmask => Values::Unknown,
+        mask.set_values(if L::I32_VALUES {
+            Values::Written { below: (g.h * g.w) as u64 }
+        } else {
+            Values::Unknown
         });
         Ok(())
     }
@@ -331,7 +331,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L,
         self.device().check_support(OP, DeviceOp::MaskBackward, T::DTYPE)?;
         self.device().check_params(OP, g)?;
         self.device().check_layout::<L>(OP, g)?;
-        if L::KIND == LayoutKind::I32Argmax {
+        if L::I32_VALUES {
             // As for indices: an I32Argmax value outside the plane would make the device write
             // outside grad_input. (A Bitmask bit only selects a window offset.)
             let values = op.mask.bytes.data().values();

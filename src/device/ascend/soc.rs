@@ -33,7 +33,7 @@
 use core::fmt;
 
 use crate::element::DType;
-use crate::mask::layout_repr::LayoutKind;
+use crate::mask::{Bitmask, I32Argmax, MaskLayout};
 use crate::params::MaxPool2dParams;
 
 /// The product family of an Ascend SoC, from its name (`aclrtGetSocName`).
@@ -171,15 +171,11 @@ impl SocFamily {
         })
     }
 
-    /// The layout this family's `aclnnMaxPool2dWithMask` writes for `kernel`
+    /// The name of the layout this family's `aclnnMaxPool2dWithMask` writes for `kernel`
     /// (`aclnnMaxPool2dWithMaskGetWorkspaceSize`: the int32 path on ASCEND910B / ASCEND910_93
     /// for kernels other than 1x1, the 5HD bit mask otherwise).
-    pub(crate) fn mask_layout(self, kernel: [usize; 2]) -> LayoutKind {
-        if self == SocFamily::AtlasA2A3 && kernel != [1, 1] {
-            LayoutKind::I32Argmax
-        } else {
-            LayoutKind::Bitmask
-        }
+    pub(crate) fn mask_layout(self, kernel: [usize; 2]) -> &'static str {
+        if self == SocFamily::AtlasA2A3 && kernel != [1, 1] { I32Argmax::NAME } else { Bitmask::NAME }
     }
 }
 
@@ -345,9 +341,9 @@ mod tests {
         for op in [AdaptiveForward, AdaptiveBackward, MaskForward, MaskBackward, WithIndicesForward] {
             assert!(Other.dtypes(op).is_err());
         }
-        assert_eq!(AtlasA2A3.mask_layout([3, 3]), LayoutKind::I32Argmax);
-        assert_eq!(AtlasA2A3.mask_layout([1, 1]), LayoutKind::Bitmask);
-        assert_eq!(AtlasTraining.mask_layout([3, 3]), LayoutKind::Bitmask);
+        assert_eq!(AtlasA2A3.mask_layout([3, 3]), "I32Argmax");
+        assert_eq!(AtlasA2A3.mask_layout([1, 1]), "Bitmask");
+        assert_eq!(AtlasTraining.mask_layout([3, 3]), "Bitmask");
     }
 
     #[test]

@@ -17,8 +17,7 @@ use super::workspace::{CacheLine, Carver, Sizer, task_share};
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
 use crate::error::{Error, Result};
-use crate::mask::layout_repr::LayoutKind;
-use crate::mask::{self, MaskLayout};
+use crate::mask::{self, LayoutImpl, MaskLayout};
 use crate::op::name;
 use crate::op::{MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry};
 
@@ -52,9 +51,9 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
             sizer.stage(&op.mask.bytes.as_ref().view())?;
             // Fused when every thread gets a block (so never without blocks: threads >= 1).
             let blocks = g.n * g.channel_blocks();
-            let fused = L::KIND == LayoutKind::Bitmask && blocks >= cpu.threads();
+            let fused = L::CHANNEL_BLOCKS && blocks >= cpu.threads();
             let fused_tasks = fused.then(|| task_count(cpu, blocks));
-            let values_in_mask = L::KIND == LayoutKind::I32Argmax
+            let values_in_mask = L::I32_VALUES
                 && match op.mask.bytes.as_ref().view().to_slice() {
                     Some(bytes) => mask::i32_in_place(bytes),
                     // Staged in a workspace region, which starts on a cache line.
@@ -85,7 +84,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         let mut bytes = carver.output(mask.bytes.into_view())?;
         if p.values_in_mask {
             let scratch = p.forward.scratch::<T>(&mut carver)?;
-            let parts = mask::EncodeParts::whole(LayoutKind::I32Argmax, g, bytes.slice().len());
+            let parts = mask::EncodeParts::<L>::whole(g, bytes.slice().len());
             let values = zero_tail(cpu, &parts, bytes.slice());
             let count = g.planes() * g.positions();
             let values = mask::i32_prefix_mut(values, count).ok_or_else(|| Error::Layout {
@@ -100,7 +99,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         let idx = carver.region::<i32>(index_count(g, p.fused_tasks)?)?;
         let scratch = p.forward.scratch::<T>(&mut carver)?;
         match p.fused_tasks {
-            Some(tasks) => pool_and_encode_blocks(
+            Some(tasks) => pool_and_encode_blocks::<T, L>(
                 cpu,
                 OP,
                 g,
@@ -114,7 +113,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
             )?,
             None => {
                 forward::pool(cpu, Planes::from(g), &p.forward, x, out.slice(), idx, scratch);
-                encode(cpu, OP, L::KIND, g, idx, bytes.slice())?;
+                encode::<L>(cpu, OP, g, idx, bytes.slice())?;
             }
         }
         out.finish(OP, "output")?;
@@ -142,7 +141,7 @@ fn index_count(g: &MaxPoolGeometry, fused_tasks: Option<usize>) -> Result<usize>
 /// the task's indices and encoded at once. The first bad index (in row-major order) is the
 /// error; a forward's own indices are never bad.
 #[allow(clippy::too_many_arguments)]
-fn pool_and_encode_blocks<T: PoolFloat>(
+fn pool_and_encode_blocks<T: PoolFloat, L: MaskLayout>(
     cpu: &Cpu,
     op: &'static str,
     g: &MaxPoolGeometry,
@@ -155,7 +154,7 @@ fn pool_and_encode_blocks<T: PoolFloat>(
     mask: &mut [i8],
 ) -> Result<()> {
     let (hw, positions) = (g.h * g.w, g.positions());
-    let parts = mask::EncodeParts::whole(LayoutKind::Bitmask, g, mask.len());
+    let parts = mask::EncodeParts::<L>::whole(g, mask.len());
     let mut mask_rest = zero_tail(cpu, &parts, mask);
     let (mut x_rest, mut out_rest) = (x, out);
     // One block's indices per task, as `index_count` sized them.
@@ -180,7 +179,7 @@ fn pool_and_encode_blocks<T: PoolFloat>(
             (x, out, mask) = (x_tail, out_tail, mask_tail);
             let idx = &mut idx[..channels * positions];
             forward::pool_planes(Planes::from(g), p, xb, ob, idx, acc);
-            parts.encode_part(op, "mask", g, b, idx, mb)?;
+            parts.encode_part(op, "mask", b, idx, mb)?;
         }
         Ok(())
     });
@@ -189,15 +188,14 @@ fn pool_and_encode_blocks<T: PoolFloat>(
 
 /// Encodes the forward's indices into the mask, the parts of the encoding (runs of values, or
 /// 16-channel blocks) shared among the threads. The first bad index (row-major) is the error.
-fn encode(
+fn encode<L: MaskLayout>(
     cpu: &Cpu,
     op: &'static str,
-    kind: LayoutKind,
     g: &MaxPoolGeometry,
     indices: &[i32],
     out: &mut [i8],
 ) -> Result<()> {
-    let parts = mask::EncodeParts::of(kind, g, indices.len(), out.len());
+    let parts = mask::EncodeParts::<L>::of(g, indices.len(), out.len());
     let mut rest = zero_tail(cpu, &parts, out);
     let mut tasks = Vec::new();
     for run in runs(parts.count(), task_count(cpu, parts.count())) {
@@ -206,14 +204,14 @@ fn encode(
         rest = after;
         tasks.push((run, head));
     }
-    let results = cpu.map_tasks(tasks, |(runs, out)| parts.encode_runs(op, "mask", g, runs, indices, out));
+    let results = cpu.map_tasks(tasks, |(runs, out)| parts.encode_runs(op, "mask", runs, indices, out));
     results.into_iter().collect()
 }
 
 /// Zeroes the bytes of `mask` past the encoding's last part ([`mask::EncodeParts::tail`]; most of
 /// an `I32Argmax` mask) on the tasks of `cpu`, and returns those before them. On fresh memory
 /// this is the first touch of those pages: spread over the threads, as the kernels' writes are.
-fn zero_tail<'m>(cpu: &Cpu, parts: &mask::EncodeParts, mask: &'m mut [i8]) -> &'m mut [i8] {
+fn zero_tail<'m, L: MaskLayout>(cpu: &Cpu, parts: &mask::EncodeParts<L>, mask: &'m mut [i8]) -> &'m mut [i8] {
     /// Bytes a task zeroes at least.
     const PIECE: usize = 1 << 16;
     let (body, tail) = parts.split_tail(mask);
@@ -222,13 +220,14 @@ fn zero_tail<'m>(cpu: &Cpu, parts: &mask::EncodeParts, mask: &'m mut [i8]) -> &'
     body
 }
 
-/// Phase-1 state of a mask backward.
+/// Phase-1 state of a mask backward: which kernel reads the layout's bytes.
 #[derive(Debug)]
 pub enum MaskBackwardPrepared {
-    /// Scatter the `I32Argmax` values, read in place or copied into the workspace.
-    I32Argmax { scatter: ScatterPrepared, copy_values: bool },
-    /// Read the bit mask in 16-channel blocks.
-    Bitmask(BitmaskPrepared),
+    /// Scatter the `i32` values the layout stores ([`LayoutImpl::I32_VALUES`]), read in place
+    /// or copied into the workspace.
+    I32Values { scatter: ScatterPrepared, copy_values: bool },
+    /// Read the layout's bits 16 channels at a time ([`LayoutImpl::CHANNEL_BLOCKS`]).
+    ChannelBlocks(BitmaskPrepared),
 }
 
 impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>> for Cpu {
@@ -239,26 +238,25 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         op: &MaxPool2dWithMaskBackward<'a, T, L>,
         g: &MaxPoolGeometry,
     ) -> Result<(Planned<MaskBackwardPrepared>, usize)> {
+        // A layout must be one of the two kinds the kernels below read (a build-time error otherwise).
+        const { assert!(<L as LayoutImpl>::I32_VALUES || <L as LayoutImpl>::CHANNEL_BLOCKS) };
         Planned::of(self, Work::backward(g), |cpu| {
             let mut sizer = Sizer::new(name::MAX_POOL2D_WITH_MASK_BACKWARD);
             sizer.stage(&op.grad_output.view())?;
             let count = g.planes() * g.positions();
-            let prepared = match L::KIND {
-                LayoutKind::I32Argmax => {
-                    let bytes = op.mask.bytes.view();
-                    let in_place = bytes.to_slice().and_then(|b| mask::i32_prefix(b, count)).is_some();
-                    if !in_place {
-                        sizer.region::<i32>(count)?;
-                    }
-                    sizer.stage(&op.grad_input.as_ref().view())?;
-                    let scatter = prepare_scatter::<T>(cpu, g, &mut sizer)?;
-                    MaskBackwardPrepared::I32Argmax { scatter, copy_values: !in_place }
+            let prepared = if L::I32_VALUES {
+                let bytes = op.mask.bytes.view();
+                let in_place = bytes.to_slice().and_then(|b| mask::i32_prefix(b, count)).is_some();
+                if !in_place {
+                    sizer.region::<i32>(count)?;
                 }
-                LayoutKind::Bitmask => {
-                    sizer.stage(&op.mask.bytes.view())?;
-                    sizer.stage(&op.grad_input.as_ref().view())?;
-                    MaskBackwardPrepared::Bitmask(BitmaskPrepared::plan::<T>(cpu, g, &mut sizer)?)
-                }
+                sizer.stage(&op.grad_input.as_ref().view())?;
+                let scatter = prepare_scatter::<T>(cpu, g, &mut sizer)?;
+                MaskBackwardPrepared::I32Values { scatter, copy_values: !in_place }
+            } else {
+                sizer.stage(&op.mask.bytes.view())?;
+                sizer.stage(&op.grad_input.as_ref().view())?;
+                MaskBackwardPrepared::ChannelBlocks(BitmaskPrepared::plan::<T>(cpu, g, &mut sizer)?)
             };
             Ok((prepared, sizer.total()))
         })
@@ -278,7 +276,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         let mut carver = Carver::new(OP, memory);
         let go = carver.stage(grad_output.view())?;
         match p {
-            MaskBackwardPrepared::I32Argmax { scatter, copy_values } => {
+            MaskBackwardPrepared::I32Values { scatter, copy_values } => {
                 let count = g.planes() * g.positions();
                 let values: &[i32] = if copy_values {
                     let region = carver.region::<i32>(count)?;
@@ -297,7 +295,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                     |element, value| g.index_error(OP, "mask", element, value),
                 )
             }
-            MaskBackwardPrepared::Bitmask(p) => {
+            MaskBackwardPrepared::ChannelBlocks(p) => {
                 let bits = carver.stage(mask.bytes.view())?;
                 let mut gi = carver.output(grad_input.into_view())?;
                 let checked = bitmask::backward(cpu, g, &p, go, bits, gi.slice(), &mut carver);
