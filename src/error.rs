@@ -8,6 +8,11 @@ use core::fmt;
 use crate::element::DType;
 use crate::params::MaxPool2dParams;
 
+/// The operation of an error raised below the operation layer (the kernels, the mask codec),
+/// where no function knows which operation it serves: the plan names it ([`Error::named`], from
+/// the descriptor's `NAME`) before a caller sees it.
+pub(crate) const UNNAMED: &str = "";
+
 /// `Result` with [`Error`] as the default error type.
 pub type Result<T, E = Error> = core::result::Result<T, E>;
 
@@ -379,6 +384,12 @@ impl Error {
             *arg = callers;
         }
         self
+    }
+
+    /// This error as raised by operation `op`: what the plan attaches to the errors of code below
+    /// the operation layer, which does not know the operation it serves.
+    pub(crate) fn named(self, op: &'static str) -> Self {
+        self.in_terms_of(op, &[])
     }
 
     /// Wraps an ndarray shape error raised while building a view of `arg`.

@@ -68,7 +68,7 @@ fn read<'a, E: Element, D: PoolDim>(
     arg: &'static str,
     array: &'a ArrayRef<E, D>,
 ) -> Result<TensorRef<'a, E>> {
-    TensorRef::named(array.view(), op, arg)
+    TensorRef::named(array.view(), arg).map_err(|e| e.named(op))
 }
 
 /// An array's mutable view as the operation's argument `arg`.
@@ -77,7 +77,7 @@ fn write<'a, E: Element, D: PoolDim>(
     arg: &'static str,
     array: &'a mut ArrayRef<E, D>,
 ) -> Result<TensorMut<'a, E>> {
-    TensorMut::named(array.view_mut(), op, arg)
+    TensorMut::named(array.view_mut(), arg).map_err(|e| e.named(op))
 }
 
 impl<Dev: Device> On<'_, Dev> {
@@ -355,7 +355,10 @@ impl<Dev: Device> On<'_, Dev> {
             input: read(OP, "input", input)?,
             params,
             output: write(OP, "output", output)?,
-            mask: MaskMut::new(TensorMut::named(mask.bytes_mut(), OP, "mask")?, L::default()),
+            mask: MaskMut::new(
+                TensorMut::named(mask.bytes_mut(), "mask").map_err(|e| e.named(OP))?,
+                L::default(),
+            ),
         };
         Plan::new(self.device, op)?.run()
     }

@@ -421,7 +421,7 @@ pub(crate) fn mask_forward_shapes<T: PoolFloat, L: MaskLayout, M: Memory>(
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_MASK;
     let g = MaxPoolGeometry::for_mask(OP, "input", params, &input.dims())?;
-    L::check(&g, OP)?;
+    L::check(&g).map_err(|e| e.named(OP))?;
     Ok(g)
 }
 
@@ -475,7 +475,7 @@ pub(crate) fn mask_backward_shapes<T: PoolFloat, L: MaskLayout, M: Memory>(
     const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
     let g = MaxPoolGeometry::for_mask(OP, "self_", params, &self_.dims())?;
     validate::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
-    L::check(&g, OP)?;
+    L::check(&g).map_err(|e| e.named(OP))?;
     validate::input_shape(OP, "mask", &mask.bytes, &g.dims())?;
     Ok(g)
 }

@@ -69,7 +69,8 @@ impl<'d, D: Runs<O>, O: Operation> Plan<'d, D, O> {
     /// allocating forms), so `validate` would find nothing; only the device is asked.
     pub(crate) fn checked(device: &'d D, op: O, geometry: O::Geometry) -> Result<Self> {
         O::check_limits(&geometry, &device.limits(), device.name())?;
-        let (prepared, workspace_size) = device.prepare(&op, &geometry)?;
+        // The device's errors are named here, once, for the operation the caller asked for.
+        let (prepared, workspace_size) = device.prepare(&op, &geometry).map_err(|e| e.named(O::NAME))?;
         Ok(Self { device, op, geometry, prepared, workspace_size })
     }
 
@@ -182,7 +183,7 @@ impl<D: Runs<O>, O: Operation> Executor<'_, '_, D, O> {
     /// zeros. Device errors on devices other than the CPU.
     pub fn run(self) -> Result<()> {
         let Plan { device, op, geometry, prepared, .. } = self.plan;
-        device.launch(op, &geometry, prepared, &mut self.workspace.memory)
+        device.launch(op, &geometry, prepared, &mut self.workspace.memory).map_err(|e| e.named(O::NAME))
     }
 }
 

@@ -12,7 +12,7 @@ use ndarray::{ArrayBase, ArrayView, ArrayView4, ArrayViewMut, ArrayViewMut4, Axi
 use ndarray::{Dimension, Ix3, Ix4, IxDyn, RawData, ShapeBuilder};
 
 use crate::element::Element;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UNNAMED};
 
 /// Where a tensor's elements live: [`Host`] memory (ndarray arrays and slices), or, with the
 /// `ascend` feature, an Ascend NPU's memory (`device::ascend::Npu`). Sealed.
@@ -163,22 +163,21 @@ impl<E: Element, M: Memory> fmt::Debug for TensorMut<'_, E, M> {
     }
 }
 
-fn check_rank(op: &'static str, arg: &'static str, shape: &[usize]) -> Result<()> {
+fn check_rank(arg: &'static str, shape: &[usize]) -> Result<()> {
     match shape.len() {
         3 | 4 => Ok(()),
-        got => Err(Error::Rank { op, arg, expected: RANKS, got, shape: shape.to_vec() }),
+        got => Err(Error::Rank { op: UNNAMED, arg, expected: RANKS, got, shape: shape.to_vec() }),
     }
 }
 
 /// `view` as `[N, C, H, W]` (a 3-D view gains `N = 1`), with the rank it had; another rank is
-/// an error naming `arg` of `op`. Views of a static rank convert without a dynamic shape (no
+/// an error naming `arg`. Views of a static rank convert without a dynamic shape (no
 /// allocation: the tiny calls of property tests pay this on every tensor).
 fn as_nchw<S: RawData, D: Dimension>(
     view: ArrayBase<S, D>,
-    op: &'static str,
     arg: &'static str,
 ) -> Result<(ArrayBase<S, Ix4>, usize)> {
-    check_rank(op, arg, view.shape())?;
+    check_rank(arg, view.shape())?;
     let ndim = view.ndim();
     let nchw = match D::NDIM {
         Some(4) => view.into_dimensionality::<Ix4>(),
@@ -189,7 +188,7 @@ fn as_nchw<S: RawData, D: Dimension>(
             view.into_dimensionality::<Ix4>()
         }
     };
-    Ok((nchw.map_err(|e| Error::from_shape(op, arg, e))?, ndim))
+    Ok((nchw.map_err(|e| Error::from_shape(UNNAMED, arg, e))?, ndim))
 }
 
 fn as_4d(shape: &[usize]) -> [usize; 4] {
@@ -208,11 +207,11 @@ fn strides_4d(strides: &[usize]) -> [usize; 4] {
     }
 }
 
-fn check_exact_len(op: &'static str, shape: &[usize], len: usize) -> Result<()> {
-    let count = element_count(op, shape)?;
+fn check_exact_len(shape: &[usize], len: usize) -> Result<()> {
+    let count = element_count(shape)?;
     if count != len {
         return Err(Error::Layout {
-            op,
+            op: UNNAMED,
             arg: "data",
             reason: format!("has {len} elements, but shape {shape:?} needs {count}"),
         });
@@ -222,12 +221,12 @@ fn check_exact_len(op: &'static str, shape: &[usize], len: usize) -> Result<()> 
 
 /// The element count of `shape`, which must fit in `isize` (as ndarray requires, counting only
 /// the non-empty axes).
-fn element_count(op: &'static str, shape: &[usize]) -> Result<usize> {
+fn element_count(shape: &[usize]) -> Result<usize> {
     let nonzero = shape.iter().filter(|&&d| d != 0).try_fold(1usize, |acc, &d| acc.checked_mul(d));
     match nonzero {
         Some(n) if n <= isize::MAX as usize => Ok(if shape.contains(&0) { 0 } else { n }),
         _ => Err(Error::Overflow {
-            op,
+            op: UNNAMED,
             arg: "shape",
             what: format!(
                 "the element count of shape {shape:?} (its non-empty axes multiplied) exceeds isize::MAX = {}",
@@ -247,16 +246,10 @@ fn element_count(op: &'static str, shape: &[usize]) -> Result<usize> {
 /// ([`Error::Layout`] otherwise, [`Error::Overflow`] when the sum itself overflows). With
 /// `exclusive` (outputs), no two elements may share memory, by ndarray's rule: in ascending order
 /// of stride, each stride must exceed the offset of the last element of the axes before it.
-fn check_strides(
-    op: &'static str,
-    shape: &[usize],
-    strides: &[usize],
-    len: usize,
-    exclusive: bool,
-) -> Result<Vec<usize>> {
+fn check_strides(shape: &[usize], strides: &[usize], len: usize, exclusive: bool) -> Result<Vec<usize>> {
     if shape.len() != strides.len() {
         return Err(Error::Layout {
-            op,
+            op: UNNAMED,
             arg: "strides",
             reason: format!(
                 "has {} entries {strides:?}, expected one per dimension of shape {shape:?}",
@@ -264,12 +257,12 @@ fn check_strides(
             ),
         });
     }
-    let count = element_count(op, shape)?;
+    let count = element_count(shape)?;
     let used: Vec<usize> = (0..shape.len()).map(|a| if shape[a] >= 2 { strides[a] } else { 0 }).collect();
     let last = (0..shape.len())
         .try_fold(0usize, |acc, a| acc.checked_add(used[a].checked_mul(shape[a].saturating_sub(1))?))
         .ok_or_else(|| Error::Overflow {
-            op,
+            op: UNNAMED,
             arg: "strides",
             what: format!(
                 "strides {strides:?} with shape {shape:?} place the last element at \
@@ -287,7 +280,7 @@ fn check_strides(
             })
             .unwrap_or_default();
         return Err(Error::Layout {
-            op,
+            op: UNNAMED,
             arg: "strides",
             reason: format!(
                 "{strides:?} with shape {shape:?} place the last element at offset {last}, past the \
@@ -296,14 +289,14 @@ fn check_strides(
         });
     }
     if exclusive && count > 0 {
-        check_no_alias(op, shape, strides, &used)?;
+        check_no_alias(shape, strides, &used)?;
     }
     Ok(used)
 }
 
 /// [`check_strides`]' aliasing rule, with a pair of positions that share an element when one is
 /// easy to find (a zero stride, or a multiple of one stride equal to a multiple of another).
-fn check_no_alias(op: &'static str, shape: &[usize], strides: &[usize], used: &[usize]) -> Result<()> {
+fn check_no_alias(shape: &[usize], strides: &[usize], used: &[usize]) -> Result<()> {
     let mut axes: Vec<usize> = (0..shape.len()).filter(|&a| shape[a] >= 2).collect();
     axes.sort_by_key(|&a| used[a]);
     let mut span = 0usize; // offset of the last element of the axes so far (fits: checked above)
@@ -322,7 +315,7 @@ fn check_no_alias(op: &'static str, shape: &[usize], strides: &[usize], used: &[
             Witness::NotFound => String::new(),
         };
         return Err(Error::Layout {
-            op,
+            op: UNNAMED,
             arg: "strides",
             reason: format!(
                 "{strides:?} with shape {shape:?} do not give every element memory of its own, as an \
@@ -402,8 +395,9 @@ impl<'a, E: Element> TensorRef<'a, E> {
     /// element count, [`Error::Overflow`] if the count does not fit.
     pub fn from_slice(data: &'a [E], shape: &[usize]) -> Result<Self> {
         const OP: &str = "TensorRef::from_slice";
-        check_rank(OP, "shape", shape)?;
-        check_exact_len(OP, shape, data.len())?;
+        check_rank("shape", shape)
+            .and_then(|()| check_exact_len(shape, data.len()))
+            .map_err(|e| e.named(OP))?;
         let view =
             ArrayView::from_shape(as_4d(shape), data).map_err(|e| Error::from_shape(OP, "shape", e))?;
         Ok(Self { view, ndim: shape.len() })
@@ -435,8 +429,9 @@ impl<'a, E: Element> TensorRef<'a, E> {
     /// that sum exceeds `usize::MAX`.
     pub fn from_slice_with_strides(data: &'a [E], shape: &[usize], strides: &[usize]) -> Result<Self> {
         const OP: &str = "TensorRef::from_slice_with_strides";
-        check_rank(OP, "shape", shape)?;
-        let strides = check_strides(OP, shape, strides, data.len(), false)?;
+        let strides = check_rank("shape", shape)
+            .and_then(|()| check_strides(shape, strides, data.len(), false))
+            .map_err(|e| e.named(OP))?;
         let view = ArrayView::from_shape(as_4d(shape).strides(strides_4d(&strides)), data)
             .map_err(|e| Error::from_shape(OP, "strides", e))?;
         Ok(Self { view, ndim: shape.len() })
@@ -452,7 +447,7 @@ impl<'a, E: Element> TensorRef<'a, E> {
         S: Data<Elem = E>,
         D: PoolDim,
     {
-        Self::named(array.view(), "TensorRef::from_array", "array")
+        Self::named(array.view(), "array").map_err(|e| e.named("TensorRef::from_array"))
     }
 
     /// A view from an ndarray view, keeping the view's lifetime (any strides).
@@ -468,24 +463,20 @@ impl<'a, E: Element> TensorRef<'a, E> {
     /// # Errors
     /// [`Error::Rank`] for an `IxDyn` view of another rank.
     pub fn from_view<D: PoolDim>(view: ArrayView<'a, E, D>) -> Result<Self> {
-        Self::named(view, "TensorRef::from_view", "view")
+        Self::named(view, "view").map_err(|e| e.named("TensorRef::from_view"))
     }
 
-    /// Like [`TensorRef::from_view`], with the operation and argument named in errors.
-    pub(crate) fn named<D: Dimension>(
-        view: ArrayView<'a, E, D>,
-        op: &'static str,
-        arg: &'static str,
-    ) -> Result<Self> {
-        let (view, ndim) = as_nchw(view, op, arg)?;
+    /// Like [`TensorRef::from_view`], with the argument named in errors (the caller names the
+    /// operation).
+    pub(crate) fn named<D: Dimension>(view: ArrayView<'a, E, D>, arg: &'static str) -> Result<Self> {
+        let (view, ndim) = as_nchw(view, arg)?;
         Ok(Self { view, ndim })
     }
 
     /// A view of data whose rank is 3 or 4 by construction (a [`Mask`](crate::Mask)'s bytes,
     /// checked when the mask was made).
     pub(crate) fn of_checked_rank<D: Dimension>(view: ArrayView<'a, E, D>) -> Self {
-        Self::named(view, "TensorRef::of_checked_rank", "view")
-            .expect("rank 3 or 4, checked when the data was made")
+        Self::named(view, "view").expect("rank 3 or 4, checked when the data was made")
     }
 
     /// The data as a 4-D ndarray view.
@@ -535,8 +526,9 @@ impl<'a, E: Element> TensorMut<'a, E> {
     /// As [`TensorRef::from_slice`].
     pub fn from_slice(data: &'a mut [E], shape: &[usize]) -> Result<Self> {
         const OP: &str = "TensorMut::from_slice";
-        check_rank(OP, "shape", shape)?;
-        check_exact_len(OP, shape, data.len())?;
+        check_rank("shape", shape)
+            .and_then(|()| check_exact_len(shape, data.len()))
+            .map_err(|e| e.named(OP))?;
         let view =
             ArrayViewMut::from_shape(as_4d(shape), data).map_err(|e| Error::from_shape(OP, "shape", e))?;
         Ok(Self { view, ndim: shape.len(), zeroed: false })
@@ -551,8 +543,9 @@ impl<'a, E: Element> TensorMut<'a, E> {
     /// As [`TensorRef::from_slice_with_strides`], plus [`Error::Layout`] when strides alias.
     pub fn from_slice_with_strides(data: &'a mut [E], shape: &[usize], strides: &[usize]) -> Result<Self> {
         const OP: &str = "TensorMut::from_slice_with_strides";
-        check_rank(OP, "shape", shape)?;
-        let strides = check_strides(OP, shape, strides, data.len(), true)?;
+        let strides = check_rank("shape", shape)
+            .and_then(|()| check_strides(shape, strides, data.len(), true))
+            .map_err(|e| e.named(OP))?;
         // (The batch axis added to a 3-D shape has length 1: its stride 0 is never taken.)
         let view = ArrayViewMut::from_shape(as_4d(shape).strides(strides_4d(&strides)), data)
             .map_err(|e| Error::from_shape(OP, "strides", e))?;
@@ -569,7 +562,7 @@ impl<'a, E: Element> TensorMut<'a, E> {
         S: DataMut<Elem = E>,
         D: PoolDim,
     {
-        Self::named(array.view_mut(), "TensorMut::from_array", "array")
+        Self::named(array.view_mut(), "array").map_err(|e| e.named("TensorMut::from_array"))
     }
 
     /// A writable view from an ndarray mutable view, keeping the view's lifetime.
@@ -585,15 +578,11 @@ impl<'a, E: Element> TensorMut<'a, E> {
     /// # Errors
     /// [`Error::Rank`] for an `IxDyn` view of another rank.
     pub fn from_view<D: PoolDim>(view: ArrayViewMut<'a, E, D>) -> Result<Self> {
-        Self::named(view, "TensorMut::from_view", "view")
+        Self::named(view, "view").map_err(|e| e.named("TensorMut::from_view"))
     }
 
-    pub(crate) fn named<D: Dimension>(
-        view: ArrayViewMut<'a, E, D>,
-        op: &'static str,
-        arg: &'static str,
-    ) -> Result<Self> {
-        let (view, ndim) = as_nchw(view, op, arg)?;
+    pub(crate) fn named<D: Dimension>(view: ArrayViewMut<'a, E, D>, arg: &'static str) -> Result<Self> {
+        let (view, ndim) = as_nchw(view, arg)?;
         Ok(Self { view, ndim, zeroed: false })
     }
 

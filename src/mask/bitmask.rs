@@ -12,7 +12,7 @@ use core::ops::Range;
 
 use super::layout::{MaskBytes, MaskLayout, internal::LayoutImpl};
 use crate::element::sealed::Sealed;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UNNAMED};
 use crate::index::ArgmaxIndex;
 use crate::shape::MaxPoolGeometry;
 
@@ -33,7 +33,7 @@ impl LayoutImpl for Bitmask {
     const CHANNEL_BLOCKS: bool = true;
 
     /// Every pooling has a `Bitmask`: the mask shape holds a word per window offset and position.
-    fn check(_: &MaxPoolGeometry, _: &'static str) -> Result<()> {
+    fn check(_: &MaxPoolGeometry) -> Result<()> {
         Ok(())
     }
 
@@ -53,7 +53,6 @@ impl LayoutImpl for Bitmask {
 
     /// Each index must lie in its window (the error is [`Error::IndexNotInWindow`]).
     fn encode_in_order<I: ArgmaxIndex>(
-        op: &'static str,
         arg: &'static str,
         g: &MaxPoolGeometry,
         first: usize,
@@ -70,7 +69,7 @@ impl LayoutImpl for Bitmask {
         for (e, v) in (first..).zip(values) {
             let (oh, ow) = (p / wo, p % wo);
             let flat = v.flat_in(plane).ok_or_else(|| Error::IndexOutOfRange {
-                op,
+                op: UNNAMED,
                 arg,
                 position: g.pooled_position(e),
                 value: v.to_i64(),
@@ -83,7 +82,7 @@ impl LayoutImpl for Bitmask {
             let j = (iw + pw).wrapping_sub(ow * sw);
             if i >= kh || j >= kw {
                 return Err(Error::IndexNotInWindow {
-                    op,
+                    op: UNNAMED,
                     arg,
                     position: g.pooled_position(e),
                     value: v.to_i64(),
@@ -104,7 +103,6 @@ impl LayoutImpl for Bitmask {
     /// Position by position when every index is in its window; otherwise in row-major order, so
     /// that the first index that is not is the error.
     fn encode_part<I: ArgmaxIndex>(
-        op: &'static str,
         arg: &'static str,
         g: &MaxPoolGeometry,
         first: usize,
@@ -117,13 +115,12 @@ impl LayoutImpl for Bitmask {
             return Ok(());
         }
         out.fill(0);
-        Self::encode_in_order(op, arg, g, first, base, indices.iter().copied(), out)
+        Self::encode_in_order(arg, g, first, base, indices.iter().copied(), out)
     }
 
     /// Errors: a position whose channel has no bit, several bits, or a bit that points into
     /// padding.
     fn decode<I: ArgmaxIndex>(
-        op: &'static str,
         arg: &'static str,
         g: &MaxPoolGeometry,
         bytes: &MaskBytes<'_>,
@@ -136,8 +133,12 @@ impl LayoutImpl for Bitmask {
             let bit = 1u16 << (c % 16);
             let mut set =
                 (0..g.offsets()).filter(|&k| bytes.word(word_offset(g, n, c / 16, k, p)) & bit != 0);
-            let content =
-                |reason: String| Error::MaskContent { op, arg, position: g.pooled_position(e), reason };
+            let content = |reason: String| Error::MaskContent {
+                op: UNNAMED,
+                arg,
+                position: g.pooled_position(e),
+                reason,
+            };
             let k = match (set.next(), set.next()) {
                 (Some(k), None) => k,
                 (None, _) => return Err(content("no window offset has its bit set".into())),
@@ -157,7 +158,6 @@ impl LayoutImpl for Bitmask {
     /// One pair per set bit (so possibly none or several per element), skipping bits that point
     /// into padding and bits of channels past `C`. Never an error.
     fn visit_selected(
-        _: &'static str,
         g: &MaxPoolGeometry,
         bytes: &MaskBytes<'_>,
         f: &mut dyn FnMut(usize, usize),
@@ -719,7 +719,7 @@ mod tests {
     fn exactly_encoded(g: &MaxPoolGeometry, indices: &[i64]) -> Option<Vec<i8>> {
         let mut out = vec![0i8; g.bytes().unwrap()];
         let values = indices.iter().copied();
-        Bitmask::encode_in_order("test", "mask", g, 0, 0, values, &mut out).ok().map(|()| out)
+        Bitmask::encode_in_order("mask", g, 0, 0, values, &mut out).ok().map(|()| out)
     }
 
     /// [`encode_by_position`] into a zeroed mask: the bytes, or `None` where it refuses.

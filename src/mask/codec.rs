@@ -16,7 +16,6 @@ use crate::shape::MaxPoolGeometry;
 ///
 /// Errors: the first index (row-major) that layout `L` cannot hold.
 pub(crate) fn encode<L: MaskLayout, I: ArgmaxIndex>(
-    op: &'static str,
     arg: &'static str,
     g: &MaxPoolGeometry,
     indices: &[I],
@@ -24,7 +23,7 @@ pub(crate) fn encode<L: MaskLayout, I: ArgmaxIndex>(
 ) -> Result<()> {
     let parts = EncodeParts::<L>::of(g, indices.len(), out.len());
     let body = parts.zero_tail(out);
-    parts.encode_runs(op, arg, 0..parts.count(), indices, body)
+    parts.encode_runs(arg, 0..parts.count(), indices, body)
 }
 
 /// How an encoding in layout `L` splits into independent parts (for threads): each part owns a
@@ -78,7 +77,6 @@ impl<L: MaskLayout> EncodeParts<L> {
     /// part's first byte on).
     pub(crate) fn encode_runs<I: ArgmaxIndex>(
         &self,
-        op: &'static str,
         arg: &'static str,
         runs: Range<usize>,
         indices: &[I],
@@ -88,7 +86,7 @@ impl<L: MaskLayout> EncodeParts<L> {
         for part in runs {
             let bytes = self.bytes(part);
             let out = &mut out[bytes.start - base..bytes.end - base];
-            self.encode_part(op, arg, part, &indices[self.indices(part)], out)?;
+            self.encode_part(arg, part, &indices[self.indices(part)], out)?;
         }
         Ok(())
     }
@@ -97,14 +95,13 @@ impl<L: MaskLayout> EncodeParts<L> {
     /// into its own bytes ([`EncodeParts::bytes`] of the mask).
     pub(crate) fn encode_part<I: ArgmaxIndex>(
         &self,
-        op: &'static str,
         arg: &'static str,
         part: usize,
         indices: &[I],
         out: &mut [i8],
     ) -> Result<()> {
         let (first, base) = (self.indices(part).start, self.bytes(part).start);
-        L::encode_part(op, arg, &self.g, first, base, indices, out)
+        L::encode_part(arg, &self.g, first, base, indices, out)
     }
 
     /// Zeroes the bytes of `out` after the last part and returns those before them, which the

@@ -8,7 +8,7 @@ use ndarray::ArrayView4;
 
 use super::layout::{MaskBytes, MaskLayout, internal::LayoutImpl};
 use crate::element::sealed::Sealed;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UNNAMED};
 use crate::index::ArgmaxIndex;
 use crate::shape::MaxPoolGeometry;
 
@@ -32,11 +32,11 @@ impl LayoutImpl for I32Argmax {
     const CHANNEL_BLOCKS: bool = false;
 
     /// The mask must hold `4·N·C·Ho·Wo` bytes, and the planes must be addressable by `i32`.
-    fn check(g: &MaxPoolGeometry, op: &'static str) -> Result<()> {
+    fn check(g: &MaxPoolGeometry) -> Result<()> {
         let plane = g.h * g.w;
         if plane as u64 > <i32 as ArgmaxIndex>::MAX_PLANE {
             return Err(Error::IndexTypeTooNarrow {
-                op,
+                op: UNNAMED,
                 arg: "mask",
                 dtype: crate::DType::I32,
                 max: <i32 as ArgmaxIndex>::MAX_PLANE,
@@ -47,7 +47,7 @@ impl LayoutImpl for I32Argmax {
         let have = g.bytes().unwrap_or(0);
         if need > have {
             return Err(Error::InvalidParameter {
-                op,
+                op: UNNAMED,
                 arg: "mask",
                 expected: format!(
                     "an I32Argmax mask of {have} bytes to hold 4 * N*C*Ho*Wo = {need} bytes \
@@ -73,7 +73,6 @@ impl LayoutImpl for I32Argmax {
     }
 
     fn encode_in_order<I: ArgmaxIndex>(
-        op: &'static str,
         arg: &'static str,
         g: &MaxPoolGeometry,
         first: usize,
@@ -84,7 +83,7 @@ impl LayoutImpl for I32Argmax {
         let plane = g.h * g.w;
         for ((e, v), dst) in (first..).zip(values).zip(out.chunks_exact_mut(4)) {
             let flat = v.flat_in(plane).ok_or_else(|| Error::IndexOutOfRange {
-                op,
+                op: UNNAMED,
                 arg,
                 position: g.pooled_position(e),
                 value: v.to_i64(),
@@ -99,7 +98,6 @@ impl LayoutImpl for I32Argmax {
 
     /// Errors: a value outside the plane.
     fn decode<I: ArgmaxIndex>(
-        op: &'static str,
         arg: &'static str,
         g: &MaxPoolGeometry,
         bytes: &MaskBytes<'_>,
@@ -108,7 +106,7 @@ impl LayoutImpl for I32Argmax {
         for (e, dst) in out.iter_mut().enumerate() {
             let v = bytes.value(e);
             *dst = flat_value(g, v).and_then(I::try_from_flat).ok_or_else(|| Error::IndexOutOfRange {
-                op,
+                op: UNNAMED,
                 arg,
                 position: g.pooled_position(e),
                 value: v.into(),
@@ -120,14 +118,13 @@ impl LayoutImpl for I32Argmax {
 
     /// One position per output element; the first value outside the plane is the error.
     fn visit_selected(
-        op: &'static str,
         g: &MaxPoolGeometry,
         bytes: &MaskBytes<'_>,
         f: &mut dyn FnMut(usize, usize),
     ) -> Result<()> {
         for e in 0..g.planes() * g.positions() {
             let v = bytes.value(e);
-            let flat = flat_value(g, v).ok_or_else(|| g.index_error(op, "mask", e, v.into()))?;
+            let flat = flat_value(g, v).ok_or_else(|| g.index_error(UNNAMED, "mask", e, v.into()))?;
             f(e, flat);
         }
         Ok(())

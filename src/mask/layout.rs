@@ -41,7 +41,7 @@ pub(crate) mod internal {
         const CHANNEL_BLOCKS: bool;
 
         /// Phase-1 checks of a mask of the sizes of `g` in this layout.
-        fn check(g: &MaxPoolGeometry, op: &'static str) -> Result<()>;
+        fn check(g: &MaxPoolGeometry) -> Result<()>;
 
         /// How many independent parts (for threads) the encoding of `values` indices, row-major
         /// from element 0, splits into.
@@ -60,7 +60,6 @@ pub(crate) mod internal {
         /// plane, or a place the layout has no room for).
         #[allow(clippy::too_many_arguments)]
         fn encode_in_order<I: ArgmaxIndex>(
-            op: &'static str,
             arg: &'static str,
             g: &MaxPoolGeometry,
             first: usize,
@@ -74,7 +73,6 @@ pub(crate) mod internal {
         /// The first index the layout cannot hold (row-major) is the error.
         #[allow(clippy::too_many_arguments)]
         fn encode_part<I: ArgmaxIndex>(
-            op: &'static str,
             arg: &'static str,
             g: &MaxPoolGeometry,
             first: usize,
@@ -83,14 +81,13 @@ pub(crate) mod internal {
             out: &mut [i8],
         ) -> Result<()> {
             out.fill(0);
-            Self::encode_in_order(op, arg, g, first, base, indices.iter().copied(), out)
+            Self::encode_in_order(arg, g, first, base, indices.iter().copied(), out)
         }
 
         /// Reads the flat arg-max index of every output position (`out.len()` of them) from
         /// the mask `bytes`. The errors name the first position whose bytes do not select
         /// exactly one position of its plane.
         fn decode<I: ArgmaxIndex>(
-            op: &'static str,
             arg: &'static str,
             g: &MaxPoolGeometry,
             bytes: &MaskBytes<'_>,
@@ -100,7 +97,6 @@ pub(crate) mod internal {
         /// Calls `f(element, flat)` for every (output element, input position) pair the mask
         /// selects, in row-major output order (what a backward sums over).
         fn visit_selected(
-            op: &'static str,
             g: &MaxPoolGeometry,
             bytes: &MaskBytes<'_>,
             f: &mut dyn FnMut(usize, usize),
@@ -131,7 +127,7 @@ impl<'a> MaskBytes<'a> {
     pub(crate) fn of<D: Dimension>(data: &'a Array<i8, D>) -> Self {
         match data.as_slice() {
             Some(bytes) => MaskBytes::Contiguous(bytes),
-            None => match TensorRef::named(data.view(), "Mask", "mask") {
+            None => match TensorRef::named(data.view(), "mask") {
                 Ok(t) => MaskBytes::Strided(t.view()),
                 Err(_) => MaskBytes::Contiguous(&[]),
             },

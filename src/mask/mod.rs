@@ -122,7 +122,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     pub fn from_raw(data: Array<i8, D>, params: &MaxPool2dParams, input_shape: &[usize]) -> Result<Self> {
         const OP: &str = "Mask::from_raw";
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
-        L::check(&geometry, OP)?;
+        L::check(&geometry).map_err(|e| e.named(OP))?;
         crate::validate::same_shape(OP, "data", data.shape(), &geometry.dims())?;
         Ok(Mask { data, geometry, layout: PhantomData })
     }
@@ -150,7 +150,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
             return Err(Error::Rank { op: OP, arg: "input_shape", expected, got, shape });
         }
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
-        L::check(&geometry, OP)?;
+        L::check(&geometry).map_err(|e| e.named(OP))?;
         let data = crate::alloc::zeroed_array::<i8, D>(OP, "mask", &geometry.dims())?;
         Ok(Mask { data, geometry, layout: PhantomData })
     }
@@ -176,16 +176,17 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     {
         const OP: &str = "Mask::from_indices";
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
-        L::check(&geometry, OP)?;
+        L::check(&geometry).map_err(|e| e.named(OP))?;
         crate::validate::same_shape(OP, "indices", indices.shape(), &geometry.pooled_dims())?;
         let bytes = geometry.bytes().unwrap_or(0);
         let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", bytes)?;
         match indices.as_slice() {
-            Some(flat) => encode::<L, _>(OP, "indices", &geometry, flat, &mut data)?,
+            Some(flat) => encode::<L, _>("indices", &geometry, flat, &mut data),
             // Strided or broadcast indices: read in place, in row-major order (the mask is
             // zeroed, as the in-order encoder needs).
-            None => L::encode_in_order(OP, "indices", &geometry, 0, 0, indices.iter().copied(), &mut data)?,
+            None => L::encode_in_order("indices", &geometry, 0, 0, indices.iter().copied(), &mut data),
         }
+        .map_err(|e| e.named(OP))?;
         let data = into_array(OP, "mask", data, &geometry.dims())?;
         Ok(Mask { data, geometry, layout: PhantomData })
     }
@@ -201,7 +202,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         let g = &self.geometry;
         let count = g.planes() * g.positions();
         let mut out = crate::alloc::zeroed_vec::<I>(OP, "indices", count)?;
-        L::decode(OP, "mask", g, &MaskBytes::of(&self.data), &mut out)?;
+        L::decode("mask", g, &MaskBytes::of(&self.data), &mut out).map_err(|e| e.named(OP))?;
         into_array(OP, "indices", out, &g.pooled_dims())
     }
 
@@ -230,20 +231,21 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         // Two passes: the first finds the first bad value (before anything is allocated) and
         // counts the pairs, so that the result is allocated once, at its exact size.
         let mut count = 0usize;
-        self.visit_selected(OP, |_, _| count += 1)?;
+        self.visit_selected(|_, _| count += 1)?;
         let mut pairs = Vec::new();
         pairs.try_reserve_exact(count).map_err(|_| Error::Allocation {
             op: OP,
             arg: "pairs",
             bytes: count.saturating_mul(size_of::<(usize, usize)>()),
         })?;
-        self.visit_selected(OP, |e, flat| pairs.push((e, flat)))?;
+        self.visit_selected(|e, flat| pairs.push((e, flat)))?;
         Ok(pairs)
     }
 
     /// Calls `f(element, flat)` for every pair [`Mask::selected`] returns, in its order.
-    fn visit_selected(&self, op: &'static str, mut f: impl FnMut(usize, usize)) -> Result<()> {
-        L::visit_selected(op, &self.geometry, &MaskBytes::of(&self.data), &mut f)
+    fn visit_selected(&self, mut f: impl FnMut(usize, usize)) -> Result<()> {
+        L::visit_selected(&self.geometry, &MaskBytes::of(&self.data), &mut f)
+            .map_err(|e| e.named("Mask::selected"))
     }
 
     /// The mask bytes.
@@ -300,11 +302,11 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
     pub fn convert<L2: MaskLayout>(&self) -> Result<Mask<L2, D>> {
         const OP: &str = "Mask::convert";
         let g = &self.geometry;
-        L2::check(g, OP)?;
+        L2::check(g).map_err(|e| e.named(OP))?;
         let mut indices = crate::alloc::zeroed_vec::<i64>(OP, "mask", g.planes() * g.positions())?;
-        L::decode(OP, "mask", g, &MaskBytes::of(&self.data), &mut indices)?;
+        L::decode("mask", g, &MaskBytes::of(&self.data), &mut indices).map_err(|e| e.named(OP))?;
         let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", g.bytes().unwrap_or(0))?;
-        encode::<L2, _>(OP, "mask", g, &indices, &mut data)?;
+        encode::<L2, _>("mask", g, &indices, &mut data).map_err(|e| e.named(OP))?;
         let data = into_array(OP, "mask", data, &g.dims())?;
         Ok(Mask::from_parts(data, *g))
     }

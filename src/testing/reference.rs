@@ -167,7 +167,7 @@ fn view4<'a, T: crate::Element, D: Dimension>(
     a: &'a ArrayRef<T, D>,
     arg: &'static str,
 ) -> Result<TensorRef<'a, T>> {
-    TensorRef::named(a.view(), "reference", arg)
+    TensorRef::named(a.view(), arg).map_err(|e| e.named("reference"))
 }
 
 fn restore<T, D: Dimension>(a: Array4<T>, ndim: usize) -> Result<Array<T, D>> {

@@ -9,7 +9,7 @@ use super::windows::{Planes, Taps};
 use super::workspace::{CacheLine, Carver, Sizer, task_share};
 
 use crate::element::{AccFloat, PoolFloat};
-use crate::error::Result;
+use crate::error::{Result, UNNAMED};
 use crate::index::ArgmaxIndex;
 use crate::tensor::{TensorMut, TensorRef};
 
@@ -54,7 +54,7 @@ impl ForwardPrepared {
         // neither kernel needs to ask for whole planes.)
         let whole_plane =
             full_width && hw <= EXACT_POSITIONS && rows == [Taps { start: 0, count: planes.h, step: 1 }];
-        let groups = ColumnGroup::plan(sizer.op(), &cols)?;
+        let groups = ColumnGroup::plan(&cols)?;
         let partial_from = partial_blocks_from(&cols, &groups);
         let blocked = hw <= BLOCK_PLANE_MAX
             && split.bands == 1
@@ -105,7 +105,6 @@ fn acc_per_task<T: PoolFloat>(band_rows: Option<usize>, planes: Planes) -> usize
 #[allow(clippy::too_many_arguments)]
 pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
-    op: &'static str,
     input: &TensorRef<'_, T>,
     output: &TensorMut<'_, T>,
     indices: &TensorMut<'_, I>,
@@ -113,7 +112,7 @@ pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cols: Vec<Taps>,
     planes: Planes,
 ) -> Result<(ForwardPrepared, usize)> {
-    let mut sizer = Sizer::new(op);
+    let mut sizer = Sizer::new();
     sizer.stage(&input.view())?;
     sizer.stage(&output.as_ref().view())?;
     sizer.stage(&indices.as_ref().view())?;
@@ -124,20 +123,19 @@ pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
 /// Runs a forward planned by [`prepare_indexed`].
 pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
-    op: &'static str,
     (input, output, indices): (TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
     planes: Planes,
     p: &ForwardPrepared,
     memory: &mut [CacheLine],
 ) -> Result<()> {
-    let mut carver = Carver::new(op, memory);
+    let mut carver = Carver::new(memory);
     let x = carver.stage(input.view())?;
     let mut out = carver.output(output.into_view())?;
     let mut idx = carver.output(indices.into_view())?;
     let scratch = p.scratch::<T>(&mut carver)?;
     pool(cpu, planes, p, x, out.slice(), idx.slice(), scratch);
-    out.finish(op, "output")?;
-    idx.finish(op, "indices")
+    out.finish("output")?;
+    idx.finish("indices")
 }
 
 struct Task<'s, T: PoolFloat, I> {
@@ -449,11 +447,12 @@ enum ColumnGroup {
 }
 
 impl ColumnGroup {
-    /// The groups of columns `cols` of operation `op`. Fewer than [`LANES`] columns left at the
+    /// The groups of columns `cols`. Fewer than [`LANES`] columns left at the
     /// end go in one last group of the final [`LANES`] columns when those are regular: it
     /// overlaps the group before it, whose columns it computes again to the same values.
-    fn plan(op: &'static str, cols: &[Taps]) -> Result<Vec<ColumnGroup>> {
-        let mut groups = crate::alloc::collect_exact(op, "column groups", cols.len(), core::iter::empty())?;
+    fn plan(cols: &[Taps]) -> Result<Vec<ColumnGroup>> {
+        let mut groups =
+            crate::alloc::collect_exact(UNNAMED, "column groups", cols.len(), core::iter::empty())?;
         let mut ow = 0;
         while ow < cols.len() {
             if let Some(stride) = lanes_stride(&cols[ow..(ow + LANES).min(cols.len())]) {
@@ -741,7 +740,7 @@ mod tests {
     }
 
     fn groups(cols: &[Taps]) -> Vec<ColumnGroup> {
-        ColumnGroup::plan("test", cols).unwrap()
+        ColumnGroup::plan(cols).unwrap()
     }
 
     /// Columns go [`LANES`] at a time where their windows have the same taps and start 1 or 2
@@ -836,7 +835,7 @@ mod tests {
             let cpu = Cpu::with_threads(threads).unwrap();
             let planes = Planes { count, h, w, ho, wo };
             let (rows, cols) = (axis(h, ho, None), axis(w, wo, None));
-            let p = ForwardPrepared::plan::<f32>(&cpu, rows, cols, planes, &mut Sizer::new("test")).unwrap();
+            let p = ForwardPrepared::plan::<f32>(&cpu, rows, cols, planes, &mut Sizer::new()).unwrap();
             (p.blocked, p.whole_plane)
         };
         assert_eq!(plan(1, 8, [10, 10], [3, 3]), (true, false));
@@ -923,7 +922,7 @@ mod tests {
                         .collect();
                     let planes = Planes { count, h, w, ho, wo };
                     let cpu = Cpu::sequential();
-                    let mut sizer = Sizer::new("test");
+                    let mut sizer = Sizer::new();
                     let mut p =
                         ForwardPrepared::plan::<T>(&cpu, rows.clone(), cols.clone(), planes, &mut sizer)
                             .unwrap();
@@ -968,7 +967,7 @@ mod tests {
         x: &[T],
     ) -> (Vec<u16>, Vec<i64>) {
         let cpu = Cpu::sequential();
-        let mut sizer = Sizer::new("test");
+        let mut sizer = Sizer::new();
         let p = ForwardPrepared::plan::<T>(&cpu, rows.to_vec(), cols.to_vec(), planes, &mut sizer).unwrap();
         let (out, idx) = run_task(dispatched, planes, &p, x);
         (bytemuck::cast_slice::<T, u16>(&out).to_vec(), idx)

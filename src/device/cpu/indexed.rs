@@ -11,11 +11,11 @@ use super::windows::{Planes, Taps, adaptive_taps, max_pool_taps};
 use super::workspace::{CacheLine, Sizer};
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
-use crate::error::Result;
+use crate::error::{Result, UNNAMED};
 use crate::index::ArgmaxIndex;
 use crate::op::{
     AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
-    MaxPool2dWithIndicesBackward, MaxPoolGeometry, name,
+    MaxPool2dWithIndicesBackward, MaxPoolGeometry,
 };
 use crate::tensor::{TensorMut, TensorRef};
 
@@ -25,7 +25,7 @@ pub(super) fn prepare_forward<T: PoolFloat>(
     g: &MaxPoolGeometry,
     sizer: &mut Sizer,
 ) -> Result<ForwardPrepared> {
-    let (rows, cols) = max_pool_taps(sizer.op(), g)?;
+    let (rows, cols) = max_pool_taps(g)?;
     ForwardPrepared::plan::<T>(cpu, rows, cols, Planes::from(g), sizer)
 }
 
@@ -35,30 +35,30 @@ pub(super) fn prepare_scatter<T: PoolFloat>(
     g: &MaxPoolGeometry,
     sizer: &mut Sizer,
 ) -> Result<ScatterPrepared> {
-    ScatterPrepared::plan::<T>(cpu, Planes::from(g), &max_pool_taps(sizer.op(), g)?.0, sizer)
+    ScatterPrepared::plan::<T>(cpu, Planes::from(g), &max_pool_taps(g)?.0, sizer)
 }
 
 /// What the four operations need of their geometry: the planes, each output's window taps, how
 /// much a forward reads (for [`Planned`]), and the error for a bad index.
 trait Windowed {
     fn planes(&self) -> Planes;
-    fn taps(&self, op: &'static str) -> Result<(Vec<Taps>, Vec<Taps>)>;
+    fn taps(&self) -> Result<(Vec<Taps>, Vec<Taps>)>;
     fn forward_work(&self) -> Work;
-    fn bad_index(&self, op: &'static str, element: usize, value: i64) -> crate::Error;
+    fn bad_index(&self, element: usize, value: i64) -> crate::Error;
 }
 
 impl Windowed for AdaptiveGeometry {
     fn planes(&self) -> Planes {
         Planes::from(self)
     }
-    fn taps(&self, op: &'static str) -> Result<(Vec<Taps>, Vec<Taps>)> {
-        adaptive_taps(op, self)
+    fn taps(&self) -> Result<(Vec<Taps>, Vec<Taps>)> {
+        adaptive_taps(self)
     }
     fn forward_work(&self) -> Work {
         Work::adaptive_forward(self)
     }
-    fn bad_index(&self, op: &'static str, element: usize, value: i64) -> crate::Error {
-        self.index_error(op, "indices", element, value)
+    fn bad_index(&self, element: usize, value: i64) -> crate::Error {
+        self.index_error(UNNAMED, "indices", element, value)
     }
 }
 
@@ -66,65 +66,61 @@ impl Windowed for MaxPoolGeometry {
     fn planes(&self) -> Planes {
         Planes::from(self)
     }
-    fn taps(&self, op: &'static str) -> Result<(Vec<Taps>, Vec<Taps>)> {
-        max_pool_taps(op, self)
+    fn taps(&self) -> Result<(Vec<Taps>, Vec<Taps>)> {
+        max_pool_taps(self)
     }
     fn forward_work(&self) -> Work {
         Work::max_pool_forward(self)
     }
-    fn bad_index(&self, op: &'static str, element: usize, value: i64) -> crate::Error {
-        self.index_error(op, "indices", element, value)
+    fn bad_index(&self, element: usize, value: i64) -> crate::Error {
+        self.index_error(UNNAMED, "indices", element, value)
     }
 }
 
-/// Phase 1 of a forward with indices (operation `op`) on the device its size deserves.
+/// Phase 1 of a forward with indices on the device its size deserves.
 fn prepare_forward_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
-    op: &'static str,
     g: &impl Windowed,
     (input, output, indices): (&TensorRef<'_, T>, &TensorMut<'_, T>, &TensorMut<'_, I>),
 ) -> Result<(Planned<ForwardPrepared>, usize)> {
-    let (rows, cols) = g.taps(op)?;
+    let (rows, cols) = g.taps()?;
     Planned::of(cpu, g.forward_work(), |cpu| {
-        forward::prepare_indexed(cpu, op, input, output, indices, rows, cols, g.planes())
+        forward::prepare_indexed(cpu, input, output, indices, rows, cols, g.planes())
     })
 }
 
 /// Phase 2 of [`prepare_forward_indexed`].
 fn run_forward_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
-    op: &'static str,
     g: &impl Windowed,
     views: (TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
     p: &Planned<ForwardPrepared>,
     memory: &mut [CacheLine],
 ) -> Result<()> {
-    forward::run_indexed(p.device(cpu), op, views, g.planes(), &p.plan, memory)
+    forward::run_indexed(p.device(cpu), views, g.planes(), &p.plan, memory)
 }
 
-/// Phase 1 of a backward with indices (operation `op`) on the device its size deserves.
+/// Phase 1 of a backward with indices on the device its size deserves.
 fn prepare_backward_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
-    op: &'static str,
     g: &impl Windowed,
     views: (&TensorRef<'_, T>, &TensorRef<'_, I>, &TensorMut<'_, T>),
 ) -> Result<(Planned<ScatterPrepared>, usize)> {
-    let taps = g.taps(op)?.0;
+    let taps = g.taps()?.0;
     Planned::of(cpu, Work::backward(g.planes()), |cpu| {
-        scatter::prepare_indexed(cpu, op, views, g.planes(), &taps)
+        scatter::prepare_indexed(cpu, views, g.planes(), &taps)
     })
 }
 
 /// Phase 2 of [`prepare_backward_indexed`].
 fn run_backward_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
-    op: &'static str,
     g: &impl Windowed,
     views: (TensorRef<'_, T>, TensorRef<'_, I>, TensorMut<'_, T>),
     p: &Planned<ScatterPrepared>,
     memory: &mut [CacheLine],
 ) -> Result<()> {
-    scatter::run_indexed(p.device(cpu), op, views, &p.plan, memory, |e, v| g.bad_index(op, e, v))
+    scatter::run_indexed(p.device(cpu), views, &p.plan, memory, |e, v| g.bad_index(e, v))
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> for Cpu {
@@ -136,7 +132,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         g: &MaxPoolGeometry,
     ) -> Result<(Planned<ForwardPrepared>, usize)> {
         let views = (&op.input, &op.output, &op.indices);
-        prepare_forward_indexed(self, name::MAX_POOL2D_WITH_INDICES, g, views)
+        prepare_forward_indexed(self, g, views)
     }
 
     fn launch(
@@ -147,7 +143,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
-        run_forward_indexed(self, name::MAX_POOL2D_WITH_INDICES, g, views, &p, memory)
+        run_forward_indexed(self, g, views, &p, memory)
     }
 }
 
@@ -160,7 +156,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         g: &MaxPoolGeometry,
     ) -> Result<(Planned<ScatterPrepared>, usize)> {
         let views = (&op.grad_output, &op.indices, &op.grad_input);
-        prepare_backward_indexed(self, name::MAX_POOL2D_WITH_INDICES_BACKWARD, g, views)
+        prepare_backward_indexed(self, g, views)
     }
 
     fn launch(
@@ -171,7 +167,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.grad_output, op.indices, op.grad_input);
-        run_backward_indexed(self, name::MAX_POOL2D_WITH_INDICES_BACKWARD, g, views, &p, memory)
+        run_backward_indexed(self, g, views, &p, memory)
     }
 }
 
@@ -184,7 +180,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         g: &AdaptiveGeometry,
     ) -> Result<(Planned<ForwardPrepared>, usize)> {
         let views = (&op.input, &op.output, &op.indices);
-        prepare_forward_indexed(self, name::ADAPTIVE_MAX_POOL2D, g, views)
+        prepare_forward_indexed(self, g, views)
     }
 
     fn launch(
@@ -195,7 +191,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.input, op.output, op.indices);
-        run_forward_indexed(self, name::ADAPTIVE_MAX_POOL2D, g, views, &p, memory)
+        run_forward_indexed(self, g, views, &p, memory)
     }
 }
 
@@ -208,7 +204,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         g: &AdaptiveGeometry,
     ) -> Result<(Planned<ScatterPrepared>, usize)> {
         let views = (&op.grad_output, &op.indices, &op.grad_input);
-        prepare_backward_indexed(self, name::ADAPTIVE_MAX_POOL2D_BACKWARD, g, views)
+        prepare_backward_indexed(self, g, views)
     }
 
     fn launch(
@@ -219,6 +215,6 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         let views = (op.grad_output, op.indices, op.grad_input);
-        run_backward_indexed(self, name::ADAPTIVE_MAX_POOL2D_BACKWARD, g, views, &p, memory)
+        run_backward_indexed(self, g, views, &p, memory)
     }
 }

@@ -16,9 +16,8 @@ use super::windows::Planes;
 use super::workspace::{CacheLine, Carver, Sizer, task_share};
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UNNAMED};
 use crate::mask::{self, LayoutImpl, MaskLayout};
-use crate::op::name;
 use crate::op::{MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry};
 
 /// Phase-1 state of a mask forward.
@@ -45,7 +44,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         g: &MaxPoolGeometry,
     ) -> Result<(Planned<MaskForwardPrepared>, usize)> {
         Planned::of(self, Work::max_pool_forward(g), |cpu| {
-            let mut sizer = Sizer::new(name::MAX_POOL2D_WITH_MASK);
+            let mut sizer = Sizer::new();
             sizer.stage(&op.input.view())?;
             sizer.stage(&op.output.as_ref().view())?;
             sizer.stage(&op.mask.bytes.as_ref().view())?;
@@ -74,11 +73,10 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         p: Planned<MaskForwardPrepared>,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK;
         let cpu = p.device(self);
         let p = p.plan;
         let MaxPool2dWithMask { input, output, mask, .. } = op;
-        let mut carver = Carver::new(OP, memory);
+        let mut carver = Carver::new(memory);
         let x = carver.stage(input.view())?;
         let mut out = carver.output(output.into_view())?;
         let mut bytes = carver.output(mask.bytes.into_view())?;
@@ -88,20 +86,19 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
             let values = zero_tail(cpu, &parts, bytes.slice());
             let count = g.planes() * g.positions();
             let values = mask::i32_prefix_mut(values, count).ok_or_else(|| Error::Layout {
-                op: OP,
+                op: UNNAMED,
                 arg: "mask",
                 reason: "changed its alignment between the phases: its bytes cannot be seen as i32".into(),
             })?;
             forward::pool(cpu, Planes::from(g), &p.forward, x, out.slice(), values, scratch);
-            out.finish(OP, "output")?;
-            return bytes.finish(OP, "mask");
+            out.finish("output")?;
+            return bytes.finish("mask");
         }
         let idx = carver.region::<i32>(index_count(g, p.fused_tasks)?)?;
         let scratch = p.forward.scratch::<T>(&mut carver)?;
         match p.fused_tasks {
             Some(tasks) => pool_and_encode_blocks::<T, L>(
                 cpu,
-                OP,
                 g,
                 &p.forward,
                 tasks,
@@ -113,11 +110,11 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
             )?,
             None => {
                 forward::pool(cpu, Planes::from(g), &p.forward, x, out.slice(), idx, scratch);
-                encode::<L>(cpu, OP, g, idx, bytes.slice())?;
+                encode::<L>(cpu, g, idx, bytes.slice())?;
             }
         }
-        out.finish(OP, "output")?;
-        bytes.finish(OP, "mask")
+        out.finish("output")?;
+        bytes.finish("mask")
     }
 }
 
@@ -130,7 +127,7 @@ fn index_count(g: &MaxPoolGeometry, fused_tasks: Option<usize>) -> Result<usize>
         None => g.planes().checked_mul(g.positions()),
     };
     count.ok_or_else(|| Error::Overflow {
-        op: name::MAX_POOL2D_WITH_MASK,
+        op: UNNAMED,
         arg: "workspace",
         what: format!("the index slots of the workspace, for {}", g.describe()),
     })
@@ -143,7 +140,6 @@ fn index_count(g: &MaxPoolGeometry, fused_tasks: Option<usize>) -> Result<usize>
 #[allow(clippy::too_many_arguments)]
 fn pool_and_encode_blocks<T: PoolFloat, L: MaskLayout>(
     cpu: &Cpu,
-    op: &'static str,
     g: &MaxPoolGeometry,
     p: &ForwardPrepared,
     tasks: usize,
@@ -179,7 +175,7 @@ fn pool_and_encode_blocks<T: PoolFloat, L: MaskLayout>(
             (x, out, mask) = (x_tail, out_tail, mask_tail);
             let idx = &mut idx[..channels * positions];
             forward::pool_planes(Planes::from(g), p, xb, ob, idx, acc);
-            parts.encode_part(op, "mask", b, idx, mb)?;
+            parts.encode_part("mask", b, idx, mb)?;
         }
         Ok(())
     });
@@ -188,13 +184,7 @@ fn pool_and_encode_blocks<T: PoolFloat, L: MaskLayout>(
 
 /// Encodes the forward's indices into the mask, the parts of the encoding (runs of values, or
 /// 16-channel blocks) shared among the threads. The first bad index (row-major) is the error.
-fn encode<L: MaskLayout>(
-    cpu: &Cpu,
-    op: &'static str,
-    g: &MaxPoolGeometry,
-    indices: &[i32],
-    out: &mut [i8],
-) -> Result<()> {
+fn encode<L: MaskLayout>(cpu: &Cpu, g: &MaxPoolGeometry, indices: &[i32], out: &mut [i8]) -> Result<()> {
     let parts = mask::EncodeParts::<L>::of(g, indices.len(), out.len());
     let mut rest = zero_tail(cpu, &parts, out);
     let mut tasks = Vec::new();
@@ -204,7 +194,7 @@ fn encode<L: MaskLayout>(
         rest = after;
         tasks.push((run, head));
     }
-    let results = cpu.map_tasks(tasks, |(runs, out)| parts.encode_runs(op, "mask", runs, indices, out));
+    let results = cpu.map_tasks(tasks, |(runs, out)| parts.encode_runs("mask", runs, indices, out));
     results.into_iter().collect()
 }
 
@@ -241,7 +231,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         // A layout must be one of the two kinds the kernels below read (a build-time error otherwise).
         const { assert!(<L as LayoutImpl>::I32_VALUES || <L as LayoutImpl>::CHANNEL_BLOCKS) };
         Planned::of(self, Work::backward(g), |cpu| {
-            let mut sizer = Sizer::new(name::MAX_POOL2D_WITH_MASK_BACKWARD);
+            let mut sizer = Sizer::new();
             sizer.stage(&op.grad_output.view())?;
             let count = g.planes() * g.positions();
             let prepared = if L::I32_VALUES {
@@ -269,11 +259,10 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         p: Planned<MaskBackwardPrepared>,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         let cpu = p.device(self);
         let p = p.plan;
         let MaxPool2dWithMaskBackward { grad_output, mask, grad_input, .. } = op;
-        let mut carver = Carver::new(OP, memory);
+        let mut carver = Carver::new(memory);
         let go = carver.stage(grad_output.view())?;
         match p {
             MaskBackwardPrepared::I32Values { scatter, copy_values } => {
@@ -286,22 +275,17 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                     let bytes = mask.bytes.view().to_slice().unwrap_or(&[]);
                     mask::i32_prefix(bytes, count).unwrap_or(&[])
                 };
-                scatter::scatter_into(
-                    cpu,
-                    OP,
-                    &scatter,
-                    (go, values, grad_input),
-                    carver,
-                    |element, value| g.index_error(OP, "mask", element, value),
-                )
+                scatter::scatter_into(cpu, &scatter, (go, values, grad_input), carver, |element, value| {
+                    g.index_error(UNNAMED, "mask", element, value)
+                })
             }
             MaskBackwardPrepared::ChannelBlocks(p) => {
                 let bits = carver.stage(mask.bytes.view())?;
                 let mut gi = carver.output(grad_input.into_view())?;
                 let checked = bitmask::backward(cpu, g, &p, go, bits, gi.slice(), &mut carver);
-                gi.finish(OP, "grad_input")?;
+                gi.finish("grad_input")?;
                 // Decoded indices lie in their windows: no error is expected here.
-                checked?.map_err(|bad| g.index_error(OP, "mask", bad.element, bad.value))
+                checked?.map_err(|bad| g.index_error(UNNAMED, "mask", bad.element, bad.value))
             }
         }
     }

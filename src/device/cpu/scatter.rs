@@ -24,7 +24,7 @@ use num_traits::Zero;
 
 use crate::alloc::collect_exact;
 use crate::element::{AccFloat, Element, PoolFloat};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UNNAMED};
 use crate::index::ArgmaxIndex;
 use crate::tensor::{TensorMut, TensorRef};
 
@@ -107,16 +107,16 @@ impl ScatterPrepared {
         window_rows: &[Taps],
         sizer: &mut Sizer,
     ) -> Result<Self> {
-        let op = sizer.op();
-        let windows = collect_exact(op, "windows", window_rows.len(), window_rows.iter().map(Taps::span))?;
-        let split = ScatterSplit::of(op, cpu, planes, &windows)?;
+        let windows =
+            collect_exact(UNNAMED, "windows", window_rows.len(), window_rows.iter().map(Taps::span))?;
+        let split = ScatterSplit::of(cpu, planes, &windows)?;
         // The half types sum in scratch, but for planes of one gradient.
         let summed_in_scratch =
             T::as_acc(&[]).is_none() && !matches!(split, ScatterSplit::OneGradient { .. });
         let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
         let (acc_per_task, grad_per_task) =
             if summed_in_scratch { (task_share::<T::Acc>(hw), task_share::<T::Acc>(ohw)) } else { (0, 0) };
-        let plane_runs = Self::whole_plane_runs::<T>(op, planes, &windows)?;
+        let plane_runs = Self::whole_plane_runs::<T>(planes, &windows)?;
         let p = ScatterPrepared { planes, split, windows, plane_runs, acc_per_task, grad_per_task };
         sizer.region::<T::Acc>(p.tasks() * acc_per_task)?;
         sizer.region::<T::Acc>(p.tasks() * grad_per_task)?;
@@ -126,7 +126,7 @@ impl ScatterPrepared {
     /// The runs of a whole plane of `T` zeroed by rows ([`Plane`]): when
     /// [`zeroes_by_rows`] says so, each output row's gradients, with how far into the plane its
     /// windows reach. Else none: the plane is zeroed at once.
-    fn whole_plane_runs<T>(op: &'static str, planes: Planes, windows: &[Range<usize>]) -> Result<Vec<Run>> {
+    fn whole_plane_runs<T>(planes: Planes, windows: &[Range<usize>]) -> Result<Vec<Run>> {
         let Planes { ho, wo, .. } = planes;
         if !zeroes_by_rows::<T>(planes, windows) {
             return Ok(Vec::new());
@@ -135,7 +135,7 @@ impl ScatterPrepared {
             gradients: o * wo..(o + 1) * wo,
             allowed: 0..zeroing_reach(window, planes),
         });
-        collect_exact(op, "runs", ho, per_row)
+        collect_exact(UNNAMED, "runs", ho, per_row)
     }
 
     fn tasks(&self) -> usize {
@@ -154,12 +154,11 @@ impl ScatterPrepared {
 /// Plans the backward of a flat-index pooling from the views of one call.
 pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
-    op: &'static str,
     (grad_output, indices, grad_input): (&TensorRef<'_, T>, &TensorRef<'_, I>, &TensorMut<'_, T>),
     planes: Planes,
     window_rows: &[Taps],
 ) -> Result<(ScatterPrepared, usize)> {
-    let mut sizer = Sizer::new(op);
+    let mut sizer = Sizer::new();
     sizer.stage(&grad_output.view())?;
     sizer.stage(&indices.view())?;
     sizer.stage(&grad_input.as_ref().view())?;
@@ -171,16 +170,15 @@ pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
 /// its plane (element, value) into the operation's error.
 pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
-    op: &'static str,
     (grad_output, indices, grad_input): (TensorRef<'_, T>, TensorRef<'_, I>, TensorMut<'_, T>),
     p: &ScatterPrepared,
     memory: &mut [CacheLine],
     bad_index: impl FnOnce(usize, i64) -> Error,
 ) -> Result<()> {
-    let mut carver = Carver::new(op, memory);
+    let mut carver = Carver::new(memory);
     let go = carver.stage(grad_output.view())?;
     let ix = carver.stage(indices.view())?;
-    scatter_into(cpu, op, p, (go, ix, grad_input), carver, bad_index)
+    scatter_into(cpu, p, (go, ix, grad_input), carver, bad_index)
 }
 
 /// Scatters the staged `go` and `ix` into `grad_input` (carved from what is left of `carver`,
@@ -189,7 +187,6 @@ pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
 /// error.
 pub(super) fn scatter_into<'g: 'w, 'w, T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
-    op: &'static str,
     p: &ScatterPrepared,
     (go, ix, grad_input): (&[T], &[I], TensorMut<'g, T>),
     mut carver: Carver<'w>,
@@ -200,7 +197,7 @@ pub(super) fn scatter_into<'g: 'w, 'w, T: PoolFloat, I: ArgmaxIndex>(
     let cleared = skips_zeroing(known_zero, &mut gi);
     let scratch = p.scratch::<T>(&mut carver)?;
     let checked = scatter(cpu, p, go, ix, gi.slice(), scratch, cleared);
-    gi.finish(op, "grad_input")?;
+    gi.finish("grad_input")?;
     checked.map_err(|bad| bad_index(bad.element, bad.value))
 }
 
@@ -696,7 +693,7 @@ mod tests {
             let cpu = Cpu::with_threads(2).unwrap();
             let planes = Planes { count: 4, h: 8, w: 8, ho, wo: ho };
             let rows = vec![Taps { start: 0, count: 8, step: 1 }; ho];
-            let p = ScatterPrepared::plan::<T>(&cpu, planes, &rows, &mut Sizer::new("test")).unwrap();
+            let p = ScatterPrepared::plan::<T>(&cpu, planes, &rows, &mut Sizer::new()).unwrap();
             (p.acc_per_task, p.grad_per_task)
         }
         assert_eq!(reserved::<f32>(4), (0, 0));

@@ -37,7 +37,7 @@ use core::ops::Range;
 use super::Cpu;
 use super::windows::Planes;
 use crate::alloc::collect_exact;
-use crate::error::Result;
+use crate::error::{Result, UNNAMED};
 use crate::shape::{AdaptiveGeometry, MaxPoolGeometry};
 
 /// The default grain: work below which a call runs on the calling thread, in [`Work::units`].
@@ -214,8 +214,8 @@ pub(super) enum ScatterSplit {
 impl ScatterSplit {
     /// The split of `planes` on `cpu`, whose output row `o` has windows on input rows
     /// `windows[o]`.
-    pub(super) fn of(op: &'static str, cpu: &Cpu, planes: Planes, windows: &[Range<usize>]) -> Result<Self> {
-        Ok(match InputBands::of(op, cpu.threads(), planes, windows)? {
+    pub(super) fn of(cpu: &Cpu, planes: Planes, windows: &[Range<usize>]) -> Result<Self> {
+        Ok(match InputBands::of(cpu.threads(), planes, windows)? {
             Some(bands) => ScatterSplit::Bands(bands),
             None => {
                 let tasks = task_count(cpu, planes.count);
@@ -250,12 +250,7 @@ impl InputBands {
     /// Bands for `planes` on `threads` threads, whose output row `o` has windows on input rows
     /// `windows[o]`, or `None` when whole planes keep every thread busy (or a window is empty,
     /// which no band could check).
-    pub(super) fn of(
-        op: &'static str,
-        threads: usize,
-        planes: Planes,
-        windows: &[Range<usize>],
-    ) -> Result<Option<Self>> {
+    pub(super) fn of(threads: usize, planes: Planes, windows: &[Range<usize>]) -> Result<Option<Self>> {
         let Planes { count, h, ho, wo, .. } = planes;
         if count == 0 || count >= threads || h < 2 || wo == 0 || windows.len() != ho {
             return Ok(None);
@@ -264,7 +259,7 @@ impl InputBands {
             return Ok(None);
         }
         let rows = rows_per_band(threads, count, h);
-        let mut reads = collect_exact(op, "bands", h.div_ceil(rows), core::iter::repeat(0..0))?;
+        let mut reads = collect_exact(UNNAMED, "bands", h.div_ceil(rows), core::iter::repeat(0..0))?;
         for (o, window) in windows.iter().enumerate() {
             for read in &mut reads[window.start / rows..=(window.end - 1) / rows] {
                 // Reads end past a row once they have one, so an end of 0 means none yet.
@@ -366,35 +361,35 @@ mod tests {
     #[test]
     fn bands_read_every_row_whose_window_reaches_them() {
         // 2 threads: rows 0..5 and 5..10. Window 2 (rows 3..6) reaches both.
-        let two = InputBands::of("test", 2, ONE_PLANE, &stem_rows()).unwrap().unwrap();
+        let two = InputBands::of(2, ONE_PLANE, &stem_rows()).unwrap().unwrap();
         assert_eq!((two.rows, two.reads), (5, vec![0..3, 2..5]));
         // 3 threads: rows 0..4, 4..8, 8..10.
-        let three = InputBands::of("test", 3, ONE_PLANE, &stem_rows()).unwrap().unwrap();
+        let three = InputBands::of(3, ONE_PLANE, &stem_rows()).unwrap().unwrap();
         assert_eq!((three.rows, three.reads), (4, vec![0..3, 2..5, 4..5]));
     }
 
     #[test]
     fn whole_planes_when_they_keep_every_thread_busy() {
         let rows = stem_rows();
-        assert!(InputBands::of("test", 1, ONE_PLANE, &rows).unwrap().is_none());
-        assert!(InputBands::of("test", 2, Planes { count: 2, ..ONE_PLANE }, &rows).unwrap().is_none());
-        assert!(InputBands::of("test", 2, Planes { count: 0, ..ONE_PLANE }, &rows).unwrap().is_none());
+        assert!(InputBands::of(1, ONE_PLANE, &rows).unwrap().is_none());
+        assert!(InputBands::of(2, Planes { count: 2, ..ONE_PLANE }, &rows).unwrap().is_none());
+        assert!(InputBands::of(2, Planes { count: 0, ..ONE_PLANE }, &rows).unwrap().is_none());
         // A window without rows cannot be checked by any band.
         let mut empty = rows.clone();
         empty[4] = 7..7;
-        assert!(InputBands::of("test", 2, ONE_PLANE, &empty).unwrap().is_none());
+        assert!(InputBands::of(2, ONE_PLANE, &empty).unwrap().is_none());
         // A single input row has nothing to cut.
         let flat = Planes { h: 1, ho: 1, ..ONE_PLANE };
-        assert!(InputBands::of("test", 2, flat, core::slice::from_ref(&(0..1))).unwrap().is_none());
+        assert!(InputBands::of(2, flat, core::slice::from_ref(&(0..1))).unwrap().is_none());
         // Windows that are not one per output row describe no band.
-        assert!(InputBands::of("test", 2, ONE_PLANE, &rows[..4]).unwrap().is_none());
+        assert!(InputBands::of(2, ONE_PLANE, &rows[..4]).unwrap().is_none());
     }
 
     /// Two input rows are already enough to cut: a band of one row each on 2 threads.
     #[test]
     fn two_input_rows_make_two_bands() {
         let two_rows = Planes { count: 1, h: 2, w: 4, ho: 2, wo: 2 };
-        let bands = InputBands::of("test", 2, two_rows, &[0..1, 1..2]).unwrap().unwrap();
+        let bands = InputBands::of(2, two_rows, &[0..1, 1..2]).unwrap().unwrap();
         assert_eq!((bands.rows, bands.reads), (1, vec![0..1, 1..2]));
     }
 
@@ -425,7 +420,7 @@ mod tests {
         let split = |h: usize, w: usize, ho: usize, wo: usize| {
             let planes = Planes { count: 4, h, w, ho, wo };
             let windows = vec![0..h; ho];
-            ScatterSplit::of("test", &two, planes, &windows).unwrap()
+            ScatterSplit::of(&two, planes, &windows).unwrap()
         };
         for (h, w) in [(7, 7), (3, 7), (7, 3), (1, 1)] {
             assert!(

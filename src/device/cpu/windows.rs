@@ -6,7 +6,7 @@
 use core::ops::Range;
 
 use crate::alloc::collect_exact;
-use crate::error::Result;
+use crate::error::{Result, UNNAMED};
 use crate::geometry::{adaptive_window, pool_window_taps};
 use crate::shape::{AdaptiveGeometry, MaxPoolGeometry};
 
@@ -51,21 +51,26 @@ impl From<&MaxPoolGeometry> for Planes {
     }
 }
 
-/// The taps of every output row and column of an adaptive pooling, operation `op`.
+/// The taps of every output row and column of an adaptive pooling.
 /// (None when there are no planes: the output is empty, whatever its other sizes.)
-pub(super) fn adaptive_taps(op: &'static str, g: &AdaptiveGeometry) -> Result<(Vec<Taps>, Vec<Taps>)> {
+pub(super) fn adaptive_taps(g: &AdaptiveGeometry) -> Result<(Vec<Taps>, Vec<Taps>)> {
     let axis = |input: usize, output: usize| -> Result<Vec<Taps>> {
         let len = if g.planes() == 0 { 0 } else { output };
         let windows = (0..len).map(|o| adaptive_window(o, input, output));
-        collect_exact(op, "windows", len, windows.map(|r| Taps { start: r.start, count: r.len(), step: 1 }))
+        collect_exact(
+            UNNAMED,
+            "windows",
+            len,
+            windows.map(|r| Taps { start: r.start, count: r.len(), step: 1 }),
+        )
     };
     Ok((axis(g.h, g.ho)?, axis(g.w, g.wo)?))
 }
 
-/// The valid taps (those inside the input) of every output row and column of a max pooling,
-/// operation `op`. (None when there are no planes: the output is empty, whatever its other
+/// The valid taps (those inside the input) of every output row and column of a max pooling.
+/// (None when there are no planes: the output is empty, whatever its other
 /// sizes.)
-pub(super) fn max_pool_taps(op: &'static str, g: &MaxPoolGeometry) -> Result<(Vec<Taps>, Vec<Taps>)> {
+pub(super) fn max_pool_taps(g: &MaxPoolGeometry) -> Result<(Vec<Taps>, Vec<Taps>)> {
     let p = &g.params;
     let axis = |a: usize, input: usize, output: usize| -> Result<Vec<Taps>> {
         let [k, s, pad, d] = [p.kernel()[a], p.stride()[a], p.padding()[a], p.dilation()[a]];
@@ -74,22 +79,18 @@ pub(super) fn max_pool_taps(op: &'static str, g: &MaxPoolGeometry) -> Result<(Ve
             let (start, count) = pool_window_taps(o, input, k, s, pad, d);
             Taps { start, count, step: d }
         });
-        collect_exact(op, "windows", len, taps)
+        collect_exact(UNNAMED, "windows", len, taps)
     };
     Ok((axis(0, g.h, g.ho)?, axis(1, g.w, g.wo)?))
 }
 
 /// The outputs that read each input position `0..input` along one axis, in order: the inverse of
-/// `taps` (every output's taps, in output order), operation `op`. The spans of successive outputs
+/// `taps` (every output's taps, in output order). The spans of successive outputs
 /// start and end in order along an axis (both window formulas move forward with the output), so
 /// the outputs whose span holds a position are a range; with step 1 (no dilation) each of them
 /// reads the position. Built in one pass over the taps.
-pub(super) fn readers(
-    op: &'static str,
-    taps: impl Iterator<Item = Taps>,
-    input: usize,
-) -> Result<Vec<Range<usize>>> {
-    let mut readers = collect_exact(op, "windows", input, (0..input).map(|_| 0..0))?;
+pub(super) fn readers(taps: impl Iterator<Item = Taps>, input: usize) -> Result<Vec<Range<usize>>> {
+    let mut readers = collect_exact(UNNAMED, "windows", input, (0..input).map(|_| 0..0))?;
     for (o, taps) in taps.enumerate() {
         for x in taps.span() {
             let reading = &mut readers[x];
@@ -114,7 +115,7 @@ mod tests {
     #[test]
     fn readers_are_the_outputs_whose_window_covers_the_input() {
         let check = |taps: &[Taps], covers: &dyn Fn(usize, usize) -> bool, input: usize, what: &str| {
-            let got = readers("test", taps.iter().copied(), input).unwrap();
+            let got = readers(taps.iter().copied(), input).unwrap();
             for (x, got) in got.iter().enumerate() {
                 let want: Vec<usize> = (0..taps.len()).filter(|&o| covers(o, x)).collect();
                 assert_eq!(got.clone().collect::<Vec<_>>(), want, "{what}: input {x}");

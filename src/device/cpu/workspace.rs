@@ -9,7 +9,7 @@ use bytemuck::{Pod, Zeroable};
 use ndarray::{ArrayView4, ArrayViewMut4};
 
 use crate::element::Element;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UNNAMED};
 
 /// The unit of CPU workspace memory: one cache line, aligned to one. Every region starts on a
 /// line of its own.
@@ -28,29 +28,32 @@ pub(super) fn task_share<E>(len: usize) -> usize {
     len.checked_next_multiple_of(per_line).unwrap_or(len)
 }
 
-fn region_bytes<E>(op: &'static str, len: usize) -> Result<usize> {
+fn region_bytes<E>(len: usize) -> Result<usize> {
     len.checked_mul(size_of::<E>()).and_then(|b| b.checked_next_multiple_of(ALIGN)).ok_or_else(|| {
-        Error::Overflow { op, arg: "workspace", what: format!("{len} elements of {} bytes", size_of::<E>()) }
+        Error::Overflow {
+            op: UNNAMED,
+            arg: "workspace",
+            what: format!("{len} elements of {} bytes", size_of::<E>()),
+        }
     })
 }
 
 /// Phase 1: adds up the regions a kernel will take, in the order it takes them.
 #[derive(Debug)]
 pub(super) struct Sizer {
-    op: &'static str,
     bytes: usize,
 }
 
 impl Sizer {
-    pub(super) fn new(op: &'static str) -> Self {
-        Sizer { op, bytes: 0 }
+    pub(super) fn new() -> Self {
+        Sizer { bytes: 0 }
     }
 
     /// A region of `len` elements of `E`.
     pub(super) fn region<E>(&mut self, len: usize) -> Result<()> {
-        let b = region_bytes::<E>(self.op, len)?;
+        let b = region_bytes::<E>(len)?;
         self.bytes = self.bytes.checked_add(b).ok_or_else(|| Error::Overflow {
-            op: self.op,
+            op: UNNAMED,
             arg: "workspace",
             what: "the sum of the workspace regions".into(),
         })?;
@@ -65,28 +68,22 @@ impl Sizer {
     pub(super) fn total(&self) -> usize {
         self.bytes
     }
-
-    /// The operation being planned (for the errors of its other phase-1 allocations).
-    pub(super) fn op(&self) -> &'static str {
-        self.op
-    }
 }
 
 /// Phase 2: hands out the regions a [`Sizer`] counted, in the same order.
 #[derive(Debug)]
 pub(super) struct Carver<'w> {
-    op: &'static str,
     rest: &'w mut [u8],
 }
 
 impl<'w> Carver<'w> {
-    pub(super) fn new(op: &'static str, memory: &'w mut [CacheLine]) -> Self {
-        Carver { op, rest: bytemuck::cast_slice_mut(memory) }
+    pub(super) fn new(memory: &'w mut [CacheLine]) -> Self {
+        Carver { rest: bytemuck::cast_slice_mut(memory) }
     }
 
     pub(super) fn region<E: Element>(&mut self, len: usize) -> Result<&'w mut [E]> {
-        let bytes = region_bytes::<E>(self.op, len)?;
-        let too_small = |got| Error::WorkspaceTooSmall { op: self.op, expected: bytes, got };
+        let bytes = region_bytes::<E>(len)?;
+        let too_small = |got| Error::WorkspaceTooSmall { op: UNNAMED, expected: bytes, got };
         if bytes > self.rest.len() {
             return Err(too_small(self.rest.len()));
         }
@@ -103,7 +100,7 @@ impl<'w> Carver<'w> {
         }
         let region = self.region::<E>(view.len())?;
         let mut staged = ArrayViewMut4::from_shape(view.dim(), region)
-            .map_err(|e| Error::from_shape(self.op, "workspace", e))?;
+            .map_err(|e| Error::from_shape(UNNAMED, "workspace", e))?;
         staged.assign(&view);
         Ok(staged.into_slice().unwrap_or(&mut []))
     }
@@ -141,10 +138,10 @@ impl<E: Element> Output<'_, E> {
     }
 
     /// Copies a staged result to its strided destination.
-    pub(super) fn finish(self, op: &'static str, arg: &'static str) -> Result<()> {
+    pub(super) fn finish(self, arg: &'static str) -> Result<()> {
         if let Output::Staged { stage, mut target } = self {
-            let staged =
-                ArrayView4::from_shape(target.dim(), &*stage).map_err(|e| Error::from_shape(op, arg, e))?;
+            let staged = ArrayView4::from_shape(target.dim(), &*stage)
+                .map_err(|e| Error::from_shape(UNNAMED, arg, e))?;
             target.assign(&staged);
         }
         Ok(())
@@ -162,13 +159,13 @@ mod tests {
             (n * 1000 + c * 100 + h * 10 + w) as f32
         });
         let strided = a.slice(s![.., .., ..;2, ..]);
-        let mut sizer = Sizer::new("t");
+        let mut sizer = Sizer::new();
         sizer.stage(&a.view()).unwrap();
         sizer.stage(&strided).unwrap();
         sizer.region::<f64>(3).unwrap();
         assert_eq!(sizer.total(), (2 * 3 * 2 * 5 * 4usize).next_multiple_of(64) + 64);
         let mut mem = vec![CacheLine::zeroed(); sizer.total() / ALIGN];
-        let mut carver = Carver::new("t", &mut mem);
+        let mut carver = Carver::new(&mut mem);
         assert_eq!(carver.stage(a.view()).unwrap(), a.as_slice().unwrap());
         let staged = carver.stage(strided).unwrap().to_vec();
         assert_eq!(staged, strided.iter().copied().collect::<Vec<_>>());
@@ -187,7 +184,7 @@ mod tests {
         // Too long to pad: left as it is (the region's size check reports the overflow).
         assert_eq!(task_share::<f32>(usize::MAX), usize::MAX);
         let mut mem = vec![CacheLine::zeroed(); 9];
-        let mut carver = Carver::new("t", &mut mem);
+        let mut carver = Carver::new(&mut mem);
         let first = carver.region::<i8>(3).unwrap().as_ptr() as usize;
         let shares = carver.region::<f32>(2 * task_share::<f32>(49)).unwrap();
         let starts = shares.chunks(task_share::<f32>(49)).map(|share| share.as_ptr() as usize);

@@ -31,9 +31,8 @@ use crate::device::cpu::schedule::{rows_per_band, runs, task_count};
 use crate::device::cpu::windows::{Taps, readers};
 use crate::device::cpu::workspace::{Carver, Sizer, task_share};
 use crate::element::{AccFloat, PoolFloat};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UNNAMED};
 use crate::op::MaxPoolGeometry;
-use crate::op::name;
 
 /// Phase-1 state of a gathered `Bitmask` backward: what every input row does (its column runs and
 /// where its sums go), and how the `(n, 16-channel block, band of input rows)` units are
@@ -85,7 +84,6 @@ struct ColumnRun {
 impl Columns {
     /// The runs and stores of every input row, from the windows' column taps `cols`.
     fn of_windows(g: &MaxPoolGeometry, cols: &[(Taps, usize)]) -> Result<Self> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         let ([_, kw], [_, sw]) = (g.params.kernel(), g.params.stride());
         // Input columns `c, c + sW, ...` for each residue `c` of the column stride that exists.
         let residues = sw.min(g.w);
@@ -96,13 +94,14 @@ impl Columns {
             sums += columns;
             store
         });
-        let stores = collect_exact(OP, "residues", residues, stores)?;
+        let stores = collect_exact(UNNAMED, "residues", residues, stores)?;
         // The windows that read a residue's columns at window column `j`: the windows of
         // consecutive columns are consecutive (a window starts `sW` columns after the one before),
         // and the `j` of one residue differ by multiples of `sW`, so run `(c, j)` is kept at
         // `c * per_residue + j / sW`: O(kW + min(sW, W)) slots in all.
         let per_residue = kw.div_ceil(sw);
-        let mut slots = collect_exact(OP, "column runs", residues * per_residue, core::iter::repeat(None))?;
+        let mut slots =
+            collect_exact(UNNAMED, "column runs", residues * per_residue, core::iter::repeat(None))?;
         for (ow, (taps, first)) in cols.iter().enumerate() {
             for iw in taps.span() {
                 let j = first + (iw - taps.start);
@@ -115,7 +114,7 @@ impl Columns {
         }
         // Each residue's runs by window column downwards: the windows of a column upwards.
         let runs = || slots.chunks(per_residue.max(1)).flat_map(|slots| slots.iter().rev().flatten());
-        let runs = collect_exact(OP, "column runs", runs().count(), runs().copied())?;
+        let runs = collect_exact(UNNAMED, "column runs", runs().count(), runs().copied())?;
         Ok(Columns { runs, stores, sums, stride: sw })
     }
 
@@ -157,7 +156,7 @@ impl GatherPrepared {
         sizer: &mut Sizer,
     ) -> Result<Self> {
         let row_taps = windows.rows.iter().map(|(taps, _)| *taps);
-        let row_readers = readers(name::MAX_POOL2D_WITH_MASK_BACKWARD, row_taps, g.h)?;
+        let row_readers = readers(row_taps, g.h)?;
         let columns = Columns::of_windows(g, &windows.cols)?;
         let blocks = g.n * g.channel_blocks();
         let rows = rows_per_band(cpu.threads(), blocks, g.h);
@@ -170,7 +169,7 @@ impl GatherPrepared {
         let rings = channels.checked_mul(ring_rows).and_then(|rows| rows.checked_mul(g.wo));
         let scratch = rings.and_then(|rings| rings.checked_add(columns.sums));
         let scratch_per_task = task_share::<T::Acc>(scratch.ok_or_else(|| Error::Overflow {
-            op: name::MAX_POOL2D_WITH_MASK_BACKWARD,
+            op: UNNAMED,
             arg: "workspace",
             what: format!("{ring_rows} widened gradient rows of {} for each of {channels} channels", g.wo),
         })?);
@@ -506,7 +505,7 @@ mod tests {
             let g = MaxPoolGeometry::for_mask("test", "input_shape", &params, &shape).unwrap();
             let cpu = Cpu::with_threads(threads).unwrap();
             let windows = Windows::of(&g).unwrap();
-            let p = GatherPrepared::plan::<f32>(&cpu, &g, &windows, &mut Sizer::new("test")).unwrap();
+            let p = GatherPrepared::plan::<f32>(&cpu, &g, &windows, &mut Sizer::new()).unwrap();
             assert_eq!((p.rows, p.tasks), (rows, tasks), "{shape:?} on {threads} threads");
         }
     }
@@ -547,12 +546,12 @@ mod tests {
                 scatter_bits(&g, &windows, &Block::at(&g, b), go, &bits, gi, &mut acc);
             }
             for cpu in cpus {
-                let mut sizer = Sizer::new("test");
+                let mut sizer = Sizer::new();
                 let p = GatherPrepared::plan::<T>(cpu, &g, &windows, &mut sizer).unwrap();
                 let mut memory =
                     vec![<CacheLine as bytemuck::Zeroable>::zeroed(); sizer.total().div_ceil(64)];
                 let mut got = vec![T::round_from_f64(7.0); want.len()];
-                let mut carver = Carver::new("test", &mut memory);
+                let mut carver = Carver::new(&mut memory);
                 backward(cpu, &g, &windows, &p, &go, &bits, &mut got, &mut carver).unwrap().unwrap();
                 for (e, (got, want)) in got.iter().zip(&want).enumerate() {
                     let same = bytemuck::bytes_of(got) == bytemuck::bytes_of(want)

@@ -21,10 +21,9 @@ use super::windows::{Taps, max_pool_taps};
 use super::workspace::{Carver, Sizer, task_share};
 use crate::alloc::collect_exact;
 use crate::element::PoolFloat;
-use crate::error::Result;
+use crate::error::{Result, UNNAMED};
 use crate::mask;
 use crate::op::MaxPoolGeometry;
-use crate::op::name;
 
 /// Phase-1 state of a `Bitmask` backward: the windows, how blocks are shared among tasks, and
 /// their scratch.
@@ -112,17 +111,17 @@ impl Windows {
     fn of(g: &MaxPoolGeometry) -> Result<Self> {
         let p = &g.params;
         // (Dilation 1: checked for the mask operations in phase 1.)
-        let (row_taps, col_taps) = max_pool_taps(name::MAX_POOL2D_WITH_MASK_BACKWARD, g)?;
+        let (row_taps, col_taps) = max_pool_taps(g)?;
         let with_first = |taps: Vec<Taps>, a: usize| {
             let (s, pad) = (p.stride()[a], p.padding()[a]);
             // The first valid tap's offset in the window: start - (o*s - pad) >= 0.
             let first = taps.iter().enumerate().map(|(o, t)| (*t, (t.start + pad).saturating_sub(o * s)));
-            collect_exact(name::MAX_POOL2D_WITH_MASK_BACKWARD, "windows", taps.len(), first)
+            collect_exact(UNNAMED, "windows", taps.len(), first)
         };
         let (rows, cols) = (with_first(row_taps, 0)?, with_first(col_taps, 1)?);
         let origins = |taps: &[(Taps, usize)], scale: usize| {
             let origins = taps.iter().map(|(t, first)| (t.start.wrapping_sub(*first)).wrapping_mul(scale));
-            collect_exact(name::MAX_POOL2D_WITH_MASK_BACKWARD, "windows", taps.len(), origins)
+            collect_exact(UNNAMED, "windows", taps.len(), origins)
         };
         let [kh, kw] = p.kernel();
         let decoding = (kh * kw <= MAX_TAPS).then(|| {
@@ -133,8 +132,7 @@ impl Windows {
             Decoding { tap_offsets, digits: (kh * kw).next_power_of_two().trailing_zeros() as usize }
         });
         let runs = column_runs(&cols).count();
-        let col_runs =
-            collect_exact(name::MAX_POOL2D_WITH_MASK_BACKWARD, "windows", runs, column_runs(&cols))?;
+        let col_runs = collect_exact(UNNAMED, "windows", runs, column_runs(&cols))?;
         Ok(Windows {
             row_origins: origins(&rows, g.w)?,
             col_origins: origins(&cols, 1)?,
@@ -794,7 +792,7 @@ mod tests {
         for (shape, params, threads, want) in cases {
             let g = MaxPoolGeometry::for_mask("test", "input_shape", params, &shape).unwrap();
             let cpu = Cpu::with_threads(threads).unwrap();
-            let p = BitmaskPrepared::plan::<f32>(&cpu, &g, &mut Sizer::new("test")).unwrap();
+            let p = BitmaskPrepared::plan::<f32>(&cpu, &g, &mut Sizer::new()).unwrap();
             let got = match p.split {
                 BlockSplit::Blocks { .. } => Split::Blocks,
                 BlockSplit::Bands { .. } => Split::Bands,
