@@ -67,8 +67,8 @@ impl<'d> AscendStream<'d> {
     ) -> Result<NpuPooled<T, i64>> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
         let dims = op::adaptive_forward_shapes::<T, i64, Npu>(&input.view(), output_size)?.pooled_dims();
-        let mut output = NpuTensor::alloc(self.device(), OP, &dims, Values::Unknown)?;
-        let mut indices = NpuTensor::alloc(self.device(), OP, &dims, Values::Unknown)?;
+        let mut output = NpuTensor::alloc(self.device(), &dims, Values::Unknown).map_err(|e| e.named(OP))?;
+        let mut indices = NpuTensor::alloc(self.device(), &dims, Values::Unknown).map_err(|e| e.named(OP))?;
         self.run(AdaptiveMaxPool2d {
             input: input.view(),
             output_size,
@@ -93,7 +93,8 @@ impl<'d> AscendStream<'d> {
     ) -> Result<NpuTensor<T>> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         op::adaptive_backward_shapes(&grad_output.view(), &self_.view(), &indices.view())?;
-        let mut grad_input = NpuTensor::alloc(self.device(), OP, &self_.dims(), Values::Unknown)?;
+        let mut grad_input =
+            NpuTensor::alloc(self.device(), &self_.dims(), Values::Unknown).map_err(|e| e.named(OP))?;
         self.run(AdaptiveMaxPool2dBackward {
             grad_output: grad_output.view(),
             self_: self_.view(),
@@ -116,8 +117,8 @@ impl<'d> AscendStream<'d> {
     ) -> Result<NpuPooled<T, i32>> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES;
         let dims = op::max_pool_forward_shapes::<T, i32, Npu>(&input.view(), params)?.pooled_dims();
-        let mut output = NpuTensor::alloc(self.device(), OP, &dims, Values::Unknown)?;
-        let mut indices = NpuTensor::alloc(self.device(), OP, &dims, Values::Unknown)?;
+        let mut output = NpuTensor::alloc(self.device(), &dims, Values::Unknown).map_err(|e| e.named(OP))?;
+        let mut indices = NpuTensor::alloc(self.device(), &dims, Values::Unknown).map_err(|e| e.named(OP))?;
         self.run(MaxPool2dWithIndices {
             input: input.view(),
             params: *params,
@@ -142,7 +143,8 @@ impl<'d> AscendStream<'d> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let (go, x, idx) = (grad_output.view(), self_.view(), indices.view());
         op::max_pool_indices_backward_shapes(&go, &x, &idx, params)?;
-        let mut grad_input = NpuTensor::alloc(self.device(), OP, &self_.dims(), Values::Unknown)?;
+        let mut grad_input =
+            NpuTensor::alloc(self.device(), &self_.dims(), Values::Unknown).map_err(|e| e.named(OP))?;
         self.run(MaxPool2dWithIndicesBackward {
             grad_output: go,
             self_: x,
@@ -167,8 +169,10 @@ impl<'d> AscendStream<'d> {
     ) -> Result<NpuPooledMask<T, L>> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
         let g = op::mask_forward_shapes::<T, L, Npu>(&input.view(), params)?;
-        let mut output = NpuTensor::alloc(self.device(), OP, &g.pooled_dims(), Values::Unknown)?;
-        let mut mask = NpuTensor::alloc(self.device(), OP, &g.dims(), Values::Unknown)?;
+        let mut output =
+            NpuTensor::alloc(self.device(), &g.pooled_dims(), Values::Unknown).map_err(|e| e.named(OP))?;
+        let mut mask =
+            NpuTensor::alloc(self.device(), &g.dims(), Values::Unknown).map_err(|e| e.named(OP))?;
         self.run(MaxPool2dWithMask {
             input: input.view(),
             params: *params,
@@ -194,7 +198,8 @@ impl<'d> AscendStream<'d> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         let mask = MaskRef::new(pooled.mask.view(), L::default());
         op::mask_backward_shapes(&grad_output.view(), &self_.view(), &mask, &pooled.params)?;
-        let mut grad_input = NpuTensor::alloc(self.device(), OP, &self_.dims(), Values::Unknown)?;
+        let mut grad_input =
+            NpuTensor::alloc(self.device(), &self_.dims(), Values::Unknown).map_err(|e| e.named(OP))?;
         self.run(MaxPool2dWithMaskBackward {
             grad_output: grad_output.view(),
             self_: self_.view(),

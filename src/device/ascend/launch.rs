@@ -16,14 +16,14 @@ use crate::alloc::{collect_exact, zeroed_vec};
 use crate::device::DeviceLimits;
 use crate::device::internal::Launch;
 use crate::element::{DType, Element, PoolFloat};
-use crate::error::{DeviceLimitKind, Error, Result};
+use crate::error::{DeviceLimitKind, Error, Result, UNNAMED};
 use crate::index::{ArgmaxIndex, repr::IndexRepr};
 use crate::mask::{MaskLayout, i32_prefix, read_i32_prefix};
+use crate::op::plane_limit;
 use crate::op::{
     AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
     MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry,
 };
-use crate::op::{name, plane_limit};
 use crate::tensor::TensorMut;
 
 /// What [`Plan::new`](crate::Plan::new) leaves for the run: nothing for an empty batch, else
@@ -161,20 +161,19 @@ impl Spec {
         Spec { arg, dims, dtype }
     }
 
-    fn bytes(&self, op: &'static str) -> Result<usize> {
+    fn bytes(&self) -> Result<usize> {
         let Spec { arg, dims, dtype } = *self;
         dims.iter().try_fold(dtype_bytes(dtype), |a, &d| a.checked_mul(d)).ok_or_else(|| Error::Overflow {
-            op,
+            op: UNNAMED,
             arg,
             what: format!("the byte count of {dims:?} {dtype}"),
         })
     }
 }
 
-/// Stages the device tensors of operation `op` on `session`.
+/// Stages the device tensors of an operation on `session`.
 struct Staging<'s> {
-    /// The operation staged, named in errors.
-    op: &'static str,
+    /// The session whose memory the tensors are allocated in.
     session: &'s Arc<Session>,
 }
 
@@ -182,11 +181,11 @@ impl<'s> Staging<'s> {
     /// Checks, before any device call, that the tensors of `specs` fit in the device's memory
     /// together (when CANN reported its size at open): a plan that can never be allocated is
     /// refused with [`DeviceLimitKind::Memory`] instead of failing in `aclrtMalloc`.
-    fn checked(op: &'static str, session: &'s Arc<Session>, specs: &[Spec]) -> Result<Self> {
+    fn checked(session: &'s Arc<Session>, specs: &[Spec]) -> Result<Self> {
         let mut total = 0usize;
         for spec in specs {
-            total = total.checked_add(spec.bytes(op)?).ok_or_else(|| Error::Overflow {
-                op,
+            total = total.checked_add(spec.bytes()?).ok_or_else(|| Error::Overflow {
+                op: UNNAMED,
                 arg: spec.arg,
                 what: "the byte count of the device tensors together".to_string(),
             })?;
@@ -195,18 +194,18 @@ impl<'s> Staging<'s> {
             let args: Vec<&str> = specs.iter().map(|s| s.arg).collect();
             return Err(Error::DeviceLimit {
                 device: "ascend",
-                op,
+                op: UNNAMED,
                 about: DeviceLimitKind::Memory,
                 limit: format!("{memory} bytes in all (aclrtGetMemInfo)"),
                 got: format!("{total} bytes for {}", args.join(", ")),
             });
         }
-        Ok(Staging { op, session })
+        Ok(Staging { session })
     }
 
     /// Allocates a device buffer for `spec` and describes it.
     fn add(&self, spec: Spec) -> Result<Staged> {
-        let buffer = self.session.alloc(spec.bytes(self.op)?)?;
+        let buffer = self.session.alloc(spec.bytes()?)?;
         let tensor = self.session.tensor(&spec.dims, acl_dtype(spec.dtype), Some(&buffer))?;
         Ok(Staged { tensor, buffer: StagedBuffer(buffer) })
     }
@@ -235,31 +234,25 @@ pub(super) fn acl_dtype(dtype: DType) -> i32 {
 }
 
 /// The elements of `view` in row-major order, borrowed when it is contiguous.
-fn host_elements<'a, E: Element>(
-    op: &'static str,
-    arg: &'static str,
-    view: ArrayView4<'a, E>,
-) -> Result<Cow<'a, [E]>> {
+fn host_elements<'a, E: Element>(arg: &'static str, view: ArrayView4<'a, E>) -> Result<Cow<'a, [E]>> {
     match view.to_slice() {
         Some(s) => Ok(Cow::Borrowed(s)),
-        None => Ok(Cow::Owned(collect_exact(op, arg, view.len(), view.iter().copied())?)),
+        None => Ok(Cow::Owned(collect_exact(UNNAMED, arg, view.len(), view.iter().copied())?)),
     }
 }
 
 fn upload<E: Element>(
     stream: &StreamGuard<'_>,
-    op: &'static str,
     arg: &'static str,
     buffer: &DeviceBuffer,
     view: ArrayView4<'_, E>,
 ) -> Result<()> {
-    let host = host_elements(op, arg, view)?;
+    let host = host_elements(arg, view)?;
     stream.upload(buffer, bytemuck::cast_slice(&host))
 }
 
 fn download<E: Element>(
     stream: &StreamGuard<'_>,
-    op: &'static str,
     arg: &'static str,
     buffer: &DeviceBuffer,
     out: TensorMut<'_, E>,
@@ -268,32 +261,32 @@ fn download<E: Element>(
     if let Some(s) = view.as_slice_mut() {
         return stream.download(buffer, bytemuck::cast_slice_mut(s));
     }
-    let mut host = zeroed_vec::<E>(op, arg, view.len())?;
+    let mut host = zeroed_vec::<E>(UNNAMED, arg, view.len())?;
     stream.download(buffer, bytemuck::cast_slice_mut(&mut host))?;
     view.iter_mut().zip(host).for_each(|(d, s)| *d = s);
     Ok(())
 }
 
 impl Ascend {
-    /// Refuses `op` on `dtype` if the SoC does not support them or the CANN libraries lack the
+    /// Refuses operator `kind` on `dtype` if the SoC does not support them or the CANN libraries lack the
     /// operator (no device call).
-    pub(super) fn check_support(&self, op: &'static str, kind: DeviceOp, dtype: DType) -> Result<()> {
+    pub(super) fn check_support(&self, kind: DeviceOp, dtype: DType) -> Result<()> {
         self.session.exports(kind)?;
         if self.cann_decides {
             return Ok(());
         }
         let dtypes = self.family.dtypes(kind).map_err(|why| Error::DeviceLimit {
             device: "ascend",
-            op,
+            op: UNNAMED,
             about: DeviceLimitKind::Operator,
-            limit: format!("no {op} ({why})"),
+            limit: format!("no {} ({why})", kind.symbol()),
             got: format!("SoC {} ({})", self.soc, self.family),
         })?;
         if !dtypes.contains(&dtype) {
             let list: Vec<String> = dtypes.iter().map(ToString::to_string).collect();
             return Err(Error::DeviceLimit {
                 device: "ascend",
-                op,
+                op: UNNAMED,
                 about: DeviceLimitKind::DType,
                 limit: format!("{} on SoC {} ({})", list.join(", "), self.soc, self.family),
                 got: dtype.to_string(),
@@ -303,7 +296,7 @@ impl Ascend {
     }
 
     /// Refuses a mask of layout `L` if the SoC writes the other layout for this kernel.
-    pub(super) fn check_layout<L: MaskLayout>(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
+    pub(super) fn check_layout<L: MaskLayout>(&self, g: &MaxPoolGeometry) -> Result<()> {
         let kernel = g.params.kernel();
         let name = self.family.mask_layout(kernel);
         if name == L::NAME || self.cann_decides {
@@ -311,7 +304,7 @@ impl Ascend {
         }
         Err(Error::DeviceLimit {
             device: "ascend",
-            op,
+            op: UNNAMED,
             about: DeviceLimitKind::MaskLayout,
             limit: format!(
                 "{name} masks only: SoC {} ({}) uses the {name} layout for a {}x{} kernel",
@@ -323,7 +316,7 @@ impl Ascend {
 
     /// Refuses parameters the SoC's kernels do not take: a dilation other than 1 (all but the
     /// 950), and the ceil-mode strides of the legacy kernel (310P and Atlas training) (`SocFamily::ceil_mode_limit`).
-    pub(super) fn check_params(&self, op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
+    pub(super) fn check_params(&self, g: &MaxPoolGeometry) -> Result<()> {
         let p = &g.params;
         if self.cann_decides {
             return Ok(());
@@ -331,7 +324,7 @@ impl Ascend {
         if p.dilation() != [1, 1] && !self.family.supports_dilation() {
             return Err(Error::DeviceLimit {
                 device: "ascend",
-                op,
+                op: UNNAMED,
                 about: DeviceLimitKind::Parameter("dilation"),
                 limit: format!("[1, 1] only on SoC {} ({})", self.soc, self.family),
                 got: format!("{:?}", p.dilation()),
@@ -341,7 +334,7 @@ impl Ascend {
             let (axis, len) = if d == 0 { ("H", g.h) } else { ("W", g.w) };
             return Err(Error::DeviceLimit {
                 device: "ascend",
-                op,
+                op: UNNAMED,
                 about: DeviceLimitKind::Parameter("ceil_mode"),
                 limit: format!(
                     "no ceil-mode window that starts in the padding on SoC {} ({}): the documented \
@@ -375,24 +368,17 @@ impl Ascend {
     /// this device's.
     pub(super) fn device_work<'p, B>(
         &self,
-        op: &'static str,
         prepared: &'p AscendPrepared<B>,
         memory: &AscendMemory,
     ) -> Result<Option<&'p B>> {
-        self.workspace(op, memory)?;
+        self.workspace(memory)?;
         Ok(prepared.0.as_ref())
     }
 
     /// Runs `call` on `stream`, both phases ([`StreamGuard::execute`]), with the workspace of
     /// `memory` grown to what phase 1 asks.
-    fn execute(
-        &self,
-        op: &'static str,
-        stream: &StreamGuard<'_>,
-        call: Call<'_>,
-        memory: &mut AscendMemory,
-    ) -> Result<()> {
-        stream.execute(call, |size| memory.grown_to(&self.session, op, size, Replaced::Freed))
+    fn execute(&self, stream: &StreamGuard<'_>, call: Call<'_>, memory: &mut AscendMemory) -> Result<()> {
+        stream.execute(call, |size| memory.grown_to(&self.session, size, Replaced::Freed))
     }
 }
 
@@ -400,12 +386,9 @@ pub(super) fn adaptive_dims(g: &AdaptiveGeometry) -> ([usize; 4], [usize; 4]) {
     ([g.n, g.c, g.h, g.w], [g.n, g.c, g.ho, g.wo])
 }
 
-pub(super) fn pool_dims(
-    op: &'static str,
-    g: &MaxPoolGeometry,
-) -> Result<([usize; 4], [usize; 4], [usize; 4])> {
+pub(super) fn pool_dims(g: &MaxPoolGeometry) -> Result<([usize; 4], [usize; 4], [usize; 4])> {
     let mask = g.shape4().ok_or_else(|| Error::Overflow {
-        op,
+        op: UNNAMED,
         arg: "mask",
         what: format!("the mask shape, for {}", g.describe()),
     })?;
@@ -465,7 +448,6 @@ impl Ascend {
     /// tensor, with the pooling parameters.
     fn plan_pool_forward(
         &self,
-        op: &'static str,
         argmax: PoolArgmax,
         g: &MaxPoolGeometry,
         dtype: DType,
@@ -476,12 +458,12 @@ impl Ascend {
         // The with-indices and mask operators' indices are INT32 on every SoC (the 950's
         // `limits` leave the plane open for the adaptive operators only).
         let int32 = DeviceLimits::default().with_max_plane(INT32_PLANE);
-        plane_limit(op, g.h, g.w, &int32, "ascend")?;
-        let (input, pooled, mask) = pool_dims(op, g)?;
+        plane_limit(UNNAMED, g.h, g.w, &int32, "ascend")?;
+        let (input, pooled, mask) = pool_dims(g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
         let (x, out) = (Spec::new("input", input, dtype), Spec::new("output", pooled, dtype));
         let arg = Spec::new(arg, argmax_dims, argmax_dtype);
-        let s = Staging::checked(op, &self.session, &[x, out, arg])?;
+        let s = Staging::checked(&self.session, &[x, out, arg])?;
         let (x, out, arg) = (s.add(x)?, s.add(out)?, s.add(arg)?);
         let attrs =
             ForwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params: self.pool_params(g)? };
@@ -492,7 +474,6 @@ impl Ascend {
     /// arg-max tensor and `grad_input`, with the pooling parameters.
     fn plan_pool_backward(
         &self,
-        op: &'static str,
         argmax: PoolArgmax,
         g: &MaxPoolGeometry,
         dtype: DType,
@@ -503,12 +484,12 @@ impl Ascend {
         // The with-indices and mask operators' indices are INT32 on every SoC (the 950's
         // `limits` leave the plane open for the adaptive operators only).
         let int32 = DeviceLimits::default().with_max_plane(INT32_PLANE);
-        plane_limit(op, g.h, g.w, &int32, "ascend")?;
-        let (input, pooled, mask) = pool_dims(op, g)?;
+        plane_limit(UNNAMED, g.h, g.w, &int32, "ascend")?;
+        let (input, pooled, mask) = pool_dims(g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
         let (go, x) = (Spec::new("grad_output", pooled, dtype), Spec::new("self_", input, dtype));
         let (arg, gi) = (Spec::new(arg, argmax_dims, argmax_dtype), Spec::new("grad_input", input, dtype));
-        let s = Staging::checked(op, &self.session, &[go, x, arg, gi])?;
+        let s = Staging::checked(&self.session, &[go, x, arg, gi])?;
         let (go, x, arg, gi) = (s.add(go)?, s.add(x)?, s.add(arg)?, s.add(gi)?);
         let attrs =
             BackwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params: self.pool_params(g)? };
@@ -525,8 +506,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         _op: &AdaptiveMaxPool2d<'a, T, I>,
         g: &AdaptiveGeometry,
     ) -> Result<(AscendPrepared<ForwardBuffers>, usize)> {
-        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-        self.check_support(OP, DeviceOp::AdaptiveForward, T::DTYPE)?;
+        self.check_support(DeviceOp::AdaptiveForward, T::DTYPE)?;
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
@@ -534,7 +514,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         let (x, out) = (Spec::new("input", input, T::DTYPE), Spec::new("output", pooled, T::DTYPE));
         // aclnnAdaptiveMaxPool2d writes INT64 indices only; i32 callers get them converted.
         let idx = Spec::new("indices", pooled, DType::I64);
-        let s = Staging::checked(OP, &self.session, &[x, out, idx])?;
+        let s = Staging::checked(&self.session, &[x, out, idx])?;
         let (x, out, idx) = (s.add(x)?, s.add(out)?, s.add(idx)?);
         let attrs = ForwardAttrs::Adaptive(self.session.int_array(&[g.ho as i64, g.wo as i64])?);
         Ok(AscendPrepared::of(ForwardBuffers { attrs, input: x, output: out, argmax: idx }))
@@ -547,15 +527,14 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(&prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b.input.buffer.0, op.input.view())?;
-        self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "output", &b.output.buffer.0, op.output)?;
-        let mut indices = zeroed_vec::<i64>(OP, "indices", g.planes() * g.ho * g.wo)?;
+        upload(&stream, "input", &b.input.buffer.0, op.input.view())?;
+        self.execute(&stream, b.call(), memory)?;
+        download(&stream, "output", &b.output.buffer.0, op.output)?;
+        let mut indices = zeroed_vec::<i64>(UNNAMED, "indices", g.planes() * g.ho * g.wo)?;
         stream.download(&b.argmax.buffer.0, bytemuck::cast_slice_mut(&mut indices))?;
-        indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))
+        indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(UNNAMED, "indices", e, v))
     }
 }
 
@@ -567,10 +546,9 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         op: &AdaptiveMaxPool2dBackward<'a, T, I>,
         g: &AdaptiveGeometry,
     ) -> Result<(AscendPrepared<BackwardBuffers>, usize)> {
-        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
-        self.check_support(OP, DeviceOp::AdaptiveBackward, T::DTYPE)?;
+        self.check_support(DeviceOp::AdaptiveBackward, T::DTYPE)?;
         if let Some((e, v)) = first_outside(op.indices.view(), g.h * g.w) {
-            return Err(g.index_error(OP, "indices", e, v));
+            return Err(g.index_error(UNNAMED, "indices", e, v));
         }
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
@@ -578,7 +556,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         let (input, pooled) = adaptive_dims(g);
         let (go, x) = (Spec::new("grad_output", pooled, T::DTYPE), Spec::new("self_", input, T::DTYPE));
         let (idx, gi) = (Spec::new("indices", pooled, I::DTYPE), Spec::new("grad_input", input, T::DTYPE));
-        let s = Staging::checked(OP, &self.session, &[go, x, idx, gi])?;
+        let s = Staging::checked(&self.session, &[go, x, idx, gi])?;
         let (go, x, idx, gi) = (s.add(go)?, s.add(x)?, s.add(idx)?, s.add(gi)?);
         let attrs = BackwardAttrs::Adaptive;
         let buffers = BackwardBuffers { attrs, grad_output: go, self_: x, argmax: idx, grad_input: gi };
@@ -592,14 +570,13 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
-        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(&prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         // `self_` is not uploaded: the operator reads only its shape.
-        upload(&stream, OP, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
-        upload(&stream, OP, "indices", &b.argmax.buffer.0, op.indices.view())?;
-        self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "grad_input", &b.grad_input.buffer.0, op.grad_input)
+        upload(&stream, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
+        upload(&stream, "indices", &b.argmax.buffer.0, op.indices.view())?;
+        self.execute(&stream, b.call(), memory)?;
+        download(&stream, "grad_input", &b.grad_input.buffer.0, op.grad_input)
     }
 }
 
@@ -611,11 +588,10 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         _op: &MaxPool2dWithMask<'a, T, L>,
         g: &MaxPoolGeometry,
     ) -> Result<(AscendPrepared<ForwardBuffers>, usize)> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK;
-        self.check_support(OP, DeviceOp::MaskForward, T::DTYPE)?;
-        self.check_params(OP, g)?;
-        self.check_layout::<L>(OP, g)?;
-        self.plan_pool_forward(OP, PoolArgmax::Mask, g, T::DTYPE)
+        self.check_support(DeviceOp::MaskForward, T::DTYPE)?;
+        self.check_params(g)?;
+        self.check_layout::<L>(g)?;
+        self.plan_pool_forward(PoolArgmax::Mask, g, T::DTYPE)
     }
 
     fn launch(
@@ -625,16 +601,15 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK;
-        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(&prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b.input.buffer.0, op.input.view())?;
+        upload(&stream, "input", &b.input.buffer.0, op.input.view())?;
         // The operator writes only part of the mask (the i32 prefix, or the bit-mask words): the
         // rest is zero, as the CPU backend leaves it.
         stream.zero(&b.argmax.buffer.0)?;
-        self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "output", &b.output.buffer.0, op.output)?;
-        download(&stream, OP, "mask", &b.argmax.buffer.0, op.mask.bytes)
+        self.execute(&stream, b.call(), memory)?;
+        download(&stream, "output", &b.output.buffer.0, op.output)?;
+        download(&stream, "mask", &b.argmax.buffer.0, op.mask.bytes)
     }
 }
 
@@ -646,10 +621,9 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         op: &MaxPool2dWithMaskBackward<'a, T, L>,
         g: &MaxPoolGeometry,
     ) -> Result<(AscendPrepared<BackwardBuffers>, usize)> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        self.check_support(OP, DeviceOp::MaskBackward, T::DTYPE)?;
-        self.check_params(OP, g)?;
-        self.check_layout::<L>(OP, g)?;
+        self.check_support(DeviceOp::MaskBackward, T::DTYPE)?;
+        self.check_params(g)?;
+        self.check_layout::<L>(g)?;
         if L::I32_VALUES {
             // As for indices: a value outside the plane would make the device write outside
             // grad_input, so the host-staged values are checked before any device call.
@@ -659,17 +633,17 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
             let values: Cow<'_, [i32]> = match bytes.to_slice().and_then(|b| i32_prefix(b, count)) {
                 Some(values) => Cow::Borrowed(values),
                 None => {
-                    let mut copy = zeroed_vec::<i32>(OP, "mask", count)?;
+                    let mut copy = zeroed_vec::<i32>(UNNAMED, "mask", count)?;
                     read_i32_prefix(bytes, &mut copy);
                     Cow::Owned(copy)
                 }
             };
             let plane = g.h * g.w;
             if let Some((e, &v)) = values.iter().enumerate().find(|(_, v)| v.flat_in(plane).is_none()) {
-                return Err(g.index_error(OP, "mask", e, v as i64));
+                return Err(g.index_error(UNNAMED, "mask", e, v as i64));
             }
         }
-        self.plan_pool_backward(OP, PoolArgmax::Mask, g, T::DTYPE)
+        self.plan_pool_backward(PoolArgmax::Mask, g, T::DTYPE)
     }
 
     fn launch(
@@ -679,31 +653,26 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(&prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
-        upload(&stream, OP, "mask", &b.argmax.buffer.0, op.mask.bytes.view())?;
-        self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "grad_input", &b.grad_input.buffer.0, op.grad_input)
+        upload(&stream, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
+        upload(&stream, "mask", &b.argmax.buffer.0, op.mask.bytes.view())?;
+        self.execute(&stream, b.call(), memory)?;
+        download(&stream, "grad_input", &b.grad_input.buffer.0, op.grad_input)
     }
 }
 
 /// Indices as the int32 tensor the with-indices operators take: borrowed when they are `i32` and
 /// contiguous, else converted. The caller has checked every value against the plane (at most
 /// `i32::MAX` on this device), so the conversion is exact.
-fn int32_indices<'a, I: ArgmaxIndex>(
-    op: &'static str,
-    arg: &'static str,
-    view: ArrayView4<'a, I>,
-) -> Result<Cow<'a, [i32]>> {
+fn int32_indices<'a, I: ArgmaxIndex>(arg: &'static str, view: ArrayView4<'a, I>) -> Result<Cow<'a, [i32]>> {
     if I::DTYPE == DType::I32
         && let Some(s) = view.to_slice()
     {
         return Ok(Cow::Borrowed(bytemuck::cast_slice(s)));
     }
     let values = view.iter().map(|&v| ArgmaxIndex::to_i64(v) as i32);
-    Ok(Cow::Owned(collect_exact(op, arg, view.len(), values)?))
+    Ok(Cow::Owned(collect_exact(UNNAMED, arg, view.len(), values)?))
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> for Ascend {
@@ -714,10 +683,9 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         _op: &MaxPool2dWithIndices<'a, T, I>,
         g: &MaxPoolGeometry,
     ) -> Result<(AscendPrepared<ForwardBuffers>, usize)> {
-        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-        self.check_support(OP, DeviceOp::WithIndicesForward, T::DTYPE)?;
-        self.check_params(OP, g)?;
-        self.plan_pool_forward(OP, PoolArgmax::Indices, g, T::DTYPE)
+        self.check_support(DeviceOp::WithIndicesForward, T::DTYPE)?;
+        self.check_params(g)?;
+        self.plan_pool_forward(PoolArgmax::Indices, g, T::DTYPE)
     }
 
     fn launch(
@@ -727,15 +695,14 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(&prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "input", &b.input.buffer.0, op.input.view())?;
-        self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "output", &b.output.buffer.0, op.output)?;
-        let mut indices = zeroed_vec::<i32>(OP, "indices", g.planes() * g.positions())?;
+        upload(&stream, "input", &b.input.buffer.0, op.input.view())?;
+        self.execute(&stream, b.call(), memory)?;
+        download(&stream, "output", &b.output.buffer.0, op.output)?;
+        let mut indices = zeroed_vec::<i32>(UNNAMED, "indices", g.planes() * g.positions())?;
         stream.download(&b.argmax.buffer.0, bytemuck::cast_slice_mut(&mut indices))?;
-        indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))
+        indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(UNNAMED, "indices", e, v))
     }
 }
 
@@ -747,14 +714,13 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         op: &MaxPool2dWithIndicesBackward<'a, T, I>,
         g: &MaxPoolGeometry,
     ) -> Result<(AscendPrepared<BackwardBuffers>, usize)> {
-        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-        self.check_support(OP, DeviceOp::WithIndicesBackward, T::DTYPE)?;
-        self.check_params(OP, g)?;
+        self.check_support(DeviceOp::WithIndicesBackward, T::DTYPE)?;
+        self.check_params(g)?;
         // CANN documents indices in [0, H_in * W_in) but does not check them.
         if let Some((e, v)) = first_outside(op.indices.view(), g.h * g.w) {
-            return Err(g.index_error(OP, "indices", e, v));
+            return Err(g.index_error(UNNAMED, "indices", e, v));
         }
-        self.plan_pool_backward(OP, PoolArgmax::Indices, g, T::DTYPE)
+        self.plan_pool_backward(PoolArgmax::Indices, g, T::DTYPE)
     }
 
     fn launch(
@@ -764,13 +730,12 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-        let Some(b) = self.device_work(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device_work(&prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        upload(&stream, OP, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
-        let indices = int32_indices(OP, "indices", op.indices.view())?;
+        upload(&stream, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
+        let indices = int32_indices("indices", op.indices.view())?;
         stream.upload(&b.argmax.buffer.0, bytemuck::cast_slice(&indices))?;
-        self.execute(OP, &stream, b.call(), memory)?;
-        download(&stream, OP, "grad_input", &b.grad_input.buffer.0, op.grad_input)
+        self.execute(&stream, b.call(), memory)?;
+        download(&stream, "grad_input", &b.grad_input.buffer.0, op.grad_input)
     }
 }

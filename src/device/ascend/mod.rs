@@ -109,7 +109,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::device::{Device, DeviceLimits, internal::DeviceImpl};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UNNAMED};
 use crate::mask::MaskLayout;
 use crate::params::MaxPool2dParams;
 
@@ -375,18 +375,17 @@ enum Replaced {
 }
 
 impl AscendMemory {
-    /// The workspace buffer, grown to the `size` bytes CANN's phase 1 asked for `op` if it is
+    /// The workspace buffer, grown to the `size` bytes CANN's phase 1 asked for if it is
     /// smaller (never shrunk, as [`Workspace::ensure`](crate::Workspace::ensure)); `None` when
     /// `size` is 0.
     fn grown_to(
         &mut self,
         session: &Arc<Session>,
-        op: &'static str,
         size: u64,
         replaced: Replaced,
     ) -> Result<Option<&DeviceBuffer>> {
         let bytes = usize::try_from(size).map_err(|_| Error::Overflow {
-            op,
+            op: UNNAMED,
             arg: "workspace",
             what: format!("{size} bytes asked by CANN's phase 1 exceed usize::MAX"),
         })?;
@@ -461,10 +460,10 @@ impl Device for Ascend {
 
 impl Ascend {
     /// The workspace buffer of `memory`, checked to belong to this device.
-    fn workspace<'m>(&self, op: &'static str, memory: &'m AscendMemory) -> Result<Option<&'m DeviceBuffer>> {
+    fn workspace<'m>(&self, memory: &'m AscendMemory) -> Result<Option<&'m DeviceBuffer>> {
         match &memory.buffer {
             Some(b) if !b.belongs_to(&self.session) => Err(Error::InvalidParameter {
-                op,
+                op: UNNAMED,
                 arg: "workspace",
                 expected: format!("a workspace allocated on this Ascend device ({})", self.device_id),
                 got: "a workspace of another Ascend device".to_string(),

@@ -13,14 +13,14 @@ use super::{AscendMemory, AscendStream, INT32_PLANE, Npu, Replaced};
 use crate::device::DeviceLimits;
 use crate::device::internal::Launch;
 use crate::element::{DType, Element, PoolFloat};
-use crate::error::Result;
+use crate::error::{Result, UNNAMED};
 use crate::index::ArgmaxIndex;
 use crate::mask::MaskLayout;
+use crate::op::plane_limit;
 use crate::op::{
     AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
     MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry,
 };
-use crate::op::{name, plane_limit};
 use crate::tensor::{TensorMut, TensorRef};
 
 /// The device address and placement of one tensor of a call, for its descriptor.
@@ -47,8 +47,8 @@ impl Arg {
 
 impl AscendStream<'_> {
     /// Checks that every tensor of `args` is on this stream's device (before any device call).
-    fn place(&self, op: &'static str, args: &[Arg]) -> Result<()> {
-        args.iter().try_for_each(|a| self.placed(op, a.name, a.device_id))
+    fn place(&self, args: &[Arg]) -> Result<()> {
+        args.iter().try_for_each(|a| self.placed(a.name, a.device_id))
     }
 
     /// Describes each tensor of `args` over its memory.
@@ -66,33 +66,30 @@ impl AscendStream<'_> {
     /// first zeroing the bytes of `zero`.
     fn queue_call(
         &self,
-        op: &'static str,
         memory: &mut AscendMemory,
         zero: &[(DeviceAddr, usize)],
         call: Call<'_>,
     ) -> Result<()> {
-        self.device().workspace(op, memory)?;
-        self.own_workspace(op, memory)?;
+        self.device().workspace(memory)?;
+        self.own_workspace(memory)?;
         let session = &self.device().session;
-        session
-            .enqueue(self.queue(), zero, call, |size| memory.grown_to(session, op, size, Replaced::Retired))
+        session.enqueue(self.queue(), zero, call, |size| memory.grown_to(session, size, Replaced::Retired))
     }
 
     /// The checks of the with-indices and mask operators that the host path makes while staging:
     /// their device indices are INT32 on every SoC.
-    fn int32_plane(op: &'static str, g: &MaxPoolGeometry) -> Result<()> {
-        plane_limit(op, g.h, g.w, &DeviceLimits::default().with_max_plane(INT32_PLANE), "ascend")
+    fn int32_plane(g: &MaxPoolGeometry) -> Result<()> {
+        plane_limit(UNNAMED, g.h, g.w, &DeviceLimits::default().with_max_plane(INT32_PLANE), "ascend")
     }
 
     fn pool_forward(
         &self,
-        op: &'static str,
         argmax: PoolArgmax,
         g: &MaxPoolGeometry,
         args: [Arg; 3],
     ) -> Result<(AscendPrepared<ForwardBuffers<()>>, usize)> {
-        Self::int32_plane(op, g)?;
-        self.place(op, &args)?;
+        Self::int32_plane(g)?;
+        self.place(&args)?;
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
@@ -104,13 +101,12 @@ impl AscendStream<'_> {
 
     fn pool_backward(
         &self,
-        op: &'static str,
         argmax: PoolArgmax,
         g: &MaxPoolGeometry,
         args: [Arg; 4],
     ) -> Result<(AscendPrepared<BackwardBuffers<()>>, usize)> {
-        Self::int32_plane(op, g)?;
-        self.place(op, &args)?;
+        Self::int32_plane(g)?;
+        self.place(&args)?;
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
@@ -131,14 +127,13 @@ impl<'a, T: PoolFloat> Launch<AdaptiveMaxPool2d<'a, T, i64, Npu>> for AscendStre
         op: &AdaptiveMaxPool2d<'a, T, i64, Npu>,
         g: &AdaptiveGeometry,
     ) -> Result<(Self::Prepared, usize)> {
-        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-        self.device().check_support(OP, DeviceOp::AdaptiveForward, T::DTYPE)?;
+        self.device().check_support(DeviceOp::AdaptiveForward, T::DTYPE)?;
         let args = [
             Arg::input("input", &op.input),
             Arg::output("output", &op.output),
             Arg::output("indices", &op.indices),
         ];
-        self.place(OP, &args)?;
+        self.place(&args)?;
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
@@ -154,9 +149,8 @@ impl<'a, T: PoolFloat> Launch<AdaptiveMaxPool2d<'a, T, i64, Npu>> for AscendStre
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
-        self.queue_call(OP, memory, &[], b.call())?;
+        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
+        self.queue_call(memory, &[], b.call())?;
         op.indices.into_data().set_values(Values::Written { below: (g.h * g.w) as u64 });
         Ok(())
     }
@@ -170,19 +164,18 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         op: &AdaptiveMaxPool2dBackward<'a, T, I, Npu>,
         g: &AdaptiveGeometry,
     ) -> Result<(Self::Prepared, usize)> {
-        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
-        self.device().check_support(OP, DeviceOp::AdaptiveBackward, T::DTYPE)?;
+        self.device().check_support(DeviceOp::AdaptiveBackward, T::DTYPE)?;
         let args = [
             Arg::input("grad_output", &op.grad_output),
             Arg::input("self_", &op.self_),
             Arg::input("indices", &op.indices),
             Arg::output("grad_input", &op.grad_input),
         ];
-        self.place(OP, &args)?;
+        self.place(&args)?;
         op.indices
             .data()
             .values()
-            .check(OP, "indices", g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))?;
+            .check("indices", g.h * g.w, |e, v| g.index_error(UNNAMED, "indices", e, v))?;
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
@@ -198,9 +191,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
-        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
-        self.queue_call(OP, memory, &[], b.call())
+        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
+        self.queue_call(memory, &[], b.call())
     }
 }
 
@@ -214,15 +206,14 @@ impl<'a, T: PoolFloat> Launch<MaxPool2dWithIndices<'a, T, i32, Npu>> for AscendS
         op: &MaxPool2dWithIndices<'a, T, i32, Npu>,
         g: &MaxPoolGeometry,
     ) -> Result<(Self::Prepared, usize)> {
-        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-        self.device().check_support(OP, DeviceOp::WithIndicesForward, T::DTYPE)?;
-        self.device().check_params(OP, g)?;
+        self.device().check_support(DeviceOp::WithIndicesForward, T::DTYPE)?;
+        self.device().check_params(g)?;
         let args = [
             Arg::input("input", &op.input),
             Arg::output("output", &op.output),
             Arg::output("indices", &op.indices),
         ];
-        self.pool_forward(OP, PoolArgmax::Indices, g, args)
+        self.pool_forward(PoolArgmax::Indices, g, args)
     }
 
     fn launch(
@@ -232,9 +223,8 @@ impl<'a, T: PoolFloat> Launch<MaxPool2dWithIndices<'a, T, i32, Npu>> for AscendS
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::MAX_POOL2D_WITH_INDICES;
-        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
-        self.queue_call(OP, memory, &[], b.call())?;
+        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
+        self.queue_call(memory, &[], b.call())?;
         op.indices.into_data().set_values(Values::Written { below: (g.h * g.w) as u64 });
         Ok(())
     }
@@ -248,20 +238,19 @@ impl<'a, T: PoolFloat> Launch<MaxPool2dWithIndicesBackward<'a, T, i32, Npu>> for
         op: &MaxPool2dWithIndicesBackward<'a, T, i32, Npu>,
         g: &MaxPoolGeometry,
     ) -> Result<(Self::Prepared, usize)> {
-        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-        self.device().check_support(OP, DeviceOp::WithIndicesBackward, T::DTYPE)?;
-        self.device().check_params(OP, g)?;
+        self.device().check_support(DeviceOp::WithIndicesBackward, T::DTYPE)?;
+        self.device().check_params(g)?;
         op.indices
             .data()
             .values()
-            .check(OP, "indices", g.h * g.w, |e, v| g.index_error(OP, "indices", e, v))?;
+            .check("indices", g.h * g.w, |e, v| g.index_error(UNNAMED, "indices", e, v))?;
         let args = [
             Arg::input("grad_output", &op.grad_output),
             Arg::input("self_", &op.self_),
             Arg::input("indices", &op.indices),
             Arg::output("grad_input", &op.grad_input),
         ];
-        self.pool_backward(OP, PoolArgmax::Indices, g, args)
+        self.pool_backward(PoolArgmax::Indices, g, args)
     }
 
     fn launch(
@@ -271,9 +260,8 @@ impl<'a, T: PoolFloat> Launch<MaxPool2dWithIndicesBackward<'a, T, i32, Npu>> for
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
-        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
-        self.queue_call(OP, memory, &[], b.call())
+        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
+        self.queue_call(memory, &[], b.call())
     }
 }
 
@@ -285,16 +273,15 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L, Npu>> f
         op: &MaxPool2dWithMask<'a, T, L, Npu>,
         g: &MaxPoolGeometry,
     ) -> Result<(Self::Prepared, usize)> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK;
-        self.device().check_support(OP, DeviceOp::MaskForward, T::DTYPE)?;
-        self.device().check_params(OP, g)?;
-        self.device().check_layout::<L>(OP, g)?;
+        self.device().check_support(DeviceOp::MaskForward, T::DTYPE)?;
+        self.device().check_params(g)?;
+        self.device().check_layout::<L>(g)?;
         let args = [
             Arg::input("input", &op.input),
             Arg::output("output", &op.output),
             Arg::output("mask", &op.mask.bytes),
         ];
-        self.pool_forward(OP, PoolArgmax::Mask, g, args)
+        self.pool_forward(PoolArgmax::Mask, g, args)
     }
 
     fn launch(
@@ -304,12 +291,11 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L, Npu>> f
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK;
-        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
+        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
         let mask = op.mask.bytes.into_data();
         // The operator writes only part of the mask (the i32 prefix, or the bit-mask words): the
         // rest is zeroed first, on the stream, as the host path and the CPU backend leave it.
-        self.queue_call(OP, memory, &[(mask.addr(), mask.bytes())], b.call())?;
+        self.queue_call(memory, &[(mask.addr(), mask.bytes())], b.call())?;
         mask.set_values(if L::I32_VALUES {
             Values::Written { below: (g.h * g.w) as u64 }
         } else {
@@ -327,15 +313,14 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L,
         op: &MaxPool2dWithMaskBackward<'a, T, L, Npu>,
         g: &MaxPoolGeometry,
     ) -> Result<(Self::Prepared, usize)> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        self.device().check_support(OP, DeviceOp::MaskBackward, T::DTYPE)?;
-        self.device().check_params(OP, g)?;
-        self.device().check_layout::<L>(OP, g)?;
+        self.device().check_support(DeviceOp::MaskBackward, T::DTYPE)?;
+        self.device().check_params(g)?;
+        self.device().check_layout::<L>(g)?;
         if L::I32_VALUES {
             // As for indices: an I32Argmax value outside the plane would make the device write
             // outside grad_input. (A Bitmask bit only selects a window offset.)
             let values = op.mask.bytes.data().values();
-            values.check(OP, "mask", g.h * g.w, |e, v| g.index_error(OP, "mask", e, v))?;
+            values.check("mask", g.h * g.w, |e, v| g.index_error(UNNAMED, "mask", e, v))?;
         }
         let args = [
             Arg::input("grad_output", &op.grad_output),
@@ -343,7 +328,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L,
             Arg::input("mask", &op.mask.bytes),
             Arg::output("grad_input", &op.grad_input),
         ];
-        self.pool_backward(OP, PoolArgmax::Mask, g, args)
+        self.pool_backward(PoolArgmax::Mask, g, args)
     }
 
     fn launch(
@@ -353,8 +338,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L,
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        let Some(b) = self.device().device_work(OP, &prepared, memory)? else { return Ok(()) };
-        self.queue_call(OP, memory, &[], b.call())
+        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
+        self.queue_call(memory, &[], b.call())
     }
 }

@@ -9,7 +9,7 @@ use super::ffi::{Queue, RawStream};
 use super::{Ascend, AscendMemory, Graveyard};
 use crate::device::internal::DeviceImpl;
 use crate::device::{Device, DeviceLimits};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UNNAMED};
 use crate::plan::Workspace;
 
 /// A stream of an Ascend device: the device for plans whose tensors are in the NPU's memory
@@ -125,12 +125,12 @@ impl<'d> AscendStream<'d> {
 
     /// Refuses a workspace made for another stream (before any device call): operators of two
     /// streams may run at once, and must not share scratch memory.
-    pub(super) fn own_workspace(&self, op: &'static str, memory: &AscendMemory) -> Result<()> {
+    pub(super) fn own_workspace(&self, memory: &AscendMemory) -> Result<()> {
         if memory.queue == self.queue {
             return Ok(());
         }
         Err(Error::InvalidParameter {
-            op,
+            op: UNNAMED,
             arg: "workspace",
             expected: format!("a workspace made for this stream ({self:?})"),
             got: "a workspace made for another stream".to_string(),
@@ -138,12 +138,12 @@ impl<'d> AscendStream<'d> {
     }
 
     /// Refuses a tensor of another device (before any device call).
-    pub(super) fn placed(&self, op: &'static str, arg: &'static str, device_id: i32) -> Result<()> {
+    pub(super) fn placed(&self, arg: &'static str, device_id: i32) -> Result<()> {
         if device_id == self.device.device_id() {
             return Ok(());
         }
         Err(Error::InvalidParameter {
-            op,
+            op: UNNAMED,
             arg,
             expected: format!("a tensor on Ascend device {}, the stream's", self.device.device_id()),
             got: format!("a tensor on Ascend device {device_id}"),

@@ -16,7 +16,7 @@ use super::Ascend;
 use super::ffi::{DeviceAddr, DeviceBuffer, Session};
 use crate::alloc::{collect_exact, zeroed_vec};
 use crate::element::{DType, Element};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UNNAMED};
 use crate::tensor::{Memory, PoolDim, RANKS, TensorMut, TensorRef, memory};
 
 /// The memory of an Ascend device: the `M` of an operation descriptor whose tensors live on the
@@ -127,7 +127,6 @@ impl Values {
     /// error for a value read on the host.
     pub(crate) fn check(
         self,
-        op: &'static str,
         arg: &'static str,
         plane: usize,
         index_error: impl Fn(usize, i64) -> Error,
@@ -138,13 +137,13 @@ impl Values {
             Values::Written { below } | Values::Scanned { below, .. } if below <= plane => Ok(()),
             Values::Scanned { witness: (e, v), .. } => Err(index_error(e, v)),
             Values::Written { below } => Err(Error::InvalidParameter {
-                op,
+                op: UNNAMED,
                 arg,
                 expected: format!("device values in [0, {plane}), the H * W plane of `self_`"),
                 got: format!("values written by a pooling over planes of {below} elements"),
             }),
             Values::Unknown => Err(Error::InvalidParameter {
-                op,
+                op: UNNAMED,
                 arg,
                 expected: format!("device values known to lie in [0, {plane})"),
                 got: "a device tensor whose values poolgrad has not seen (not uploaded, zeroed or \
@@ -241,22 +240,26 @@ impl<E: Element> DeviceMut<'_, E> {
 }
 
 /// A 3-D `[C, H, W]` or 4-D `[N, C, H, W]` shape as 4-D, with its rank; another rank, or an
-/// element count (in bytes) past `isize::MAX`, is an error naming `arg` of `op`.
-fn device_shape<E: Element>(
-    op: &'static str,
-    arg: &'static str,
-    shape: &[usize],
-) -> Result<([usize; 4], usize)> {
+/// element count (in bytes) past `isize::MAX`, is an error naming `arg`.
+fn device_shape<E: Element>(arg: &'static str, shape: &[usize]) -> Result<([usize; 4], usize)> {
     let shape4 = match *shape {
         [c, h, w] => [1, c, h, w],
         [n, c, h, w] => [n, c, h, w],
-        _ => return Err(Error::Rank { op, arg, expected: RANKS, got: shape.len(), shape: shape.to_vec() }),
+        _ => {
+            return Err(Error::Rank {
+                op: UNNAMED,
+                arg,
+                expected: RANKS,
+                got: shape.len(),
+                shape: shape.to_vec(),
+            });
+        }
     };
     let bytes = shape4.iter().try_fold(size_of::<E>(), |a, &d| a.checked_mul(d));
     match bytes {
         Some(b) if b <= isize::MAX as usize => Ok((shape4, shape.len())),
         _ => Err(Error::Overflow {
-            op,
+            op: UNNAMED,
             arg,
             what: format!("the byte count of shape {shape:?} of {}", E::DTYPE),
         }),
@@ -265,16 +268,11 @@ fn device_shape<E: Element>(
 
 /// Checks a caller's device pointer and strides: non-null unless the tensor is empty, aligned to
 /// the element, strides of a contiguous row-major tensor (an axis of length 0 or 1 may have any).
-fn check_device_ptr<E: Element>(
-    op: &'static str,
-    ptr: *const c_void,
-    shape: &[usize],
-    strides: &[usize],
-) -> Result<()> {
+fn check_device_ptr<E: Element>(ptr: *const c_void, shape: &[usize], strides: &[usize]) -> Result<()> {
     let count: usize = shape.iter().product();
     if count > 0 && ptr.is_null() {
         return Err(Error::InvalidParameter {
-            op,
+            op: UNNAMED,
             arg: "ptr",
             expected: "device memory (a non-null address)".to_string(),
             got: "a null pointer".to_string(),
@@ -282,7 +280,7 @@ fn check_device_ptr<E: Element>(
     }
     if !(ptr as usize).is_multiple_of(align_of::<E>()) {
         return Err(Error::InvalidParameter {
-            op,
+            op: UNNAMED,
             arg: "ptr",
             expected: format!("an address aligned to {} bytes ({})", align_of::<E>(), E::DTYPE),
             got: format!("{ptr:p}"),
@@ -290,7 +288,7 @@ fn check_device_ptr<E: Element>(
     }
     if strides.len() != shape.len() {
         return Err(Error::Layout {
-            op,
+            op: UNNAMED,
             arg: "strides",
             reason: format!(
                 "has {} entries {strides:?}, expected one per dimension of shape {shape:?}",
@@ -302,7 +300,7 @@ fn check_device_ptr<E: Element>(
     for axis in (0..shape.len()).rev() {
         if shape[axis] > 1 && strides[axis] != expected {
             return Err(Error::Layout {
-                op,
+                op: UNNAMED,
                 arg: "strides",
                 reason: format!(
                     "{strides:?} with shape {shape:?} are not row-major contiguous (axis {axis} needs \
@@ -347,8 +345,9 @@ impl<'a, E: Element> TensorRef<'a, E, super::Npu> {
         strides: &[usize],
     ) -> Result<Self> {
         const OP: &str = "TensorRef::from_device_ptr";
-        let (shape4, ndim) = device_shape::<E>(OP, "shape", shape)?;
-        check_device_ptr::<E>(OP, ptr, shape, strides)?;
+        let (shape4, ndim) = device_shape::<E>("shape", shape)
+            .and_then(|dims| check_device_ptr::<E>(ptr, shape, strides).map(|()| dims))
+            .map_err(|e| e.named(OP))?;
         let data = DeviceRef {
             addr: DeviceAddr(ptr as usize),
             shape: shape4,
@@ -380,8 +379,9 @@ impl<'a, E: Element> TensorMut<'a, E, super::Npu> {
         strides: &[usize],
     ) -> Result<Self> {
         const OP: &str = "TensorMut::from_device_ptr";
-        let (shape4, ndim) = device_shape::<E>(OP, "shape", shape)?;
-        check_device_ptr::<E>(OP, ptr, shape, strides)?;
+        let (shape4, ndim) = device_shape::<E>("shape", shape)
+            .and_then(|dims| check_device_ptr::<E>(ptr, shape, strides).map(|()| dims))
+            .map_err(|e| e.named(OP))?;
         let data = DeviceMut {
             addr: DeviceAddr(ptr as usize),
             shape: shape4,
@@ -429,8 +429,8 @@ impl<E: Element> fmt::Debug for NpuTensor<E> {
 
 impl<E: Element> NpuTensor<E> {
     /// Device memory for `shape` on `device`, not yet written.
-    pub(super) fn alloc(device: &Ascend, op: &'static str, shape: &[usize], values: Values) -> Result<Self> {
-        let (shape4, ndim) = device_shape::<E>(op, "shape", shape)?;
+    pub(super) fn alloc(device: &Ascend, shape: &[usize], values: Values) -> Result<Self> {
+        let (shape4, ndim) = device_shape::<E>("shape", shape)?;
         let bytes = shape4.iter().product::<usize>() * size_of::<E>();
         let session = Arc::clone(&device.session);
         let buffer = if bytes == 0 { None } else { Some(session.alloc(bytes)?) };
@@ -444,7 +444,8 @@ impl<E: Element> NpuTensor<E> {
     /// [`Error::Rank`], [`Error::Overflow`], and [`AscendError::Cann`](crate::AscendError::Cann)
     /// if the memory cannot be had.
     pub fn zeros(device: &Ascend, shape: &[usize]) -> Result<Self> {
-        let t = Self::alloc(device, "NpuTensor::zeros", shape, Values::Written { below: 1 })?;
+        let t = Self::alloc(device, shape, Values::Written { below: 1 })
+            .map_err(|e| e.named("NpuTensor::zeros"))?;
         if let Some(b) = &t.buffer {
             t.session.zero(b)?;
         }
@@ -472,7 +473,7 @@ impl<E: Element> NpuTensor<E> {
                 &owned
             }
         };
-        let t = Self::alloc(device, OP, array.shape(), Values::scan(host))?;
+        let t = Self::alloc(device, array.shape(), Values::scan(host)).map_err(|e| e.named(OP))?;
         if let Some(b) = &t.buffer {
             t.session.copy_in(b, bytemuck::cast_slice(host))?;
         }
