@@ -10,7 +10,8 @@
 
 use core::ops::Range;
 
-use super::layout::{MaskBytes, MaskLayout, internal::LayoutImpl};
+use super::layout::internal::{LayoutImpl, Run, Visitor};
+use super::layout::{MaskBytes, MaskLayout};
 use crate::element::sealed::Sealed;
 use crate::error::{Error, Result, UNNAMED};
 use crate::index::ArgmaxIndex;
@@ -53,13 +54,11 @@ impl LayoutImpl for Bitmask {
 
     /// Each index must lie in its window (the error is [`Error::IndexNotInWindow`]).
     fn encode_in_order<I: ArgmaxIndex>(
-        arg: &'static str,
-        g: &MaxPoolGeometry,
-        first: usize,
-        base: usize,
+        run: Run<'_>,
         values: impl Iterator<Item = I>,
         out: &mut [i8],
     ) -> Result<()> {
+        let Run { g, arg, first, base } = run;
         let plane = g.h * g.w;
         let (positions, wo) = (g.positions().max(1), g.wo.max(1));
         let [kh, kw] = g.params.kernel();
@@ -68,13 +67,7 @@ impl LayoutImpl for Bitmask {
         let (mut plane_index, mut p) = (first / positions, first % positions);
         for (e, v) in (first..).zip(values) {
             let (oh, ow) = (p / wo, p % wo);
-            let flat = v.flat_in(plane).ok_or_else(|| Error::IndexOutOfRange {
-                op: UNNAMED,
-                arg,
-                position: g.pooled_position(e),
-                value: v.to_i64(),
-                plane,
-            })?;
+            let flat = v.flat_in(plane).ok_or_else(|| g.index_error(UNNAMED, arg, e, v.to_i64()))?;
             let (ih, iw) = (flat / g.w, flat % g.w);
             // The window offset, if the index lies in its window (rows and columns counted
             // from the window's origin `o·s - pad`).
@@ -102,30 +95,18 @@ impl LayoutImpl for Bitmask {
 
     /// Position by position when every index is in its window; otherwise in row-major order, so
     /// that the first index that is not is the error.
-    fn encode_part<I: ArgmaxIndex>(
-        arg: &'static str,
-        g: &MaxPoolGeometry,
-        first: usize,
-        base: usize,
-        indices: &[I],
-        out: &mut [i8],
-    ) -> Result<()> {
+    fn encode_part<I: ArgmaxIndex>(run: Run<'_>, indices: &[I], out: &mut [i8]) -> Result<()> {
         out.fill(0);
-        if encode_by_position(g, indices, out) {
+        if encode_by_position(run.g, indices, out) {
             return Ok(());
         }
         out.fill(0);
-        Self::encode_in_order(arg, g, first, base, indices.iter().copied(), out)
+        Self::encode_in_order(run, indices.iter().copied(), out)
     }
 
     /// Errors: a position whose channel has no bit, several bits, or a bit that points into
     /// padding.
-    fn decode<I: ArgmaxIndex>(
-        arg: &'static str,
-        g: &MaxPoolGeometry,
-        bytes: &MaskBytes<'_>,
-        out: &mut [I],
-    ) -> Result<()> {
+    fn decode<I: ArgmaxIndex>(g: &MaxPoolGeometry, bytes: &MaskBytes<'_>, out: &mut [I]) -> Result<()> {
         let p_count = g.positions();
         for (e, dst) in out.iter_mut().enumerate() {
             let (plane_index, p) = (e / p_count, e % p_count);
@@ -135,7 +116,7 @@ impl LayoutImpl for Bitmask {
                 (0..g.offsets()).filter(|&k| bytes.word(word_offset(g, n, c / 16, k, p)) & bit != 0);
             let content = |reason: String| Error::MaskContent {
                 op: UNNAMED,
-                arg,
+                arg: "mask",
                 position: g.pooled_position(e),
                 reason,
             };
@@ -157,11 +138,7 @@ impl LayoutImpl for Bitmask {
 
     /// One pair per set bit (so possibly none or several per element), skipping bits that point
     /// into padding and bits of channels past `C`. Never an error.
-    fn visit_selected(
-        g: &MaxPoolGeometry,
-        bytes: &MaskBytes<'_>,
-        f: &mut dyn FnMut(usize, usize),
-    ) -> Result<()> {
+    fn visit_selected(g: &MaxPoolGeometry, bytes: &MaskBytes<'_>, f: Visitor<'_>) -> Result<()> {
         let (positions, row_bytes) = (g.positions(), word_offset(g, 0, 0, 1, 0));
         for plane_index in 0..g.planes() {
             let (n, c) = (plane_index / g.c, plane_index % g.c);
@@ -719,7 +696,7 @@ mod tests {
     fn exactly_encoded(g: &MaxPoolGeometry, indices: &[i64]) -> Option<Vec<i8>> {
         let mut out = vec![0i8; g.bytes().unwrap()];
         let values = indices.iter().copied();
-        Bitmask::encode_in_order("mask", g, 0, 0, values, &mut out).ok().map(|()| out)
+        Bitmask::encode_in_order(Run::whole(g, "mask"), values, &mut out).ok().map(|()| out)
     }
 
     /// [`encode_by_position`] into a zeroed mask: the bytes, or `None` where it refuses.

@@ -7,6 +7,7 @@ use core::marker::PhantomData;
 use core::ops::{Range, RangeFrom};
 
 use super::layout::MaskLayout;
+use super::layout::internal::Run;
 use crate::error::Result;
 use crate::index::ArgmaxIndex;
 use crate::shape::MaxPoolGeometry;
@@ -101,7 +102,7 @@ impl<L: MaskLayout> EncodeParts<L> {
         out: &mut [i8],
     ) -> Result<()> {
         let (first, base) = (self.indices(part).start, self.bytes(part).start);
-        L::encode_part(arg, &self.g, first, base, indices, out)
+        L::encode_part(Run { g: &self.g, arg, first, base }, indices, out)
     }
 
     /// Zeroes the bytes of `out` after the last part and returns those before them, which the

@@ -6,7 +6,8 @@ use core::ops::Range;
 
 use ndarray::ArrayView4;
 
-use super::layout::{MaskBytes, MaskLayout, internal::LayoutImpl};
+use super::layout::internal::{LayoutImpl, Run, Visitor};
+use super::layout::{MaskBytes, MaskLayout};
 use crate::element::sealed::Sealed;
 use crate::error::{Error, Result, UNNAMED};
 use crate::index::ArgmaxIndex;
@@ -73,22 +74,14 @@ impl LayoutImpl for I32Argmax {
     }
 
     fn encode_in_order<I: ArgmaxIndex>(
-        arg: &'static str,
-        g: &MaxPoolGeometry,
-        first: usize,
-        _base: usize,
+        run: Run<'_>,
         values: impl Iterator<Item = I>,
         out: &mut [i8],
     ) -> Result<()> {
+        let Run { g, arg, first, .. } = run;
         let plane = g.h * g.w;
         for ((e, v), dst) in (first..).zip(values).zip(out.chunks_exact_mut(4)) {
-            let flat = v.flat_in(plane).ok_or_else(|| Error::IndexOutOfRange {
-                op: UNNAMED,
-                arg,
-                position: g.pooled_position(e),
-                value: v.to_i64(),
-                plane,
-            })?;
+            let flat = v.flat_in(plane).ok_or_else(|| g.index_error(UNNAMED, arg, e, v.to_i64()))?;
             for (d, b) in dst.iter_mut().zip((flat as i32).to_le_bytes()) {
                 *d = b as i8;
             }
@@ -97,31 +90,18 @@ impl LayoutImpl for I32Argmax {
     }
 
     /// Errors: a value outside the plane.
-    fn decode<I: ArgmaxIndex>(
-        arg: &'static str,
-        g: &MaxPoolGeometry,
-        bytes: &MaskBytes<'_>,
-        out: &mut [I],
-    ) -> Result<()> {
+    fn decode<I: ArgmaxIndex>(g: &MaxPoolGeometry, bytes: &MaskBytes<'_>, out: &mut [I]) -> Result<()> {
         for (e, dst) in out.iter_mut().enumerate() {
             let v = bytes.value(e);
-            *dst = flat_value(g, v).and_then(I::try_from_flat).ok_or_else(|| Error::IndexOutOfRange {
-                op: UNNAMED,
-                arg,
-                position: g.pooled_position(e),
-                value: v.into(),
-                plane: g.h * g.w,
-            })?;
+            *dst = flat_value(g, v)
+                .and_then(I::try_from_flat)
+                .ok_or_else(|| g.index_error(UNNAMED, "mask", e, v.into()))?;
         }
         Ok(())
     }
 
     /// One position per output element; the first value outside the plane is the error.
-    fn visit_selected(
-        g: &MaxPoolGeometry,
-        bytes: &MaskBytes<'_>,
-        f: &mut dyn FnMut(usize, usize),
-    ) -> Result<()> {
+    fn visit_selected(g: &MaxPoolGeometry, bytes: &MaskBytes<'_>, f: Visitor<'_>) -> Result<()> {
         for e in 0..g.planes() * g.positions() {
             let v = bytes.value(e);
             let flat = flat_value(g, v).ok_or_else(|| g.index_error(UNNAMED, "mask", e, v.into()))?;

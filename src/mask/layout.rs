@@ -23,6 +23,28 @@ pub(crate) mod internal {
     use crate::index::ArgmaxIndex;
     use crate::shape::MaxPoolGeometry;
 
+    /// Where a run of indices is encoded: the pooling, the argument the indices came from
+    /// (named in errors), the element (row-major) of the run's first index, and the byte of the
+    /// mask where the run's bytes start.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Run<'g> {
+        pub g: &'g MaxPoolGeometry,
+        pub arg: &'static str,
+        pub first: usize,
+        pub base: usize,
+    }
+
+    impl<'g> Run<'g> {
+        /// A run over every index of the pooling, from element 0 and byte 0.
+        pub fn whole(g: &'g MaxPoolGeometry, arg: &'static str) -> Self {
+            Run { g, arg, first: 0, base: 0 }
+        }
+    }
+
+    /// What [`LayoutImpl::visit_selected`] calls with each (output element, input position)
+    /// pair a mask selects.
+    pub type Visitor<'f> = &'f mut dyn FnMut(usize, usize);
+
     /// A layout's behaviour: the code of [`MaskLayout`](super::MaskLayout) that the operations
     /// and devices call. Not part of the public API.
     ///
@@ -53,54 +75,33 @@ pub(crate) mod internal {
         /// The bytes (in the mask) of part `part`; each part's follow the previous part's.
         fn part_bytes(g: &MaxPoolGeometry, values: usize, part: usize) -> Range<usize>;
 
-        /// Encodes `values`, the indices of the pooled output from element `first` on in
-        /// row-major order, into `out`, the mask's bytes from byte `base` on, which must start
-        /// zeroed. Reads each index once, in order (so any strided or broadcast source works
-        /// without a copy), and stops at the first one the layout cannot hold (outside its
-        /// plane, or a place the layout has no room for).
-        #[allow(clippy::too_many_arguments)]
+        /// Encodes `values`, the indices of the pooled output from element `run.first` on in
+        /// row-major order, into `out`, the mask's bytes from byte `run.base` on, which must
+        /// start zeroed. Reads each index once, in order (so any strided or broadcast source
+        /// works without a copy), and stops at the first one the layout cannot hold (outside
+        /// its plane, or a place the layout has no room for).
         fn encode_in_order<I: ArgmaxIndex>(
-            arg: &'static str,
-            g: &MaxPoolGeometry,
-            first: usize,
-            base: usize,
+            run: Run<'_>,
             values: impl Iterator<Item = I>,
             out: &mut [i8],
         ) -> Result<()>;
 
-        /// Encodes one part: `indices` (elements from `first` on) into `out`, the part's bytes
-        /// (from byte `base` of the mask), which it fills entirely (zeros where nothing goes).
-        /// The first index the layout cannot hold (row-major) is the error.
-        #[allow(clippy::too_many_arguments)]
-        fn encode_part<I: ArgmaxIndex>(
-            arg: &'static str,
-            g: &MaxPoolGeometry,
-            first: usize,
-            base: usize,
-            indices: &[I],
-            out: &mut [i8],
-        ) -> Result<()> {
+        /// Encodes one part: `indices` (elements from `run.first` on) into `out`, the part's
+        /// bytes (from byte `run.base` of the mask), which it fills entirely (zeros where
+        /// nothing goes). The first index the layout cannot hold (row-major) is the error.
+        fn encode_part<I: ArgmaxIndex>(run: Run<'_>, indices: &[I], out: &mut [i8]) -> Result<()> {
             out.fill(0);
-            Self::encode_in_order(arg, g, first, base, indices.iter().copied(), out)
+            Self::encode_in_order(run, indices.iter().copied(), out)
         }
 
         /// Reads the flat arg-max index of every output position (`out.len()` of them) from
         /// the mask `bytes`. The errors name the first position whose bytes do not select
         /// exactly one position of its plane.
-        fn decode<I: ArgmaxIndex>(
-            arg: &'static str,
-            g: &MaxPoolGeometry,
-            bytes: &MaskBytes<'_>,
-            out: &mut [I],
-        ) -> Result<()>;
+        fn decode<I: ArgmaxIndex>(g: &MaxPoolGeometry, bytes: &MaskBytes<'_>, out: &mut [I]) -> Result<()>;
 
         /// Calls `f(element, flat)` for every (output element, input position) pair the mask
         /// selects, in row-major output order (what a backward sums over).
-        fn visit_selected(
-            g: &MaxPoolGeometry,
-            bytes: &MaskBytes<'_>,
-            f: &mut dyn FnMut(usize, usize),
-        ) -> Result<()>;
+        fn visit_selected(g: &MaxPoolGeometry, bytes: &MaskBytes<'_>, f: Visitor<'_>) -> Result<()>;
     }
 }
 

@@ -28,7 +28,7 @@ pub use i32_argmax::I32Argmax;
 pub(crate) use i32_argmax::{i32_in_place, i32_prefix, i32_prefix_mut, read_i32_prefix};
 pub(crate) use layout::MaskBytes;
 pub use layout::MaskLayout;
-pub(crate) use layout::internal::LayoutImpl;
+pub(crate) use layout::internal::{LayoutImpl, Run};
 
 /// A read-only view of a mask in layout `L`, for the two-phase API.
 #[derive(Debug)]
@@ -184,7 +184,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
             Some(flat) => encode::<L, _>("indices", &geometry, flat, &mut data),
             // Strided or broadcast indices: read in place, in row-major order (the mask is
             // zeroed, as the in-order encoder needs).
-            None => L::encode_in_order("indices", &geometry, 0, 0, indices.iter().copied(), &mut data),
+            None => L::encode_in_order(Run::whole(&geometry, "indices"), indices.iter().copied(), &mut data),
         }
         .map_err(|e| e.named(OP))?;
         let data = into_array(OP, "mask", data, &geometry.dims())?;
@@ -202,7 +202,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         let g = &self.geometry;
         let count = g.planes() * g.positions();
         let mut out = crate::alloc::zeroed_vec::<I>(OP, "indices", count)?;
-        L::decode("mask", g, &MaskBytes::of(&self.data), &mut out).map_err(|e| e.named(OP))?;
+        L::decode(g, &MaskBytes::of(&self.data), &mut out).map_err(|e| e.named(OP))?;
         into_array(OP, "indices", out, &g.pooled_dims())
     }
 
@@ -304,7 +304,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         let g = &self.geometry;
         L2::check(g).map_err(|e| e.named(OP))?;
         let mut indices = crate::alloc::zeroed_vec::<i64>(OP, "mask", g.planes() * g.positions())?;
-        L::decode("mask", g, &MaskBytes::of(&self.data), &mut indices).map_err(|e| e.named(OP))?;
+        L::decode(g, &MaskBytes::of(&self.data), &mut indices).map_err(|e| e.named(OP))?;
         let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", g.bytes().unwrap_or(0))?;
         encode::<L2, _>("mask", g, &indices, &mut data).map_err(|e| e.named(OP))?;
         let data = into_array(OP, "mask", data, &g.dims())?;

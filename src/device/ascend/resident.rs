@@ -76,6 +76,31 @@ impl AscendStream<'_> {
         session.enqueue(self.queue(), zero, call, |size| memory.grown_to(session, size, Replaced::Retired))
     }
 
+    /// Queues the forward with indices phase 1 staged (nothing for an empty batch), after which
+    /// `indices` hold values below `plane`.
+    fn queue_indexed_forward<E: Element>(
+        &self,
+        prepared: &AscendPrepared<ForwardBuffers<()>>,
+        memory: &mut AscendMemory,
+        indices: TensorMut<'_, E, Npu>,
+        plane: usize,
+    ) -> Result<()> {
+        let Some(b) = self.device().device_work(prepared, memory)? else { return Ok(()) };
+        self.queue_call(memory, &[], b.call())?;
+        indices.into_data().set_values(Values::Written { below: plane as u64 });
+        Ok(())
+    }
+
+    /// Queues the backward phase 1 staged (nothing for an empty batch).
+    fn queue_backward(
+        &self,
+        prepared: &AscendPrepared<BackwardBuffers<()>>,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        let Some(b) = self.device().device_work(prepared, memory)? else { return Ok(()) };
+        self.queue_call(memory, &[], b.call())
+    }
+
     /// The checks of the with-indices and mask operators that the host path makes while staging:
     /// their device indices are INT32 on every SoC.
     fn int32_plane(g: &MaxPoolGeometry) -> Result<()> {
@@ -149,10 +174,7 @@ impl<'a, T: PoolFloat> Launch<AdaptiveMaxPool2d<'a, T, i64, Npu>> for AscendStre
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
-        self.queue_call(memory, &[], b.call())?;
-        op.indices.into_data().set_values(Values::Written { below: (g.h * g.w) as u64 });
-        Ok(())
+        self.queue_indexed_forward(&prepared, memory, op.indices, g.h * g.w)
     }
 }
 
@@ -191,8 +213,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
-        self.queue_call(memory, &[], b.call())
+        self.queue_backward(&prepared, memory)
     }
 }
 
@@ -223,10 +244,7 @@ impl<'a, T: PoolFloat> Launch<MaxPool2dWithIndices<'a, T, i32, Npu>> for AscendS
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
-        self.queue_call(memory, &[], b.call())?;
-        op.indices.into_data().set_values(Values::Written { below: (g.h * g.w) as u64 });
-        Ok(())
+        self.queue_indexed_forward(&prepared, memory, op.indices, g.h * g.w)
     }
 }
 
@@ -260,8 +278,7 @@ impl<'a, T: PoolFloat> Launch<MaxPool2dWithIndicesBackward<'a, T, i32, Npu>> for
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
-        self.queue_call(memory, &[], b.call())
+        self.queue_backward(&prepared, memory)
     }
 }
 
@@ -338,7 +355,6 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L,
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
-        self.queue_call(memory, &[], b.call())
+        self.queue_backward(&prepared, memory)
     }
 }
