@@ -7,13 +7,12 @@
 use core::fmt;
 
 use crate::element::PoolFloat;
-use crate::error::{DeviceLimitKind, Error, Result};
-use crate::geometry::adaptive_is_divisible;
+use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
 use crate::mask::{MaskLayout, MaskMut, MaskRef};
 use crate::params::MaxPool2dParams;
 use crate::tensor::{Host, Memory, TensorMut, TensorRef};
-use crate::validate::{self, DeviceLimits};
+use crate::validate;
 
 /// The name of each operation, as errors give it: the free function a user calls, which is
 /// also the operation's [`NAME`](internal::OperationImpl::NAME). Every error an operation
@@ -30,6 +29,17 @@ pub(crate) mod name {
 pub(crate) mod internal {
     use super::*;
 
+    /// What an operation demands of a device, checked against its limits
+    /// ([`DeviceLimits`](crate::device::DeviceLimits)) before any device call. Not part of the public API.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Demands {
+        /// The input plane `[H, W]`.
+        pub plane: [usize; 2],
+        /// The pooled plane `[Ho, Wo]` of an adaptive backward, whose non-divisible planes have a
+        /// limit of their own; `None` for every other operation.
+        pub adaptive_backward: Option<[usize; 2]>,
+    }
+
     /// Phase-1 checks of an operation. Not part of the public API.
     pub trait OperationImpl {
         /// Name used in errors, e.g. `"adaptive_max_pool2d_backward"`.
@@ -38,9 +48,8 @@ pub(crate) mod internal {
         type Geometry: fmt::Debug + Clone + Send + Sync;
         /// Device-independent checks that read no tensor data: ranks, shapes, parameters.
         fn validate(&self) -> Result<Self::Geometry>;
-        /// Checks against one device's limits.
-        fn check_limits(geometry: &Self::Geometry, limits: &DeviceLimits, device: &'static str)
-        -> Result<()>;
+        /// What the operation demands of a device, for its limits.
+        fn demands(geometry: &Self::Geometry) -> Demands;
     }
 }
 
@@ -49,29 +58,7 @@ pub(crate) mod internal {
 pub trait Operation: internal::OperationImpl {}
 
 pub use crate::shape::{AdaptiveGeometry, MaxPoolGeometry};
-
-fn adaptive_limits(
-    op: &'static str,
-    g: &AdaptiveGeometry,
-    limits: &DeviceLimits,
-    device: &'static str,
-) -> Result<()> {
-    let plane = g.h * g.w;
-    plane_limit(op, g.h, g.w, limits, device)?;
-    if let Some(max) = limits.max_non_divisible_adaptive_plane
-        && plane > max
-        && !adaptive_is_divisible([g.h, g.w], [g.ho, g.wo])
-    {
-        return Err(Error::DeviceLimit {
-            device,
-            op,
-            about: DeviceLimitKind::PlaneSize,
-            limit: format!("at most {max} when H % Ho != 0 or W % Wo != 0"),
-            got: format!("{plane} ({}x{} pooled to {}x{})", g.h, g.w, g.ho, g.wo),
-        });
-    }
-    Ok(())
-}
+use internal::Demands;
 
 /// Adaptive 2-D max pooling (forward): `output` and arg-max `indices` of `input` pooled to
 /// `output_size`.
@@ -114,9 +101,9 @@ impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl for Adapti
         Ok(g)
     }
 
-    fn check_limits(g: &AdaptiveGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
+    fn demands(g: &AdaptiveGeometry) -> Demands {
         // The 2^24 non-divisible limit is documented for the backward only.
-        plane_limit(Self::NAME, g.h, g.w, limits, device)
+        Demands { plane: [g.h, g.w], adaptive_backward: None }
     }
 }
 impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for AdaptiveMaxPool2d<'_, T, I, M> {}
@@ -182,8 +169,8 @@ impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl
         Ok(g)
     }
 
-    fn check_limits(g: &AdaptiveGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
-        adaptive_limits(Self::NAME, g, limits, device)
+    fn demands(g: &AdaptiveGeometry) -> Demands {
+        Demands { plane: [g.h, g.w], adaptive_backward: Some([g.ho, g.wo]) }
     }
 }
 impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for AdaptiveMaxPool2dBackward<'_, T, I, M> {}
@@ -213,26 +200,6 @@ pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
     validate::input_shape(OP, "indices", indices, &g.pooled_dims())?;
     validate::plane_size(OP, "self_", h, w)?;
     Ok(g)
-}
-
-/// Refuses a plane `h * w` above `limits.max_plane` on `device` (`DeviceLimitKind::PlaneSize`).
-pub(crate) fn plane_limit(
-    op: &'static str,
-    h: usize,
-    w: usize,
-    limits: &DeviceLimits,
-    device: &'static str,
-) -> Result<()> {
-    match limits.max_plane {
-        Some(max) if h * w > max => Err(Error::DeviceLimit {
-            device,
-            op,
-            about: DeviceLimitKind::PlaneSize,
-            limit: format!("at most {max}"),
-            got: (h * w).to_string(),
-        }),
-        _ => Ok(()),
-    }
 }
 
 /// 2-D max pooling with PyTorch-style flat indices (`max_pool2d_with_indices`), any dilation.
@@ -275,8 +242,8 @@ impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl for MaxPoo
         Ok(g)
     }
 
-    fn check_limits(g: &MaxPoolGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
-        plane_limit(Self::NAME, g.h, g.w, limits, device)
+    fn demands(g: &MaxPoolGeometry) -> Demands {
+        Demands { plane: [g.h, g.w], adaptive_backward: None }
     }
 }
 impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for MaxPool2dWithIndices<'_, T, I, M> {}
@@ -322,8 +289,8 @@ impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl
         Ok(g)
     }
 
-    fn check_limits(g: &MaxPoolGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
-        plane_limit(Self::NAME, g.h, g.w, limits, device)
+    fn demands(g: &MaxPoolGeometry) -> Demands {
+        Demands { plane: [g.h, g.w], adaptive_backward: None }
     }
 }
 impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for MaxPool2dWithIndicesBackward<'_, T, I, M> {}
@@ -407,8 +374,8 @@ impl<T: PoolFloat, L: MaskLayout, M: Memory> internal::OperationImpl for MaxPool
         Ok(g)
     }
 
-    fn check_limits(g: &MaxPoolGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
-        plane_limit(Self::NAME, g.h, g.w, limits, device)
+    fn demands(g: &MaxPoolGeometry) -> Demands {
+        Demands { plane: [g.h, g.w], adaptive_backward: None }
     }
 }
 impl<T: PoolFloat, L: MaskLayout, M: Memory> Operation for MaxPool2dWithMask<'_, T, L, M> {}
@@ -458,8 +425,8 @@ impl<T: PoolFloat, L: MaskLayout, M: Memory> internal::OperationImpl
         Ok(g)
     }
 
-    fn check_limits(g: &MaxPoolGeometry, limits: &DeviceLimits, device: &'static str) -> Result<()> {
-        plane_limit(Self::NAME, g.h, g.w, limits, device)
+    fn demands(g: &MaxPoolGeometry) -> Demands {
+        Demands { plane: [g.h, g.w], adaptive_backward: None }
     }
 }
 impl<T: PoolFloat, L: MaskLayout, M: Memory> Operation for MaxPool2dWithMaskBackward<'_, T, L, M> {}
@@ -478,43 +445,4 @@ pub(crate) fn mask_backward_shapes<T: PoolFloat, L: MaskLayout, M: Memory>(
     L::check(&g).map_err(|e| e.named(OP))?;
     validate::input_shape(OP, "mask", &mask.bytes, &g.dims())?;
     Ok(g)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use internal::OperationImpl;
-
-    type Bwd<'a> = AdaptiveMaxPool2dBackward<'a, f32, i64>;
-
-    fn geometry(h: usize, w: usize, ho: usize, wo: usize) -> AdaptiveGeometry {
-        AdaptiveGeometry { n: 1, c: 1, h, w, ho, wo, ndim: 4 }
-    }
-
-    #[test]
-    fn device_limits_are_enforced() {
-        let limits = DeviceLimits::default().with_max_non_divisible_adaptive_plane(1 << 24);
-        // Divisible: no limit applies.
-        assert!(Bwd::check_limits(&geometry(8192, 8192, 4096, 4096), &limits, "npu").is_ok());
-        // Non-divisible and larger than 2^24.
-        let e = Bwd::check_limits(&geometry(4097, 4097, 7, 7), &limits, "npu").unwrap_err();
-        assert!(
-            matches!(&e, Error::DeviceLimit { device: "npu", about: DeviceLimitKind::PlaneSize, .. }),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains("16785409"), "{e}");
-        // Non-divisible but small.
-        assert!(Bwd::check_limits(&geometry(30, 30, 7, 7), &limits, "npu").is_ok());
-        // The forward has no such limit (CANN documents it for the backward only).
-        type Fwd<'a> = AdaptiveMaxPool2d<'a, f32, i64>;
-        assert!(Fwd::check_limits(&geometry(4097, 4097, 7, 7), &limits, "npu").is_ok());
-
-        let limits = DeviceLimits::default().with_max_plane(100);
-        let e = Bwd::check_limits(&geometry(10, 11, 2, 2), &limits, "npu").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "adaptive_max_pool2d_backward on npu: H * W is 110, but the device supports at most 100"
-        );
-        assert!(Bwd::check_limits(&geometry(10, 10, 2, 2), &limits, "npu").is_ok());
-    }
 }

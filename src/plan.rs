@@ -68,9 +68,12 @@ impl<'d, D: Runs<O>, O: Operation> Plan<'d, D, O> {
     /// its outputs were allocated to the shapes `geometry` gives (the free functions'
     /// allocating forms), so `validate` would find nothing; only the device is asked.
     pub(crate) fn checked(device: &'d D, op: O, geometry: O::Geometry) -> Result<Self> {
-        O::check_limits(&geometry, &device.limits(), device.name())?;
         // The device's errors are named here, once, for the operation the caller asked for.
-        let (prepared, workspace_size) = device.prepare(&op, &geometry).map_err(|e| e.named(O::NAME))?;
+        let phase_1 = || {
+            device.limits().check(&O::demands(&geometry), device.name())?;
+            device.prepare(&op, &geometry)
+        };
+        let (prepared, workspace_size) = phase_1().map_err(|e| e.named(O::NAME))?;
         Ok(Self { device, op, geometry, prepared, workspace_size })
     }
 

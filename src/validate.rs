@@ -1,6 +1,5 @@
-//! Checks shared by every operation's phase 1, each returning a structured [`Error`], and the
-//! device limits they check against ([`DeviceLimits`]). The sizes they establish are in
-//! [`shape`](crate::shape).
+//! Checks shared by every operation's phase 1, each returning a structured [`Error`]. The sizes
+//! they establish are in [`shape`](crate::shape).
 
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -114,43 +113,6 @@ pub(crate) fn index_error(
     plane: usize,
 ) -> Error {
     Error::IndexOutOfRange { op, arg, position: position(e, pooled, ndim), value, plane }
-}
-
-/// Per-device limits, checked by [`Plan::new`](crate::Plan::new) before any device call. `None`
-/// means no limit.
-///
-/// ```
-/// use poolgrad::device::{Device, cpu::Cpu};
-/// let limits = Cpu::sequential().limits();
-/// assert_eq!(limits.max_plane, None);
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DeviceLimits {
-    /// Largest plane `H * W` of any pooling input.
-    pub max_plane: Option<usize>,
-    /// Largest plane `H * W` of an adaptive pooling backward whose windows are not all equal
-    /// (`H % Ho != 0` or `W % Wo != 0`). CANN's AdaptiveMaxPool2dBackward documents 2^24; the
-    /// forward has no such limit.
-    pub max_non_divisible_adaptive_plane: Option<usize>,
-}
-
-/// Built by the devices only (`Default` is no limit, as on the CPU).
-#[cfg(any(test, feature = "ascend"))]
-impl DeviceLimits {
-    /// These limits with a largest plane `H * W`.
-    #[must_use]
-    pub(crate) fn with_max_plane(mut self, max: usize) -> Self {
-        self.max_plane = Some(max);
-        self
-    }
-
-    /// These limits with a largest non-divisible adaptive plane.
-    #[must_use]
-    pub(crate) fn with_max_non_divisible_adaptive_plane(mut self, max: usize) -> Self {
-        self.max_non_divisible_adaptive_plane = Some(max);
-        self
-    }
 }
 
 /// The checks of max-pooling parameters, used by every operation that takes them (phase 1).

@@ -11,7 +11,8 @@ use core::fmt;
 
 use crate::error::Result;
 use crate::op::Operation;
-pub use crate::validate::DeviceLimits;
+mod limits;
+pub use limits::DeviceLimits;
 
 #[cfg(feature = "ascend")]
 pub mod ascend;

@@ -19,7 +19,6 @@ use crate::element::{DType, Element, PoolFloat};
 use crate::error::{DeviceLimitKind, Error, Result, UNNAMED};
 use crate::index::{ArgmaxIndex, repr::IndexRepr};
 use crate::mask::{MaskLayout, i32_prefix, read_i32_prefix};
-use crate::op::plane_limit;
 use crate::op::{
     AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
     MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry,
@@ -458,7 +457,7 @@ impl Ascend {
         // The with-indices and mask operators' indices are INT32 on every SoC (the 950's
         // `limits` leave the plane open for the adaptive operators only).
         let int32 = DeviceLimits::default().with_max_plane(INT32_PLANE);
-        plane_limit(UNNAMED, g.h, g.w, &int32, "ascend")?;
+        int32.check_plane(g.h, g.w, "ascend")?;
         let (input, pooled, mask) = pool_dims(g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
         let (x, out) = (Spec::new("input", input, dtype), Spec::new("output", pooled, dtype));
@@ -484,7 +483,7 @@ impl Ascend {
         // The with-indices and mask operators' indices are INT32 on every SoC (the 950's
         // `limits` leave the plane open for the adaptive operators only).
         let int32 = DeviceLimits::default().with_max_plane(INT32_PLANE);
-        plane_limit(UNNAMED, g.h, g.w, &int32, "ascend")?;
+        int32.check_plane(g.h, g.w, "ascend")?;
         let (input, pooled, mask) = pool_dims(g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
         let (go, x) = (Spec::new("grad_output", pooled, dtype), Spec::new("self_", input, dtype));

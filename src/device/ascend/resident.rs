@@ -16,7 +16,6 @@ use crate::element::{DType, Element, PoolFloat};
 use crate::error::{Result, UNNAMED};
 use crate::index::ArgmaxIndex;
 use crate::mask::MaskLayout;
-use crate::op::plane_limit;
 use crate::op::{
     AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
     MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry,
@@ -104,7 +103,7 @@ impl AscendStream<'_> {
     /// The checks of the with-indices and mask operators that the host path makes while staging:
     /// their device indices are INT32 on every SoC.
     fn int32_plane(g: &MaxPoolGeometry) -> Result<()> {
-        plane_limit(UNNAMED, g.h, g.w, &DeviceLimits::default().with_max_plane(INT32_PLANE), "ascend")
+        DeviceLimits::default().with_max_plane(INT32_PLANE).check_plane(g.h, g.w, "ascend")
     }
 
     fn pool_forward(
