@@ -153,3 +153,26 @@ pub(crate) fn read_i32_prefix(view: ArrayView4<'_, i8>, out: &mut [i32]) {
         *v = i32::from_le_bytes(b);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::MaxPool2dParams;
+
+    /// `i32` values address planes of up to 2^31 elements (indices 0 to 2^31 - 1): a plane of
+    /// 2^31 takes the layout, one of 2^31 + 2^15 does not. (Geometry only: no tensor is made.)
+    #[test]
+    fn planes_past_2_pow_31_are_too_wide_for_i32_values() {
+        let check = |h: usize, w: usize| {
+            let g = MaxPoolGeometry::for_mask("test", "input", &MaxPool2dParams::new([2, 2]), &[1, 1, h, w])
+                .expect("a 2x2 pooling of a plane this size");
+            I32Argmax::check(&g)
+        };
+        assert_eq!(check(1 << 16, 1 << 15), Ok(()));
+        let e = check((1 << 16) + 2, 1 << 15).unwrap_err();
+        assert!(
+            matches!(e, Error::IndexTypeTooNarrow { arg: "mask", plane, max, .. } if plane == (1 << 31) + (1 << 16) && max == 1 << 31),
+            "{e:?}"
+        );
+    }
+}
