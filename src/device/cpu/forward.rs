@@ -101,15 +101,12 @@ fn acc_per_task<T: PoolFloat>(band_rows: Option<usize>, planes: Planes) -> usize
     })
 }
 
-/// Plans a forward that writes values and flat indices from the views of one call.
-#[allow(clippy::too_many_arguments)]
+/// Plans a forward that writes values and flat indices from the views of one call, whose
+/// output rows and columns read `taps`.
 pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
-    input: &TensorRef<'_, T>,
-    output: &TensorMut<'_, T>,
-    indices: &TensorMut<'_, I>,
-    rows: Vec<Taps>,
-    cols: Vec<Taps>,
+    (input, output, indices): (&TensorRef<'_, T>, &TensorMut<'_, T>, &TensorMut<'_, I>),
+    (rows, cols): (Vec<Taps>, Vec<Taps>),
     planes: Planes,
 ) -> Result<(ForwardPrepared, usize)> {
     let mut sizer = Sizer::new();

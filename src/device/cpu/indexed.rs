@@ -81,12 +81,10 @@ impl Windowed for MaxPoolGeometry {
 fn prepare_forward_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
     g: &impl Windowed,
-    (input, output, indices): (&TensorRef<'_, T>, &TensorMut<'_, T>, &TensorMut<'_, I>),
+    views: (&TensorRef<'_, T>, &TensorMut<'_, T>, &TensorMut<'_, I>),
 ) -> Result<(Planned<ForwardPrepared>, usize)> {
-    let (rows, cols) = g.taps()?;
-    Planned::of(cpu, g.forward_work(), |cpu| {
-        forward::prepare_indexed(cpu, input, output, indices, rows, cols, g.planes())
-    })
+    let taps = g.taps()?;
+    Planned::of(cpu, g.forward_work(), |cpu| forward::prepare_indexed(cpu, views, taps, g.planes()))
 }
 
 /// Phase 2 of [`prepare_forward_indexed`].

@@ -97,17 +97,10 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
         let idx = carver.region::<i32>(index_count(g, p.fused_tasks)?)?;
         let scratch = p.forward.scratch::<T>(&mut carver)?;
         match p.fused_tasks {
-            Some(tasks) => pool_and_encode_blocks::<T, L>(
-                cpu,
-                g,
-                &p.forward,
-                tasks,
-                x,
-                out.slice(),
-                idx,
-                scratch,
-                bytes.slice(),
-            )?,
+            Some(tasks) => {
+                let data = (x, out.slice(), bytes.slice());
+                pool_and_encode_blocks::<T, L>(cpu, g, &p.forward, tasks, data, (idx, scratch))?
+            }
             None => {
                 forward::pool(cpu, Planes::from(g), &p.forward, x, out.slice(), idx, scratch);
                 encode::<L>(cpu, g, idx, bytes.slice())?;
@@ -136,18 +129,15 @@ fn index_count(g: &MaxPoolGeometry, fused_tasks: Option<usize>) -> Result<usize>
 /// The fused `Bitmask` forward: `tasks` tasks, each owning a run of consecutive `(n, 16-channel)`
 /// blocks (consecutive planes, and consecutive bytes of the mask); each block is pooled into
 /// the task's indices and encoded at once. The first bad index (in row-major order) is the
-/// error; a forward's own indices are never bad.
-#[allow(clippy::too_many_arguments)]
+/// error; a forward's own indices are never bad. `(x, out, mask)` are the call's input, output
+/// and mask; `(idx, scratch)` the workspace's index slots and accumulators.
 fn pool_and_encode_blocks<T: PoolFloat, L: MaskLayout>(
     cpu: &Cpu,
     g: &MaxPoolGeometry,
     p: &ForwardPrepared,
     tasks: usize,
-    x: &[T],
-    out: &mut [T],
-    idx: &mut [i32],
-    scratch: &mut [T::Acc],
-    mask: &mut [i8],
+    (x, out, mask): (&[T], &mut [T], &mut [i8]),
+    (idx, scratch): (&mut [i32], &mut [T::Acc]),
 ) -> Result<()> {
     let (hw, positions) = (g.h * g.w, g.positions());
     let parts = mask::EncodeParts::<L>::whole(g, mask.len());
