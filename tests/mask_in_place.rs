@@ -332,3 +332,33 @@ fn full_size() {
         other => panic!("set POOLGRAD_CASE to selected, broadcast or fortran (got {other:?})"),
     }
 }
+
+/// An `I32Argmax` mask whose bytes cannot be seen as `i32` (a view from byte 1 of a word-aligned
+/// buffer) is pooled into the workspace and encoded in runs of 2^16 values shared among the
+/// threads: with 4·256·200 = 204800 values (more than three runs) on 2 threads, every run lands
+/// where an aligned mask has it.
+#[test]
+fn misaligned_i32_masks_encode_every_run() {
+    use poolgrad::device::cpu::Cpu;
+    use poolgrad::op::MaxPool2dWithMask;
+    use poolgrad::{MaskMut, Plan, TensorMut, TensorRef};
+    let _serial = serial();
+    let params = MaxPool2dParams::new([2, 2]);
+    let x = Array4::from_shape_fn((1, 4, 512, 400), |(_, c, h, w)| ((c * 31 + h * 17 + w * 7) % 101) as f32);
+    let cpu = Cpu::with_threads(2).unwrap();
+    let aligned = poolgrad::on(&cpu).max_pool2d_with_mask(&x, &params, I32Argmax).unwrap();
+    let shape = poolgrad::geometry::mask_shape(1, 4, [2, 2], [256, 200]).unwrap();
+    let len: usize = shape.iter().product();
+    let mut words = vec![i32::from_ne_bytes([77; 4]); (len + 1).div_ceil(4)];
+    let shifted: &mut [i8] = bytemuck::cast_slice_mut(&mut words);
+    let mut output = Array4::<f32>::zeros((1, 4, 256, 200));
+    let op = MaxPool2dWithMask {
+        input: TensorRef::from_array(&x).unwrap(),
+        params,
+        output: TensorMut::from_array(&mut output).unwrap(),
+        mask: MaskMut::new(TensorMut::from_slice(&mut shifted[1..=len], &shape).unwrap(), I32Argmax),
+    };
+    Plan::new(&cpu, op).unwrap().run().unwrap();
+    assert_eq!(output, aligned.output);
+    assert_eq!(&shifted[1..=len], aligned.mask.as_array().as_slice().unwrap());
+}

@@ -270,11 +270,11 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex>(
     let rows = &p.rows[t.row0..t.row0 + t.rows];
     for ((x, out), idx) in t.x.chunks(hw).zip(t.out.chunks_mut(chunk)).zip(t.idx.chunks_mut(chunk)) {
         match T::as_acc(x) {
-            Some(xa) => pool_plane(x, xa, planes.w, (rows, &p.cols, &p.groups), out, idx, wide),
+            Some(xa) => pool_plane(x, xa, planes.w, (rows, &p.cols, &p.groups), (out, idx), wide),
             None => {
                 let xa = &mut t.acc[..hw];
                 T::to_acc_slice(x, xa);
-                pool_plane(x, xa, planes.w, (rows, &p.cols, &p.groups), out, idx, wide);
+                pool_plane(x, xa, planes.w, (rows, &p.cols, &p.groups), (out, idx), wide);
             }
         }
     }
@@ -485,16 +485,14 @@ fn lanes_stride(group: &[Taps]) -> Option<usize> {
 /// taken and a later NaN replaces it (PyTorch's rule). The index starts at the window's first
 /// input, so a window of `-inf` points there. Values are compared in `xa` (the plane widened to
 /// the accumulator type, exact) and copied from `x`; data-dependent choices are made without
-/// branches.
-#[allow(clippy::too_many_arguments)]
+/// branches. The plane's values and indices go to `(out, idx)`.
 #[inline(always)]
 fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
     x: &[T],
     xa: &[T::Acc],
     w: usize,
     (rows, cols, groups): (&[Taps], &[Taps], &[ColumnGroup]),
-    out: &mut [T],
-    idx: &mut [I],
+    (out, idx): (&mut [T], &mut [I]),
     wide: bool,
 ) {
     let wo = cols.len();

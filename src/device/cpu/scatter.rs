@@ -216,7 +216,7 @@ pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
     let ohw = p.planes.ho * p.planes.wo;
     let bad = match &p.split {
         ScatterSplit::Planes { per_task, .. } => {
-            whole_planes(cpu, p, *per_task, go, ix, gi, scratch, cleared)
+            whole_planes(cpu, p, *per_task, (go, ix, gi), scratch, cleared)
         }
         ScatterSplit::OneGradient { per_task, .. } => one_gradient_runs(cpu, p, *per_task, go, ix, gi),
         ScatterSplit::Bands(bands) => banded_planes(cpu, p, bands, go, ix, gi, scratch),
@@ -231,15 +231,13 @@ pub(super) fn scatter<T: PoolFloat, I: ArgmaxIndex>(
     }
 }
 
-/// Runs of whole planes, one run per task. Returns the first bad index as (plane, position).
-#[allow(clippy::too_many_arguments)]
+/// Runs of whole planes, one run per task, of the gradient `go`, the indices `ix` and the input
+/// gradient `gi`. Returns the first bad index as (plane, position).
 fn whole_planes<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
     p: &ScatterPrepared,
     per_task: usize,
-    go: &[T],
-    ix: &[I],
-    gi: &mut [T],
+    (go, ix, gi): (&[T], &[I], &mut [T]),
     scratch: ScatterScratch<'_, T>,
     cleared: bool,
 ) -> Option<(usize, usize)> {

@@ -191,16 +191,14 @@ struct Unit<'s, T> {
 /// Runs a backward planned by [`GatherPrepared::plan`] for `windows`, its scratch carved from
 /// `carver`.
 /// The inner result is always `Ok`: any mask has a gradient (the forward's, one bit per
-/// window; no bit adds nothing; several bits add the gradient at each).
-#[allow(clippy::too_many_arguments)]
+/// window; no bit adds nothing; several bits add the gradient at each). `(go, bits, gi)` are the
+/// call's gradient, mask and input gradient.
 pub(super) fn backward<T: PoolFloat>(
     cpu: &Cpu,
     g: &MaxPoolGeometry,
     windows: &Windows,
     p: &GatherPrepared,
-    go: &[T],
-    bits: &[i8],
-    gi: &mut [T],
+    (go, bits, gi): (&[T], &[i8], &mut [T]),
     carver: &mut Carver<'_>,
 ) -> Result<core::result::Result<(), BadIndex>> {
     let scratch = carver.region::<T::Acc>(p.tasks * p.scratch_per_task)?;
@@ -257,25 +255,23 @@ impl<T: PoolFloat> pulp::WithSimd for GatherTask<'_, '_, T> {
                 .collect(),
         };
         for unit in units {
-            gather_unit(g, windows, p, unit, go, bits, sums, &mut rings);
+            gather_unit(g, windows, p, unit, (go, bits), (sums, &mut rings));
         }
     }
 }
 
 /// Every row of a unit, the block's channels one after the other for each row (so that the
 /// mask words of the rows' windows, shared by the block's channels, stay in cache).
-/// `sums` holds a row's sums; `rings` (the half types) a ring per channel of the block.
-#[allow(clippy::too_many_arguments)]
+/// `(go, bits)` are the call's gradient and mask; `sums` holds a row's sums, `rings` (the half
+/// types) a ring per channel of the block.
 #[inline(always)]
 fn gather_unit<T: PoolFloat>(
     g: &MaxPoolGeometry,
     windows: &Windows,
     p: &GatherPrepared,
     unit: Unit<'_, T>,
-    go: &[T],
-    bits: &[i8],
-    sums: &mut [T::Acc],
-    rings: &mut [Ring<'_, T::Acc>],
+    (go, bits): (&[T], &[i8]),
+    (sums, rings): (&mut [T::Acc], &mut [Ring<'_, T::Acc>]),
 ) {
     let (w, wo, positions) = (g.w, g.wo, g.positions());
     let Unit { block, planes, rows, mut grad_input } = unit;
@@ -552,7 +548,7 @@ mod tests {
                     vec![<CacheLine as bytemuck::Zeroable>::zeroed(); sizer.total().div_ceil(64)];
                 let mut got = vec![T::round_from_f64(7.0); want.len()];
                 let mut carver = Carver::new(&mut memory);
-                backward(cpu, &g, &windows, &p, &go, &bits, &mut got, &mut carver).unwrap().unwrap();
+                backward(cpu, &g, &windows, &p, (&go, &bits, &mut got), &mut carver).unwrap().unwrap();
                 for (e, (got, want)) in got.iter().zip(&want).enumerate() {
                     let same = bytemuck::bytes_of(got) == bytemuck::bytes_of(want)
                         || (num_traits::Float::is_nan(got.to_acc())

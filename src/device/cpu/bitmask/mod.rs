@@ -198,7 +198,7 @@ pub(super) fn backward<T: PoolFloat>(
     match &p.split {
         &BlockSplit::Blocks { tasks, taps_per_task } => {
             let taps = bytemuck::cast_slice_mut(carver.region::<i8>(tasks * taps_per_task)?);
-            by_blocks(cpu, g, p, tasks, go, bits, gi, acc, taps);
+            by_blocks(cpu, g, p, tasks, (go, bits, gi), (acc, taps));
             Ok(Ok(()))
         }
         BlockSplit::Bands { rows, scatter } => {
@@ -217,7 +217,7 @@ pub(super) fn backward<T: PoolFloat>(
             }
             Ok(checked)
         }
-        BlockSplit::Gather(gather) => gather::backward(cpu, g, &p.windows, gather, go, bits, gi, carver),
+        BlockSplit::Gather(gather) => gather::backward(cpu, g, &p.windows, gather, (go, bits, gi), carver),
     }
 }
 
@@ -230,18 +230,15 @@ struct BlockTask<'s, T: PoolFloat> {
 }
 
 /// Scatters through a `Bitmask`, one `(n, 16-channel block)` at a time; each of `tasks` tasks
-/// owns a run of consecutive blocks (consecutive planes of `grad_input`).
-#[allow(clippy::too_many_arguments)]
+/// owns a run of consecutive blocks (consecutive planes of `grad_input`). `(go, bits, gi)` are
+/// the call's gradient, mask and input gradient; `(acc, taps)` the workspace's scratch.
 fn by_blocks<T: PoolFloat>(
     cpu: &Cpu,
     g: &MaxPoolGeometry,
     p: &BitmaskPrepared,
     tasks: usize,
-    go: &[T],
-    bits: &[i8],
-    gi: &mut [T],
-    acc: &mut [T::Acc],
-    taps: &mut [u8],
+    (go, bits, gi): (&[T], &[i8], &mut [T]),
+    (acc, taps): (&mut [T::Acc], &mut [u8]),
 ) {
     let (hw, positions) = (g.h * g.w, g.positions());
     let mut accs = acc.chunks_mut(p.acc_per_task.max(1));
