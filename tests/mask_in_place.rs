@@ -336,12 +336,12 @@ fn full_size() {
 /// An `I32Argmax` mask whose bytes cannot be seen as `i32` (a view from byte 1 of a word-aligned
 /// buffer) is pooled into the workspace and encoded in runs of 2^16 values shared among the
 /// threads: with 4·256·200 = 204800 values (more than three runs) on 2 threads, every run lands
-/// where an aligned mask has it.
+/// where an aligned mask has it, and the backward reads them all back.
 #[test]
 fn misaligned_i32_masks_encode_every_run() {
     use poolgrad::device::cpu::Cpu;
-    use poolgrad::op::MaxPool2dWithMask;
-    use poolgrad::{MaskMut, Plan, TensorMut, TensorRef};
+    use poolgrad::op::{MaxPool2dWithMask, MaxPool2dWithMaskBackward};
+    use poolgrad::{MaskMut, MaskRef, Plan, TensorMut, TensorRef};
     let _serial = serial();
     let params = MaxPool2dParams::new([2, 2]);
     let x = Array4::from_shape_fn((1, 4, 512, 400), |(_, c, h, w)| ((c * 31 + h * 17 + w * 7) % 101) as f32);
@@ -361,4 +361,18 @@ fn misaligned_i32_masks_encode_every_run() {
     Plan::new(&cpu, op).unwrap().run().unwrap();
     assert_eq!(output, aligned.output);
     assert_eq!(&shifted[1..=len], aligned.mask.as_array().as_slice().unwrap());
+    // The backward reads those values from the misaligned bytes through a copy in its
+    // workspace, sized for all of them.
+    let grad = Array4::from_shape_fn((1, 4, 256, 200), |(_, c, h, w)| (c + h + w) as f32);
+    let want = poolgrad::on(&cpu).max_pool2d_with_mask_backward(&grad, &x, &aligned.mask).unwrap();
+    let mut grad_input = Array4::<f32>::zeros(x.raw_dim());
+    let op = MaxPool2dWithMaskBackward {
+        grad_output: TensorRef::from_array(&grad).unwrap(),
+        self_: TensorRef::from_array(&x).unwrap(),
+        mask: MaskRef::new(TensorRef::from_slice(&shifted[1..=len], &shape).unwrap(), I32Argmax),
+        params,
+        grad_input: TensorMut::from_array(&mut grad_input).unwrap(),
+    };
+    Plan::new(&cpu, op).unwrap().run().unwrap();
+    assert_eq!(grad_input, want);
 }
