@@ -230,22 +230,19 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         const OP: &str = "Mask::selected";
         // Two passes: the first finds the first bad value (before anything is allocated) and
         // counts the pairs, so that the result is allocated once, at its exact size.
+        let (g, bytes) = (&self.geometry, MaskBytes::of(&self.data));
+        let visit =
+            |f: &mut dyn FnMut(usize, usize)| L::visit_selected(g, &bytes, f).map_err(|e| e.named(OP));
         let mut count = 0usize;
-        self.visit_selected(|_, _| count += 1)?;
+        visit(&mut |_, _| count += 1)?;
         let mut pairs = Vec::new();
         pairs.try_reserve_exact(count).map_err(|_| Error::Allocation {
             op: OP,
             arg: "pairs",
             bytes: count.saturating_mul(size_of::<(usize, usize)>()),
         })?;
-        self.visit_selected(|e, flat| pairs.push((e, flat)))?;
+        visit(&mut |e, flat| pairs.push((e, flat)))?;
         Ok(pairs)
-    }
-
-    /// Calls `f(element, flat)` for every pair [`Mask::selected`] returns, in its order.
-    fn visit_selected(&self, mut f: impl FnMut(usize, usize)) -> Result<()> {
-        L::visit_selected(&self.geometry, &MaskBytes::of(&self.data), &mut f)
-            .map_err(|e| e.named("Mask::selected"))
     }
 
     /// The mask bytes.

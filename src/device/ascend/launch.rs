@@ -385,6 +385,13 @@ pub(super) fn adaptive_dims(g: &AdaptiveGeometry) -> ([usize; 4], [usize; 4]) {
     ([g.n, g.c, g.h, g.w], [g.n, g.c, g.ho, g.wo])
 }
 
+/// Refuses a plane the with-indices and mask operators cannot address: their indices are INT32
+/// on every SoC (the 950's `limits` leave the plane open for the adaptive operators only). The
+/// host path checks it while staging, the device path while describing.
+pub(super) fn int32_plane(g: &MaxPoolGeometry) -> Result<()> {
+    DeviceLimits::default().with_max_plane(INT32_PLANE).check_plane(g.h, g.w, "ascend")
+}
+
 pub(super) fn pool_dims(g: &MaxPoolGeometry) -> Result<([usize; 4], [usize; 4], [usize; 4])> {
     let mask = g.shape4().ok_or_else(|| Error::Overflow {
         op: UNNAMED,
@@ -454,10 +461,7 @@ impl Ascend {
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
-        // The with-indices and mask operators' indices are INT32 on every SoC (the 950's
-        // `limits` leave the plane open for the adaptive operators only).
-        let int32 = DeviceLimits::default().with_max_plane(INT32_PLANE);
-        int32.check_plane(g.h, g.w, "ascend")?;
+        int32_plane(g)?;
         let (input, pooled, mask) = pool_dims(g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
         let (x, out) = (Spec::new("input", input, dtype), Spec::new("output", pooled, dtype));
@@ -480,10 +484,7 @@ impl Ascend {
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
         }
-        // The with-indices and mask operators' indices are INT32 on every SoC (the 950's
-        // `limits` leave the plane open for the adaptive operators only).
-        let int32 = DeviceLimits::default().with_max_plane(INT32_PLANE);
-        int32.check_plane(g.h, g.w, "ascend")?;
+        int32_plane(g)?;
         let (input, pooled, mask) = pool_dims(g)?;
         let (arg, argmax_dims, argmax_dtype) = argmax.staged(pooled, mask);
         let (go, x) = (Spec::new("grad_output", pooled, dtype), Spec::new("self_", input, dtype));

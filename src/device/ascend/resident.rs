@@ -5,12 +5,11 @@
 use super::ffi::{Call, DeviceAddr};
 use super::launch::{
     AscendPrepared, BackwardAttrs, BackwardBuffers, ForwardAttrs, ForwardBuffers, PoolArgmax, Staged,
-    acl_dtype,
+    acl_dtype, int32_plane,
 };
 use super::soc::DeviceOp;
 use super::tensor::{DeviceMut, DeviceRef, Values};
-use super::{AscendMemory, AscendStream, INT32_PLANE, Npu, Replaced};
-use crate::device::DeviceLimits;
+use super::{AscendMemory, AscendStream, Npu, Replaced};
 use crate::device::internal::Launch;
 use crate::element::{DType, Element, PoolFloat};
 use crate::error::{Result, UNNAMED};
@@ -100,19 +99,13 @@ impl AscendStream<'_> {
         self.queue_call(memory, &[], b.call())
     }
 
-    /// The checks of the with-indices and mask operators that the host path makes while staging:
-    /// their device indices are INT32 on every SoC.
-    fn int32_plane(g: &MaxPoolGeometry) -> Result<()> {
-        DeviceLimits::default().with_max_plane(INT32_PLANE).check_plane(g.h, g.w, "ascend")
-    }
-
     fn pool_forward(
         &self,
         argmax: PoolArgmax,
         g: &MaxPoolGeometry,
         args: [Arg; 3],
     ) -> Result<(AscendPrepared<ForwardBuffers<()>>, usize)> {
-        Self::int32_plane(g)?;
+        int32_plane(g)?;
         self.place(&args)?;
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
@@ -129,7 +122,7 @@ impl AscendStream<'_> {
         g: &MaxPoolGeometry,
         args: [Arg; 4],
     ) -> Result<(AscendPrepared<BackwardBuffers<()>>, usize)> {
-        Self::int32_plane(g)?;
+        int32_plane(g)?;
         self.place(&args)?;
         if g.planes() == 0 {
             return Ok(AscendPrepared::nothing());
