@@ -6,7 +6,6 @@
 use core::fmt;
 
 use crate::element::DType;
-use crate::params::MaxPool2dParams;
 
 /// The operation of an error raised below the operation layer (the kernels, the mask codec),
 /// where no function knows which operation it serves: the plan names it ([`Error::named`], from
@@ -101,7 +100,7 @@ pub enum Error {
 
     /// Max-pooling parameters leave no window on an input this small: along `axis`, a window
     /// spans more inputs than the padded input has.
-    #[error("{op}: {}", too_small_text(.arg, .axis, *.input, .params))]
+    #[error("{op}: `{arg}` is {got}, expected {expected}: the output would be empty")]
     OutputTooSmall {
         /// Operation.
         op: &'static str,
@@ -109,10 +108,12 @@ pub enum Error {
         arg: &'static str,
         /// The axis with no window: `"H"` or `"W"`.
         axis: &'static str,
-        /// `[H, W]` of the input.
-        input: [usize; 2],
-        /// The parameters (boxed, to keep `Error` small).
-        params: Box<MaxPool2dParams>,
+        /// The input's spatial sizes, `[H, W]`.
+        input: Vec<usize>,
+        /// How many inputs a window may span along `axis`, and why (the padded input).
+        expected: String,
+        /// The parameter's value and how many inputs a window spans with it.
+        got: String,
     },
 
     /// An arg-max index does not point into its `H * W` plane.
@@ -279,23 +280,6 @@ pub enum AscendError {
         /// Every library path tried, with the loader's answer.
         tried: Vec<String>,
     },
-}
-
-fn too_small_text(arg: &str, axis: &str, input: [usize; 2], params: &MaxPool2dParams) -> String {
-    let a = usize::from(axis == "W");
-    let (k, d, p, n) = (params.kernel()[a], params.dilation()[a], params.padding()[a], input[a]);
-    let value = if arg == "dilation" { params.dilation() } else { params.kernel() };
-    let span = if d > 1 { format!(" = {d}·({k} − 1) + 1") } else { String::new() };
-    let ceil = match params.ceil_mode() {
-        true => format!(", plus stride − 1 = {} in ceil mode", params.stride()[a].saturating_sub(1)),
-        false => String::new(),
-    };
-    format!(
-        "`{arg}` is {value:?}, so a window spans {}{span} inputs along {axis}, expected at most {} \
-         ({axis} = {n} plus padding {p} on each side{ceil}): the output would be empty",
-        params.window_span(a),
-        params.longest_window(a, n),
-    )
 }
 
 /// What an [`Error::DeviceLimit`] is about: callers that fall back to another device, or to

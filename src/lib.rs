@@ -100,7 +100,6 @@ mod tensor;
 #[cfg(feature = "proptest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proptest")))]
 pub mod testing;
-mod validate;
 
 pub use device::Device;
 pub use element::{DType, Element, PoolFloat};

@@ -20,7 +20,7 @@ use crate::op::{
 use crate::params::MaxPool2dParams;
 use crate::plan::Plan;
 use crate::tensor::{PoolDim, TensorMut, TensorRef};
-use crate::{alloc, validate};
+use crate::{alloc, shape};
 
 /// The result of a max-pooling forward: pooled values and flat arg-max indices.
 #[derive(Debug, Clone, PartialEq)]
@@ -349,7 +349,7 @@ impl<Dev: Device> On<'_, Dev> {
         Dev: for<'a> Runs<MaxPool2dWithMask<'a, T, L>>,
     {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
-        validate::same_shape(OP, "input", input.shape(), &mask.input_shape())?;
+        shape::same_shape(OP, "input", input.shape(), &mask.input_shape())?;
         let params = *mask.params();
         let op = MaxPool2dWithMask {
             input: read(OP, "input", input)?,
@@ -374,7 +374,7 @@ impl<Dev: Device> On<'_, Dev> {
         Dev: for<'a> Runs<MaxPool2dWithMaskBackward<'a, T, L>>,
     {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        validate::same_shape(OP, "self_", self_.shape(), &mask.input_shape())?;
+        shape::same_shape(OP, "self_", self_.shape(), &mask.input_shape())?;
         let (grad_output, self_) = (read(OP, "grad_output", grad_output)?, read(OP, "self_", self_)?);
         let g = op::mask_backward_shapes(&grad_output, &self_, &mask.view(), mask.params())?;
         let mut grad_input = alloc::zeroed_array::<T, D>(OP, "grad_input", self_.user_shape())?;
@@ -401,7 +401,7 @@ impl<Dev: Device> On<'_, Dev> {
         Dev: for<'a> Runs<MaxPool2dWithMaskBackward<'a, T, L>>,
     {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
-        validate::same_shape(OP, "self_", self_.shape(), &mask.input_shape())?;
+        shape::same_shape(OP, "self_", self_.shape(), &mask.input_shape())?;
         let op = MaxPool2dWithMaskBackward {
             grad_output: read(OP, "grad_output", grad_output)?,
             self_: read(OP, "self_", self_)?,

@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
 use crate::mask::{MaskLayout, MaskMut, MaskRef};
 use crate::params::MaxPool2dParams;
+use crate::shape;
 use crate::tensor::{Host, Memory, TensorMut, TensorRef};
-use crate::validate;
 
 /// The name of each operation, as errors give it: the free function a user calls, which is
 /// also the operation's [`NAME`](internal::OperationImpl::NAME). Every error an operation
@@ -96,8 +96,8 @@ impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl for Adapti
     fn validate(&self) -> Result<AdaptiveGeometry> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D;
         let g = adaptive_forward_shapes::<T, I, _>(&self.input, self.output_size)?;
-        validate::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
-        validate::output_shape(OP, "indices", &self.indices, &g.pooled_dims())?;
+        shape::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
+        shape::output_shape(OP, "indices", &self.indices, &g.pooled_dims())?;
         Ok(g)
     }
 
@@ -115,11 +115,11 @@ pub(crate) fn adaptive_forward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
     output_size: [usize; 2],
 ) -> Result<AdaptiveGeometry> {
     const OP: &str = name::ADAPTIVE_MAX_POOL2D;
-    let [n, c, h, w] = validate::pooling_input(OP, "input", input)?;
-    validate::output_size(OP, "output_size", output_size)?;
+    let [n, c, h, w] = shape::pooling_input(OP, "input", input)?;
+    shape::output_size(OP, "output_size", output_size)?;
     let [ho, wo] = output_size;
-    let plane = validate::plane_size(OP, "input", h, w)?;
-    validate::index_width::<I>(OP, "indices", plane)?;
+    let plane = shape::plane_size(OP, "input", h, w)?;
+    shape::index_width::<I>(OP, "indices", plane)?;
     Ok(AdaptiveGeometry { n, c, h, w, ho, wo, ndim: input.ndim() })
 }
 
@@ -165,7 +165,7 @@ impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl
     fn validate(&self) -> Result<AdaptiveGeometry> {
         const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
         let g = adaptive_backward_shapes(&self.grad_output, &self.self_, &self.indices)?;
-        validate::output_shape(OP, "grad_input", &self.grad_input, self.self_.user_shape())?;
+        shape::output_shape(OP, "grad_input", &self.grad_input, self.self_.user_shape())?;
         Ok(g)
     }
 
@@ -183,7 +183,7 @@ pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
     indices: &TensorRef<'_, I, M>,
 ) -> Result<AdaptiveGeometry> {
     const OP: &str = name::ADAPTIVE_MAX_POOL2D_BACKWARD;
-    let [n, c, h, w] = validate::pooling_input(OP, "self_", self_)?;
+    let [n, c, h, w] = shape::pooling_input(OP, "self_", self_)?;
     let [_, _, ho, wo] = grad_output.shape();
     for (len, axis) in [(ho, "Ho"), (wo, "Wo")] {
         if len == 0 {
@@ -196,9 +196,9 @@ pub(crate) fn adaptive_backward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
         }
     }
     let g = AdaptiveGeometry { n, c, h, w, ho, wo, ndim: self_.ndim() };
-    validate::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
-    validate::input_shape(OP, "indices", indices, &g.pooled_dims())?;
-    validate::plane_size(OP, "self_", h, w)?;
+    shape::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
+    shape::input_shape(OP, "indices", indices, &g.pooled_dims())?;
+    shape::plane_size(OP, "self_", h, w)?;
     Ok(g)
 }
 
@@ -237,8 +237,8 @@ impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl for MaxPoo
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_INDICES;
         let g = max_pool_forward_shapes::<T, I, _>(&self.input, &self.params)?;
-        validate::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
-        validate::output_shape(OP, "indices", &self.indices, &g.pooled_dims())?;
+        shape::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
+        shape::output_shape(OP, "indices", &self.indices, &g.pooled_dims())?;
         Ok(g)
     }
 
@@ -255,7 +255,7 @@ pub(crate) fn max_pool_forward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_INDICES;
     let g = MaxPoolGeometry::checked(OP, "input", params, &input.dims())?;
-    validate::index_width::<I>(OP, "indices", g.h * g.w)?;
+    shape::index_width::<I>(OP, "indices", g.h * g.w)?;
     Ok(g)
 }
 
@@ -285,7 +285,7 @@ impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl
         const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
         let g =
             max_pool_indices_backward_shapes(&self.grad_output, &self.self_, &self.indices, &self.params)?;
-        validate::output_shape(OP, "grad_input", &self.grad_input, &g.input_dims())?;
+        shape::output_shape(OP, "grad_input", &self.grad_input, &g.input_dims())?;
         Ok(g)
     }
 
@@ -305,8 +305,8 @@ pub(crate) fn max_pool_indices_backward_shapes<T: PoolFloat, I: ArgmaxIndex, M: 
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_INDICES_BACKWARD;
     let g = MaxPoolGeometry::checked(OP, "self_", params, &self_.dims())?;
-    validate::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
-    validate::input_shape(OP, "indices", indices, &g.pooled_dims())?;
+    shape::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
+    shape::input_shape(OP, "indices", indices, &g.pooled_dims())?;
     Ok(g)
 }
 
@@ -369,8 +369,8 @@ impl<T: PoolFloat, L: MaskLayout, M: Memory> internal::OperationImpl for MaxPool
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK;
         let g = mask_forward_shapes::<T, L, _>(&self.input, &self.params)?;
-        validate::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
-        validate::output_shape(OP, "mask", &self.mask.bytes, &g.dims())?;
+        shape::output_shape(OP, "output", &self.output, &g.pooled_dims())?;
+        shape::output_shape(OP, "mask", &self.mask.bytes, &g.dims())?;
         Ok(g)
     }
 
@@ -421,7 +421,7 @@ impl<T: PoolFloat, L: MaskLayout, M: Memory> internal::OperationImpl
     fn validate(&self) -> Result<MaxPoolGeometry> {
         const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
         let g = mask_backward_shapes::<T, L, _>(&self.grad_output, &self.self_, &self.mask, &self.params)?;
-        validate::output_shape(OP, "grad_input", &self.grad_input, &g.input_dims())?;
+        shape::output_shape(OP, "grad_input", &self.grad_input, &g.input_dims())?;
         Ok(g)
     }
 
@@ -441,8 +441,8 @@ pub(crate) fn mask_backward_shapes<T: PoolFloat, L: MaskLayout, M: Memory>(
 ) -> Result<MaxPoolGeometry> {
     const OP: &str = name::MAX_POOL2D_WITH_MASK_BACKWARD;
     let g = MaxPoolGeometry::for_mask(OP, "self_", params, &self_.dims())?;
-    validate::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
+    shape::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
     L::check(&g).map_err(|e| e.named(OP))?;
-    validate::input_shape(OP, "mask", &mask.bytes, &g.dims())?;
+    shape::input_shape(OP, "mask", &mask.bytes, &g.dims())?;
     Ok(g)
 }

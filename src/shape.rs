@@ -1,11 +1,120 @@
-//! The sizes an operation's checks establish: [`AdaptiveGeometry`] and [`MaxPoolGeometry`]
-//! (with the sizes of the Ascend mask), each made only by the checks that guarantee them.
+//! Checked shapes: the checks every operation shares, each returning a structured [`Error`], and
+//! the sizes they establish ([`AdaptiveGeometry`] and [`MaxPoolGeometry`], with the sizes of the
+//! Ascend mask), each made only by the checks that guarantee them.
 
+use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::geometry::{mask_block_planes, mask_shape, mask_words_per_row, pool_window_origin};
+use crate::index::ArgmaxIndex;
 use crate::params::MaxPool2dParams;
-use crate::tensor::{position, user_dims, with_spatial};
-use crate::validate::{index_error, plane_size, pooling_dims};
+use crate::tensor::{Memory, TensorMut, TensorRef, position, user_dims, with_spatial};
+
+/// The 4-D shape `[N, C, H, W]` of a pooling input given in the caller's rank (3 or 4), whose C,
+/// H and W must be non-empty (N may be 0).
+pub(crate) fn pooling_dims(op: &'static str, arg: &'static str, dims: &[usize]) -> Result<[usize; 4]> {
+    let shape = match *dims {
+        [c, h, w] => [1, c, h, w],
+        [n, c, h, w] => [n, c, h, w],
+        _ => {
+            return Err(Error::Rank {
+                op,
+                arg,
+                expected: crate::tensor::RANKS,
+                got: dims.len(),
+                shape: dims.to_vec(),
+            });
+        }
+    };
+    for (axis, name) in [(1, "C"), (2, "H"), (3, "W")] {
+        if shape[axis] == 0 {
+            return Err(Error::EmptyDimension { op, arg, axis: name, shape: dims.to_vec() });
+        }
+    }
+    Ok(shape)
+}
+
+/// [`pooling_dims`] of a view.
+pub(crate) fn pooling_input<E: Element, M: Memory>(
+    op: &'static str,
+    arg: &'static str,
+    t: &TensorRef<'_, E, M>,
+) -> Result<[usize; 4]> {
+    pooling_dims(op, arg, &t.dims())
+}
+
+/// `[ho, wo]` with both entries at least 1.
+pub(crate) fn output_size(op: &'static str, arg: &'static str, size: [usize; 2]) -> Result<()> {
+    if size.contains(&0) {
+        return Err(Error::InvalidParameter {
+            op,
+            arg,
+            expected: "[Ho, Wo] with Ho >= 1 and Wo >= 1".into(),
+            got: format!("{size:?}"),
+        });
+    }
+    Ok(())
+}
+
+/// `got` must equal `expected` (both in the caller's rank).
+pub(crate) fn same_shape(
+    op: &'static str,
+    arg: &'static str,
+    got: &[usize],
+    expected: &[usize],
+) -> Result<()> {
+    if got == expected {
+        Ok(())
+    } else {
+        Err(Error::ShapeMismatch { op, arg, expected: expected.to_vec(), got: got.to_vec() })
+    }
+}
+
+/// Shape check for an input view.
+pub(crate) fn input_shape<E: Element, M: Memory>(
+    op: &'static str,
+    arg: &'static str,
+    t: &TensorRef<'_, E, M>,
+    expected: &[usize],
+) -> Result<()> {
+    same_shape(op, arg, t.user_shape(), expected)
+}
+
+/// Shape check for an output view.
+pub(crate) fn output_shape<E: Element, M: Memory>(
+    op: &'static str,
+    arg: &'static str,
+    t: &TensorMut<'_, E, M>,
+    expected: &[usize],
+) -> Result<()> {
+    same_shape(op, arg, t.user_shape(), expected)
+}
+
+/// The index type `I` must hold every flat position of an `h * w` plane.
+pub(crate) fn index_width<I: ArgmaxIndex>(op: &'static str, arg: &'static str, plane: usize) -> Result<()> {
+    if (plane as u64) <= I::MAX_PLANE {
+        Ok(())
+    } else {
+        Err(Error::IndexTypeTooNarrow { op, arg, dtype: I::DTYPE, max: I::MAX_PLANE, plane })
+    }
+}
+
+/// `h * w` without overflow.
+pub(crate) fn plane_size(op: &'static str, arg: &'static str, h: usize, w: usize) -> Result<usize> {
+    h.checked_mul(w).ok_or_else(|| Error::Overflow { op, arg, what: format!("H * W = {h} * {w}") })
+}
+
+/// The error for index `value` found at element `e` of a `[n, c, ho, wo]` index tensor.
+pub(crate) fn index_error(
+    op: &'static str,
+    arg: &'static str,
+    e: usize,
+    value: i64,
+    pooled: [usize; 4],
+    ndim: usize,
+    plane: usize,
+) -> Error {
+    Error::IndexOutOfRange { op, arg, position: position(e, pooled, ndim), value, plane }
+}
 
 /// Sizes of an adaptive pooling: `N` planes of `C` channels, `H x W` pooled to `Ho x Wo`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -52,15 +52,19 @@ fn padding_above_half_the_kernel() {
     );
 }
 
+/// Whether `e` is the forward's [`Error::OutputTooSmall`] blaming `arg` along `axis` of an
+/// input of spatial sizes `input`.
+fn too_small(e: &Error, arg: &str, axis: &str, input: [usize; 2]) -> bool {
+    matches!(e, Error::OutputTooSmall { op: IDX, arg: a, axis: x, input: i, .. }
+        if *a == arg && *x == axis && i.as_slice() == input)
+}
+
 #[test]
 fn output_below_one() {
     let x = Array4::<f32>::zeros((1, 1, 2, 9));
     let params = MaxPool2dParams::new([3, 3]);
     let e = max_pool2d_with_indices(&x, &params).unwrap_err();
-    assert_eq!(
-        e,
-        Error::OutputTooSmall { op: IDX, arg: "kernel", axis: "H", input: [2, 9], params: Box::new(params) }
-    );
+    assert!(too_small(&e, "kernel", "H", [2, 9]), "{e:?}");
     assert_eq!(
         e.to_string(),
         "max_pool2d_with_indices: `kernel` is [3, 3], so a window spans 3 inputs along H, expected at \
@@ -74,16 +78,7 @@ fn output_below_one_from_dilation() {
     let x = Array4::<f32>::zeros((1, 1, 9, 9));
     let params = MaxPool2dParams::new([3, 3]).with_padding([1, 1]).with_dilation([1, 1000]);
     let e = max_pool2d_with_indices(&x, &params).unwrap_err();
-    assert_eq!(
-        e,
-        Error::OutputTooSmall {
-            op: IDX,
-            arg: "dilation",
-            axis: "W",
-            input: [9, 9],
-            params: Box::new(params)
-        }
-    );
+    assert!(too_small(&e, "dilation", "W", [9, 9]), "{e:?}");
     assert_eq!(
         e.to_string(),
         "max_pool2d_with_indices: `dilation` is [1, 1000], so a window spans 2001 = 1000·(3 − 1) + 1 \
@@ -93,10 +88,7 @@ fn output_below_one_from_dilation() {
     // A dilated kernel that would not fit undilated either: the kernel is at fault.
     let params = MaxPool2dParams::new([12, 3]).with_dilation([2, 1]);
     let e = max_pool2d_with_indices(&x, &params).unwrap_err();
-    assert_eq!(
-        e,
-        Error::OutputTooSmall { op: IDX, arg: "kernel", axis: "H", input: [9, 9], params: Box::new(params) }
-    );
+    assert!(too_small(&e, "kernel", "H", [9, 9]), "{e:?}");
     assert!(
         e.to_string().contains("`kernel` is [12, 3], so a window spans 23 = 2·(12 − 1) + 1 inputs along H"),
         "{e}"

@@ -5,14 +5,16 @@
 //!   operations (adaptive, with indices and with mask; forward and backward).
 //!
 //! A device implements [`Runs<O>`] for each operation `O` it can execute; a missing
-//! implementation is a compile error, not a run-time one.
+//! implementation is a compile error, not a run-time one. What a device can run beyond the
+//! operations' own rules is its [`DeviceLimits`], checked against what an operation demands
+//! (which each operation states from its geometry).
 
 use core::fmt;
 
-use crate::error::Result;
+use crate::error::{DeviceLimitKind, Error, Result, UNNAMED};
+use crate::geometry::adaptive_is_divisible;
 use crate::op::Operation;
-mod limits;
-pub use limits::DeviceLimits;
+use crate::op::internal::Demands;
 
 #[cfg(feature = "ascend")]
 pub mod ascend;
@@ -66,4 +68,119 @@ where
     D: Device + internal::Launch<O>,
     O: Operation,
 {
+}
+
+/// Per-device limits, checked by [`Plan::new`](crate::Plan::new) before any device call. `None`
+/// means no limit.
+///
+/// ```
+/// use poolgrad::device::{Device, cpu::Cpu};
+/// let limits = Cpu::sequential().limits();
+/// assert_eq!(limits.max_plane, None);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceLimits {
+    /// Largest plane `H * W` of any pooling input.
+    pub max_plane: Option<usize>,
+    /// Largest plane `H * W` of an adaptive pooling backward whose windows are not all equal
+    /// (`H % Ho != 0` or `W % Wo != 0`). CANN's AdaptiveMaxPool2dBackward documents 2^24; the
+    /// forward has no such limit.
+    pub max_non_divisible_adaptive_plane: Option<usize>,
+}
+
+/// Built by the devices only (`Default` is no limit, as on the CPU).
+#[cfg(any(test, feature = "ascend"))]
+impl DeviceLimits {
+    /// These limits with a largest plane `H * W`.
+    #[must_use]
+    pub(crate) fn with_max_plane(mut self, max: usize) -> Self {
+        self.max_plane = Some(max);
+        self
+    }
+
+    /// These limits with a largest non-divisible adaptive plane.
+    #[must_use]
+    pub(crate) fn with_max_non_divisible_adaptive_plane(mut self, max: usize) -> Self {
+        self.max_non_divisible_adaptive_plane = Some(max);
+        self
+    }
+}
+
+impl DeviceLimits {
+    /// Checks what an operation demands against these limits of device `device` (phase 1,
+    /// before any device call).
+    ///
+    /// # Errors
+    /// [`Error::DeviceLimit`] (`PlaneSize`) for a plane above `max_plane`, or an adaptive
+    /// backward's non-divisible plane above `max_non_divisible_adaptive_plane`.
+    pub(crate) fn check(&self, demands: &Demands, device: &'static str) -> Result<()> {
+        let [h, w] = demands.plane;
+        self.check_plane(h, w, device)?;
+        let plane = h * w;
+        if let (Some(max), Some(pooled)) = (self.max_non_divisible_adaptive_plane, demands.adaptive_backward)
+            && plane > max
+            && !adaptive_is_divisible([h, w], pooled)
+        {
+            return Err(Error::DeviceLimit {
+                device,
+                op: UNNAMED,
+                about: DeviceLimitKind::PlaneSize,
+                limit: format!("at most {max} when H % Ho != 0 or W % Wo != 0"),
+                got: format!("{plane} ({h}x{w} pooled to {}x{})", pooled[0], pooled[1]),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses a plane `h * w` above `max_plane` on `device` (`DeviceLimitKind::PlaneSize`).
+    pub(crate) fn check_plane(&self, h: usize, w: usize, device: &'static str) -> Result<()> {
+        match self.max_plane {
+            Some(max) if h * w > max => Err(Error::DeviceLimit {
+                device,
+                op: UNNAMED,
+                about: DeviceLimitKind::PlaneSize,
+                limit: format!("at most {max}"),
+                got: (h * w).to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an adaptive pooling of an `h x w` plane to `ho x wo` demands: the backward (`true`)
+    /// or the forward.
+    fn adaptive(h: usize, w: usize, ho: usize, wo: usize, backward: bool) -> Demands {
+        Demands { plane: [h, w], adaptive_backward: backward.then_some([ho, wo]) }
+    }
+
+    #[test]
+    fn device_limits_are_enforced() {
+        let limits = DeviceLimits::default().with_max_non_divisible_adaptive_plane(1 << 24);
+        // Divisible: no limit applies.
+        assert!(limits.check(&adaptive(8192, 8192, 4096, 4096, true), "npu").is_ok());
+        // Non-divisible and larger than 2^24.
+        let e = limits.check(&adaptive(4097, 4097, 7, 7, true), "npu").unwrap_err();
+        assert!(
+            matches!(&e, Error::DeviceLimit { device: "npu", about: DeviceLimitKind::PlaneSize, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("16785409"), "{e}");
+        // Non-divisible but small.
+        assert!(limits.check(&adaptive(30, 30, 7, 7, true), "npu").is_ok());
+        // The forward has no such limit (CANN documents it for the backward only).
+        assert!(limits.check(&adaptive(4097, 4097, 7, 7, false), "npu").is_ok());
+
+        let limits = DeviceLimits::default().with_max_plane(100);
+        let e = limits.check(&adaptive(10, 11, 2, 2, true), "npu").unwrap_err();
+        assert_eq!(
+            e.named("adaptive_max_pool2d_backward").to_string(),
+            "adaptive_max_pool2d_backward on npu: H * W is 110, but the device supports at most 100"
+        );
+        assert!(limits.check(&adaptive(10, 10, 2, 2, true), "npu").is_ok());
+    }
 }

@@ -123,7 +123,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         const OP: &str = "Mask::from_raw";
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
         L::check(&geometry).map_err(|e| e.named(OP))?;
-        crate::validate::same_shape(OP, "data", data.shape(), &geometry.dims())?;
+        crate::shape::same_shape(OP, "data", data.shape(), &geometry.dims())?;
         Ok(Mask { data, geometry, layout: PhantomData })
     }
 
@@ -177,7 +177,7 @@ impl<L: MaskLayout, D: Dimension> Mask<L, D> {
         const OP: &str = "Mask::from_indices";
         let geometry = MaxPoolGeometry::for_mask(OP, "input_shape", params, input_shape)?;
         L::check(&geometry).map_err(|e| e.named(OP))?;
-        crate::validate::same_shape(OP, "indices", indices.shape(), &geometry.pooled_dims())?;
+        crate::shape::same_shape(OP, "indices", indices.shape(), &geometry.pooled_dims())?;
         let bytes = geometry.bytes().unwrap_or(0);
         let mut data = crate::alloc::zeroed_vec::<i8>(OP, "mask", bytes)?;
         match indices.as_slice() {

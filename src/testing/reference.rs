@@ -56,7 +56,7 @@ impl Pooling {
     pub fn output_size(&self, input: [usize; 2]) -> Result<[usize; 2]> {
         match self {
             Pooling::Adaptive(size) => {
-                crate::validate::output_size("reference", "output_size", *size)?;
+                crate::shape::output_size("reference", "output_size", *size)?;
                 Ok(*size)
             }
             Pooling::Max(params) => params.output_size(input),
@@ -186,7 +186,7 @@ fn index_pairs<'a, I: ArgmaxIndex>(
     let view = indices.view();
     if let Some((e, &i)) = view.iter().enumerate().find(|(_, i)| i.flat_in(plane).is_none()) {
         let (n, c, ho, wo) = view.dim();
-        return Err(crate::validate::index_error(
+        return Err(crate::shape::index_error(
             "reference",
             "indices",
             e,
@@ -213,8 +213,8 @@ where
     let [n, c, h, w] = self_.shape();
     let [ho, wo] = pooling.output_size([h, w])?;
     let pooled = crate::tensor::with_spatial([n, c, h, w], [ho, wo], self_.ndim());
-    crate::validate::input_shape("reference", "grad_output", &grad_output, &pooled)?;
-    crate::validate::input_shape("reference", "indices", &indices, &pooled)?;
+    crate::shape::input_shape("reference", "grad_output", &grad_output, &pooled)?;
+    crate::shape::input_shape("reference", "indices", &indices, &pooled)?;
     let pairs = index_pairs(&indices, h * w)?;
     restore(backward4(grad_output.view(), [n, c, h, w], pairs)?, self_.ndim())
 }
@@ -393,8 +393,8 @@ where
 {
     let go = view4(grad_output, "grad_output")?;
     let x = view4(self_, "self_")?;
-    crate::validate::same_shape("reference", "self_", &x.dims(), &mask.input_shape())?;
-    crate::validate::input_shape("reference", "grad_output", &go, &mask.pooled_shape())?;
+    crate::shape::same_shape("reference", "self_", &x.dims(), &mask.input_shape())?;
+    crate::shape::input_shape("reference", "grad_output", &go, &mask.pooled_shape())?;
     let selected = mask.selected()?;
     restore(backward4(go.view(), x.shape(), selected.into_iter())?, x.ndim())
 }

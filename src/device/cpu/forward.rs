@@ -1,16 +1,18 @@
-//! The max-pooling forward kernel shared by adaptive and regular max pooling: each output reads
-//! a window given by its row and column taps. Each task runs in the copy of the kernels compiled
+//! The max-pooling forward kernel shared by adaptive and regular max pooling (each output reads
+//! a window given by its row and column taps), and the two forwards with flat indices, which are
+//! nothing else. Each task runs in the copy of the kernels compiled
 //! for the widest vector instructions the processor has ([`pool_task`]).
 
 use super::Cpu;
 use super::interleave::{BLOCK, interleave};
-use super::schedule::PlaneSplit;
-use super::windows::{Planes, Taps};
-use super::workspace::{CacheLine, Carver, Sizer, task_share};
+use super::schedule::{PlaneSplit, Planes, Planned, Taps, Windowed};
+use super::{CacheLine, Carver, Sizer, task_share};
 
+use crate::device::internal::Launch;
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::{Result, UNNAMED};
 use crate::index::ArgmaxIndex;
+use crate::op::{AdaptiveGeometry, AdaptiveMaxPool2d, MaxPool2dWithIndices, MaxPoolGeometry};
 use crate::tensor::{TensorMut, TensorRef};
 
 /// Phase-1 state of a forward: the taps of every output row and column, and how the work is
@@ -101,38 +103,95 @@ fn acc_per_task<T: PoolFloat>(band_rows: Option<usize>, planes: Planes) -> usize
     })
 }
 
-/// Plans a forward that writes values and flat indices from the views of one call, whose
-/// output rows and columns read `taps`.
-pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
+/// The forward state of a max pooling, with its scratch added to `sizer` (the mask forwards'
+/// first step).
+pub(super) fn prepare_max_pool<T: PoolFloat>(
     cpu: &Cpu,
-    (input, output, indices): (&TensorRef<'_, T>, &TensorMut<'_, T>, &TensorMut<'_, I>),
-    (rows, cols): (Vec<Taps>, Vec<Taps>),
-    planes: Planes,
-) -> Result<(ForwardPrepared, usize)> {
-    let mut sizer = Sizer::new();
-    sizer.stage(&input.view())?;
-    sizer.stage(&output.as_ref().view())?;
-    sizer.stage(&indices.as_ref().view())?;
-    let prepared = ForwardPrepared::plan::<T>(cpu, rows, cols, planes, &mut sizer)?;
-    Ok((prepared, sizer.total()))
+    g: &MaxPoolGeometry,
+    sizer: &mut Sizer,
+) -> Result<ForwardPrepared> {
+    let (rows, cols) = g.taps()?;
+    ForwardPrepared::plan::<T>(cpu, rows, cols, Planes::from(g), sizer)
 }
 
-/// Runs a forward planned by [`prepare_indexed`].
-pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
+/// Phase 1 of a forward that writes values and flat indices (adaptive, or max pooling with
+/// indices), on the device the call's size deserves ([`Planned`]).
+fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
+    g: &impl Windowed,
+    (input, output, indices): (&TensorRef<'_, T>, &TensorMut<'_, T>, &TensorMut<'_, I>),
+) -> Result<(Planned<ForwardPrepared>, usize)> {
+    let (rows, cols) = g.taps()?;
+    Planned::of(cpu, g.forward_work(), |cpu| {
+        let mut sizer = Sizer::new();
+        sizer.stage(&input.view())?;
+        sizer.stage(&output.as_ref().view())?;
+        sizer.stage(&indices.as_ref().view())?;
+        let prepared = ForwardPrepared::plan::<T>(cpu, rows, cols, g.plane_sizes(), &mut sizer)?;
+        Ok((prepared, sizer.total()))
+    })
+}
+
+/// Phase 2 of [`prepare_indexed`].
+fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    g: &impl Windowed,
     (input, output, indices): (TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
-    planes: Planes,
-    p: &ForwardPrepared,
+    p: &Planned<ForwardPrepared>,
     memory: &mut [CacheLine],
 ) -> Result<()> {
     let mut carver = Carver::new(memory);
     let x = carver.stage(input.view())?;
     let mut out = carver.output(output.into_view())?;
     let mut idx = carver.output(indices.into_view())?;
-    let scratch = p.scratch::<T>(&mut carver)?;
-    pool(cpu, planes, p, x, out.slice(), idx.slice(), scratch);
+    let scratch = p.plan.scratch::<T>(&mut carver)?;
+    pool(p.device(cpu), g.plane_sizes(), &p.plan, x, out.slice(), idx.slice(), scratch);
     out.finish("output")?;
     idx.finish("indices")
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> for Cpu {
+    type Prepared = Planned<ForwardPrepared>;
+
+    fn prepare(
+        &self,
+        op: &MaxPool2dWithIndices<'a, T, I>,
+        g: &MaxPoolGeometry,
+    ) -> Result<(Planned<ForwardPrepared>, usize)> {
+        prepare_indexed(self, g, (&op.input, &op.output, &op.indices))
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool2dWithIndices<'a, T, I>,
+        g: &MaxPoolGeometry,
+        p: Planned<ForwardPrepared>,
+        memory: &mut Vec<CacheLine>,
+    ) -> Result<()> {
+        run_indexed(self, g, (op.input, op.output, op.indices), &p, memory)
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for Cpu {
+    type Prepared = Planned<ForwardPrepared>;
+
+    fn prepare(
+        &self,
+        op: &AdaptiveMaxPool2d<'a, T, I>,
+        g: &AdaptiveGeometry,
+    ) -> Result<(Planned<ForwardPrepared>, usize)> {
+        prepare_indexed(self, g, (&op.input, &op.output, &op.indices))
+    }
+
+    fn launch(
+        &self,
+        op: AdaptiveMaxPool2d<'a, T, I>,
+        g: &AdaptiveGeometry,
+        p: Planned<ForwardPrepared>,
+        memory: &mut Vec<CacheLine>,
+    ) -> Result<()> {
+        run_indexed(self, g, (op.input, op.output, op.indices), &p, memory)
+    }
 }
 
 struct Task<'s, T: PoolFloat, I> {

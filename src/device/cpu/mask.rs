@@ -9,11 +9,11 @@
 use super::Cpu;
 use super::bitmask::{self, BitmaskPrepared};
 use super::forward::{self, ForwardPrepared};
-use super::indexed::{prepare_forward, prepare_scatter};
+
 use super::scatter::{self, ScatterPrepared};
+use super::schedule::Planes;
 use super::schedule::{Planned, Work, block_runs, runs, task_count};
-use super::windows::Planes;
-use super::workspace::{CacheLine, Carver, Sizer, task_share};
+use super::{CacheLine, Carver, Sizer, task_share};
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
 use crate::error::{Error, Result, UNNAMED};
@@ -61,7 +61,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
             if !values_in_mask {
                 sizer.region::<i32>(index_count(g, fused_tasks)?)?;
             }
-            let forward = prepare_forward::<T>(cpu, g, &mut sizer)?;
+            let forward = forward::prepare_max_pool::<T>(cpu, g, &mut sizer)?;
             Ok((MaskForwardPrepared { forward, fused_tasks, values_in_mask }, sizer.total()))
         })
     }
@@ -231,7 +231,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
                     sizer.region::<i32>(count)?;
                 }
                 sizer.stage(&op.grad_input.as_ref().view())?;
-                let scatter = prepare_scatter::<T>(cpu, g, &mut sizer)?;
+                let scatter = scatter::prepare_max_pool::<T>(cpu, g, &mut sizer)?;
                 MaskBackwardPrepared::I32Values { scatter, copy_values: !in_place }
             } else {
                 sizer.stage(&op.mask.bytes.view())?;

@@ -1,6 +1,7 @@
 //! The backward kernel shared by every flat-index gradient (adaptive, max pooling with indices,
 //! and the `I32Argmax` mask): zero each plane, then add each gradient at its index in row-major
-//! output order. Each index is checked against the plane as it is used, so the indices are read
+//! output order. The two backwards with flat indices are nothing else, and their `Launch` impls
+//! are here. Each index is checked against the plane as it is used, so the indices are read
 //! once. Large planes are zeroed a window's rows at a time, just ahead of the additions that
 //! reach them ([`ZERO_BY_ROWS`]); an index beyond the rows zeroed so far (any index in the plane
 //! is allowed) zeroes the rest of the plane first, so the additions are the same.
@@ -16,16 +17,17 @@
 use core::ops::Range;
 
 use super::Cpu;
-use super::schedule::{InputBands, ScatterSplit};
-use super::windows::{Planes, Taps};
-use super::workspace::{CacheLine, Carver, Output, Sizer, task_share};
+use super::schedule::{InputBands, Planes, Planned, ScatterSplit, Taps, Windowed, Work};
+use super::{CacheLine, Carver, Output, Sizer, task_share};
 
 use num_traits::Zero;
 
 use crate::alloc::collect_exact;
+use crate::device::internal::Launch;
 use crate::element::{AccFloat, Element, PoolFloat};
 use crate::error::{Error, Result, UNNAMED};
 use crate::index::ArgmaxIndex;
+use crate::op::{AdaptiveGeometry, AdaptiveMaxPool2dBackward, MaxPool2dWithIndicesBackward, MaxPoolGeometry};
 use crate::tensor::{TensorMut, TensorRef};
 
 /// Phase-1 state of a scatter.
@@ -151,34 +153,90 @@ impl ScatterPrepared {
     }
 }
 
-/// Plans the backward of a flat-index pooling from the views of one call.
-pub(super) fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
+/// The backward state of a max pooling with flat indices, with its scratch added to `sizer`
+/// (what the `I32Argmax` mask backward and the banded `Bitmask` backward scatter with).
+pub(super) fn prepare_max_pool<T: PoolFloat>(
     cpu: &Cpu,
-    (grad_output, indices, grad_input): (&TensorRef<'_, T>, &TensorRef<'_, I>, &TensorMut<'_, T>),
-    planes: Planes,
-    window_rows: &[Taps],
-) -> Result<(ScatterPrepared, usize)> {
-    let mut sizer = Sizer::new();
-    sizer.stage(&grad_output.view())?;
-    sizer.stage(&indices.view())?;
-    sizer.stage(&grad_input.as_ref().view())?;
-    let prepared = ScatterPrepared::plan::<T>(cpu, planes, window_rows, &mut sizer)?;
-    Ok((prepared, sizer.total()))
+    g: &MaxPoolGeometry,
+    sizer: &mut Sizer,
+) -> Result<ScatterPrepared> {
+    ScatterPrepared::plan::<T>(cpu, Planes::from(g), &g.taps()?.0, sizer)
 }
 
-/// Runs a backward planned by [`prepare_indexed`]; `bad_index` turns the first index outside
-/// its plane (element, value) into the operation's error.
-pub(super) fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
+/// Phase 1 of the backward of a flat-index pooling (adaptive, or max pooling with indices), on
+/// the device the call's size deserves ([`Planned`]).
+fn prepare_indexed<T: PoolFloat, I: ArgmaxIndex>(
     cpu: &Cpu,
+    g: &impl Windowed,
+    (grad_output, indices, grad_input): (&TensorRef<'_, T>, &TensorRef<'_, I>, &TensorMut<'_, T>),
+) -> Result<(Planned<ScatterPrepared>, usize)> {
+    let window_rows = g.taps()?.0;
+    Planned::of(cpu, Work::backward(g.plane_sizes()), |cpu| {
+        let mut sizer = Sizer::new();
+        sizer.stage(&grad_output.view())?;
+        sizer.stage(&indices.view())?;
+        sizer.stage(&grad_input.as_ref().view())?;
+        let prepared = ScatterPrepared::plan::<T>(cpu, g.plane_sizes(), &window_rows, &mut sizer)?;
+        Ok((prepared, sizer.total()))
+    })
+}
+
+/// Phase 2 of [`prepare_indexed`]: the first index outside its plane is the operation's error.
+fn run_indexed<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    g: &impl Windowed,
     (grad_output, indices, grad_input): (TensorRef<'_, T>, TensorRef<'_, I>, TensorMut<'_, T>),
-    p: &ScatterPrepared,
+    p: &Planned<ScatterPrepared>,
     memory: &mut [CacheLine],
-    bad_index: impl FnOnce(usize, i64) -> Error,
 ) -> Result<()> {
     let mut carver = Carver::new(memory);
     let go = carver.stage(grad_output.view())?;
     let ix = carver.stage(indices.view())?;
-    scatter_into(cpu, p, (go, ix, grad_input), carver, bad_index)
+    scatter_into(p.device(cpu), &p.plan, (go, ix, grad_input), carver, |e, v| g.bad_index(e, v))
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T, I>> for Cpu {
+    type Prepared = Planned<ScatterPrepared>;
+
+    fn prepare(
+        &self,
+        op: &MaxPool2dWithIndicesBackward<'a, T, I>,
+        g: &MaxPoolGeometry,
+    ) -> Result<(Planned<ScatterPrepared>, usize)> {
+        prepare_indexed(self, g, (&op.grad_output, &op.indices, &op.grad_input))
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool2dWithIndicesBackward<'a, T, I>,
+        g: &MaxPoolGeometry,
+        p: Planned<ScatterPrepared>,
+        memory: &mut Vec<CacheLine>,
+    ) -> Result<()> {
+        run_indexed(self, g, (op.grad_output, op.indices, op.grad_input), &p, memory)
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I>> for Cpu {
+    type Prepared = Planned<ScatterPrepared>;
+
+    fn prepare(
+        &self,
+        op: &AdaptiveMaxPool2dBackward<'a, T, I>,
+        g: &AdaptiveGeometry,
+    ) -> Result<(Planned<ScatterPrepared>, usize)> {
+        prepare_indexed(self, g, (&op.grad_output, &op.indices, &op.grad_input))
+    }
+
+    fn launch(
+        &self,
+        op: AdaptiveMaxPool2dBackward<'a, T, I>,
+        g: &AdaptiveGeometry,
+        p: Planned<ScatterPrepared>,
+        memory: &mut Vec<CacheLine>,
+    ) -> Result<()> {
+        run_indexed(self, g, (op.grad_output, op.indices, op.grad_input), &p, memory)
+    }
 }
 
 /// Scatters the staged `go` and `ix` into `grad_input` (carved from what is left of `carver`,

@@ -27,9 +27,9 @@ use super::{Block, Windows, widest_block};
 use crate::alloc::collect_exact;
 use crate::device::cpu::Cpu;
 use crate::device::cpu::scatter::BadIndex;
+use crate::device::cpu::schedule::{Taps, readers};
 use crate::device::cpu::schedule::{rows_per_band, runs, task_count};
-use crate::device::cpu::windows::{Taps, readers};
-use crate::device::cpu::workspace::{Carver, Sizer, task_share};
+use crate::device::cpu::{Carver, Sizer, task_share};
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::{Error, Result, UNNAMED};
 use crate::op::MaxPoolGeometry;
@@ -396,7 +396,7 @@ mod tests {
     use super::super::scatter_bits;
     use super::*;
     use crate::MaxPool2dParams;
-    use crate::device::cpu::workspace::CacheLine;
+    use crate::device::cpu::CacheLine;
     use crate::draws::Draws;
     use half::{bf16, f16};
 

@@ -14,11 +14,11 @@ use core::ops::Range;
 use num_traits::Zero;
 
 use super::Cpu;
-use super::indexed::prepare_scatter;
+use super::scatter::prepare_max_pool as prepare_scatter;
 use super::scatter::{self, BadIndex, Direct, Rounded, ScatterPrepared, Sums};
+use super::schedule::{Taps, max_pool_taps};
 use super::schedule::{block_runs, rows_per_band, task_count};
-use super::windows::{Taps, max_pool_taps};
-use super::workspace::{Carver, Sizer, task_share};
+use super::{Carver, Sizer, task_share};
 use crate::alloc::collect_exact;
 use crate::element::PoolFloat;
 use crate::error::{Result, UNNAMED};
