@@ -117,6 +117,15 @@ pub(crate) mod internal {
         /// left alone.
         fn from_acc_slice(src: &[Self::Acc], dst: &mut [Self]);
 
+        /// [`Accumulate::from_acc`] through the processor's conversion instruction where `half` has
+        /// one for this type (F16C for `f16`; the same function for the others): the same value.
+        /// Inlined into the kernels' x86-64-v3 copy, which has the instruction; elsewhere `half`
+        /// detects it and calls it, or converts in software.
+        #[inline(always)]
+        fn from_acc_hw(acc: Self::Acc) -> Self {
+            Self::from_acc(acc)
+        }
+
         /// The slice itself as accumulators when `Acc` is `Self` (`f32`, `f64`), else `None`.
         fn as_acc_mut(values: &mut [Self]) -> Option<&mut [Self::Acc]>;
 
@@ -268,6 +277,11 @@ impl Accumulate for f16 {
             *d = f16::from_acc(s);
         }
     }
+    #[inline(always)]
+    fn from_acc_hw(acc: f32) -> f16 {
+        f16::from_f32(acc)
+    }
+
     fn as_acc_mut(_: &mut [f16]) -> Option<&mut [f32]> {
         None
     }

@@ -6,6 +6,7 @@
 use super::Cpu;
 use super::interleave::{BLOCK, interleave};
 use super::schedule::{PlaneSplit, Planes, Planned, Taps, Windowed};
+use super::simd::Isa;
 use super::{CacheLine, Carver, Sizer, task_share};
 
 use crate::device::internal::Launch;
@@ -36,8 +37,8 @@ pub struct ForwardPrepared {
     whole_plane: bool,
     /// Accumulator-type scratch per task ([`acc_per_task`]).
     acc_per_task: usize,
-    /// The vector instructions the tasks run in ([`pool_task`]), detected once, in phase 1.
-    arch: pulp::Arch,
+    /// The instructions the tasks run with ([`pool_task`]), detected once, in phase 1.
+    isa: Isa,
 }
 
 impl ForwardPrepared {
@@ -65,7 +66,7 @@ impl ForwardPrepared {
         let band_rows = rows.iter().map(|r| r.span().len()).max().unwrap_or(0);
         let acc_per_task = acc_per_task::<T>(blocked.then_some(band_rows), planes);
         sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
-        let arch = pulp::Arch::new();
+        let isa = cpu.isa();
         Ok(ForwardPrepared {
             rows,
             cols,
@@ -76,7 +77,7 @@ impl ForwardPrepared {
             band_rows,
             whole_plane,
             acc_per_task,
-            arch,
+            isa,
         })
     }
 
@@ -252,45 +253,31 @@ pub(super) fn pool_planes<T: PoolFloat, I: ArgmaxIndex>(
     pool_task(planes, p, Task { x, row0: 0, rows: planes.ho, out, idx, acc });
 }
 
-/// One task of [`pool`]: its whole planes, or its band of output rows of one plane, through
-/// `pulp`'s run-time dispatch. The kernels below ([`pool_task_body`] and what it calls, all
-/// inlined) are compiled into one copy for each level of vector instructions `pulp` knows (on
-/// x86-64, AVX2 with FMA, "x86-64-v3", besides the baseline's SSE2), and the task runs in the
-/// copy for the instructions the plan found ([`ForwardPrepared`]'s `arch`). The code is the same in every copy, and so are the results: the
-/// compiler vectorises the same lane loops wider, and contracts nothing (Rust never fuses
-/// floating-point operations on its own). A direct call of [`pool_task_body`] is the baseline
-/// copy, which the tests hold the dispatched one to, bit for bit.
+/// One task of [`pool`]: its whole planes, or its band of output rows of one plane, in the copy
+/// of the kernels for the instructions the plan found ([`ForwardPrepared`]'s `isa`, module
+/// `simd`): [`pool_task_body`] and what it calls are inlined into each copy. The code is the same
+/// in every copy, and so are the results; a direct call of `pool_task_body::<_, _, false>` is
+/// the baseline copy, which the tests hold the dispatched one to, bit for bit.
 fn pool_task<T: PoolFloat, I: ArgmaxIndex>(planes: Planes, p: &ForwardPrepared, t: Task<'_, T, I>) {
-    p.arch.dispatch(PoolTask { planes, p, t })
-}
-
-/// The arguments of [`pool_task`], for `pulp` to hand to each copy.
-struct PoolTask<'p, 's, T: PoolFloat, I> {
-    planes: Planes,
-    p: &'p ForwardPrepared,
-    t: Task<'s, T, I>,
-}
-
-impl<T: PoolFloat, I: ArgmaxIndex> pulp::WithSimd for PoolTask<'_, '_, T, I> {
-    type Output = ();
-
-    /// [`pool_task_body`] in the copy for `S`, whose registers of 8 `f32` or more (AVX2) let
-    /// [`wide_window`] take 8 columns at a time.
-    #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) {
-        pool_task_body(self.planes, self.p, self.t, S::F32_LANES >= 2 * WIDE_LANES)
+    if p.isa.is_wide() {
+        p.isa.enter(
+            #[inline(always)]
+            || pool_task_body::<T, I, true>(planes, p, t),
+        )
+    } else {
+        pool_task_body::<T, I, false>(planes, p, t)
     }
 }
 
-/// [`pool_task`]'s work, inlined into each of its copies; `wide` when the copy's registers hold
-/// 8 `f32` or more.
+/// [`pool_task`]'s work, inlined into each of its copies; `WIDE` in the copy whose registers
+/// hold 8 `f32` or more (x86-64-v3), where [`wide_window`] takes 8 columns at a time.
 #[inline(always)]
-fn pool_task_body<T: PoolFloat, I: ArgmaxIndex>(
+fn pool_task_body<T: PoolFloat, I: ArgmaxIndex, const WIDE: bool>(
     planes: Planes,
     p: &ForwardPrepared,
     mut t: Task<'_, T, I>,
-    wide: bool,
 ) {
+    let wide = WIDE;
     let (hw, ohw) = (planes.h * planes.w, planes.ho * planes.wo);
     if p.blocked {
         // Whole planes, BLOCK at a time, the rest in a last block of their own when there are
@@ -302,7 +289,7 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex>(
         for ((x, out), idx) in
             xb.chunks(BLOCK * hw).zip(ob.chunks_mut(BLOCK * ohw)).zip(ib.chunks_mut(BLOCK * ohw))
         {
-            pool_block(x, planes, p, t.acc, out, idx);
+            pool_block::<T, I>(x, planes, p, t.acc, out, idx);
         }
         (t.x, t.out, t.idx) = (xr, or, ir);
         if t.x.is_empty() {
@@ -426,7 +413,7 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
                     }
                 }
             }
-            interleave(p.arch, &rows[..count], fresh);
+            interleave(p.isa, &rows[..count], fresh);
         }
         held = need;
         let (lanes, _) = band.as_chunks::<BLOCK>();
@@ -1022,7 +1009,10 @@ mod tests {
     ) -> (Vec<u16>, Vec<i64>) {
         let cpu = Cpu::sequential();
         let mut sizer = Sizer::new();
-        let p = ForwardPrepared::plan::<T>(&cpu, rows.to_vec(), cols.to_vec(), planes, &mut sizer).unwrap();
+        let mut p =
+            ForwardPrepared::plan::<T>(&cpu, rows.to_vec(), cols.to_vec(), planes, &mut sizer).unwrap();
+        // The best copy, even where the environment asks every call for the baseline.
+        p.isa = Isa::best();
         let (out, idx) = run_task(dispatched, planes, &p, x);
         (bytemuck::cast_slice::<T, u16>(&out).to_vec(), idx)
     }
@@ -1042,7 +1032,7 @@ mod tests {
         if dispatched {
             pool_task(planes, p, t)
         } else {
-            pool_task_body(planes, p, t, false)
+            pool_task_body::<T, i64, false>(planes, p, t)
         }
         (out, idx)
     }

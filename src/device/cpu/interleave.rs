@@ -8,6 +8,7 @@
 //! loop pays a load and a store for each), and the plain loop takes the columns left. Shuffles
 //! move bits, so both give the same bits; the tests hold them to it.
 
+use super::simd::Isa;
 use crate::element::AccFloat;
 
 /// Planes pooled together by the blocked kernel: the lanes of its vectors.
@@ -18,8 +19,8 @@ pub(super) const BLOCK: usize = 8;
 /// without a plane are left alone by the plain loop and may be written by the vector one (with
 /// values of plane 0).
 #[inline(always)]
-pub(super) fn interleave<A: AccFloat>(arch: pulp::Arch, rows: &[&[A]], out: &mut [A]) {
-    let done = transposed(arch, rows, out);
+pub(super) fn interleave<A: AccFloat>(isa: Isa, rows: &[&[A]], out: &mut [A]) {
+    let done = transposed(isa, rows, out);
     interleave_plain(rows, &mut out[done * BLOCK..], done);
 }
 
@@ -35,10 +36,10 @@ fn interleave_plain<A: Copy>(rows: &[&[A]], out: &mut [A], from: usize) {
 }
 
 /// Interleaves the first columns of `rows` into `out` 8 at a time through [`transpose8`] when
-/// `arch` has AVX and the values are `f32`; returns how many columns it did (a multiple of 8,
+/// `isa` has AVX and the values are `f32`; returns how many columns it did (a multiple of 8,
 /// or 0).
 #[inline(always)]
-fn transposed<A: AccFloat>(arch: pulp::Arch, rows: &[&[A]], out: &mut [A]) -> usize {
+fn transposed<A: AccFloat>(isa: Isa, rows: &[&[A]], out: &mut [A]) -> usize {
     if size_of::<A>() != size_of::<f32>() || rows.is_empty() {
         return 0; // `f64` (a column of 8 fills two registers) keeps the plain loop
     }
@@ -54,7 +55,7 @@ fn transposed<A: AccFloat>(arch: pulp::Arch, rows: &[&[A]], out: &mut [A]) -> us
     let zipped = s0.iter().zip(s1).zip(s2).zip(s3).zip(s4).zip(s5).zip(s6).zip(s7);
     let mut count = 0;
     for (dst, (((((((a, b), c), d), e), f), g), h)) in columns.iter_mut().zip(zipped) {
-        let Some(t) = transpose8(arch, [*a, *b, *c, *d, *e, *f, *g, *h]) else { break }; // no AVX
+        let Some(t) = transpose8(isa, [*a, *b, *c, *d, *e, *f, *g, *h]) else { break }; // no AVX
         *dst = bytemuck::cast(t);
         count += 1;
     }
@@ -62,13 +63,13 @@ fn transposed<A: AccFloat>(arch: pulp::Arch, rows: &[&[A]], out: &mut [A]) -> us
 }
 
 /// `t[i][l] = m[l][i]`: an 8 x 8 transpose of 32-bit values (bits moved, never changed) in AVX
-/// registers, where `arch` has them (x86-64-v3); else `None`. Inlined into `pulp`'s AVX copy of
+/// registers, where `isa` has them (x86-64-v3); else `None`. Inlined into the x86-64-v3 copy of
 /// a kernel, it is 8 loads, 24 shuffles and 8 stores.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn transpose8(arch: pulp::Arch, m: [[f32; 8]; 8]) -> Option<[[f32; 8]; 8]> {
+fn transpose8(isa: Isa, m: [[f32; 8]; 8]) -> Option<[[f32; 8]; 8]> {
     use core::arch::x86_64::__m256;
-    let pulp::Arch::V3(simd) = arch else { return None };
+    let Isa::V3(simd) = isa else { return None };
     let avx = simd.avx;
     let r: [__m256; 8] = m.map(pulp::cast);
     // Pairs of rows, then quadruples, within each 128-bit half; then the halves.
@@ -108,7 +109,7 @@ fn transpose8(arch: pulp::Arch, m: [[f32; 8]; 8]) -> Option<[[f32; 8]; 8]> {
 /// Elsewhere, no transpose in registers: the plain loops do it all.
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn transpose8(_: pulp::Arch, _: [[f32; 8]; 8]) -> Option<[[f32; 8]; 8]> {
+fn transpose8(_: Isa, _: [[f32; 8]; 8]) -> Option<[[f32; 8]; 8]> {
     None
 }
 
@@ -137,7 +138,7 @@ mod tests {
     /// lengths around the 8-column steps.
     #[test]
     fn transposed_columns_equal_the_plain_loop() {
-        let arch = pulp::Arch::new();
+        let isa = Isa::best();
         for planes in 1..=BLOCK {
             for n in [0, 1, 7, 8, 9, 16, 23, 64, 81] {
                 let rows: Vec<Vec<f32>> = (0..planes)
@@ -147,7 +148,7 @@ mod tests {
                 let mut plain = vec![0.0f32; n * BLOCK];
                 interleave_plain(&rows, &mut plain, 0);
                 let mut vector = vec![0.0f32; n * BLOCK];
-                arch.dispatch(|| interleave(arch, &rows, &mut vector));
+                isa.enter(|| interleave(isa, &rows, &mut vector));
                 for i in 0..n {
                     for l in 0..planes {
                         let (p, v) = (plain[i * BLOCK + l].to_bits(), vector[i * BLOCK + l].to_bits());
@@ -163,14 +164,16 @@ mod tests {
     /// tested the vector path); the plain loop is used for `f64`.
     #[test]
     fn vector_path_is_taken_where_it_exists() {
-        let arch = pulp::Arch::new();
+        let isa = Isa::best();
         let rows = [[1.0f32; 16].as_slice(); BLOCK];
         let mut out = [0.0f32; 16 * BLOCK];
-        let done = arch.dispatch(|| transposed(arch, &rows, &mut out));
+        let done = isa.enter(|| transposed(isa, &rows, &mut out));
         let m: [[f32; 8]; 8] = core::array::from_fn(|l| core::array::from_fn(|i| (10 * l + i) as f32));
-        let t = arch.dispatch(|| transpose8(arch, m));
+        let t = isa.enter(|| transpose8(isa, m));
         #[cfg(target_arch = "x86_64")]
-        let avx = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+        let avx = std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c");
         #[cfg(not(target_arch = "x86_64"))]
         let avx = false;
         assert_eq!(done, if avx { 16 } else { 0 });
@@ -178,6 +181,6 @@ mod tests {
         assert_eq!(t, avx.then_some(want));
         let rows64 = [[1.0f64; 16].as_slice(); BLOCK];
         let mut out64 = [0.0f64; 16 * BLOCK];
-        assert_eq!(arch.dispatch(|| transposed(arch, &rows64, &mut out64)), 0);
+        assert_eq!(isa.enter(|| transposed(isa, &rows64, &mut out64)), 0);
     }
 }

@@ -23,6 +23,7 @@ mod interleave;
 mod mask;
 mod scatter;
 mod schedule;
+mod simd;
 
 /// How the CPU device spreads work over threads. Results are bit-identical for every setting.
 ///
@@ -86,6 +87,9 @@ pub struct Cpu {
     runner: Runner,
     /// Work below which a call runs on the calling thread ([`Cpu::with_grain`]).
     grain: u64,
+    /// Whether kernels may use the vector and conversion instructions the processor has
+    /// ([`Cpu::with_vector_instructions`]).
+    vector: bool,
 }
 
 /// How a [`Cpu`] runs its tasks: its one source of truth.
@@ -130,7 +134,11 @@ impl Runner {
 
 impl fmt::Debug for Cpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Cpu").field("parallelism", &self.parallelism()).field("grain", &self.grain).finish()
+        f.debug_struct("Cpu")
+            .field("parallelism", &self.parallelism())
+            .field("grain", &self.grain)
+            .field("vector_instructions", &self.vector)
+            .finish()
     }
 }
 
@@ -138,7 +146,7 @@ impl Default for Cpu {
     /// rayon's global pool with the `rayon` feature, else sequential.
     fn default() -> Self {
         #[cfg(feature = "rayon")]
-        return Cpu { runner: Runner::GlobalPool, grain: schedule::GRAIN };
+        return Cpu { runner: Runner::GlobalPool, grain: schedule::GRAIN, vector: true };
         #[cfg(not(feature = "rayon"))]
         return Cpu::sequential();
     }
@@ -151,7 +159,7 @@ impl Cpu {
     /// [`Error::ThreadPool`] (feature `rayon`) if rayon cannot start the
     /// threads.
     pub fn new(parallelism: Parallelism) -> Result<Self> {
-        Ok(Cpu { runner: Runner::for_parallelism(parallelism)?, grain: schedule::GRAIN })
+        Ok(Cpu { runner: Runner::for_parallelism(parallelism)?, grain: schedule::GRAIN, vector: true })
     }
 
     /// A CPU device with a rayon pool of its own of `threads` threads
@@ -181,7 +189,7 @@ impl Cpu {
 
     /// Runs everything on the calling thread.
     pub const fn sequential() -> Self {
-        Cpu { runner: Runner::Sequential, grain: schedule::GRAIN }
+        Cpu::calling_thread(true)
     }
 
     /// How this device runs: the setting it was made with (without the `rayon` feature, always
@@ -219,6 +227,44 @@ impl Cpu {
     /// The work below which a call runs on the calling thread ([`Cpu::with_grain`]).
     pub fn grain(&self) -> u64 {
         self.grain
+    }
+
+    /// This device with the processor's vector and conversion instructions allowed (`true`, the
+    /// default) or not. Allowed, each call detects once what the processor has (on x86-64:
+    /// AVX2 with F16C) and runs the kernels that gain from it (the forwards, the `Bitmask`
+    /// gather) compiled for it; otherwise, or on a processor without them, every kernel as
+    /// compiled for the target's baseline.
+    /// Results are the same bits either way; turning them off serves tests and measurements.
+    /// (The environment variable `POOLGRAD_ISA=baseline` turns them off for every device.)
+    ///
+    /// ```
+    /// use poolgrad::device::cpu::Cpu;
+    /// let x = ndarray::Array4::from_shape_fn((1, 2, 5, 5), |(_, c, h, w)| half::f16::from_f32((c + h * w) as f32 / 3.0));
+    /// let baseline = Cpu::sequential().with_vector_instructions(false);
+    /// assert!(!baseline.vector_instructions());
+    /// let a = poolgrad::on(&baseline).adaptive_max_pool2d(&x, [2, 2])?;
+    /// assert_eq!(a, poolgrad::on(&Cpu::sequential()).adaptive_max_pool2d(&x, [2, 2])?);
+    /// # Ok::<(), poolgrad::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_vector_instructions(self, allowed: bool) -> Self {
+        Cpu { vector: allowed, ..self }
+    }
+
+    /// Whether kernels may use the processor's vector and conversion instructions
+    /// ([`Cpu::with_vector_instructions`]).
+    pub fn vector_instructions(&self) -> bool {
+        self.vector
+    }
+
+    /// The instructions a call planned on this device runs with, detected now.
+    fn isa(&self) -> simd::Isa {
+        simd::Isa::of(self.vector)
+    }
+
+    /// The device of calls planned for the calling thread alone, with `vector` as set.
+    const fn calling_thread(vector: bool) -> Cpu {
+        Cpu { runner: Runner::Sequential, grain: schedule::GRAIN, vector }
     }
 
     /// The grain of every device until [`Cpu::with_grain`] changes it: 2^17 units (a unit is
@@ -439,7 +485,10 @@ mod tests {
         assert_eq!(seq.grain(), 1 << 17);
         let coarse = seq.with_grain(5);
         assert_eq!(coarse.grain(), 5);
-        assert_eq!(format!("{coarse:?}"), "Cpu { parallelism: Sequential, grain: 5 }");
+        assert_eq!(
+            format!("{coarse:?}"),
+            "Cpu { parallelism: Sequential, grain: 5, vector_instructions: true }"
+        );
     }
 
     #[test]
@@ -449,7 +498,10 @@ mod tests {
         assert_eq!(cpu.threads(), 3);
         let Parallelism::Pool(reported) = cpu.parallelism() else { panic!("{cpu:?}") };
         assert!(Arc::ptr_eq(&reported, &pool));
-        assert_eq!(format!("{cpu:?}"), "Cpu { parallelism: Pool(3 threads), grain: 131072 }");
+        assert_eq!(
+            format!("{cpu:?}"),
+            "Cpu { parallelism: Pool(3 threads), grain: 131072, vector_instructions: true }"
+        );
         // Tasks run on that pool's threads.
         let on_pool = cpu.map_tasks(vec![0, 1, 2, 3], |_| pool.current_thread_index().is_some());
         assert_eq!(on_pool, [true; 4]);

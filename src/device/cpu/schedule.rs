@@ -230,11 +230,15 @@ impl Work {
 /// `Cpu::with_grain` set another), the calling thread alone (no pool round trip). Results are
 /// the same either way (module doc).
 pub(super) fn sized(cpu: &Cpu, work: Work) -> &Cpu {
-    if work.units() < cpu.grain { &CALLING_THREAD } else { cpu }
+    if work.units() < cpu.grain { calling_thread(cpu) } else { cpu }
 }
 
-/// The device of calls planned for the calling thread alone.
-static CALLING_THREAD: Cpu = Cpu::sequential();
+/// The device of calls planned for the calling thread alone, with `cpu`'s choice of
+/// instructions.
+fn calling_thread(cpu: &Cpu) -> &'static Cpu {
+    static CALLING_THREAD: [Cpu; 2] = [Cpu::calling_thread(false), Cpu::calling_thread(true)];
+    &CALLING_THREAD[usize::from(cpu.vector_instructions())]
+}
 
 /// What phase 1 planned, with the device it planned for ([`sized`]): phase 2 runs there
 /// without estimating the work again, so both phases agree by construction.
@@ -260,7 +264,7 @@ impl<P> Planned<P> {
 
     /// The device phase 1 planned for: `cpu` itself, or the calling thread alone.
     pub(super) fn device<'c>(&self, cpu: &'c Cpu) -> &'c Cpu {
-        if self.alone { &CALLING_THREAD } else { cpu }
+        if self.alone { calling_thread(cpu) } else { cpu }
     }
 }
 

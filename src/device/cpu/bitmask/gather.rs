@@ -29,6 +29,7 @@ use crate::device::cpu::Cpu;
 use crate::device::cpu::scatter::BadIndex;
 use crate::device::cpu::schedule::{Taps, readers};
 use crate::device::cpu::schedule::{rows_per_band, runs, task_count};
+use crate::device::cpu::simd::{Isa, round};
 use crate::device::cpu::{Carver, Sizer, task_share};
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::{Error, Result, UNNAMED};
@@ -51,8 +52,8 @@ pub(super) struct GatherPrepared {
     /// Each task's scratch, in `T::Acc`: the sums of one input row and, for the half types, a
     /// ring of widened gradient rows per channel of a block; in whole cache lines.
     scratch_per_task: usize,
-    /// The processor's vector instructions, found once (the kernels are dispatched on them).
-    arch: pulp::Arch,
+    /// The instructions the tasks run with (module `simd`), detected once, in phase 1.
+    isa: Isa,
 }
 
 /// The column structure shared by every input row. The columns `iw = sw * m + r - pw` of a
@@ -120,7 +121,7 @@ impl Columns {
 
     /// Stores a row's `sums` into its input row `gi`, each rounded once.
     #[inline(always)]
-    fn store<T: PoolFloat>(&self, sums: &[T::Acc], gi: &mut [T]) {
+    fn store<T: PoolFloat, const HW: bool>(&self, sums: &[T::Acc], gi: &mut [T]) {
         match &self.stores[..] {
             [one] => T::from_acc_slice(&sums[one.clone()], gi),
             // Two residues (stride 2, or a wider stride over two columns): the sums of columns
@@ -129,17 +130,17 @@ impl Columns {
                 let (even, odd) = (&sums[even.clone()], &sums[odd.clone()]);
                 let (pairs, last) = gi.as_chunks_mut::<2>();
                 for ((pair, &e), &o) in pairs.iter_mut().zip(even).zip(odd) {
-                    *pair = [T::from_acc(e), T::from_acc(o)];
+                    *pair = [round::<T, HW>(e), round::<T, HW>(o)];
                 }
                 if let ([out], Some(&e)) = (last, even.get(pairs.len())) {
-                    *out = T::from_acc(e);
+                    *out = round::<T, HW>(e);
                 }
             }
             stores => {
                 let sw = self.stride;
                 for (c, at) in stores.iter().enumerate() {
                     for (out, &sum) in gi[c..].chunks_mut(sw).zip(&sums[at.clone()]) {
-                        out[0] = T::from_acc(sum);
+                        out[0] = round::<T, HW>(sum);
                     }
                 }
             }
@@ -174,8 +175,8 @@ impl GatherPrepared {
             what: format!("{ring_rows} widened gradient rows of {} for each of {channels} channels", g.wo),
         })?);
         sizer.region::<T::Acc>(tasks * scratch_per_task)?;
-        let arch = pulp::Arch::new();
-        Ok(GatherPrepared { row_readers, columns, rows, tasks, ring_rows, scratch_per_task, arch })
+        let isa = cpu.isa();
+        Ok(GatherPrepared { row_readers, columns, rows, tasks, ring_rows, scratch_per_task, isa })
     }
 }
 
@@ -221,13 +222,21 @@ pub(super) fn backward<T: PoolFloat>(
         .map(|run| (units.by_ref().take(run.len()).collect::<Vec<_>>(), scratches.next().unwrap_or_default()))
         .collect();
     cpu.for_each_task(tasks, |(units, scratch)| {
-        p.arch.dispatch(GatherTask { g, windows, p, units, go, bits, scratch })
+        let task = GatherTask { g, windows, p, units, go, bits, scratch };
+        if p.isa.is_wide() {
+            p.isa.enter(
+                #[inline(always)]
+                || task.run::<true>(),
+            )
+        } else {
+            task.run::<false>()
+        }
     });
     Ok(Ok(()))
 }
 
-/// One task's units, for `pulp`'s run-time dispatch: the kernels below, all inlined, are compiled
-/// once for each level of vector instructions `pulp` knows and run in the copy for the
+/// One task's units, run in the plan's copy of the kernels (module `simd`): the kernels below,
+/// all inlined, are compiled once for each instruction set and run in the copy for the
 /// instructions the plan found. Same code, so the same results in every copy.
 struct GatherTask<'a, 's, T: PoolFloat> {
     g: &'a MaxPoolGeometry,
@@ -239,11 +248,10 @@ struct GatherTask<'a, 's, T: PoolFloat> {
     scratch: &'a mut [T::Acc],
 }
 
-impl<T: PoolFloat> pulp::WithSimd for GatherTask<'_, '_, T> {
-    type Output = ();
-
+impl<T: PoolFloat> GatherTask<'_, '_, T> {
+    /// The task's units, converting `f16` with `half`'s instructions when `HW`.
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) {
+    fn run<const HW: bool>(self) {
         let GatherTask { g, windows, p, units, go, bits, scratch } = self;
         // The task's scratch: one row of sums, then (the half types) a ring per channel.
         let (sums, rings) = scratch.split_at_mut(p.columns.sums);
@@ -255,7 +263,7 @@ impl<T: PoolFloat> pulp::WithSimd for GatherTask<'_, '_, T> {
                 .collect(),
         };
         for unit in units {
-            gather_unit(g, windows, p, unit, (go, bits), (sums, &mut rings));
+            gather_unit::<T, HW>(g, windows, p, unit, (go, bits), (sums, &mut rings));
         }
     }
 }
@@ -265,7 +273,7 @@ impl<T: PoolFloat> pulp::WithSimd for GatherTask<'_, '_, T> {
 /// `(go, bits)` are the call's gradient and mask; `sums` holds a row's sums, `rings` (the half
 /// types) a ring per channel of the block.
 #[inline(always)]
-fn gather_unit<T: PoolFloat>(
+fn gather_unit<T: PoolFloat, const HW: bool>(
     g: &MaxPoolGeometry,
     windows: &Windows,
     p: &GatherPrepared,
@@ -286,10 +294,10 @@ fn gather_unit<T: PoolFloat>(
             let go = &go[plane * positions..(plane + 1) * positions];
             let go_rows = match T::as_acc(go) {
                 Some(go) => GradRows { rows: go, slots: g.ho, wo },
-                None => rings[ch].fill(go, ohs.clone()),
+                None => rings[ch].fill::<T, HW>(go, ohs.clone()),
             };
             let row = Row { g, windows, columns: &p.columns, block, bit: 1 << ch, ih, ohs: ohs.clone() };
-            row.gather(go_rows, bits, &mut gi[local * w..(local + 1) * w], sums);
+            row.gather::<T, HW>(go_rows, bits, &mut gi[local * w..(local + 1) * w], sums);
         }
     }
 }
@@ -325,7 +333,11 @@ impl<A: AccFloat> Ring<'_, A> {
     /// Makes the ring hold the rows `ohs` (at most `slots` of them) of the channel's gradient `go`,
     /// widening those it does not hold, and returns the rows it holds.
     #[inline(always)]
-    fn fill<T: PoolFloat<Acc = A>>(&mut self, go: &[T], ohs: Range<usize>) -> GradRows<'_, A> {
+    fn fill<T: PoolFloat<Acc = A>, const HW: bool>(
+        &mut self,
+        go: &[T],
+        ohs: Range<usize>,
+    ) -> GradRows<'_, A> {
         let Ring { slots, wo, .. } = *self;
         if !(self.filled.start..=self.filled.end).contains(&ohs.start) {
             self.filled = ohs.start..ohs.start;
@@ -357,7 +369,7 @@ impl Row<'_> {
     /// Writes the row's sums to `gi` (one row of the channel's gradient), from the channel's
     /// gradient rows `go_rows`, summing in `sums`.
     #[inline(always)]
-    fn gather<T: PoolFloat>(
+    fn gather<T: PoolFloat, const HW: bool>(
         &self,
         go_rows: GradRows<'_, T::Acc>,
         bits: &[i8],
@@ -377,7 +389,7 @@ impl Row<'_> {
                 add_run(&mut sums[sums_at..sums_at + len], &go_row[ow..ow + len], words, bit);
             }
         }
-        columns.store(sums, gi);
+        columns.store::<T, HW>(sums, gi);
     }
 }
 
@@ -447,7 +459,7 @@ mod tests {
         let mut rows = vec![f32::NAN; slots * wo];
         let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0 };
         for ohs in [0..2, 0..3, 1..4, 2..5, 4..5, 5..5, 5..7, 10..12, 3..6, 0..1, 11..12] {
-            let held = ring.fill(&go, ohs.clone());
+            let held = ring.fill::<_, false>(&go, ohs.clone());
             for oh in ohs.clone() {
                 let want: Vec<f32> = go[oh * wo..(oh + 1) * wo].iter().map(|v| v.to_f32()).collect();
                 assert_eq!(held.row(oh), &want[..], "row {oh} after filling {ohs:?}");
@@ -470,11 +482,11 @@ mod tests {
         let mut go = vec![f16::ONE; 8 * wo];
         let mut rows = vec![f32::NAN; slots * wo];
         let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0 };
-        ring.fill(&go, 0..3);
+        ring.fill::<_, false>(&go, 0..3);
         go[wo..2 * wo].fill(f16::from_f32(2.0));
-        assert_eq!(ring.fill(&go, 1..4).row(1), [1.0, 1.0]);
-        ring.fill(&go, 4..5);
-        assert_eq!(ring.fill(&go, 1..2).row(1), [2.0, 2.0]);
+        assert_eq!(ring.fill::<_, false>(&go, 1..4).row(1), [1.0, 1.0]);
+        ring.fill::<_, false>(&go, 4..5);
+        assert_eq!(ring.fill::<_, false>(&go, 1..2).row(1), [2.0, 2.0]);
     }
 
     /// With fewer blocks than threads, a block's input rows are cut into bands so that every

@@ -1,0 +1,227 @@
+//! The instructions a call's kernels run with, chosen once per call at run time: [`Isa`].
+//!
+//! The kernels are compiled twice: for the target's baseline (on x86-64, SSE2), and for
+//! x86-64-v3 with F16C (AVX2, FMA and the `f16` conversion instructions, which every x86-64
+//! processor since 2015 has). Phase 1 detects them once ([`Isa::of`]) and every task of the
+//! call runs in the copy its plan chose ([`Isa::enter`]). The copies run the same Rust code, so
+//! their results are the same bits: the compiler vectorises the same loops wider and contracts
+//! nothing (Rust never fuses floating-point operations on its own).
+//!
+//! One difference is chosen in the code, by the `const HW: bool` parameter of the kernels that
+//! round one value at a time in the x86-64-v3 copy (the `Bitmask` gather's stores): with `HW`,
+//! an `f16` is rounded through `half`'s conversion, which inlines to F16C's `vcvtps2ph` there;
+//! without it, through this crate's software rounding ([`crate::element`]), the reference that
+//! every processor can run. Both round to nearest, ties to even, and keep NaN payloads; the tests
+//! hold them to the same bits. Slices convert through `half`'s F16C routines in both copies
+//! (`half` detects F16C itself), and `bf16` converts in integer code.
+//!
+//! Which kernels take the x86-64-v3 copy: the forwards and the `Bitmask` gather, in every
+//! element type. The flat-index scatter and the `Bitmask` block backward run the baseline
+//! copy: their `f16` sums rounded with F16C in the x86-64-v3 copy ran no faster
+//! (`benches/README.md`).
+//!
+//! No `unsafe` is needed: `pulp` makes the token ([`V3`]) only after detecting its features
+//! and runs code compiled for them; `half` detects F16C itself before it converts.
+//!
+//! The tests run every kernel in both copies: the environment variable `POOLGRAD_ISA=baseline`
+//! makes every call of the process run the baseline copy, and [`Cpu::with_vector_instructions`]
+//! (`false`) does so for one device.
+//!
+//! [`Cpu::with_vector_instructions`]: super::Cpu::with_vector_instructions
+
+use crate::element::PoolFloat;
+
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+pulp::simd_type! {
+    /// x86-64-v3 with F16C: the token that proves the processor has them.
+    pub(super) struct V3 {
+        pub sse: "sse",
+        pub sse2: "sse2",
+        pub fxsr: "fxsr",
+        pub sse3: "sse3",
+        pub ssse3: "ssse3",
+        pub sse4_1: "sse4.1",
+        pub sse4_2: "sse4.2",
+        pub popcnt: "popcnt",
+        pub avx: "avx",
+        pub avx2: "avx2",
+        pub bmi1: "bmi1",
+        pub bmi2: "bmi2",
+        pub fma: "fma",
+        pub lzcnt: "lzcnt",
+        pub f16c: "f16c",
+    }
+}
+
+/// The instructions a call's kernels run with.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Isa {
+    /// The target's baseline, and the software conversions.
+    Baseline,
+    /// x86-64-v3 with F16C.
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    V3(V3),
+}
+
+/// The environment variable that makes every call of the process run the baseline copy when it
+/// is `baseline` (read once).
+pub(crate) const ISA_VARIABLE: &str = "POOLGRAD_ISA";
+
+/// Whether [`ISA_VARIABLE`] asks for the baseline.
+fn baseline_asked() -> bool {
+    static ASKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ASKED.get_or_init(|| std::env::var(ISA_VARIABLE).is_ok_and(|v| v.eq_ignore_ascii_case("baseline")))
+}
+
+impl Isa {
+    /// The best copy this processor runs, or the baseline when `vector` is off (a
+    /// [`Cpu`](super::Cpu)'s setting) or the environment asks for it.
+    pub(super) fn of(vector: bool) -> Isa {
+        if !vector || baseline_asked() { Isa::Baseline } else { Isa::best() }
+    }
+
+    /// The best copy this processor runs, whatever the settings: what the tests that hold a
+    /// vector path to the baseline run.
+    pub(super) fn best() -> Isa {
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        if let Some(v3) = V3::try_new() {
+            return Isa::V3(v3);
+        }
+        Isa::Baseline
+    }
+
+    /// Whether the copy has F16C and vector registers of 8 `f32` or more (the kernels' `HW` and
+    /// wide paths).
+    #[inline(always)]
+    pub(super) fn is_wide(self) -> bool {
+        !matches!(self, Isa::Baseline)
+    }
+
+    /// Runs `f` in this copy: compiled with its instructions, so `f` and everything it inlines
+    /// (kernels mark their bodies `#[inline(always)]`) uses them.
+    #[inline(always)]
+    pub(super) fn enter<R>(self, f: impl FnOnce() -> R) -> R {
+        match self {
+            Isa::Baseline => f(),
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Isa::V3(v3) => v3.vectorize(f),
+        }
+    }
+}
+
+/// `acc` rounded once: with `half`'s conversion instruction when `HW`, else in software.
+#[inline(always)]
+pub(super) fn round<T: PoolFloat, const HW: bool>(acc: T::Acc) -> T {
+    if HW { T::from_acc_hw(acc) } else { T::from_acc(acc) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::element::Accumulate;
+    use half::{bf16, f16};
+
+    /// Special values of f32 for the roundings: zeros, the f16 and bf16 subnormal and normal
+    /// boundaries, values half-way between two of them (ties to even) and just off half-way,
+    /// the largest finite values and past them, infinities, and NaNs with payloads (quiet and
+    /// signalling, both signs).
+    fn awkward_f32() -> Vec<f32> {
+        let mut bits = vec![
+            0x0000_0000u32,
+            0x8000_0000,
+            0x0000_0001,
+            0x007F_FFFF,
+            0x0080_0000,
+            0x3380_0000, // 2^-24, the least f16 subnormal
+            0x3300_0000, // 2^-25: half of it, a tie that goes to zero
+            0x3300_0001,
+            0x33C0_0000, // 1.5 · 2^-24: a tie that goes to 2 · 2^-24
+            0x387F_C000, // just below 2^-14, the least f16 normal
+            0x3880_0000,
+            0x3F80_1000, // 1 + 2^-11: a tie between 1 and 1 + 2^-10
+            0x3F80_1001,
+            0x3F80_3000,
+            0x3FFF_F000, // rounds up across a power of two, to 2
+            0x477F_E000, // 65504, the largest f16
+            0x477F_EFFF,
+            0x477F_F000, // 65520: rounds to infinity
+            0x7F7F_FFFF,
+            0x7F80_0000,
+            0xFF80_0000,
+            0x7FC0_0000,
+            0x7F80_0001,
+            0xFFC1_2345,
+            0x7FBF_FFFF,
+            0x3F80_8000, // 1 + 2^-8: a bf16 tie
+            0x3F81_8000,
+            0x0040_0000, // an f32 subnormal
+        ];
+        // Spread over all of f32 by an odd step, so every low bit pattern turns up.
+        bits.extend((0..1u32 << 16).map(|k| k.wrapping_mul(0x9E37_79B9)));
+        bits.into_iter().map(f32::from_bits).collect()
+    }
+
+    /// The conversions the kernels' x86-64-v3 copy inlines (`HW`, through `half`'s F16C) give
+    /// the software conversions' bits: every `f16` widened, the awkward values rounded (as
+    /// running sums and as finished values), and both slice forms at every length from 0 to 70,
+    /// so that `half`'s groups of 4 and 8 and the tails one by one are all met. Run inside the
+    /// copy itself, where the instructions are inlined, and outside it, where `half` calls them.
+    #[test]
+    fn hardware_conversions_give_the_software_bits() {
+        let check = || {
+            for h in 0..=u16::MAX {
+                let (x, y) = (f16::from_bits(h), bf16::from_bits(h));
+                assert_eq!(x.to_f32().to_bits(), x.to_acc().to_bits(), "{h:#06x}");
+                assert_eq!(y.to_f32().to_bits(), y.to_acc().to_bits(), "{h:#06x}");
+            }
+            let values = awkward_f32();
+            for &v in &values {
+                let b = v.to_bits();
+                assert_eq!(round::<f16, true>(v).to_bits(), round::<f16, false>(v).to_bits(), "{b:#010x}");
+                assert_eq!(round::<bf16, true>(v).to_bits(), round::<bf16, false>(v).to_bits(), "{b:#010x}");
+            }
+            // The slice conversions (`half`'s F16C in groups, the tail one by one) at every
+            // length from 0 to 70, against the software conversion of each element.
+            for len in 0..=70 {
+                let src: Vec<f16> =
+                    (0..len).map(|k| f16::from_bits((k as u16).wrapping_mul(0x9E37))).collect();
+                let mut wide = vec![0.0f32; len];
+                f16::to_acc_slice(&src, &mut wide);
+                for (w, s) in wide.iter().zip(&src) {
+                    assert_eq!(w.to_bits(), s.to_acc().to_bits(), "widening {len}");
+                }
+                let sums = &values[values.len() - len..];
+                let mut narrow = vec![f16::ZERO; len];
+                f16::from_acc_slice(sums, &mut narrow);
+                for (n, &v) in narrow.iter().zip(sums) {
+                    assert_eq!(n.to_bits(), f16::from_acc(v).to_bits(), "rounding {len}");
+                }
+            }
+        };
+        check();
+        Isa::best().enter(check);
+    }
+
+    /// `POOLGRAD_ISA=baseline` and a device's setting both give the baseline; otherwise the
+    /// processor's best, which on x86-64 is x86-64-v3 with F16C where it has them.
+    #[test]
+    fn the_baseline_is_asked_for_by_the_device_or_the_environment() {
+        assert!(matches!(Isa::of(false), Isa::Baseline));
+        let asked = std::env::var(ISA_VARIABLE).is_ok_and(|v| v.eq_ignore_ascii_case("baseline"));
+        assert_eq!(Isa::of(true).is_wide(), !asked && Isa::best().is_wide());
+        #[cfg(target_arch = "x86_64")]
+        {
+            let v3 = ["avx2", "fma", "f16c", "bmi1", "bmi2", "lzcnt", "popcnt"];
+            let has = |f: &str| match f {
+                "avx2" => std::is_x86_feature_detected!("avx2"),
+                "fma" => std::is_x86_feature_detected!("fma"),
+                "f16c" => std::is_x86_feature_detected!("f16c"),
+                "bmi1" => std::is_x86_feature_detected!("bmi1"),
+                "bmi2" => std::is_x86_feature_detected!("bmi2"),
+                "lzcnt" => std::is_x86_feature_detected!("lzcnt"),
+                _ => std::is_x86_feature_detected!("popcnt"),
+            };
+            assert_eq!(Isa::best().is_wide(), v3.iter().all(|f| has(f)));
+        }
+    }
+}
