@@ -65,7 +65,7 @@ pub(super) enum Isa {
 
 /// The environment variable that makes every call of the process run the baseline copy when it
 /// is `baseline` (read once).
-pub(crate) const ISA_VARIABLE: &str = "POOLGRAD_ISA";
+const ISA_VARIABLE: &str = "POOLGRAD_ISA";
 
 /// Whether [`ISA_VARIABLE`] asks for the baseline.
 fn baseline_asked() -> bool {

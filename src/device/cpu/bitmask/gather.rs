@@ -294,7 +294,7 @@ fn gather_unit<T: PoolFloat, const HW: bool>(
             let go = &go[plane * positions..(plane + 1) * positions];
             let go_rows = match T::as_acc(go) {
                 Some(go) => GradRows { rows: go, slots: g.ho, wo },
-                None => rings[ch].fill::<T, HW>(go, ohs.clone()),
+                None => rings[ch].fill(go, ohs.clone()),
             };
             let row = Row { g, windows, columns: &p.columns, block, bit: 1 << ch, ih, ohs: ohs.clone() };
             row.gather::<T, HW>(go_rows, bits, &mut gi[local * w..(local + 1) * w], sums);
@@ -333,11 +333,7 @@ impl<A: AccFloat> Ring<'_, A> {
     /// Makes the ring hold the rows `ohs` (at most `slots` of them) of the channel's gradient `go`,
     /// widening those it does not hold, and returns the rows it holds.
     #[inline(always)]
-    fn fill<T: PoolFloat<Acc = A>, const HW: bool>(
-        &mut self,
-        go: &[T],
-        ohs: Range<usize>,
-    ) -> GradRows<'_, A> {
+    fn fill<T: PoolFloat<Acc = A>>(&mut self, go: &[T], ohs: Range<usize>) -> GradRows<'_, A> {
         let Ring { slots, wo, .. } = *self;
         if !(self.filled.start..=self.filled.end).contains(&ohs.start) {
             self.filled = ohs.start..ohs.start;
@@ -459,7 +455,7 @@ mod tests {
         let mut rows = vec![f32::NAN; slots * wo];
         let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0 };
         for ohs in [0..2, 0..3, 1..4, 2..5, 4..5, 5..5, 5..7, 10..12, 3..6, 0..1, 11..12] {
-            let held = ring.fill::<_, false>(&go, ohs.clone());
+            let held = ring.fill(&go, ohs.clone());
             for oh in ohs.clone() {
                 let want: Vec<f32> = go[oh * wo..(oh + 1) * wo].iter().map(|v| v.to_f32()).collect();
                 assert_eq!(held.row(oh), &want[..], "row {oh} after filling {ohs:?}");
@@ -482,11 +478,11 @@ mod tests {
         let mut go = vec![f16::ONE; 8 * wo];
         let mut rows = vec![f32::NAN; slots * wo];
         let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0 };
-        ring.fill::<_, false>(&go, 0..3);
+        ring.fill(&go, 0..3);
         go[wo..2 * wo].fill(f16::from_f32(2.0));
-        assert_eq!(ring.fill::<_, false>(&go, 1..4).row(1), [1.0, 1.0]);
-        ring.fill::<_, false>(&go, 4..5);
-        assert_eq!(ring.fill::<_, false>(&go, 1..2).row(1), [2.0, 2.0]);
+        assert_eq!(ring.fill(&go, 1..4).row(1), [1.0, 1.0]);
+        ring.fill(&go, 4..5);
+        assert_eq!(ring.fill(&go, 1..2).row(1), [2.0, 2.0]);
     }
 
     /// With fewer blocks than threads, a block's input rows are cut into bands so that every
