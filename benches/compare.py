@@ -126,21 +126,23 @@ def main():
             torch_cols = f"| {ms(t1)} | {ms(t2)} | {t1 / t2:.2f}x |"
         print(f"| {name} | {ms(one)} | {ms(two)} | {one / two:.2f}x {torch_cols}")
     print()
-    print("| forward (2 threads) | PyTorch, ms | PyTorch `out=`, ms | poolgrad plan, ms | PyTorch / poolgrad |")
-    print("|---|---|---|---|---|")
+    print("| forward (2 threads) | PyTorch, ms | PyTorch `out=`, ms | poolgrad plan, ms | PyTorch / poolgrad | memory floor, ms | plan / floor |")
+    print("|---|---|---|---|---|---|---|")
     for name in (n for n in anchor2 if not n.startswith("tiny_")):
-        f = ours2["fwd_" + name]["median_s"]
+        o = ours2["fwd_" + name]
+        f = o["median_s"]
         t, to = extra[(name, "forward")], extra[(name, "forward_out")]
-        print(f"| {name} | {ms(t)} | {ms(to)} | {ms(f)} | {min(t, to) / f:.2f}x |")
+        print(f"| {name} | {ms(t)} | {ms(to)} | {ms(f)} | {min(t, to) / f:.2f}x | {ms(o['floor_s'])} | {f / o['floor_s']:.2f}x |")
     print()
-    print("| mask forward (2 threads) | PyTorch `max_pool2d_with_indices`, ms | poolgrad plan, ms | PyTorch / poolgrad |")
-    print("|---|---|---|---|")
+    print("| mask forward (2 threads) | PyTorch `max_pool2d_with_indices`, ms | poolgrad plan, ms | PyTorch / poolgrad | memory floor, ms | plan / floor |")
+    print("|---|---|---|---|---|---|")
     for name in (n for n in anchor2 if not n.startswith("tiny_")):
         for layout in ("i32argmax", "bitmask"):
             o = ours2.get(f"fwd_{name}_{layout}")
             if o is not None:
                 t = min(extra[(name, "forward")], extra[(name, "forward_out")])
-                print(f"| {name}_{layout} | {ms(t)} | {ms(o['median_s'])} | {t / o['median_s']:.2f}x |")
+                print(f"| {name}_{layout} | {ms(t)} | {ms(o['median_s'])} | {t / o['median_s']:.2f}x | "
+                      f"{ms(o['floor_s'])} | {o['median_s'] / o['floor_s']:.2f}x |")
     print()
     print("| tiny case (f32, default device) | PyTorch op, us | poolgrad fn, us | PyTorch / poolgrad | `Cpu::sequential()`, us | fn / sequential | `_into`, us |")
     print("|---|---|---|---|---|---|---|")

@@ -8,8 +8,8 @@
 //! Each line has `name`, `median_s` (the plan API on preallocated outputs, the way a training
 //! loop calls it), `median_fn_s` (the allocating free function, the way PyTorch's op is timed),
 //! `tmin_bytes` (`docs/design.md` section 3: `H*W*b + Ho*Wo*(b+i)` per plane, with the index bytes `i` of
-//! the variant), `gbps_on_tmin` (on `median_s`) and, for backwards, `floor_s`: the memory floor,
-//! the kernel's memory traffic without its arithmetic (see `floor`). The `copy` case measures the
+//! the variant), `gbps_on_tmin` (on `median_s`) and `floor_s`: the memory floor, the kernel's
+//! memory traffic without its arithmetic (see `floor` and `forward_floor`). The `copy` case measures the
 //! machine's copy bandwidth in this process, so each figure can be read as a fraction of it. (With
 //! 2 threads each `memcpy` moves 128 MiB, below glibc's non-temporal threshold on this project's
 //! machines, 192 MiB: it stores through the cache, each line written is first read, as in the
@@ -45,7 +45,7 @@ enum DType {
 }
 
 /// The anchor's cases, then ours alone: name, kind, dtype, shape.
-const CASES: [(&str, DType, [usize; 4], Kind); 13] = [
+const CASES: [(&str, DType, [usize; 4], Kind); 14] = [
     ("adaptive_div_f32", DType::F32, [32, 256, 28, 28], Kind::Adaptive([7, 7])),
     ("adaptive_ovl_f32", DType::F32, [32, 256, 30, 30], Kind::Adaptive([7, 7])),
     ("adaptive_ovl_bf16", DType::BF16, [32, 256, 30, 30], Kind::Adaptive([7, 7])),
@@ -64,6 +64,8 @@ const CASES: [(&str, DType, [usize; 4], Kind); 13] = [
     // Not in the anchor: a batch of 3-channel planes, whose `Bitmask` blocks are narrow enough to
     // gather, in a half type.
     ("maxpool_rgb_bf16", DType::BF16, [32, 3, 224, 224], Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false }),
+    // The same in `f16`, whose gathered sums round through F16C in the x86-64-v3 copy.
+    ("maxpool_rgb_f16", DType::F16, [32, 3, 224, 224], Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false }),
 ];
 
 struct Args {
@@ -213,6 +215,45 @@ fn floor<T: PoolFloat>(reps: usize, gi: &mut [T], plane: usize, reads: [&[u8]; 2
     let whole_planes = traffic(reps, gi, plane * planes, reads);
     let small = traffic(reps, gi, 2048 / size_of::<T>(), reads);
     whole_planes.min(small)
+}
+
+/// The memory floor of a forward: reading the input once and writing the outputs (values, and
+/// indices or mask) once, with no arithmetic, on the same threads: the input in pieces of 64
+/// KiB (at least one per thread), each followed by zeroing its share of each output.
+fn forward_floor(reps: usize, input: &[u8], [values, indices]: [&mut [u8]; 2]) -> f64 {
+    use rayon::prelude::*;
+    let pieces = input.len().div_ceil(65536).max(pool().current_num_threads()).max(1);
+    let share = |len: usize| len.div_ceil(pieces).max(1);
+    let (per_input, per_values, per_indices) =
+        (share(input.len()), share(values.len()), share(indices.len()));
+    time(reps, || {
+        let mut reads: Vec<&[u8]> = input.chunks(per_input).collect();
+        reads.resize(pieces, &[]);
+        let (values, indices) = (cut(values, per_values, pieces), cut(indices, per_indices, pieces));
+        let sum: u64 = pool().install(|| {
+            reads
+                .into_par_iter()
+                .zip(values)
+                .zip(indices)
+                .map(|((read, values), indices)| {
+                    let (head, words, tail) = bytemuck::pod_align_to::<u8, u64>(read);
+                    let bytes = head.iter().chain(tail).fold(0u64, |s, &b| s.wrapping_add(u64::from(b)));
+                    let sum = words.iter().fold(bytes, |s, &w| s.wrapping_add(w));
+                    values.fill(0);
+                    indices.fill(0);
+                    sum
+                })
+                .reduce(|| 0, u64::wrapping_add)
+        });
+        std::hint::black_box(sum);
+    })
+}
+
+/// `buffer` cut into `pieces` shares of `per` bytes (the last ones possibly empty).
+fn cut(buffer: &mut [u8], per: usize, pieces: usize) -> Vec<&mut [u8]> {
+    let mut shares: Vec<&mut [u8]> = buffer.chunks_mut(per).collect();
+    shares.resize_with(pieces, Default::default);
+    shares
 }
 
 /// The time to zero `grad_input` `piece` elements at a time, each piece followed by reading its
@@ -380,12 +421,17 @@ fn run_case<T: PoolFloat>(
         });
         let bytes = size_of_val(o.as_slice().unwrap()) + size_of_val(i.as_slice().unwrap());
         let t_alloc = (!plan_only()).then(|| alloc_floor(reps, bytes));
+        let outputs = [
+            bytemuck::cast_slice_mut(o.as_slice_mut().unwrap()),
+            bytemuck::cast_slice_mut(i.as_slice_mut().unwrap()),
+        ];
+        let t_floor = forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), outputs);
         // The forward reads the input once and writes values and indices.
         report(
             &fwd,
             threads,
             t,
-            &[("median_fn_s", t_fn), ("alloc_floor_s", t_alloc)],
+            &[("median_fn_s", t_fn), ("floor_s", Some(t_floor)), ("alloc_floor_s", t_alloc)],
             tmin::<T>(shape, out, 8.0),
         );
     }
@@ -432,10 +478,16 @@ fn mask_case<T: PoolFloat, L: MaskLayout>(
             })
         });
         let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(o.as_slice().unwrap()) + m.len()));
+        let written = [
+            bytemuck::cast_slice_mut(o.as_slice_mut().unwrap()),
+            bytemuck::cast_slice_mut(m.as_slice_mut().unwrap()),
+        ];
+        let t_floor = forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), written);
         // The forward writes the whole mask (zeros included).
         let outputs = g.len() as f64;
         let tmin = tmin::<T>(x.dim().into(), out, m.len() as f64 / outputs);
-        report(&fwd, cpu.threads(), t, &[("median_fn_s", t_fn), ("alloc_floor_s", t_alloc)], tmin);
+        let fields = [("median_fn_s", t_fn), ("floor_s", Some(t_floor)), ("alloc_floor_s", t_alloc)];
+        report(&fwd, cpu.threads(), t, &fields, tmin);
     }
 }
 

@@ -117,14 +117,12 @@ pub(crate) mod internal {
         /// left alone.
         fn from_acc_slice(src: &[Self::Acc], dst: &mut [Self]);
 
-        /// [`Accumulate::from_acc`] through the processor's conversion instruction where `half` has
-        /// one for this type (F16C for `f16`; the same function for the others): the same value.
-        /// Inlined into the kernels' x86-64-v3 copy, which has the instruction; elsewhere `half`
-        /// detects it and calls it, or converts in software.
-        #[inline(always)]
-        fn from_acc_hw(acc: Self::Acc) -> Self {
-            Self::from_acc(acc)
-        }
+        /// Whether a row of sums that must first be put in order is rounded faster as one slice
+        /// ([`Accumulate::from_acc_slice`], after the reordering) than one value at a time as it
+        /// is reordered: `f16`, whose slices `half` converts with F16C, 4 or 8 at a time, where
+        /// the processor has it (one at a time it would detect the instruction for each value).
+        /// `bf16` rounds in a few integer instructions that vectorise in the reordering loop.
+        const ROUNDS_SLICES_FASTER: bool = false;
 
         /// The slice itself as accumulators when `Acc` is `Self` (`f32`, `f64`), else `None`.
         fn as_acc_mut(values: &mut [Self]) -> Option<&mut [Self::Acc]>;
@@ -277,10 +275,7 @@ impl Accumulate for f16 {
             *d = f16::from_acc(s);
         }
     }
-    #[inline(always)]
-    fn from_acc_hw(acc: f32) -> f16 {
-        f16::from_f32(acc)
-    }
+    const ROUNDS_SLICES_FASTER: bool = true;
 
     fn as_acc_mut(_: &mut [f16]) -> Option<&mut [f32]> {
         None

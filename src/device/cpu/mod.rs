@@ -234,7 +234,9 @@ impl Cpu {
     /// AVX2 with F16C) and runs the kernels that gain from it (the forwards, the `Bitmask`
     /// gather) compiled for it; otherwise, or on a processor without them, every kernel as
     /// compiled for the target's baseline.
-    /// Results are the same bits either way; turning them off serves tests and measurements.
+    /// Results are the same bits either way (but for which payload a sum of two different NaNs
+    /// carries, which Rust leaves to the compiler); turning them off serves tests and
+    /// measurements.
     /// (The environment variable `POOLGRAD_ISA=baseline` turns them off for every device.)
     ///
     /// ```

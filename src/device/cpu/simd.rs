@@ -5,15 +5,15 @@
 //! processor since 2015 has). Phase 1 detects them once ([`Isa::of`]) and every task of the
 //! call runs in the copy its plan chose ([`Isa::enter`]). The copies run the same Rust code, so
 //! their results are the same bits: the compiler vectorises the same loops wider and contracts
-//! nothing (Rust never fuses floating-point operations on its own).
+//! nothing (Rust never fuses floating-point operations on its own). One thing Rust leaves to
+//! the compiler: a sum of two NaNs with different payloads carries one of them, and which one
+//! may differ between the copies (an addition's operands may be swapped); such a sum is NaN in
+//! every copy.
 //!
-//! One difference is chosen in the code, by the `const HW: bool` parameter of the kernels that
-//! round one value at a time in the x86-64-v3 copy (the `Bitmask` gather's stores): with `HW`,
-//! an `f16` is rounded through `half`'s conversion, which inlines to F16C's `vcvtps2ph` there;
-//! without it, through this crate's software rounding ([`crate::element`]), the reference that
-//! every processor can run. Both round to nearest, ties to even, and keep NaN payloads; the tests
-//! hold them to the same bits. Slices convert through `half`'s F16C routines in both copies
-//! (`half` detects F16C itself), and `bf16` converts in integer code.
+//! Conversions: `f16` slices convert through `half`'s F16C routines in both copies (`half`
+//! detects F16C itself), one value at a time through this crate's software conversions
+//! ([`crate::element`], the reference every processor can run); `bf16` converts in integer
+//! code. The tests hold `half`'s conversions to the software ones, bit for bit.
 //!
 //! Which kernels take the x86-64-v3 copy: the forwards and the `Bitmask` gather, in every
 //! element type. The flat-index scatter and the `Bitmask` block backward run the baseline
@@ -28,8 +28,6 @@
 //! (`false`) does so for one device.
 //!
 //! [`Cpu::with_vector_instructions`]: super::Cpu::with_vector_instructions
-
-use crate::element::PoolFloat;
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 pulp::simd_type! {
@@ -90,8 +88,8 @@ impl Isa {
         Isa::Baseline
     }
 
-    /// Whether the copy has F16C and vector registers of 8 `f32` or more (the kernels' `HW` and
-    /// wide paths).
+    /// Whether the copy has F16C and vector registers of 8 `f32` or more (the kernels' wide
+    /// paths).
     #[inline(always)]
     pub(super) fn is_wide(self) -> bool {
         !matches!(self, Isa::Baseline)
@@ -107,12 +105,6 @@ impl Isa {
             Isa::V3(v3) => v3.vectorize(f),
         }
     }
-}
-
-/// `acc` rounded once: with `half`'s conversion instruction when `HW`, else in software.
-#[inline(always)]
-pub(super) fn round<T: PoolFloat, const HW: bool>(acc: T::Acc) -> T {
-    if HW { T::from_acc_hw(acc) } else { T::from_acc(acc) }
 }
 
 #[cfg(test)]
@@ -161,11 +153,11 @@ mod tests {
         bits.into_iter().map(f32::from_bits).collect()
     }
 
-    /// The conversions the kernels' x86-64-v3 copy inlines (`HW`, through `half`'s F16C) give
-    /// the software conversions' bits: every `f16` widened, the awkward values rounded (as
-    /// running sums and as finished values), and both slice forms at every length from 0 to 70,
-    /// so that `half`'s groups of 4 and 8 and the tails one by one are all met. Run inside the
-    /// copy itself, where the instructions are inlined, and outside it, where `half` calls them.
+    /// `half`'s conversions (F16C where the processor has it) give the software conversions'
+    /// bits: every `f16` widened, the awkward values rounded (one at a time and as one slice),
+    /// and both slice forms at every length from 0 to 70, so that `half`'s groups of 4 and 8
+    /// and the tails one by one are all met. Run inside the x86-64-v3 copy, where the
+    /// instructions may be inlined, and outside it, where `half` calls them.
     #[test]
     fn hardware_conversions_give_the_software_bits() {
         let check = || {
@@ -175,10 +167,14 @@ mod tests {
                 assert_eq!(y.to_f32().to_bits(), y.to_acc().to_bits(), "{h:#06x}");
             }
             let values = awkward_f32();
-            for &v in &values {
+            // `half`'s rounding (F16C where the processor has it), one value at a time and as
+            // one slice, against the software rounding.
+            let mut all = vec![f16::ZERO; values.len()];
+            f16::from_acc_slice(&values, &mut all);
+            for (&v, slice) in values.iter().zip(&all) {
                 let b = v.to_bits();
-                assert_eq!(round::<f16, true>(v).to_bits(), round::<f16, false>(v).to_bits(), "{b:#010x}");
-                assert_eq!(round::<bf16, true>(v).to_bits(), round::<bf16, false>(v).to_bits(), "{b:#010x}");
+                assert_eq!(f16::from_f32(v).to_bits(), f16::from_acc(v).to_bits(), "{b:#010x}");
+                assert_eq!(slice.to_bits(), f16::from_acc(v).to_bits(), "{b:#010x} in a slice");
             }
             // The slice conversions (`half`'s F16C in groups, the tail one by one) at every
             // length from 0 to 70, against the software conversion of each element.

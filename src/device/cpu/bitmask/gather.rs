@@ -29,7 +29,7 @@ use crate::device::cpu::Cpu;
 use crate::device::cpu::scatter::BadIndex;
 use crate::device::cpu::schedule::{Taps, readers};
 use crate::device::cpu::schedule::{rows_per_band, runs, task_count};
-use crate::device::cpu::simd::{Isa, round};
+use crate::device::cpu::simd::Isa;
 use crate::device::cpu::{Carver, Sizer, task_share};
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::{Error, Result, UNNAMED};
@@ -49,8 +49,9 @@ pub(super) struct GatherPrepared {
     /// Rows of each channel's ring of widened gradient rows (the half types): the most output
     /// rows that read one input row; 0 for `f32` and `f64`, read where they are.
     ring_rows: usize,
-    /// Each task's scratch, in `T::Acc`: the sums of one input row and, for the half types, a
-    /// ring of widened gradient rows per channel of a block; in whole cache lines.
+    /// Each task's scratch, in `T::Acc`: the sums of one input row, for `f16` the row in column
+    /// order ([`Columns::store`]), and for the half types a ring of widened gradient rows per
+    /// channel of a block; in whole cache lines.
     scratch_per_task: usize,
     /// The instructions the tasks run with (module `simd`), detected once, in phase 1.
     isa: Isa,
@@ -119,28 +120,50 @@ impl Columns {
         Ok(Columns { runs, stores, sums, stride: sw })
     }
 
-    /// Stores a row's `sums` into its input row `gi`, each rounded once.
+    /// Stores a row's `sums` into its input row `gi`, each rounded once, in column order:
+    /// `f32` and `f64` straight into the row, `bf16` rounded one by one on the way, `f16` put
+    /// into `row` (one accumulator per column) and then rounded as one slice
+    /// ([`Accumulate::ROUNDS_SLICES_FASTER`](crate::element::Accumulate)). The same bits
+    /// every way.
     #[inline(always)]
-    fn store<T: PoolFloat, const HW: bool>(&self, sums: &[T::Acc], gi: &mut [T]) {
+    fn store<T: PoolFloat>(&self, sums: &[T::Acc], row: &mut [T::Acc], gi: &mut [T]) {
+        match T::as_acc_mut(gi) {
+            Some(gi) => self.in_column_order(sums, gi, |sum| sum),
+            None if T::ROUNDS_SLICES_FASTER => {
+                let row = &mut row[..gi.len()];
+                self.in_column_order(sums, row, |sum| sum);
+                T::from_acc_slice(row, gi);
+            }
+            None => self.in_column_order(sums, gi, T::from_acc),
+        }
+    }
+
+    /// `out[iw]` = `f(the sum of input column iw)`, from `sums` kept residue after residue.
+    #[inline(always)]
+    fn in_column_order<A: Copy, O>(&self, sums: &[A], out: &mut [O], f: impl Fn(A) -> O) {
         match &self.stores[..] {
-            [one] => T::from_acc_slice(&sums[one.clone()], gi),
+            [one] => {
+                for (out, &sum) in out.iter_mut().zip(&sums[one.clone()]) {
+                    *out = f(sum);
+                }
+            }
             // Two residues (stride 2, or a wider stride over two columns): the sums of columns
             // 0, 2, ... and of columns 1, 3, ..., interleaved.
             [even, odd] => {
                 let (even, odd) = (&sums[even.clone()], &sums[odd.clone()]);
-                let (pairs, last) = gi.as_chunks_mut::<2>();
+                let (pairs, last) = out.as_chunks_mut::<2>();
                 for ((pair, &e), &o) in pairs.iter_mut().zip(even).zip(odd) {
-                    *pair = [round::<T, HW>(e), round::<T, HW>(o)];
+                    *pair = [f(e), f(o)];
                 }
                 if let ([out], Some(&e)) = (last, even.get(pairs.len())) {
-                    *out = round::<T, HW>(e);
+                    *out = f(e);
                 }
             }
             stores => {
                 let sw = self.stride;
                 for (c, at) in stores.iter().enumerate() {
-                    for (out, &sum) in gi[c..].chunks_mut(sw).zip(&sums[at.clone()]) {
-                        out[0] = round::<T, HW>(sum);
+                    for (out, &sum) in out[c..].chunks_mut(sw).zip(&sums[at.clone()]) {
+                        out[0] = f(sum);
                     }
                 }
             }
@@ -168,7 +191,9 @@ impl GatherPrepared {
         };
         let channels = widest_block(g);
         let rings = channels.checked_mul(ring_rows).and_then(|rows| rows.checked_mul(g.wo));
-        let scratch = rings.and_then(|rings| rings.checked_add(columns.sums));
+        // (`f16`: the sums of a row, and the row in column order.)
+        let sums = if T::ROUNDS_SLICES_FASTER { 2 * columns.sums } else { columns.sums };
+        let scratch = rings.and_then(|rings| rings.checked_add(sums));
         let scratch_per_task = task_share::<T::Acc>(scratch.ok_or_else(|| Error::Overflow {
             op: UNNAMED,
             arg: "workspace",
@@ -223,14 +248,10 @@ pub(super) fn backward<T: PoolFloat>(
         .collect();
     cpu.for_each_task(tasks, |(units, scratch)| {
         let task = GatherTask { g, windows, p, units, go, bits, scratch };
-        if p.isa.is_wide() {
-            p.isa.enter(
-                #[inline(always)]
-                || task.run::<true>(),
-            )
-        } else {
-            task.run::<false>()
-        }
+        p.isa.enter(
+            #[inline(always)]
+            || task.run(),
+        )
     });
     Ok(Ok(()))
 }
@@ -249,12 +270,14 @@ struct GatherTask<'a, 's, T: PoolFloat> {
 }
 
 impl<T: PoolFloat> GatherTask<'_, '_, T> {
-    /// The task's units, converting `f16` with `half`'s instructions when `HW`.
+    /// The task's units.
     #[inline(always)]
-    fn run<const HW: bool>(self) {
+    fn run(self) {
         let GatherTask { g, windows, p, units, go, bits, scratch } = self;
-        // The task's scratch: one row of sums, then (the half types) a ring per channel.
-        let (sums, rings) = scratch.split_at_mut(p.columns.sums);
+        // The task's scratch: one row of sums, then (the half types) the row in column order
+        // and a ring per channel.
+        let (sums, rest) = scratch.split_at_mut(p.columns.sums);
+        let (row, rings) = rest.split_at_mut(if T::ROUNDS_SLICES_FASTER { p.columns.sums } else { 0 });
         let mut rings: Vec<_> = match p.ring_rows {
             0 => Vec::new(),
             slots => rings
@@ -263,23 +286,25 @@ impl<T: PoolFloat> GatherTask<'_, '_, T> {
                 .collect(),
         };
         for unit in units {
-            gather_unit::<T, HW>(g, windows, p, unit, (go, bits), (sums, &mut rings));
+            gather_unit::<T>(g, windows, p, unit, (go, bits), (sums, &mut *row), &mut rings);
         }
     }
 }
 
 /// Every row of a unit, the block's channels one after the other for each row (so that the
 /// mask words of the rows' windows, shared by the block's channels, stay in cache).
-/// `(go, bits)` are the call's gradient and mask; `sums` holds a row's sums, `rings` (the half
-/// types) a ring per channel of the block.
+/// `(go, bits)` are the call's gradient and mask; `sums` holds a row's sums and `row_sums`
+/// (`f16`) the row in column order ([`Columns::store`]); `rings` (the half types) a ring per
+/// channel of the block.
 #[inline(always)]
-fn gather_unit<T: PoolFloat, const HW: bool>(
+fn gather_unit<T: PoolFloat>(
     g: &MaxPoolGeometry,
     windows: &Windows,
     p: &GatherPrepared,
     unit: Unit<'_, T>,
     (go, bits): (&[T], &[i8]),
-    (sums, rings): (&mut [T::Acc], &mut [Ring<'_, T::Acc>]),
+    (sums, row_sums): (&mut [T::Acc], &mut [T::Acc]),
+    rings: &mut [Ring<'_, T::Acc>],
 ) {
     let (w, wo, positions) = (g.w, g.wo, g.positions());
     let Unit { block, planes, rows, mut grad_input } = unit;
@@ -297,7 +322,7 @@ fn gather_unit<T: PoolFloat, const HW: bool>(
                 None => rings[ch].fill(go, ohs.clone()),
             };
             let row = Row { g, windows, columns: &p.columns, block, bit: 1 << ch, ih, ohs: ohs.clone() };
-            row.gather::<T, HW>(go_rows, bits, &mut gi[local * w..(local + 1) * w], sums);
+            row.gather::<T>(go_rows, bits, &mut gi[local * w..(local + 1) * w], sums, &mut *row_sums);
         }
     }
 }
@@ -365,12 +390,13 @@ impl Row<'_> {
     /// Writes the row's sums to `gi` (one row of the channel's gradient), from the channel's
     /// gradient rows `go_rows`, summing in `sums`.
     #[inline(always)]
-    fn gather<T: PoolFloat, const HW: bool>(
+    fn gather<T: PoolFloat>(
         &self,
         go_rows: GradRows<'_, T::Acc>,
         bits: &[i8],
         gi: &mut [T],
         sums: &mut [T::Acc],
+        row: &mut [T::Acc],
     ) {
         let Row { g, windows, columns, block, bit, ih, ref ohs } = *self;
         let ([_, kw], wo) = (g.params.kernel(), g.wo);
@@ -385,7 +411,7 @@ impl Row<'_> {
                 add_run(&mut sums[sums_at..sums_at + len], &go_row[ow..ow + len], words, bit);
             }
         }
-        columns.store::<T, HW>(sums, gi);
+        columns.store::<T>(sums, row, gi);
     }
 }
 
