@@ -274,8 +274,8 @@ impl<T: PoolFloat> GatherTask<'_, '_, T> {
     #[inline(always)]
     fn run(self) {
         let GatherTask { g, windows, p, units, go, bits, scratch } = self;
-        // The task's scratch: one row of sums, then (the half types) the row in column order
-        // and a ring per channel.
+        // The task's scratch: one row of sums, then (`f16`) the row in column order, then (the
+        // half types) a ring per channel.
         let (sums, rest) = scratch.split_at_mut(p.columns.sums);
         let (row, rings) = rest.split_at_mut(if T::ROUNDS_SLICES_FASTER { p.columns.sums } else { 0 });
         let mut rings: Vec<_> = match p.ring_rows {
@@ -388,7 +388,8 @@ struct Row<'a> {
 
 impl Row<'_> {
     /// Writes the row's sums to `gi` (one row of the channel's gradient), from the channel's
-    /// gradient rows `go_rows`, summing in `sums`.
+    /// gradient rows `go_rows`, summing in `sums` (and, for `f16`, putting them in column order
+    /// in `row`: [`Columns::store`]).
     #[inline(always)]
     fn gather<T: PoolFloat>(
         &self,
