@@ -122,18 +122,23 @@ impl Columns {
 
     /// Stores a row's `sums` into its input row `gi`, each rounded once, in column order:
     /// `f32` and `f64` straight into the row, `bf16` rounded one by one on the way, `f16` put
-    /// into `row` (one accumulator per column) and then rounded as one slice
+    /// into `row` (one accumulator per column; not with one residue, whose sums are in column
+    /// order already) and then rounded as one slice
     /// ([`Accumulate::ROUNDS_SLICES_FASTER`](crate::element::Accumulate)). The same bits
     /// every way.
     #[inline(always)]
     fn store<T: PoolFloat>(&self, sums: &[T::Acc], row: &mut [T::Acc], gi: &mut [T]) {
         match T::as_acc_mut(gi) {
             Some(gi) => self.in_column_order(sums, gi, |sum| sum),
-            None if T::ROUNDS_SLICES_FASTER => {
-                let row = &mut row[..gi.len()];
-                self.in_column_order(sums, row, |sum| sum);
-                T::from_acc_slice(row, gi);
-            }
+            None if T::ROUNDS_SLICES_FASTER => match &self.stores[..] {
+                // One residue: the sums are in column order already.
+                [one] => T::from_acc_slice(&sums[one.clone()], gi),
+                _ => {
+                    let row = &mut row[..gi.len()];
+                    self.in_column_order(sums, row, |sum| sum);
+                    T::from_acc_slice(row, gi);
+                }
+            },
             None => self.in_column_order(sums, gi, T::from_acc),
         }
     }
