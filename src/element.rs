@@ -253,6 +253,7 @@ impl Accumulate for f16 {
     fn sum_of_one(self) -> f16 {
         f16::from_bits(half_sum_of_one(self.to_bits(), 0x7C00, 0x0200))
     }
+    #[inline(always)]
     fn to_acc_slice(src: &[f16], dst: &mut [f32]) {
         let n = src.len().min(dst.len());
         // F16C when the processor has it (detected at run time by `half`) in groups of 4; the
@@ -312,6 +313,7 @@ impl Accumulate for bf16 {
     fn sum_of_one(self) -> bf16 {
         bf16::from_bits(half_sum_of_one(self.to_bits(), 0x7F80, 0x0040))
     }
+    #[inline(always)]
     fn to_acc_slice(src: &[bf16], dst: &mut [f32]) {
         let bits: &[u16] = bytemuck::cast_slice(src);
         for (d, &b) in dst.iter_mut().zip(bits) {

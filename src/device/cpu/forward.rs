@@ -25,15 +25,18 @@ pub struct ForwardPrepared {
     groups: Vec<ColumnGroup>,
     pub(super) split: PlaneSplit,
     /// Whether planes are pooled [`BLOCK`] at a time: planes of at most [`BLOCK_PLANE_MAX`]
-    /// elements, whose windows do not span the width, in tasks of whole planes, at least
-    /// [`BLOCK`] of them or `partial_from`.
+    /// elements, whose windows do not span the width or are one window over the whole plane
+    /// (global pooling), in tasks of whole planes, at least [`BLOCK`] of them or
+    /// `partial_from`. (Windows over whole rows of several output rows go to [`span`], one
+    /// plane at a time.)
     blocked: bool,
     /// The fewest planes the blocked kernel takes in a block of their own (the planes left
     /// after whole blocks, or a task of fewer than [`BLOCK`]): [`partial_blocks_from`].
     partial_from: usize,
     /// The most input rows a window spans: the rows the blocked kernel interleaves at a time.
     band_rows: usize,
-    /// Whether each plane has one window covering all of it (global pooling): one span per plane.
+    /// Whether each plane has one window covering all of it (global pooling): one span per plane
+    /// for the planes that the blocked kernel does not take.
     whole_plane: bool,
     /// Accumulator-type scratch per task ([`acc_per_task`]).
     acc_per_task: usize,
@@ -61,7 +64,7 @@ impl ForwardPrepared {
         let partial_from = partial_blocks_from(&cols, &groups);
         let blocked = hw <= BLOCK_PLANE_MAX
             && split.bands == 1
-            && !full_width
+            && (!full_width || whole_plane)
             && split.planes_per_task >= partial_from.min(BLOCK);
         let band_rows = rows.iter().map(|r| r.span().len()).max().unwrap_or(0);
         let acc_per_task = acc_per_task::<T>(blocked.then_some(band_rows), planes);
@@ -440,14 +443,7 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
                 found[(o + 1) * BLOCK..(o + 2) * BLOCK].copy_from_slice(&next_tap);
                 o += 2;
             } else {
-                let (mut best, mut best_tap) = (lanes[c.start], [c.start as u32; BLOCK]);
-                for a in 0..r.count {
-                    for b in 0..c.count {
-                        let tap = c.start + a * r.step * w + b * c.step;
-                        meet(&mut best, &mut best_tap, &lanes[tap], tap);
-                    }
-                }
-                found[o * BLOCK..(o + 1) * BLOCK].copy_from_slice(&best_tap);
+                found[o * BLOCK..(o + 1) * BLOCK].copy_from_slice(&scan_alone(lanes, w, r, c));
                 o += 1;
             }
         }
@@ -463,6 +459,55 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
             }
         }
     }
+}
+
+/// The taps of a window of rows `r` and columns `c` that [`pool_block`] scans alone, as
+/// [`window`] would find them in each lane. Four chains of [`meet`] (each step of a chain waits
+/// on the one before) run at once: row `a` of the window goes to chain `a % 4`, the rows past
+/// the last whole group of four to chains 0, 1 and 2, and the chains then agree
+/// ([`takes_over`]). Each chain meets its taps in increasing order, which is all
+/// [`takes_over`] needs. (The chains are four named pairs, not an array: an array of them is
+/// kept in memory, and the loop is no longer vectorised.)
+#[inline(always)]
+fn scan_alone<A: AccFloat>(lanes: &[[A; BLOCK]], w: usize, r: &Taps, c: &Taps) -> [u32; BLOCK] {
+    let row = |a: usize| c.start + a * r.step * w;
+    // Chain `k` starts from its first row's first tap (the last row's, for chains without one).
+    let first = |k: usize| {
+        let tap = row(k.min(r.count - 1));
+        (lanes[tap], [tap as u32; BLOCK])
+    };
+    let (mut c0, mut c1, mut c2, mut c3) = (first(0), first(1), first(2), first(3));
+    let whole = r.count - r.count % 4;
+    for a in (0..whole).step_by(4) {
+        for b in 0..c.count {
+            let tap = |k: usize| row(a + k) + b * c.step;
+            meet(&mut c0.0, &mut c0.1, &lanes[tap(0)], tap(0));
+            meet(&mut c1.0, &mut c1.1, &lanes[tap(1)], tap(1));
+            meet(&mut c2.0, &mut c2.1, &lanes[tap(2)], tap(2));
+            meet(&mut c3.0, &mut c3.1, &lanes[tap(3)], tap(3));
+        }
+    }
+    let rest = |a: usize, (best, best_tap): &mut ([A; BLOCK], [u32; BLOCK])| {
+        if a < r.count {
+            for b in 0..c.count {
+                let tap = row(a) + b * c.step;
+                meet(best, best_tap, &lanes[tap], tap);
+            }
+        }
+    };
+    rest(whole, &mut c0);
+    rest(whole + 1, &mut c1);
+    rest(whole + 2, &mut c2);
+    // Chains without a row of their own hold a tap that another chain met, and agree with it.
+    for (u, p) in [c1, c2, c3] {
+        let (v, at) = &mut c0;
+        for l in 0..BLOCK {
+            let take = takes_over(u[l], p[l], v[l], at[l]);
+            v[l] = A::choose(take, u[l], v[l]);
+            at[l] = core::hint::select_unpredictable(take, p[l], at[l]);
+        }
+    }
+    c0.1
 }
 
 /// One step of a window's scan in [`pool_block`]: each lane meets its value at `tap` (an offset
@@ -743,14 +788,23 @@ impl<A: AccFloat, const N: usize> LaneBests<A, N> {
         let (mut v, mut at) = (best[0], best_at[0]);
         for l in 1..N {
             let (u, p) = (best[l], best_at[l]);
-            let take =
-                if u.is_nan() { !v.is_nan() || p > at } else { !v.is_nan() && (u > v || (u == v && p < at)) };
-            if take {
+            if takes_over(u, p, v, at) {
                 (v, at) = (u, p);
             }
         }
         at.to_position()
     }
+}
+
+/// Whether a scan's result `u` at position `p` takes over from another's `v` at `at`, when the
+/// scans met disjoint positions, each in increasing order, with the rule of [`pool_plane`]
+/// (each holds its first maximum or its last NaN): the last NaN of all (the largest position),
+/// else the first maximum (the larger value, or the smaller position among equal ones). Merging
+/// scans this way in any order gives the result of one scan over all their positions.
+#[inline(always)]
+fn takes_over<A: AccFloat, P: PartialOrd>(u: A, p: P, v: A, at: P) -> bool {
+    // Without a branch (`&` and `|` on `bool`s): a NaN `u` is neither larger than nor equal to `v`.
+    (u.is_nan() & (!v.is_nan() | (p > at))) | (!v.is_nan() & ((u > v) | ((u == v) & (p < at))))
 }
 
 /// Positions below this are exact in every accumulator type (`f32` has a 24-bit significand).
@@ -868,8 +922,9 @@ mod tests {
 
     /// Which kernel a plan takes, worked from the rules of the fields' docs: [`BLOCK`] planes a
     /// task of at most [`BLOCK_PLANE_MAX`] elements (45² = 2025, 46² = 2116), windows narrower
-    /// than the plane, for the blocked kernel; one window over the whole plane (global pooling)
-    /// for the whole-plane kernel.
+    /// than the plane or one window over the whole plane, for the blocked kernel; one window
+    /// over the whole plane (global pooling) for the whole-plane kernel where the blocked one
+    /// does not take the planes.
     #[test]
     fn the_kernel_follows_the_documented_rule() {
         let plan = |threads: usize, count: usize, [h, w]: [usize; 2], [ho, wo]: [usize; 2]| {
@@ -885,8 +940,12 @@ mod tests {
         assert_eq!(plan(1, 8, [46, 46], [3, 3]), (false, false));
         // Windows over the whole width: neither blocked nor, with two output rows, whole-plane.
         assert_eq!(plan(1, 8, [10, 10], [2, 1]), (false, false));
-        assert_eq!(plan(1, 8, [10, 10], [1, 1]), (false, true));
+        // Global pooling: blocked from a whole block (windows 10 columns wide take no partial
+        // block), else whole-plane; whole-plane too past BLOCK_PLANE_MAX.
+        assert_eq!(plan(1, 8, [10, 10], [1, 1]), (true, true));
+        assert_eq!(plan(1, 7, [10, 10], [1, 1]), (false, true));
         assert_eq!(plan(1, 1, [10, 10], [1, 1]), (false, true));
+        assert_eq!(plan(1, 8, [46, 46], [1, 1]), (false, true));
         // Windows 3 columns wide (9 to 3), each scanned alone one by one: blocked from 1 plane.
         assert_eq!(plan(1, 1, [9, 9], [3, 3]), (true, false));
         assert_eq!(plan(1, 5, [9, 9], [3, 3]), (true, false));
@@ -938,24 +997,33 @@ mod tests {
     /// scalar scan ([`window`], one tap at a time, the reference) and stores that input's value
     /// and flat index, bit for bit, in all four element types: max pooling with padding,
     /// dilation, ceil-mode windows and 8 columns 1 and 2 apart (which the rule sends elsewhere),
-    /// and adaptive pooling with overlapping windows, on values with ties, both zeros,
-    /// infinities, NaNs and subnormals.
+    /// adaptive pooling with overlapping windows, and global pooling of planes whose rows fill
+    /// the four chains of a window scanned alone ([`scan_alone`]) once, twice and a half, or
+    /// not at all, on values with ties, both zeros, infinities, NaNs and subnormals, and on the
+    /// same without NaN (a window of 49 taps all but always holds one).
     #[test]
     fn blocks_of_any_size_find_the_scalar_scans_taps() {
         fn check<T: PoolFloat>() {
             let values =
                 [0.0, -0.0, 1.0, 1.0, 2.0, -3.5, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e-40, 6e-8];
+            let no_nan = [0.0, -0.0, 1.0, 1.0, 2.0, -3.5, f64::INFINITY, f64::NEG_INFINITY, 1e-40, 6e-8];
             // (most planes, h, w, ho, wo, pooling)
-            let cases: [Case; 6] = [
+            let cases: [Case; 10] = [
                 (19, 9, 9, 5, 5, Some([3, 2, 1, 1])),     // padded, windows alone
                 (19, 12, 12, 4, 4, Some([3, 2, 2, 2])),   // dilated, padded
                 (19, 8, 8, 4, 4, Some([3, 2, 0, 1])),     // ceil mode: the last window clipped
                 (19, 20, 20, 19, 19, Some([2, 1, 0, 1])), // 8 columns 1 apart
                 (19, 32, 32, 16, 16, Some([3, 2, 1, 1])), // 8 columns 2 apart
                 (19, 10, 7, 4, 3, None),                  // adaptive, overlapping
+                (19, 7, 7, 1, 1, None),                   // global: 4 chains, then 3 rows
+                (19, 9, 5, 1, 1, None),                   // global: 8 rows, then 1
+                (19, 4, 6, 1, 1, None),                   // global: 4 rows, none left
+                (19, 3, 5, 1, 1, None),                   // global: fewer rows than chains
             ];
             let mut draws = Draws::new(0x853C_49E6_748F_EA9B);
-            for (most, h, w, ho, wo, pooling) in cases {
+            for ((most, h, w, ho, wo, pooling), values) in
+                cases.into_iter().flat_map(|case| [(case, &values[..]), (case, &no_nan[..])])
+            {
                 let (rows, cols) = (axis(h, ho, pooling), axis(w, wo, pooling));
                 for count in 1..=most {
                     let x: Vec<T> = (0..count * h * w)
