@@ -6,7 +6,7 @@
 use super::Cpu;
 use super::interleave::{BLOCK, interleave};
 use super::schedule::{PlaneSplit, Planes, Planned, Taps, Windowed};
-use super::simd::Isa;
+use super::simd::{self, Isa};
 use super::{CacheLine, Carver, Sizer, task_share};
 
 use crate::device::internal::Launch;
@@ -305,7 +305,7 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex, const WIDE: bool>(
             let xa = match T::as_acc(x) {
                 Some(xa) => xa,
                 None => {
-                    T::to_acc_slice(x, &mut t.acc[..hw]);
+                    simd::widen(p.isa, x, &mut t.acc[..hw]);
                     &t.acc[..hw]
                 }
             };
@@ -322,7 +322,7 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex, const WIDE: bool>(
             Some(xa) => pool_plane(x, xa, planes.w, (rows, &p.cols, &p.groups), (out, idx), wide),
             None => {
                 let xa = &mut t.acc[..hw];
-                T::to_acc_slice(x, xa);
+                simd::widen(p.isa, x, xa);
                 pool_plane(x, xa, planes.w, (rows, &p.cols, &p.groups), (out, idx), wide);
             }
         }
@@ -411,7 +411,7 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
                 None => {
                     let widened = widened[..count * columns].chunks_exact_mut(columns);
                     for ((row, plane), dst) in rows.iter_mut().zip(x.chunks_exact(hw)).zip(widened) {
-                        T::to_acc_slice(&plane[kept * w..need.end * w], dst);
+                        simd::widen(p.isa, &plane[kept * w..need.end * w], dst);
                         *row = dst;
                     }
                 }

@@ -10,24 +10,33 @@
 //! may differ between the copies (an addition's operands may be swapped); such a sum is NaN in
 //! every copy.
 //!
-//! Conversions: `f16` slices convert through `half`'s F16C routines in both copies (`half`
-//! detects F16C itself), one value at a time through this crate's software conversions
+//! Conversions: the kernels that run in the x86-64-v3 copy convert `f16` slices with F16C
+//! through [`widen`] and [`narrow`], one call for a whole slice (`half`'s slice conversions
+//! call an out-of-line function for every 8 values, which cost the forwards a quarter of
+//! their time); elsewhere `f16` slices convert through `half`'s F16C routines (`half` detects
+//! F16C itself), and single values through this crate's software conversions
 //! ([`crate::element`], the reference every processor can run); `bf16` converts in integer
-//! code. The tests hold `half`'s conversions to the software ones, bit for bit.
+//! code. The tests hold every hardware conversion to the software ones, bit for bit.
 //!
 //! Which kernels take the x86-64-v3 copy: the forwards and the `Bitmask` gather, in every
 //! element type. The flat-index scatter and the `Bitmask` block backward run the baseline
 //! copy: their `f16` sums rounded with F16C in the x86-64-v3 copy ran no faster
 //! (`benches/README.md`).
 //!
-//! No `unsafe` is needed: `pulp` makes the token ([`V3`]) only after detecting its features
-//! and runs code compiled for them; `half` detects F16C itself before it converts.
+//! `unsafe`: `pulp` makes the token ([`V3`]) only after detecting its features and runs code
+//! compiled for them, safely; `half` detects F16C itself before it converts. `pulp` has no
+//! F16C conversions, so [`widen`] and [`narrow`] call a `#[target_feature(enable = "f16c")]`
+//! function of their own, whose intrinsics are safe inside it; the call itself is `unsafe`
+//! (the compiler cannot see that the token proves the feature), the only `unsafe` of this
+//! module, one statement each, with its `// SAFETY:` line.
 //!
 //! The tests run every kernel in both copies: the environment variable `POOLGRAD_ISA=baseline`
 //! makes every call of the process run the baseline copy, and [`Cpu::with_vector_instructions`]
 //! (`false`) does so for one device.
 //!
 //! [`Cpu::with_vector_instructions`]: super::Cpu::with_vector_instructions
+
+use crate::element::{Accumulate, PoolFloat};
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 pulp::simd_type! {
@@ -107,10 +116,92 @@ impl Isa {
     }
 }
 
+/// Widens `src` into `dst` as [`Accumulate::to_acc_slice`] does, with the same bits (both
+/// slices the same length; extra elements of the longer one are left alone). In the x86-64-v3
+/// copy, `f16` goes through F16C 8 values at a time in one call for the whole slice, where
+/// `half`'s slice conversion calls an out-of-line function for every 8; the other types, and
+/// every type in the baseline copy, take [`Accumulate::to_acc_slice`].
+#[inline(always)]
+pub(super) fn widen<T: PoolFloat>(isa: Isa, src: &[T], dst: &mut [T::Acc]) {
+    #[cfg(target_arch = "x86_64")]
+    if let (Isa::V3(_), crate::element::DType::F16) = (isa, T::DTYPE) {
+        // `T` is `f16` and `T::Acc` is `f32`: the casts keep every length.
+        let (src, dst): (&[u16], &mut [f32]) = (bytemuck::cast_slice(src), bytemuck::cast_slice_mut(dst));
+        // SAFETY: a `V3` token exists only once `pulp` has detected AVX and F16C on this
+        // processor (`V3::try_new`), the features `widen_f16c` is compiled for.
+        #[allow(unsafe_code)]
+        unsafe {
+            widen_f16c(src, dst)
+        };
+        return;
+    }
+    let _ = isa;
+    T::to_acc_slice(src, dst)
+}
+
+/// The bits `src` of `f16` values widened into `dst` with `vcvtph2ps` (exact, subnormals
+/// included; a NaN keeps its payload and gets the quiet bit, as the software conversion does),
+/// 8 at a time, the last few by the software conversion.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+fn widen_f16c(src: &[u16], dst: &mut [f32]) {
+    use core::arch::x86_64::{__m128i, _mm256_cvtph_ps};
+    let n = src.len().min(dst.len());
+    let ((groups, tail), (sources, rest)) = (dst[..n].as_chunks_mut::<8>(), src[..n].as_chunks::<8>());
+    for (group, source) in groups.iter_mut().zip(sources) {
+        let bits: __m128i = bytemuck::cast(*source);
+        *group = bytemuck::cast(_mm256_cvtph_ps(bits));
+    }
+    for (d, &s) in tail.iter_mut().zip(rest) {
+        *d = half::f16::from_bits(s).to_acc();
+    }
+}
+
+/// Rounds `src` into `dst` as [`Accumulate::from_acc_slice`] does, with the same bits (both
+/// slices the same length; extra elements of the longer one are left alone): in the x86-64-v3
+/// copy, `f16` through F16C 8 values at a time in one call for the whole slice, as in
+/// [`widen`]; the other types, and every type in the baseline copy, take
+/// [`Accumulate::from_acc_slice`].
+#[inline(always)]
+pub(super) fn narrow<T: PoolFloat>(isa: Isa, src: &[T::Acc], dst: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if let (Isa::V3(_), crate::element::DType::F16) = (isa, T::DTYPE) {
+        // `T` is `f16` and `T::Acc` is `f32`: the casts keep every length.
+        let (src, dst): (&[f32], &mut [u16]) = (bytemuck::cast_slice(src), bytemuck::cast_slice_mut(dst));
+        // SAFETY: a `V3` token exists only once `pulp` has detected AVX and F16C on this
+        // processor (`V3::try_new`), the features `narrow_f16c` is compiled for.
+        #[allow(unsafe_code)]
+        unsafe {
+            narrow_f16c(src, dst)
+        };
+        return;
+    }
+    let _ = isa;
+    T::from_acc_slice(src, dst)
+}
+
+/// `src` rounded to the bits of `f16` values in `dst` with `vcvtps2ph` (round to nearest, ties
+/// to even, by its immediate operand, whatever the rounding mode; subnormal results kept;
+/// a NaN keeps the top of its payload and gets the quiet bit, as the software rounding does),
+/// 8 at a time, the last few by the software rounding.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+fn narrow_f16c(src: &[f32], dst: &mut [u16]) {
+    use core::arch::x86_64::{__m256, _MM_FROUND_TO_NEAREST_INT, _mm256_cvtps_ph};
+    let n = src.len().min(dst.len());
+    let ((groups, tail), (sources, rest)) = (dst[..n].as_chunks_mut::<8>(), src[..n].as_chunks::<8>());
+    for (group, source) in groups.iter_mut().zip(sources) {
+        let values: __m256 = bytemuck::cast(*source);
+        *group = bytemuck::cast(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(values));
+    }
+    for (d, &s) in tail.iter_mut().zip(rest) {
+        *d = half::f16::from_acc(s).to_bits();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::element::Accumulate;
     use half::{bf16, f16};
 
     /// Special values of f32 for the roundings: zeros, the f16 and bf16 subnormal and normal
@@ -196,6 +287,54 @@ mod tests {
         };
         check();
         Isa::best().enter(check);
+    }
+
+    /// [`widen`] and [`narrow`] give the software conversions' bits in every copy, in all four
+    /// element types: every `f16` and `bf16` widened as one slice, the awkward values rounded
+    /// as one slice (NaN payloads, ties, subnormal results, overflow), and both at every
+    /// length from 0 to 40 and every start from 0 to 7, so that the groups of 8 and the tails
+    /// are met at every alignment.
+    #[test]
+    fn widen_and_narrow_give_the_software_bits() {
+        fn check<T: PoolFloat>(isa: Isa, values: &[T], sums: &[T::Acc]) {
+            let software = |src: &[T]| src.iter().map(|v| v.to_acc()).collect::<Vec<_>>();
+            let rounded = |src: &[T::Acc]| src.iter().map(|&a| T::from_acc(a)).collect::<Vec<_>>();
+            let bits = |v: &[T]| bytemuck::cast_slice::<T, u8>(v).to_vec();
+            let acc_bits = |v: &[T::Acc]| bytemuck::cast_slice::<T::Acc, u8>(v).to_vec();
+            let mut wide = vec![T::Acc::zero(); values.len()];
+            widen(isa, values, &mut wide);
+            assert_eq!(acc_bits(&wide), acc_bits(&software(values)), "{} widened", T::DTYPE);
+            let mut narrow_all = vec![T::default(); sums.len()];
+            narrow(isa, sums, &mut narrow_all);
+            assert_eq!(bits(&narrow_all), bits(&rounded(sums)), "{} rounded", T::DTYPE);
+            for start in 0..8 {
+                for len in 0..=40 {
+                    let (src, acc) = (&values[start..start + len], &sums[start..start + len]);
+                    let mut wide = vec![T::Acc::zero(); len];
+                    widen(isa, src, &mut wide);
+                    assert_eq!(acc_bits(&wide), acc_bits(&software(src)), "{} {start} {len}", T::DTYPE);
+                    let mut out = vec![T::default(); len];
+                    narrow(isa, acc, &mut out);
+                    assert_eq!(bits(&out), bits(&rounded(acc)), "{} {start} {len}", T::DTYPE);
+                }
+            }
+        }
+        use num_traits::Zero;
+        let awkward = awkward_f32();
+        let every_f16: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+        let every_bf16: Vec<bf16> = (0..=u16::MAX).map(bf16::from_bits).collect();
+        let f32s: Vec<f32> = awkward.clone();
+        let f64s: Vec<f64> = awkward.iter().map(|&v| f64::from(v)).collect();
+        for isa in [Isa::Baseline, Isa::best()] {
+            let run = || {
+                check::<f16>(isa, &every_f16, &awkward);
+                check::<bf16>(isa, &every_bf16, &awkward);
+                check::<f32>(isa, &f32s, &f32s);
+                check::<f64>(isa, &f64s, &f64s);
+            };
+            run();
+            isa.enter(run);
+        }
     }
 
     /// `POOLGRAD_ISA=baseline` and a device's setting both give the baseline; otherwise the

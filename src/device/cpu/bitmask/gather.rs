@@ -29,7 +29,7 @@ use crate::device::cpu::Cpu;
 use crate::device::cpu::scatter::BadIndex;
 use crate::device::cpu::schedule::{Taps, readers};
 use crate::device::cpu::schedule::{rows_per_band, runs, task_count};
-use crate::device::cpu::simd::Isa;
+use crate::device::cpu::simd::{self, Isa};
 use crate::device::cpu::{Carver, Sizer, task_share};
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::{Error, Result, UNNAMED};
@@ -123,20 +123,20 @@ impl Columns {
     /// Stores a row's `sums` into its input row `gi`, each rounded once, in column order:
     /// `f32` and `f64` straight into the row, `bf16` rounded one by one on the way, `f16` put
     /// into `row` (one accumulator per column; not with one residue, whose sums are in column
-    /// order already) and then rounded as one slice
-    /// ([`Accumulate::ROUNDS_SLICES_FASTER`](crate::element::Accumulate)). The same bits
+    /// order already) and then rounded as one slice ([`simd::narrow`], F16C in the `isa` copy;
+    /// [`Accumulate::ROUNDS_SLICES_FASTER`](crate::element::Accumulate)). The same bits
     /// every way.
     #[inline(always)]
-    fn store<T: PoolFloat>(&self, sums: &[T::Acc], row: &mut [T::Acc], gi: &mut [T]) {
+    fn store<T: PoolFloat>(&self, isa: Isa, sums: &[T::Acc], row: &mut [T::Acc], gi: &mut [T]) {
         match T::as_acc_mut(gi) {
             Some(gi) => self.in_column_order(sums, gi, |sum| sum),
             None if T::ROUNDS_SLICES_FASTER => match &self.stores[..] {
                 // One residue: the sums are in column order already.
-                [one] => T::from_acc_slice(&sums[one.clone()], gi),
+                [one] => simd::narrow(isa, &sums[one.clone()], gi),
                 _ => {
                     let row = &mut row[..gi.len()];
                     self.in_column_order(sums, row, |sum| sum);
-                    T::from_acc_slice(row, gi);
+                    simd::narrow(isa, row, gi);
                 }
             },
             None => self.in_column_order(sums, gi, T::from_acc),
@@ -287,7 +287,7 @@ impl<T: PoolFloat> GatherTask<'_, '_, T> {
             0 => Vec::new(),
             slots => rings
                 .chunks_mut((slots * g.wo).max(1))
-                .map(|rows| Ring { rows, slots, wo: g.wo, filled: 0..0 })
+                .map(|rows| Ring { rows, slots, wo: g.wo, filled: 0..0, isa: p.isa })
                 .collect(),
         };
         for unit in units {
@@ -326,7 +326,16 @@ fn gather_unit<T: PoolFloat>(
                 Some(go) => GradRows { rows: go, slots: g.ho, wo },
                 None => rings[ch].fill(go, ohs.clone()),
             };
-            let row = Row { g, windows, columns: &p.columns, block, bit: 1 << ch, ih, ohs: ohs.clone() };
+            let row = Row {
+                g,
+                windows,
+                columns: &p.columns,
+                isa: p.isa,
+                block,
+                bit: 1 << ch,
+                ih,
+                ohs: ohs.clone(),
+            };
             row.gather::<T>(go_rows, bits, &mut gi[local * w..(local + 1) * w], sums, &mut *row_sums);
         }
     }
@@ -357,6 +366,8 @@ struct Ring<'s, A> {
     wo: usize,
     /// The rows the ring holds: at most `slots` consecutive ones.
     filled: Range<usize>,
+    /// The copy of the kernels the task runs in, which widens the rows ([`simd::widen`]).
+    isa: Isa,
 }
 
 impl<A: AccFloat> Ring<'_, A> {
@@ -364,13 +375,13 @@ impl<A: AccFloat> Ring<'_, A> {
     /// widening those it does not hold, and returns the rows it holds.
     #[inline(always)]
     fn fill<T: PoolFloat<Acc = A>>(&mut self, go: &[T], ohs: Range<usize>) -> GradRows<'_, A> {
-        let Ring { slots, wo, .. } = *self;
+        let Ring { slots, wo, isa, .. } = *self;
         if !(self.filled.start..=self.filled.end).contains(&ohs.start) {
             self.filled = ohs.start..ohs.start;
         }
         for oh in self.filled.end..ohs.end {
             let at = oh % slots * wo;
-            T::to_acc_slice(&go[oh * wo..(oh + 1) * wo], &mut self.rows[at..at + wo]);
+            simd::widen(isa, &go[oh * wo..(oh + 1) * wo], &mut self.rows[at..at + wo]);
         }
         // The last `slots` rows widened are the ones still in their slots.
         let end = self.filled.end.max(ohs.end);
@@ -384,6 +395,9 @@ struct Row<'a> {
     g: &'a MaxPoolGeometry,
     windows: &'a Windows,
     columns: &'a Columns,
+    /// The copy of the kernels the task runs in, which rounds the stored sums
+    /// ([`simd::narrow`]).
+    isa: Isa,
     block: Block,
     bit: u16,
     ih: usize,
@@ -404,7 +418,7 @@ impl Row<'_> {
         sums: &mut [T::Acc],
         row: &mut [T::Acc],
     ) {
-        let Row { g, windows, columns, block, bit, ih, ref ohs } = *self;
+        let Row { g, windows, columns, isa, block, bit, ih, ref ohs } = *self;
         let ([_, kw], wo) = (g.params.kernel(), g.wo);
         sums.fill(T::Acc::zero());
         for oh in ohs.clone() {
@@ -417,7 +431,7 @@ impl Row<'_> {
                 add_run(&mut sums[sums_at..sums_at + len], &go_row[ow..ow + len], words, bit);
             }
         }
-        columns.store::<T>(sums, row, gi);
+        columns.store::<T>(isa, sums, row, gi);
     }
 }
 
@@ -485,7 +499,7 @@ mod tests {
         let (ho, wo, slots) = (12, 5, 3);
         let go: Vec<bf16> = (0..ho * wo).map(|e| bf16::from_f32(e as f32 - 7.25)).collect();
         let mut rows = vec![f32::NAN; slots * wo];
-        let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0 };
+        let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0, isa: Isa::best() };
         for ohs in [0..2, 0..3, 1..4, 2..5, 4..5, 5..5, 5..7, 10..12, 3..6, 0..1, 11..12] {
             let held = ring.fill(&go, ohs.clone());
             for oh in ohs.clone() {
@@ -509,7 +523,7 @@ mod tests {
         let (wo, slots) = (2, 3);
         let mut go = vec![f16::ONE; 8 * wo];
         let mut rows = vec![f32::NAN; slots * wo];
-        let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0 };
+        let mut ring = Ring { rows: &mut rows, slots, wo, filled: 0..0, isa: Isa::best() };
         ring.fill(&go, 0..3);
         go[wo..2 * wo].fill(f16::from_f32(2.0));
         assert_eq!(ring.fill(&go, 1..4).row(1), [1.0, 1.0]);
