@@ -118,9 +118,10 @@ pub(crate) mod internal {
         fn from_acc_slice(src: &[Self::Acc], dst: &mut [Self]);
 
         /// Whether a row of sums that must first be put in order is rounded faster as one slice
-        /// ([`Accumulate::from_acc_slice`], after the reordering) than one value at a time as it
-        /// is reordered: `f16`, whose slices `half` converts with F16C, 4 or 8 at a time, where
-        /// the processor has it (one at a time it would detect the instruction for each value).
+        /// (after the reordering) than one value at a time as it is reordered: `f16`, whose
+        /// slices convert with F16C 8 at a time where the processor has it (the kernels' vector
+        /// copy rounds them through `simd::narrow`, in one call; elsewhere `half` converts them,
+        /// [`Accumulate::from_acc_slice`]), where one value at a time is the software rounding.
         /// `bf16` rounds in a few integer instructions that vectorise in the reordering loop.
         const ROUNDS_SLICES_FASTER: bool = false;
 
@@ -253,7 +254,6 @@ impl Accumulate for f16 {
     fn sum_of_one(self) -> f16 {
         f16::from_bits(half_sum_of_one(self.to_bits(), 0x7C00, 0x0200))
     }
-    #[inline(always)]
     fn to_acc_slice(src: &[f16], dst: &mut [f32]) {
         let n = src.len().min(dst.len());
         // F16C when the processor has it (detected at run time by `half`) in groups of 4; the
