@@ -2,8 +2,12 @@
 //! JSON line per case, to read side by side with the anchor's lines from the same machine.
 //!
 //! ```sh
-//! cargo run --release --example bench -- [--threads N] [--reps R] [--plan-only] [--settle MS] [--case NAME]...
+//! cargo run --release --example bench -- [--threads N] [--reps R] [--plan-only] [--no-floors] [--settle MS] [--case NAME]...
 //! ```
+//!
+//! To profile a kernel (`perf record`, `valgrind --tool=callgrind`), pass `--plan-only
+//! --no-floors`: the process then runs the plans alone, without the allocating functions and
+//! without the floors, which move as much memory as the kernels.
 //!
 //! Each line has `name`, `median_s` (the plan API on preallocated outputs, the way a training
 //! loop calls it), `median_fn_s` (the allocating free function, the way PyTorch's op is timed),
@@ -74,12 +78,15 @@ struct Args {
     cases: Vec<String>,
     /// Skip the free-function timings (for profiling the kernels alone).
     plan_only: bool,
+    /// Skip the memory floors too, so that a profile of the process holds the plans alone.
+    no_floors: bool,
     /// How long every thread of the pool spins before the first case ([`settle`]).
     settle_ms: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { threads: 2, reps: 15, cases: Vec::new(), plan_only: false, settle_ms: 500 };
+    let mut args =
+        Args { threads: 2, reps: 15, cases: Vec::new(), plan_only: false, no_floors: false, settle_ms: 500 };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -90,12 +97,13 @@ fn parse_args() -> Result<Args, String> {
             "--reps" => args.reps = value("--reps")?.parse().map_err(|e| format!("--reps: {e}"))?,
             "--case" => args.cases.push(value("--case")?),
             "--plan-only" => args.plan_only = true,
+            "--no-floors" => args.no_floors = true,
             "--settle" => {
                 args.settle_ms = value("--settle")?.parse().map_err(|e| format!("--settle: {e}"))?
             }
             "--help" | "-h" => {
                 return Err(
-                    "usage: bench [--threads N] [--reps R] [--plan-only] [--settle MS] [--case NAME]..."
+                    "usage: bench [--threads N] [--reps R] [--plan-only] [--no-floors] [--settle MS] [--case NAME]..."
                         .into(),
                 );
             }
@@ -121,6 +129,14 @@ static PLAN_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 
 fn plan_only() -> bool {
     PLAN_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static NO_FLOORS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the cases measure their memory floors (all but `--no-floors` runs): a floor zeroes
+/// and reads as much memory as the kernel, so a profile of a run with floors is half floors.
+fn floors() -> bool {
+    !NO_FLOORS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The one thread pool of this run: the kernels' (through `Cpu`), the copy's and the floors'.
@@ -379,9 +395,9 @@ fn run_case<T: PoolFloat>(
             bytemuck::cast_slice(g.as_slice().unwrap()),
             bytemuck::cast_slice(pooled.indices.as_slice().unwrap()),
         ];
-        let t_floor = floor(reps, gi.as_slice_mut().unwrap(), plane, reads);
+        let t_floor = floors().then(|| floor(reps, gi.as_slice_mut().unwrap(), plane, reads));
         let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(gi.as_slice().unwrap())));
-        let fields = [("median_fn_s", t_fn), ("floor_s", Some(t_floor)), ("alloc_floor_s", t_alloc)];
+        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
         report(name, threads, t, &fields, tmin::<T>(shape, out, 8.0));
     }
 
@@ -429,13 +445,14 @@ fn run_case<T: PoolFloat>(
             bytemuck::cast_slice_mut(o.as_slice_mut().unwrap()),
             bytemuck::cast_slice_mut(i.as_slice_mut().unwrap()),
         ];
-        let t_floor = forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), outputs);
+        let t_floor =
+            floors().then(|| forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), outputs));
         // The forward reads the input once and writes values and indices.
         report(
             &fwd,
             threads,
             t,
-            &[("median_fn_s", t_fn), ("floor_s", Some(t_floor)), ("alloc_floor_s", t_alloc)],
+            &[("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)],
             tmin::<T>(shape, out, 8.0),
         );
     }
@@ -486,11 +503,12 @@ fn mask_case<T: PoolFloat, L: MaskLayout>(
             bytemuck::cast_slice_mut(o.as_slice_mut().unwrap()),
             bytemuck::cast_slice_mut(m.as_slice_mut().unwrap()),
         ];
-        let t_floor = forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), written);
+        let t_floor =
+            floors().then(|| forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), written));
         // The forward writes the whole mask (zeros included).
         let outputs = g.len() as f64;
         let tmin = tmin::<T>(x.dim().into(), out, m.len() as f64 / outputs);
-        let fields = [("median_fn_s", t_fn), ("floor_s", Some(t_floor)), ("alloc_floor_s", t_alloc)];
+        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
         report(&fwd, cpu.threads(), t, &fields, tmin);
     }
 }
@@ -529,10 +547,10 @@ fn mask_backward_case<T: PoolFloat, L: MaskLayout>(
     let mask_bytes: &[u8] = bytemuck::cast_slice(mask.as_array().as_slice().unwrap());
     let used = ((g.len() as f64 * index_bytes).ceil() as usize).min(mask_bytes.len());
     let reads = [bytemuck::cast_slice(g.as_slice().unwrap()), &mask_bytes[..used]];
-    let t_floor = floor(reps, gi.as_slice_mut().unwrap(), plane, reads);
+    let t_floor = floors().then(|| floor(reps, gi.as_slice_mut().unwrap(), plane, reads));
     let out = [g.shape()[2], g.shape()[3]];
     let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(gi.as_slice().unwrap())));
-    let fields = [("median_fn_s", t_fn), ("floor_s", Some(t_floor)), ("alloc_floor_s", t_alloc)];
+    let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
     report(name, cpu.threads(), t, &fields, tmin::<T>(x.dim().into(), out, index_bytes));
 }
 
@@ -652,6 +670,7 @@ fn main() {
         }
     };
     PLAN_ONLY.store(args.plan_only, std::sync::atomic::Ordering::Relaxed);
+    NO_FLOORS.store(args.no_floors, std::sync::atomic::Ordering::Relaxed);
     let threads =
         rayon::ThreadPoolBuilder::new().num_threads(args.threads.max(1)).build().expect("thread pool");
     let pool = POOL.get_or_init(|| std::sync::Arc::new(threads));

@@ -535,7 +535,7 @@ fn the_i32argmax_forward_pools_into_the_mask() {
 
 /// The `Bitmask` forward's workspace, worked by hand (f32, kernel 2 on 8x8 planes: 4x4 = 16
 /// outputs per plane). With at least one 16-channel block per thread it pools and encodes block
-/// by block: each task keeps one block's `i32` indices (16 channels x 16 outputs = 256, 1024
+/// by block, up to 4 tasks per thread: each task keeps one block's `i32` indices (16 channels x 16 outputs = 256, 1024
 /// bytes), and the forward's blocked kernel (planes of at most 2048 inputs) keeps per task a
 /// band of 8 interleaved planes of the 2 input rows a window spans (2 x 8 x 8 f32, 512 bytes)
 /// and the offsets of an output row of the 8 planes (8 x 4, 128 bytes): 640 bytes. With fewer
@@ -564,8 +564,10 @@ fn the_bitmask_forward_sizes_its_workspace_by_blocks_per_thread() {
     assert_eq!(size(&Cpu::sequential(), 1, 16), 1024 + 640);
     if cfg!(feature = "rayon") {
         assert_eq!(two.threads(), 2);
-        // 20 planes a task, one block's indices each.
-        assert_eq!(size(&two, 2, 20), 2 * 1024 + 2 * 640);
+        // 4 blocks, a task each (up to 4 tasks per thread), one block's indices each; the
+        // forward's scratch for its own split of the 40 planes: beyond a task per thread,
+        // tasks of 8 planes at least, so 5 tasks.
+        assert_eq!(size(&two, 2, 20), 4 * 1024 + 5 * 640);
         // 1 block for 2 threads: every plane's indices (16 x 16 x 4 bytes) and 2 tasks of 8
         // planes (bands are for fewer planes than threads).
         assert_eq!(size(&two, 1, 16), 16 * 16 * 4 + 2 * 640);

@@ -84,6 +84,11 @@ impl ForwardPrepared {
         })
     }
 
+    /// How many tasks the forward's scratch is for.
+    pub(super) fn tasks(&self) -> usize {
+        self.split.tasks()
+    }
+
     /// Accumulator-type scratch each task needs.
     pub(super) fn acc_per_task(&self) -> usize {
         self.acc_per_task

@@ -48,10 +48,12 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
             sizer.stage(&op.input.view())?;
             sizer.stage(&op.output.as_ref().view())?;
             sizer.stage(&op.mask.bytes.as_ref().view())?;
-            // Fused when every thread gets a block (so never without blocks: threads >= 1).
+            let forward = forward::prepare_max_pool::<T>(cpu, g, &mut sizer)?;
+            // Fused when every thread gets a block (so never without blocks: threads >= 1), on
+            // no more tasks than the forward reserved scratch for.
             let blocks = g.n * g.channel_blocks();
             let fused = L::CHANNEL_BLOCKS && blocks >= cpu.threads();
-            let fused_tasks = fused.then(|| task_count(cpu, blocks));
+            let fused_tasks = fused.then(|| task_count(cpu, blocks).min(forward.tasks()));
             let values_in_mask = L::I32_VALUES
                 && match op.mask.bytes.as_ref().view().to_slice() {
                     Some(bytes) => mask::i32_in_place(bytes),
@@ -61,7 +63,6 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
             if !values_in_mask {
                 sizer.region::<i32>(index_count(g, fused_tasks)?)?;
             }
-            let forward = forward::prepare_max_pool::<T>(cpu, g, &mut sizer)?;
             Ok((MaskForwardPrepared { forward, fused_tasks, values_in_mask }, sizer.total()))
         })
     }
@@ -94,8 +95,8 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for Cp
             out.finish("output")?;
             return bytes.finish("mask");
         }
-        let idx = carver.region::<i32>(index_count(g, p.fused_tasks)?)?;
         let scratch = p.forward.scratch::<T>(&mut carver)?;
+        let idx = carver.region::<i32>(index_count(g, p.fused_tasks)?)?;
         match p.fused_tasks {
             Some(tasks) => {
                 let data = (x, out.slice(), bytes.slice());

@@ -11,8 +11,8 @@
 //! | `Bitmask` forward, at least as many blocks as threads | [`block_runs`]: each block pooled and encoded at once | `mask::MaskForwardPrepared` |
 //! | mask forwards otherwise | the forward's [`PlaneSplit`], then [`runs`] of the encoding's parts (`crate::mask::EncodeParts`: 65536 `I32Argmax` values, or one `Bitmask` block) | `mask::encode` |
 //!
-//! The counts all come from [`task_count`] (one task per thread, at most one per unit of
-//! work), [`planes_per_task`] and [`rows_per_band`].
+//! The counts all come from [`task_count`] (a few tasks per thread, [`TASKS_PER_THREAD`], at
+//! most one per unit of work), [`planes_per_task`] and [`rows_per_band`].
 //!
 //! **Small work stays on the calling thread.** Every operation first asks [`sized`] which device
 //! it runs on, in both phases, from its sizes alone ([`Work`]): a call with less work than
@@ -38,6 +38,7 @@
 use core::ops::Range;
 
 use super::Cpu;
+use super::interleave::BLOCK;
 use crate::alloc::collect_exact;
 use crate::error::{Result, UNNAMED};
 use crate::geometry::{adaptive_window, pool_window_taps};
@@ -279,10 +280,33 @@ pub(super) fn rows_per_band(threads: usize, units: usize, rows: usize) -> usize 
     rows.div_ceil(threads.div_ceil(units.max(1)).min(rows).max(1)).max(1)
 }
 
-/// Tasks for `planes` planes: one per thread, at most one per plane, and none (so no scratch)
-/// when there are no planes, however large they are.
-pub(super) fn task_count(cpu: &Cpu, planes: usize) -> usize {
-    cpu.threads().min(planes)
+/// How many tasks each thread of a pool gets, where the units of work allow.
+///
+/// A tuning decision, never a result: any count stores the same bits (module doc). Several
+/// tasks per thread let the pool balance itself: the threads take tasks as they become free, so
+/// a thread slowed by whatever else its core runs does fewer of them, where with one task per
+/// thread the call waits for the slowest. Four tasks per thread removed the wait on the
+/// benchmark machine; more only added scratch (`benches/README.md`, "The measurements behind
+/// the tuning constants").
+pub(super) const TASKS_PER_THREAD: usize = 4;
+
+/// Tasks for `units` units of work: [`TASKS_PER_THREAD`] per thread of a pool (one on a single
+/// thread, which has nothing to balance), at most one per unit, and none (so no scratch) when
+/// there are no units, however large they are ([`tasks_of_at_least`] with units of one).
+pub(super) fn task_count(cpu: &Cpu, units: usize) -> usize {
+    tasks_of_at_least(cpu, units, 1)
+}
+
+/// Tasks for `units` units of work, as [`task_count`], where a task beyond one per thread must
+/// get at least `least` units (a kernel that works on `least` units at once): one per thread
+/// and at most one per unit, then more, up to [`TASKS_PER_THREAD`] per thread, while each keeps
+/// `least` units. The count is that of the [`runs`] the units make (9 units for 8 tasks make
+/// runs of 2, so 5 tasks), so that no scratch is reserved for a task without units.
+pub(super) fn tasks_of_at_least(cpu: &Cpu, units: usize, least: usize) -> usize {
+    let threads = cpu.threads();
+    let balanced = if threads > 1 { threads.saturating_mul(TASKS_PER_THREAD) } else { threads };
+    let wanted = balanced.min(units.div_ceil(least.max(1))).max(threads.min(units));
+    units.div_ceil(planes_per_task(units, wanted))
 }
 
 /// Consecutive runs of `units` units, one per task of `tasks`: [`planes_per_task`] units each
@@ -321,7 +345,8 @@ impl PlaneSplit {
     pub(super) fn of(cpu: &Cpu, planes: usize, rows: usize) -> Self {
         let threads = cpu.threads().max(1);
         if planes >= threads || rows <= 1 {
-            let tasks = task_count(cpu, planes);
+            // Beyond one per thread, tasks of a block of planes at least (the blocked kernel's).
+            let tasks = tasks_of_at_least(cpu, planes, BLOCK);
             PlaneSplit {
                 planes_per_task: planes_per_task(planes, tasks),
                 bands: 1,
@@ -545,8 +570,36 @@ mod tests {
         assert_eq!(one_plane.tasks(), 2);
         let one_row = PlaneSplit::of(&two, 1, 1);
         assert_eq!((one_row.bands, one_row.tasks()), (1, 1));
+        // Enough planes: a task per thread, then more, up to TASKS_PER_THREAD (4) per thread,
+        // while each keeps a block of 8 planes, as many as the runs of planes make.
         let busy = PlaneSplit::of(&two, 4, 10);
         assert_eq!((busy.planes_per_task, busy.bands, busy.tasks()), (2, 1, 2));
+        // 20 planes: 3 blocks' worth, so 3 tasks, in runs of 7 (20 = 7 + 7 + 6).
+        let some = PlaneSplit::of(&two, 20, 10);
+        assert_eq!((some.planes_per_task, some.bands, some.tasks()), (7, 1, 3));
+        // 100 planes: 8 tasks, runs of 13 (8 runs: 7 x 13 + 9).
+        let many = PlaneSplit::of(&two, 100, 10);
+        assert_eq!((many.planes_per_task, many.tasks()), (13, 8));
+        let alone = PlaneSplit::of(&Cpu::sequential(), 20, 10);
+        assert_eq!((alone.planes_per_task, alone.tasks()), (20, 1));
+    }
+
+    /// Up to 4 tasks per thread of a pool, at most one per unit, counted as the runs the units
+    /// make, worked by hand for 2 threads: 9 units for 8 tasks are runs of 2, so 5 tasks; 100
+    /// units, runs of 13, 8 tasks. One thread has one task, and no units no task.
+    /// (Threads need the `rayon` feature: without it every `Cpu` runs on the calling thread.)
+    #[cfg(feature = "rayon")]
+    #[test]
+    fn task_counts_are_the_runs_of_up_to_four_tasks_a_thread() {
+        let two = Cpu::with_threads(2).unwrap();
+        for (units, tasks) in [(0, 0), (1, 1), (3, 3), (8, 8), (9, 5), (17, 6), (100, 8)] {
+            assert_eq!(task_count(&two, units), tasks, "{units} units");
+            assert_eq!(runs(units, tasks).count(), tasks, "{units} units");
+        }
+        assert_eq!(task_count(&Cpu::sequential(), 100), 1);
+        // Tasks of 8 units at least beyond one per thread: 20 units make 3, 12 make 2.
+        assert_eq!(tasks_of_at_least(&two, 20, 8), 3);
+        assert_eq!(tasks_of_at_least(&two, 12, 8), 2);
     }
 
     /// Planes of one gradient each (a 1x1 output: global pooling) take the split that needs no
@@ -564,11 +617,11 @@ mod tests {
         };
         for (h, w) in [(7, 7), (3, 7), (7, 3), (1, 1)] {
             assert!(
-                matches!(split(h, w, 1, 1), ScatterSplit::OneGradient { tasks: 2, per_task: 2 }),
+                matches!(split(h, w, 1, 1), ScatterSplit::OneGradient { tasks: 4, per_task: 1 }),
                 "{h}x{w} to 1x1"
             );
         }
-        assert!(matches!(split(7, 7, 1, 2), ScatterSplit::Planes { tasks: 2, per_task: 2 }));
+        assert!(matches!(split(7, 7, 1, 2), ScatterSplit::Planes { tasks: 4, per_task: 1 }));
         assert!(matches!(split(7, 7, 2, 1), ScatterSplit::Planes { .. }));
         assert!(matches!(split(0, 5, 1, 1), ScatterSplit::Planes { .. }));
     }

@@ -532,10 +532,12 @@ mod tests {
     }
 
     /// With fewer blocks than threads, a block's input rows are cut into bands so that every
-    /// thread gets one; otherwise blocks stay whole, a run of them per thread. (Rows a band and
-    /// tasks, worked by hand: 64 rows of 1 block on 2 threads are 2 bands of 32; on 7 threads,
-    /// 7 bands of 10 (the last of 4); 2 blocks on 3 threads, 2 bands of 32 each, 4 units among
-    /// 3 tasks; 2 blocks of 3 rows on 7 threads, bands of a row, 6 tasks.)
+    /// thread gets one; otherwise blocks stay whole, in runs of them, up to 4 per thread
+    /// (`TASKS_PER_THREAD`). (Rows a band and tasks, worked by hand: 64 rows of 1 block on 2
+    /// threads are 2 bands of 32; on 7 threads, 7 bands of 10 (the last of 4); 2 blocks on 3
+    /// threads, 2 bands of 32 each, 4 units, a task each; 3 blocks on 2 threads, 3 tasks; 32
+    /// blocks on 2 threads, 8 tasks of 4; 2 blocks of 3 rows on 7 threads, bands of a row, 6
+    /// tasks.)
     /// (Threads need the `rayon` feature: without it every `Cpu` runs on the calling thread.)
     #[cfg(feature = "rayon")]
     #[test]
@@ -544,9 +546,9 @@ mod tests {
         for (shape, threads, rows, tasks) in [
             ([1, 1, 64, 64], 2, 32, 2),
             ([1, 3, 64, 64], 7, 10, 7),
-            ([2, 4, 64, 64], 3, 32, 3),
-            ([3, 1, 64, 64], 2, 64, 2),
-            ([32, 3, 64, 64], 2, 64, 2),
+            ([2, 4, 64, 64], 3, 32, 4),
+            ([3, 1, 64, 64], 2, 64, 3),
+            ([32, 3, 64, 64], 2, 64, 8),
             ([1, 2, 64, 64], 1, 64, 1),
             // Fewer rows than threads: a band a row, a task a band.
             ([1, 1, 4, 64], 7, 1, 4),
