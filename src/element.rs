@@ -117,12 +117,14 @@ pub(crate) mod internal {
         /// left alone.
         fn from_acc_slice(src: &[Self::Acc], dst: &mut [Self]);
 
-        /// Whether a row of sums that must first be put in order is rounded faster as one slice
-        /// (after the reordering) than one value at a time as it is reordered: `f16`, whose
+        /// Whether sums are rounded faster as slices than one value at a time: `f16`, whose
         /// slices convert with F16C 8 at a time where the processor has it (the kernels' vector
         /// copy rounds them through `simd::narrow`, in one call; elsewhere `half` converts them,
         /// [`Accumulate::from_acc_slice`]), where one value at a time is the software rounding.
-        /// `bf16` rounds in a few integer instructions that vectorise in the reordering loop.
+        /// The backwards then round a row of sums once it is final (or, in the `Bitmask`
+        /// gather, once it is put in order) rather than each running sum. `bf16` rounds in a
+        /// few integer instructions, as cheap per running sum and vectorised in the gather's
+        /// reordering loop.
         const ROUNDS_SLICES_FASTER: bool = false;
 
         /// The slice itself as accumulators when `Acc` is `Self` (`f32`, `f64`), else `None`.

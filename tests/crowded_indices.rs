@@ -141,6 +141,33 @@ fn three_gradients_on_one_position_round_once() {
     assert_eq!(gi[[0, 0, 0, 5]].to_f32(), 258.0);
 }
 
+/// A dense `f16` plane large enough to be zeroed by rows (96 x 96, 18 KiB, pooled to 48 x 48)
+/// sums in `f32` and stores the sums rounded once they are final; an index outside its window
+/// may point back into rows that no later window reaches, so those rows are not final before
+/// the plane is. Here output (0, 0) puts 2048 at element 0, and the first two outputs of the
+/// last output row, whose windows are 90 rows further down, add 1 and 1 there: 2050, rounded
+/// once (2048 if the late additions were lost, or rounded one by one). Every other output points at its window's first
+/// element with a gradient of 0. On one thread (the whole plane) and on two (bands, then the
+/// plane redone whole).
+#[test]
+fn an_index_back_into_early_rows_is_summed_before_they_are_stored() {
+    let (h, w, ho, wo) = (96, 96, 48, 48);
+    let mut indices: Vec<i64> = (0..ho * wo).map(|p| (2 * (p / wo) * w + 2 * (p % wo)) as i64).collect();
+    let mut values = vec![3; ho * wo]; // 0.0
+    values[0] = 0; // 2048
+    for late in [(ho - 1) * wo, (ho - 1) * wo + 1] {
+        indices[late] = 0;
+        values[late] = 1; // 1.0
+    }
+    let case = Crowded { input: [1, 1, h, w], output: [ho, wo], indices, values };
+    let sequential = Cpu::sequential();
+    for cpu in [&sequential, common::cpu_with_threads(2)] {
+        let gi = backward::<half::f16, i64>(cpu, &case);
+        assert_eq!(gi[[0, 0, 0, 0]].to_f32(), 2050.0, "{} threads", cpu.threads());
+        assert_eq!(gi.iter().filter(|v| v.to_bits() != 0).count(), 1, "{} threads", cpu.threads());
+    }
+}
+
 /// A band of rows checks each index against its window's rows; an index outside them sends the
 /// plane to be redone whole. The index just past a window that ends at a band boundary is the
 /// one a band cannot see: here (one plane of 10 x 1 pooled to 10 x 1, so output row `o` pools

@@ -18,6 +18,7 @@ use core::ops::Range;
 
 use super::Cpu;
 use super::schedule::{InputBands, Planes, Planned, ScatterSplit, Taps, Windowed, Work};
+use super::simd::{self, Isa};
 use super::{CacheLine, Carver, Output, Sizer, task_share};
 
 use num_traits::Zero;
@@ -45,6 +46,8 @@ pub struct ScatterPrepared {
     acc_per_task: usize,
     /// f32 gradients per task: one converted plane of `grad_output` for the half types, else 0.
     grad_per_task: usize,
+    /// The instructions the half types' settled sums are rounded with ([`Rounded::settled`]).
+    isa: Isa,
 }
 
 /// Whole planes of at least this many bytes are zeroed a window's rows at a time, just before
@@ -119,7 +122,8 @@ impl ScatterPrepared {
         let (acc_per_task, grad_per_task) =
             if summed_in_scratch { (task_share::<T::Acc>(hw), task_share::<T::Acc>(ohw)) } else { (0, 0) };
         let plane_runs = Self::whole_plane_runs::<T>(planes, &windows)?;
-        let p = ScatterPrepared { planes, split, windows, plane_runs, acc_per_task, grad_per_task };
+        let isa = cpu.isa();
+        let p = ScatterPrepared { planes, split, windows, plane_runs, acc_per_task, grad_per_task, isa };
         sizer.region::<T::Acc>(p.tasks() * acc_per_task)?;
         sizer.region::<T::Acc>(p.tasks() * grad_per_task)?;
         Ok(p)
@@ -316,7 +320,7 @@ fn whole_planes<T: PoolFloat, I: ArgmaxIndex>(
         // Sparse planes need their accumulators zero on entry (and leave them zero).
         acc.fill(T::Acc::zero());
         for (plane, ((gi, go), ix)) in gi.chunks_mut(hw).zip(go.chunks(ohw)).zip(ix.chunks(ohw)).enumerate() {
-            add_into(go, ix, Plane { rows: &p.plane_runs }, gi, acc, grad, cleared)
+            add_into(go, ix, Plane { rows: &p.plane_runs }, gi, (acc, grad, p.isa), cleared)
                 .map_err(|k| (first + plane, k))?;
         }
         Ok(())
@@ -412,7 +416,7 @@ fn banded_planes<T: PoolFloat, I: ArgmaxIndex>(
         let gradients = read.start * wo..read.end * wo;
         let owned = band * bands.rows * w;
         let (go, ix) = (&go[gradients.clone()], &ix[gradients]);
-        add_into(go, ix, Band { runs, owned }, out, acc, grad, false).err().map(|_| plane)
+        add_into(go, ix, Band { runs, owned }, out, (acc, grad, p.isa), false).err().map(|_| plane)
     });
     let mut redo: Vec<usize> = flagged.into_iter().flatten().collect();
     redo.dedup();
@@ -421,7 +425,9 @@ fn banded_planes<T: PoolFloat, I: ArgmaxIndex>(
     redo.into_iter().find_map(|plane| {
         let (gi, go, ix) =
             (&mut gi[plane * hw..][..hw], &go[plane * ohw..][..ohw], &ix[plane * ohw..][..ohw]);
-        add_into(go, ix, Plane { rows: &p.plane_runs }, gi, acc, grad, false).err().map(|k| (plane, k))
+        add_into(go, ix, Plane { rows: &p.plane_runs }, gi, (acc, grad, p.isa), false)
+            .err()
+            .map(|k| (plane, k))
     })
 }
 
@@ -490,6 +496,7 @@ impl<R: Iterator<Item = Run>> Part for Band<R> {
                 }
             }
         }
+        sums.settle(len);
         Ok(())
     }
 }
@@ -512,6 +519,7 @@ impl Part for Plane<'_> {
         if self.rows.is_empty() {
             sums.zero(0..len);
             let added = add_within(sums, go, ix);
+            sums.settle(len);
             return if added < ix.len() { Err(added) } else { Ok(()) };
         }
         add_by_rows(go, ix, self.rows, sums)
@@ -552,6 +560,7 @@ fn add_by_rows<G: Copy, I: ArgmaxIndex>(
         }
     }
     sums.zero(zeroed..len);
+    sums.settle(len);
     Ok(())
 }
 
@@ -560,17 +569,18 @@ fn add_by_rows<G: Copy, I: ArgmaxIndex>(
 /// `allowed` inputs (a band) or outside the plane.
 ///
 /// `f32`/`f64` sum straight into `out`. The half types widen their gradients in bulk into `grad`
-/// and sum in `acc`; after each addition the rounded running sum is stored, so the last store to
-/// a position holds its whole sum rounded once. A band, or a plane with few positions per index,
-/// zeroes `acc` alongside `out`; a plane with many positions per index (sparse) needs `acc` zero
-/// on entry and leaves it zero, clearing only the sums it touched.
+/// and sum in `acc` ([`Rounded`]), each position's whole sum rounded once. A band, or a plane
+/// with few positions per index, zeroes `acc` alongside `out`; `f16` stores its rows rounded as
+/// they become final ([`Rounded::settled`]), `bf16` each running sum ([`Rounded::running`]):
+/// [`Accumulate::ROUNDS_SLICES_FASTER`](crate::element::Accumulate::ROUNDS_SLICES_FASTER). A
+/// plane with many positions per index (sparse) stores running sums, and needs `acc` zero on
+/// entry and leaves it zero, clearing only the sums it touched.
 fn add_into<T: PoolFloat, I: ArgmaxIndex, P: Part>(
     go: &[T],
     ix: &[I],
     part: P,
     out: &mut [T],
-    acc: &mut [T::Acc],
-    grad: &mut [T::Acc],
+    (acc, grad, isa): (&mut [T::Acc], &mut [T::Acc], Isa),
     cleared: bool,
 ) -> core::result::Result<(), usize> {
     let len = out.len();
@@ -585,7 +595,13 @@ fn add_into<T: PoolFloat, I: ArgmaxIndex, P: Part>(
     let (grad, acc) = (&mut grad[..go.len()], &mut acc[..len]);
     T::to_acc_slice(go, grad);
     let sparse = P::WHOLE_PLANE && sums_sparsely(len, ix.len());
-    let result = part.add(grad, ix, &mut Rounded { acc, out, zero_acc: !sparse });
+    let result = if sparse {
+        part.add(grad, ix, &mut Rounded::running(acc, out, false))
+    } else if T::ROUNDS_SLICES_FASTER {
+        part.add(grad, ix, &mut Rounded::settled(acc, out, isa))
+    } else {
+        part.add(grad, ix, &mut Rounded::running(acc, out, true))
+    };
     if sparse {
         for &i in ix {
             if let Some(at) = i.flat_in(acc.len()) {
@@ -618,6 +634,16 @@ pub(super) trait Sums<G> {
     fn zero(&mut self, range: Range<usize>);
     /// Adds `g` to the sum at `at`.
     fn add(&mut self, at: usize, g: G);
+    /// Says that the sums before `end` are final: no later addition reaches them. Sums kept in
+    /// accumulators are stored from here; those kept in the output, or stored as they run,
+    /// have nothing to do. The flat-index kernel settles a part once, at its end (any index in
+    /// the plane may come at any time); the `Bitmask` decoder, whose offsets lie in their
+    /// windows, settles the rows before each output row's windows, which never start earlier
+    /// in row-major order.
+    #[inline(always)]
+    fn settle(&mut self, end: usize) {
+        let _ = end;
+    }
 }
 
 /// Sums kept in the output itself (`f32`, `f64`). `CLEARED`: the output already holds only
@@ -668,23 +694,47 @@ pub(super) fn skips_zeroing<T: Element>(known_zero: bool, gi: &mut Output<'_, T>
     known_zero && gi.in_place() && size_of_val(gi.slice()) <= CLEARED_MAX_BYTES
 }
 
-/// Sums kept in accumulators, each running sum stored rounded to the output (the half types).
-pub(super) struct Rounded<'a, T: PoolFloat> {
+/// Sums kept in accumulators and stored rounded to the output (the half types), in one of two
+/// ways with the same bits: each position holds its whole sum rounded once.
+/// - Running (`SETTLED = false`): each running sum is stored rounded as it changes, so the last
+///   store holds the whole sum. For `bf16`, whose rounding is a few integer instructions, and
+///   for sparse planes (few additions over many positions), where rounding whole rows would cost
+///   more than the additions.
+/// - Settled (`SETTLED = true`, `f16`): the additions only add; the sums are stored rounded
+///   once final ([`Sums::settle`]), as slices ([`simd::narrow`], F16C in the vector copy).
+///
+/// Either way the output is zeroed with the accumulators, ahead of the additions. Settled sums
+/// overwrite those zeros, but zeroing brings the rows' cache lines in while the additions run,
+/// where a first write at the settle waits for them.
+pub(super) struct Rounded<'a, T: PoolFloat, const SETTLED: bool> {
     acc: &'a mut [T::Acc],
     out: &'a mut [T],
-    /// Whether [`Sums::zero`] zeroes the accumulators too, or only the output (the caller keeps
-    /// the accumulators zero).
+    /// Settled: the sums before this are stored (and final).
+    stored: usize,
+    /// Running: whether [`Sums::zero`] zeroes the accumulators too, or the caller keeps them
+    /// zero (settled sums always zero them).
     zero_acc: bool,
+    /// The instructions settled sums are rounded with ([`simd::narrow`]).
+    isa: Isa,
 }
 
-impl<'a, T: PoolFloat> Rounded<'a, T> {
-    /// Sums of the plane `out` in `acc` (as long), zeroed alongside it.
-    pub(super) fn new(acc: &'a mut [T::Acc], out: &'a mut [T]) -> Self {
-        Rounded { acc, out, zero_acc: true }
+impl<'a, T: PoolFloat> Rounded<'a, T, false> {
+    /// Running sums of the plane `out` in `acc` (as long): `zero` zeroes the output, and the
+    /// accumulators too when `zero_acc` (else the caller keeps them zero).
+    pub(super) fn running(acc: &'a mut [T::Acc], out: &'a mut [T], zero_acc: bool) -> Self {
+        Rounded { acc, out, stored: 0, zero_acc, isa: Isa::Baseline }
     }
 }
 
-impl<T: PoolFloat> Sums<T::Acc> for Rounded<'_, T> {
+impl<'a, T: PoolFloat> Rounded<'a, T, true> {
+    /// Settled sums of the plane `out` in `acc` (as long), rounded with `isa`: `zero` zeroes
+    /// both, and [`Sums::settle`] stores the sums.
+    pub(super) fn settled(acc: &'a mut [T::Acc], out: &'a mut [T], isa: Isa) -> Self {
+        Rounded { acc, out, stored: 0, zero_acc: true, isa }
+    }
+}
+
+impl<T: PoolFloat, const SETTLED: bool> Sums<T::Acc> for Rounded<'_, T, SETTLED> {
     #[inline(always)]
     fn len(&self) -> usize {
         self.out.len()
@@ -693,12 +743,14 @@ impl<T: PoolFloat> Sums<T::Acc> for Rounded<'_, T> {
     #[inline(always)]
     fn head(&mut self, n: usize) -> impl Sums<T::Acc> + '_ {
         let n = n.min(self.out.len()).min(self.acc.len());
-        Rounded { acc: &mut self.acc[..n], out: &mut self.out[..n], zero_acc: self.zero_acc }
+        let (acc, out) = (&mut self.acc[..n], &mut self.out[..n]);
+        let (stored, zero_acc, isa) = (self.stored, self.zero_acc, self.isa);
+        Rounded::<T, SETTLED> { acc, out, stored, zero_acc, isa }
     }
 
     #[inline(always)]
     fn zero(&mut self, range: Range<usize>) {
-        if self.zero_acc {
+        if SETTLED || self.zero_acc {
             self.acc[range.clone()].fill(T::Acc::zero());
         }
         self.out[range].fill(T::default());
@@ -706,16 +758,21 @@ impl<T: PoolFloat> Sums<T::Acc> for Rounded<'_, T> {
 
     #[inline(always)]
     fn add(&mut self, at: usize, g: T::Acc) {
-        add_rounded(self.acc, self.out, at, g);
+        debug_assert!(!SETTLED || at >= self.stored, "an addition to a settled sum");
+        self.acc[at] += g;
+        if !SETTLED {
+            self.out[at] = T::from_acc_sum(self.acc[at]);
+        }
     }
-}
 
-/// Adds `g` to sum `at` and stores the running sum rounded: the last store to an element holds
-/// its whole sum rounded once.
-#[inline(always)]
-fn add_rounded<T: PoolFloat>(acc: &mut [T::Acc], out: &mut [T], at: usize, g: T::Acc) {
-    acc[at] += g;
-    out[at] = T::from_acc_sum(acc[at]);
+    #[inline(always)]
+    fn settle(&mut self, end: usize) {
+        let end = end.min(self.out.len()).min(self.acc.len());
+        if SETTLED && end > self.stored {
+            simd::narrow(self.isa, &self.acc[self.stored..end], &mut self.out[self.stored..end]);
+            self.stored = end;
+        }
+    }
 }
 
 /// Adds gradients to `sums`, in order, while their indices lie inside it; returns how many it

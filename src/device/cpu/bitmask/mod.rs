@@ -18,6 +18,7 @@ use super::scatter::prepare_max_pool as prepare_scatter;
 use super::scatter::{self, BadIndex, Direct, Rounded, ScatterPrepared, Sums};
 use super::schedule::{Taps, max_pool_taps};
 use super::schedule::{block_runs, rows_per_band, task_count};
+use super::simd::Isa;
 use super::{Carver, Sizer, task_share};
 use crate::alloc::collect_exact;
 use crate::element::PoolFloat;
@@ -36,6 +37,8 @@ pub struct BitmaskPrepared {
     /// ... of a block's planes ([`widest_block`]) plus one channel's gradients each for the
     /// half types, else 0 (sums go to the output); in whole cache lines ([`task_share`]).
     acc_per_task: usize,
+    /// The instructions the `f16` sums are rounded with ([`Rounded::settled`]).
+    isa: Isa,
 }
 
 /// How the `(n, 16-channel block)`s of a `Bitmask` backward are shared among tasks.
@@ -178,7 +181,7 @@ impl BitmaskPrepared {
             sizer.region::<i8>(tasks * taps_per_task)?;
             (BlockSplit::Blocks { tasks, taps_per_task }, tasks)
         };
-        Ok(BitmaskPrepared { windows, split, acc_tasks, acc_per_task })
+        Ok(BitmaskPrepared { windows, split, acc_tasks, acc_per_task, isa: cpu.isa() })
     }
 }
 
@@ -265,7 +268,8 @@ fn by_blocks<T: PoolFloat>(
             let (go_block, go_tail) = go.split_at(block.channels * positions);
             (gi, go) = (gi_tail, go_tail);
             if decode_rows(g, &p.windows, &block, bits, 0..g.ho, &mut *t.taps) {
-                scatter_decoded(g, &p.windows, block.channels, go_block, &*t.taps, gi_block, &mut *t.acc);
+                let (go, gi) = (go_block, gi_block);
+                scatter_decoded(g, &p.windows, block.channels, (go, &*t.taps, gi), &mut *t.acc, p.isa);
             } else {
                 scatter_bits(g, &p.windows, &block, go_block, bits, gi_block, &mut *t.acc);
             }
@@ -562,16 +566,17 @@ fn decode_few<const C: usize>(
 /// Scatters a decoded block channel by channel, exactly as the flat-index kernel does: zero the
 /// plane (a window's rows at a time on large planes), then add each gradient at its input index
 /// in row-major output order. `f32`/`f64` sum straight into the plane; the half types widen the
-/// channel's gradients into `acc` past its first plane, sum in that plane and store each
-/// rounded running sum, so the last store to an element holds its whole sum rounded once.
+/// channel's gradients into `acc` past its first plane and sum in that plane, each sum stored
+/// rounded once: `f16` rounds rows as they become final ([`Rounded::settled`]), `bf16` stores
+/// each running sum ([`Rounded::running`]), as the flat-index kernel does
+/// ([`Accumulate::ROUNDS_SLICES_FASTER`](crate::element::Accumulate::ROUNDS_SLICES_FASTER)).
 fn scatter_decoded<T: PoolFloat>(
     g: &MaxPoolGeometry,
     windows: &Windows,
     channels: usize,
-    go: &[T],
-    taps: &[u8],
-    gi: &mut [T],
+    (go, taps, gi): (&[T], &[u8], &mut [T]),
     acc: &mut [T::Acc],
+    isa: Isa,
 ) {
     let (hw, positions) = (g.h * g.w, g.positions());
     let Some(Decoding { tap_offsets, .. }) = &windows.decoding else { return };
@@ -586,7 +591,11 @@ fn scatter_decoded<T: PoolFloat>(
         } else {
             let grad = &mut grad[..positions];
             T::to_acc_slice(go, grad);
-            decoded.add(grad, &mut Rounded::new(acc, gi));
+            if T::ROUNDS_SLICES_FASTER {
+                decoded.add(grad, &mut Rounded::settled(acc, gi, isa));
+            } else {
+                decoded.add(grad, &mut Rounded::running(acc, gi, true));
+            }
         }
     }
 }
@@ -628,6 +637,8 @@ impl Decoded<'_> {
         let rows = windows.rows.iter().zip(&windows.row_origins);
         let taps_by_rows = taps.chunks_exact(channels * wo);
         for (((window, _), &row), (go, taps)) in rows.zip(go.chunks_exact(wo).zip(taps_by_rows)) {
+            // The windows start no earlier from here on (every decoded offset is in its window).
+            sums.settle((window.span().start * g.w).min(zeroed));
             let reach = if by_rows { (window.span().end * g.w).min(len) } else { len };
             if reach > zeroed {
                 sums.zero(zeroed..reach);
@@ -638,6 +649,7 @@ impl Decoded<'_> {
             }
         }
         sums.zero(zeroed..len);
+        sums.settle(len);
     }
 }
 
