@@ -579,3 +579,31 @@ fn the_bitmask_forward_sizes_its_workspace_by_blocks_per_thread() {
     // No planes, no workspace.
     assert_eq!(size(&two, 0, 20), 0);
 }
+
+/// Fewer `Bitmask` blocks than threads: each block's output rows are encoded in bands, a task
+/// each; windows that the position-by-position encoder does not cover (9x9: 81 offsets) send
+/// the block to the whole encoder instead. Either way the mask holds the forward's indices,
+/// with the same bytes on 1, 2 and 7 threads (grain 0, so that small calls use the threads):
+/// one block of 3 channels of 40x37, and two blocks (batch 2, 5 channels), for a 3x3 window
+/// with stride 2 and padding 1 and a 9x9 window with padding 4.
+#[test]
+fn fewer_bitmask_blocks_than_threads_encode_in_bands() {
+    for (shape, kernel, padding) in [([1, 3, 40, 37], 3, 1), ([2, 5, 40, 37], 3, 1), ([1, 3, 40, 37], 9, 4)] {
+        let x =
+            Array4::from_shape_fn(shape, |(n, c, h, w)| ((n * 7 + c * 13 + h * 31 + w * 17) % 101) as f32);
+        let params =
+            MaxPool2dParams::new([kernel, kernel]).with_stride([2, 2]).with_padding([padding, padding]);
+        let want = max_pool2d_with_indices(&x, &params).unwrap().indices;
+        let masks: Vec<_> = [1, 2, 7]
+            .into_iter()
+            .map(|threads| {
+                let cpu = Cpu::with_threads(threads).unwrap().with_grain(0);
+                poolgrad::on(&cpu).max_pool2d_with_mask(&x, &params, Bitmask).unwrap().mask
+            })
+            .collect();
+        for mask in &masks {
+            assert_eq!(mask.to_indices::<i64>().unwrap(), want, "{shape:?}, kernel {kernel}");
+            assert_eq!(mask.as_array(), masks[0].as_array(), "{shape:?}, kernel {kernel}");
+        }
+    }
+}

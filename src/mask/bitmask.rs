@@ -7,6 +7,9 @@
 //! Encoding goes one `(n, 16-channel)` block at a time: position by position where every index
 //! lies in its window (eight positions at a time where their windows lie inside the plane's
 //! columns), else in row-major order, so that the first index outside its window is the error.
+//! Position by position, a block can also be encoded in bands of output rows ([`row_bands`]),
+//! which threads encode side by side: each band owns its positions' words of every window
+//! offset.
 
 use core::ops::Range;
 
@@ -217,29 +220,97 @@ pub(crate) fn read_word_quads<const Q: usize>(bytes: &[i8], offset: usize) -> Op
 /// must start zeroed. False, with `out` partly written, when some index is not in its window,
 /// or when the windows are larger than [`WindowTaps`] covers.
 fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &mut [i8]) -> bool {
+    let row_bytes = word_offset(g, 0, 0, 1, 0);
+    if row_bytes == 0 {
+        return g.positions() == 0;
+    }
+    let mut words: Vec<&mut [i8]> = out.chunks_mut(row_bytes).take(g.offsets()).collect();
+    encode_rows_by_position(g, indices, 0..g.ho, &mut words)
+}
+
+/// [`encode_by_position`] for output rows `rows` of the block: `words[k]` holds the words of
+/// window offset `k` from the first of those rows' positions on (at least up to the last).
+fn encode_rows_by_position<I: ArgmaxIndex>(
+    g: &MaxPoolGeometry,
+    indices: &[I],
+    rows: Range<usize>,
+    words: &mut [&mut [i8]],
+) -> bool {
     let Some(taps) = WindowTaps::of(g) else { return false };
     let Some(block) = Block::of(g, &taps, indices) else { return false };
+    if words.len() < g.offsets() {
+        return false;
+    }
     let sw = g.params.stride()[1];
+    let first = rows.start * g.wo;
     // Columns whose windows lie inside the plane's columns, `LANES` at a time (the last group
     // ending at the last of them, overlapping the one before: its words are written again, the
     // same); the others, and all of them when they are fewer than `LANES`, one at a time.
     let inner = block.lane_columns();
     let lanes = if inner.len() >= LANES { inner } else { inner.start..inner.start };
-    for oh in 0..g.ho {
+    for oh in rows {
         let (row_origin, p) = (block.row_origin(oh), oh * g.wo);
         for ow in lanes.clone().step_by(LANES) {
             let ow = ow.min(lanes.end - LANES);
-            if !block.encode_lanes(row_origin, p + ow, ow * sw, out) {
+            if !block.encode_lanes(row_origin, (p + ow, p + ow - first), ow * sw, words) {
                 return false;
             }
         }
         for ow in (0..lanes.start).chain(lanes.end..g.wo) {
-            if !block.encode_position(row_origin, p + ow, ow * sw, out) {
+            if !block.encode_position(row_origin, (p + ow, p + ow - first), ow * sw, words) {
                 return false;
             }
         }
     }
     true
+}
+
+/// A band of output rows of one `(n, 16-channel)` block's encoding, which threads can encode
+/// side by side: its rows, and the words it owns of each window offset's row of words (those of
+/// its positions; the last band also owns the words past the last position).
+pub(crate) struct RowBand<'m> {
+    rows: Range<usize>,
+    words: Vec<&'m mut [i8]>,
+}
+
+/// The bytes `block` of one block's encoding (as [`LayoutImpl::part_bytes`] gives them) cut
+/// into bands of `rows_per_band` output rows (at least 1).
+pub(crate) fn row_bands<'m>(
+    g: &MaxPoolGeometry,
+    block: &'m mut [i8],
+    rows_per_band: usize,
+) -> Vec<RowBand<'m>> {
+    let (rows_per_band, row_bytes) = (rows_per_band.max(1), word_offset(g, 0, 0, 1, 0));
+    let mut bands: Vec<RowBand<'m>> = (0..g.ho)
+        .step_by(rows_per_band)
+        .map(|start| RowBand { rows: start..(start + rows_per_band).min(g.ho), words: Vec::new() })
+        .collect();
+    if row_bytes == 0 {
+        return bands;
+    }
+    for mut row in block.chunks_mut(row_bytes).take(g.offsets()) {
+        let count = bands.len();
+        for (b, band) in bands.iter_mut().enumerate() {
+            let bytes = if b + 1 == count { row.len() } else { (2 * band.rows.len() * g.wo).min(row.len()) };
+            let (own, rest) = core::mem::take(&mut row).split_at_mut(bytes);
+            band.words.push(own);
+            row = rest;
+        }
+    }
+    bands
+}
+
+impl RowBand<'_> {
+    /// Zeroes the band's words and encodes its rows from the block's `indices` (as
+    /// [`LayoutImpl::part_indices`] gives them) position by position: false, with the words
+    /// partly written, where the block's whole encoding ([`LayoutImpl::encode_part`]) is needed
+    /// (an index not in its window, or windows [`WindowTaps`] does not cover).
+    pub(crate) fn encode<I: ArgmaxIndex>(&mut self, g: &MaxPoolGeometry, indices: &[I]) -> bool {
+        for words in &mut self.words {
+            words.fill(0);
+        }
+        encode_rows_by_position(g, indices, self.rows.clone(), &mut self.words)
+    }
 }
 
 /// Output positions encoded together by [`Block::encode_lanes`].
@@ -252,8 +323,6 @@ struct Block<'a, I> {
     /// Channel-major: `channels` runs of `g.positions()` indices.
     indices: &'a [I],
     channels: usize,
-    /// Bytes from one window offset's row of words to the next.
-    row_bytes: usize,
 }
 
 impl<'a, I: ArgmaxIndex> Block<'a, I> {
@@ -261,7 +330,7 @@ impl<'a, I: ArgmaxIndex> Block<'a, I> {
     /// has positions.
     fn of(g: &'a MaxPoolGeometry, taps: &'a WindowTaps, indices: &'a [I]) -> Option<Self> {
         let channels = indices.len().checked_div(g.positions())?.min(16);
-        Some(Block { g, taps, indices, channels, row_bytes: word_offset(g, 0, 0, 1, 0) })
+        Some(Block { g, taps, indices, channels })
     }
 
     /// The flat position of the window origin row `oh·sh - ph` of output row `oh`, modulo 2^64.
@@ -288,13 +357,20 @@ impl<'a, I: ArgmaxIndex> Block<'a, I> {
     }
 
     /// Encodes position `p`, whose window starts at row origin `row_origin` (flat, modulo
-    /// 2^64) and column `col + pad` (`col` is `ow·sw`). False when some channel's index is not
-    /// in its window (or is a tap [`WindowTaps`] leaves to the exact encoder).
-    fn encode_position(&self, row_origin: usize, p: usize, col: usize, out: &mut [i8]) -> bool {
+    /// 2^64) and column `col + pad` (`col` is `ow·sw`), into word `at` of each offset's `words`.
+    /// False when some channel's index is not in its window (or is a tap [`WindowTaps`] leaves
+    /// to the exact encoder).
+    fn encode_position(
+        &self,
+        row_origin: usize,
+        (p, at): (usize, usize),
+        col: usize,
+        words: &mut [&mut [i8]],
+    ) -> bool {
         let (g, plane, positions) = (self.g, self.g.h * self.g.w, self.g.positions());
         let col_origin = col.wrapping_sub(g.params.padding()[1]);
         let origin = row_origin.wrapping_add(col_origin);
-        let mut words = [0u16; WindowTaps::MAX_OFFSETS];
+        let mut bits = [0u16; WindowTaps::MAX_OFFSETS];
         for bit in 0..self.channels {
             let Some(flat) = self.indices[bit * positions + p].flat_in(plane) else { return false };
             let Some((k, j)) = self.taps.at(flat.wrapping_sub(origin)) else { return false };
@@ -302,10 +378,10 @@ impl<'a, I: ArgmaxIndex> Block<'a, I> {
             if col_origin.wrapping_add(j) >= g.w {
                 return false;
             }
-            words[k] |= 1 << bit;
+            bits[k] |= 1 << bit;
         }
-        for (k, &word) in words[..g.offsets()].iter().enumerate() {
-            write_word(out, k * self.row_bytes + 2 * p, word);
+        for (row, &word) in words.iter_mut().zip(&bits[..g.offsets()]) {
+            write_word(row, 2 * at, word);
         }
         true
     }
@@ -319,7 +395,13 @@ impl<'a, I: ArgmaxIndex> Block<'a, I> {
     /// lies less than 2^31 from any window origin, so only a true tap's distance equals one.
     /// False when some channel's index is outside the plane or its window: its bit is then
     /// missing from all of the lane's words.
-    fn encode_lanes(&self, row_origin: usize, p: usize, col: usize, out: &mut [i8]) -> bool {
+    fn encode_lanes(
+        &self,
+        row_origin: usize,
+        (p, at): (usize, usize),
+        col: usize,
+        words: &mut [&mut [i8]],
+    ) -> bool {
         let (g, positions) = (self.g, self.g.positions());
         // Below 2^30 ([`Block::lane_columns`]).
         let plane = (g.h * g.w) as u32;
@@ -341,7 +423,7 @@ impl<'a, I: ArgmaxIndex> Block<'a, I> {
             }
         }
         let mut seen = [0u16; LANES];
-        for (k, &tap) in self.taps.distances[..g.offsets()].iter().enumerate() {
+        for (row, &tap) in words.iter_mut().zip(&self.taps.distances[..g.offsets()]) {
             // Channel `c`'s bit shifted in last but `c` (a shift by a variable would not
             // vectorise on 16-bit lanes).
             let mut word = [0u16; LANES];
@@ -353,7 +435,7 @@ impl<'a, I: ArgmaxIndex> Block<'a, I> {
             for l in 0..LANES {
                 seen[l] |= word[l];
             }
-            if write_words(out, k * self.row_bytes + 2 * p, &word).is_none() {
+            if write_words(row, 2 * at, &word).is_none() {
                 return false;
             }
         }
@@ -368,10 +450,10 @@ impl<'a, I: ArgmaxIndex> Block<'a, I> {
 /// outside the plane, is not in the window; a tap in a column `j >= W` (kernels wider than the
 /// plane) is not found here, and is left to the exact encoder.
 struct WindowTaps {
-    /// `k` and `j`, a byte each (`u16::from_le_bytes([k, j])`), per distance, or
-    /// [`WindowTaps::NONE`].
-    taps: [u16; WindowTaps::MAX_SPAN],
-    span: usize,
+    /// `k` and `j`, a byte each (`u16::from_le_bytes([k, j])`), per distance below `kH · W`,
+    /// or [`WindowTaps::NONE`]: as long as the span, so that building the table of a small
+    /// window costs little.
+    taps: Vec<u16>,
     /// The distance `i·W + j` of window offset `k = i·kW + j` (below [`WindowTaps::MAX_SPAN`]),
     /// or [`WindowTaps::NOT_A_DISTANCE`] for a tap in a column past the plane's width (which
     /// [`Block::encode_lanes`] never meets: it takes windows inside the plane's columns).
@@ -382,7 +464,7 @@ impl WindowTaps {
     /// Windows of up to this many offsets (one word each per position, on the stack).
     const MAX_OFFSETS: usize = 64;
     /// Distances up to this (`kH · W`).
-    const MAX_SPAN: usize = 4096;
+    const MAX_SPAN: usize = 16384;
     const NONE: u16 = u16::MAX;
     /// Equal to no distance [`Block::encode_lanes`] compares: those are below
     /// [`WindowTaps::MAX_SPAN`], or `u16::MAX`.
@@ -394,23 +476,23 @@ impl WindowTaps {
         if g.offsets() > Self::MAX_OFFSETS {
             return None;
         }
-        let mut taps = [Self::NONE; Self::MAX_SPAN];
+        let mut taps = vec![Self::NONE; span];
         let mut distances = [Self::NOT_A_DISTANCE; Self::MAX_OFFSETS];
         for i in 0..kh {
             for j in 0..kw.min(w) {
                 // Both below 64 (checked above): a byte each.
                 taps[i * w + j] = u16::from_le_bytes([(i * kw + j) as u8, j as u8]);
-                // Below `MAX_SPAN`, 4096: a `u16`.
+                // Below `MAX_SPAN`, 16384: a `u16`.
                 distances[i * kw + j] = (i * w + j) as u16;
             }
         }
-        Some(WindowTaps { taps, span, distances })
+        Some(WindowTaps { taps, distances })
     }
 
     /// The window offset `k` and column `j` of the tap at distance `d`, if it is one.
     #[inline(always)]
     fn at(&self, d: usize) -> Option<(usize, usize)> {
-        match *self.taps[..self.span].get(d)? {
+        match *self.taps.get(d)? {
             Self::NONE => None,
             t => {
                 let [k, j] = t.to_le_bytes();
@@ -494,12 +576,12 @@ mod tests {
         assert!(checked > 10_000, "{checked}");
     }
 
-    /// The position-by-position encoder covers windows of at most 64 offsets and 4096
+    /// The position-by-position encoder covers windows of at most 64 offsets and 16384
     /// distances `kH · W`, and leaves larger ones to the exact encoder (worked from the limits:
-    /// 8x8 and 16x4 are 64 offsets, 5x13 is 65; 16 rows of a 256-wide plane span 4096, of a
-    /// 257-wide one 4112).
+    /// 8x8 and 16x4 are 64 offsets, 5x13 is 65; 16 rows of a 1024-wide plane span 16384, of a
+    /// 1025-wide one 16400; 3 rows of a 2048-wide plane, 6144).
     #[test]
-    fn window_taps_cover_64_offsets_and_4096_distances() {
+    fn window_taps_cover_64_offsets_and_16384_distances() {
         let covered = |kernel: [usize; 2], w: usize| {
             let params = MaxPool2dParams::new(kernel).with_stride([1, 1]);
             let g = MaxPoolGeometry::for_mask("test", "input", &params, &[1, 1, kernel[0], w]).unwrap();
@@ -508,8 +590,9 @@ mod tests {
         assert!(covered([8, 8], 8));
         assert!(!covered([5, 13], 13));
         assert!(!covered([13, 5], 5));
-        assert!(covered([16, 4], 256));
-        assert!(!covered([16, 4], 257));
+        assert!(covered([16, 4], 1024));
+        assert!(!covered([16, 4], 1025));
+        assert!(covered([3, 3], 2048));
     }
 
     /// Windows too large for [`WindowTaps`] (9x9, 81 offsets) are encoded all the same: a
@@ -590,10 +673,22 @@ mod tests {
             let taps = WindowTaps::of(&g).unwrap();
             let block = Block::of(&g, &taps, &indices[..]).unwrap();
             let mut alone = vec![0i8; bytes];
+            let mut rows: Vec<&mut [i8]> = alone.chunks_mut(word_offset(&g, 0, 0, 1, 0)).collect();
             let one_by_one = (0..positions)
-                .all(|p| block.encode_position(block.row_origin(p / g.wo), p, p % g.wo * sw, &mut alone));
+                .all(|p| block.encode_position(block.row_origin(p / g.wo), (p, p), p % g.wo * sw, &mut rows));
             let case = format!("{params:?} on [1, {c}, {h}, {w}]");
             assert_eq!(one_by_one, accepted, "{case}: position by position");
+            // Bands of any height, each encoding its own rows (over bytes that start as garbage),
+            // accept together exactly when the exact encoder does, with its bytes.
+            // (The block's bytes: the mask's first part.)
+            let rows_per_band = 1 + draws.below(g.ho);
+            let mut banded = vec![-1i8; word_offset(&g, 0, 1, 0, 0)];
+            let all =
+                row_bands(&g, &mut banded, rows_per_band).iter_mut().all(|band| band.encode(&g, &indices));
+            assert_eq!(all, accepted, "{case}: bands of {rows_per_band} rows");
+            if let (true, Some(exact)) = (all, &exact) {
+                assert_eq!(banded[..], exact[..banded.len()], "{case}: bands of {rows_per_band} rows");
+            }
             let narrow: Option<Vec<i32>> = indices.iter().map(|&v| i32::try_from(v).ok()).collect();
             for fast in [Some(&indices[..]).map(|i| encoded(&g, i)), narrow.map(|i| encoded(&g, &i))]
                 .into_iter()

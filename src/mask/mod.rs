@@ -22,7 +22,7 @@ use crate::tensor::{Host, Memory, TensorMut, TensorRef};
 pub use bitmask::Bitmask;
 #[cfg(test)]
 pub(crate) use bitmask::write_word;
-pub(crate) use bitmask::{read_word, read_word_quads, read_words, word_offset};
+pub(crate) use bitmask::{read_word, read_word_quads, read_words, row_bands, word_offset};
 pub(crate) use codec::{EncodeParts, encode};
 pub use i32_argmax::I32Argmax;
 pub(crate) use i32_argmax::{i32_in_place, i32_prefix, i32_prefix_mut, read_i32_prefix};

@@ -2,9 +2,10 @@
 //! are those indices: pooled straight into the mask where its bytes can be seen as `i32`, else
 //! into the workspace and encoded. `Bitmask` encodes them one `(n, 16-channel)` block at a time
 //! per thread when there are enough blocks (the block's indices are encoded while in cache), else
-//! every plane first. The mask's bytes past the encoding are zeroed on all the call's threads.
-//! The backward scatters `I32Argmax` values with the shared scatter kernel, and reads
-//! `Bitmask` words in 16-channel blocks (module `bitmask`).
+//! every plane first, and then each block in bands of output rows, one per thread. The mask's
+//! bytes past the encoding are zeroed on all the call's threads. The backward scatters
+//! `I32Argmax` values with the shared scatter kernel, and reads `Bitmask` words in 16-channel
+//! blocks (module `bitmask`).
 
 use super::Cpu;
 use super::bitmask::{self, BitmaskPrepared};
@@ -12,7 +13,7 @@ use super::forward::{self, ForwardPrepared};
 
 use super::scatter::{self, ScatterPrepared};
 use super::schedule::Planes;
-use super::schedule::{Planned, Work, block_runs, runs, task_count};
+use super::schedule::{Planned, Work, block_runs, rows_per_band, runs, task_count};
 use super::{CacheLine, Carver, Sizer, task_share};
 use crate::device::internal::Launch;
 use crate::element::PoolFloat;
@@ -178,6 +179,9 @@ fn pool_and_encode_blocks<T: PoolFloat, L: MaskLayout>(
 fn encode<L: MaskLayout>(cpu: &Cpu, g: &MaxPoolGeometry, indices: &[i32], out: &mut [i8]) -> Result<()> {
     let parts = mask::EncodeParts::<L>::of(g, indices.len(), out.len());
     let mut rest = zero_tail(cpu, &parts, out);
+    if L::CHANNEL_BLOCKS && parts.count() < cpu.threads() {
+        return encode_blocks_in_bands(cpu, g, &parts, indices, rest);
+    }
     let mut tasks = Vec::new();
     for run in runs(parts.count(), task_count(cpu, parts.count())) {
         let len = parts.bytes(run.end - 1).end - parts.bytes(run.start).start;
@@ -187,6 +191,31 @@ fn encode<L: MaskLayout>(cpu: &Cpu, g: &MaxPoolGeometry, indices: &[i32], out: &
     }
     let results = cpu.map_tasks(tasks, |(runs, out)| parts.encode_runs("mask", runs, indices, out));
     results.into_iter().collect()
+}
+
+/// The `Bitmask` encoding of fewer blocks than threads ([`encode`]), so that every thread gets
+/// work: each block's output rows cut into bands ([`rows_per_band`]), one task each, every band
+/// encoding its positions' words of each window offset. A block where some band cannot (an
+/// index not in its window) is then encoded whole in row-major order, which finds the first
+/// such index. The words are the same however the rows are cut: each position's words depend
+/// on its own indices alone.
+fn encode_blocks_in_bands<L: MaskLayout>(
+    cpu: &Cpu,
+    g: &MaxPoolGeometry,
+    parts: &mask::EncodeParts<L>,
+    indices: &[i32],
+    body: &mut [i8],
+) -> Result<()> {
+    let rows = rows_per_band(cpu.threads(), parts.count(), g.ho);
+    for part in 0..parts.count() {
+        let (idx, block) = (&indices[parts.indices(part)], &mut body[parts.bytes(part)]);
+        let bands = mask::row_bands(g, block, rows);
+        let encoded = cpu.map_tasks(bands, |mut band| band.encode(g, idx));
+        if !encoded.into_iter().all(|ok| ok) {
+            parts.encode_part("mask", part, idx, block)?;
+        }
+    }
+    Ok(())
 }
 
 /// Zeroes the bytes of `mask` past the encoding's last part ([`mask::EncodeParts::tail`]; most of

@@ -9,7 +9,7 @@
 //! | flat-index backward (adaptive, with indices, `I32Argmax`) | [`ScatterSplit`]: runs of whole planes (of one gradient each, or not), or, with fewer planes than threads, [`InputBands`] of input rows of each plane | `scatter::ScatterPrepared::plan` |
 //! | `Bitmask` backward | blocks of at most 4 channels: [`runs`] of bands of [`rows_per_band`] input rows of each `(n, 16-channel)` block (whole blocks unless there are fewer blocks than threads), each input element gathering its sum; wider blocks: [`block_runs`], or with fewer blocks than threads bands of [`rows_per_band`] output rows of each block, decoded into flat indices that the flat-index backward then adds | `bitmask::BitmaskPrepared::plan` |
 //! | `Bitmask` forward, at least as many blocks as threads | [`block_runs`]: each block pooled and encoded at once | `mask::MaskForwardPrepared` |
-//! | mask forwards otherwise | the forward's [`PlaneSplit`], then [`runs`] of the encoding's parts (`crate::mask::EncodeParts`: 65536 `I32Argmax` values, or one `Bitmask` block) | `mask::encode` |
+//! | mask forwards otherwise | the forward's [`PlaneSplit`], then [`runs`] of the encoding's parts (`crate::mask::EncodeParts`: 65536 `I32Argmax` values, or one `Bitmask` block); with fewer `Bitmask` blocks than threads, each block in bands of [`rows_per_band`] output rows | `mask::encode` |
 //!
 //! The counts all come from [`task_count`] (a few tasks per thread, [`TASKS_PER_THREAD`], at
 //! most one per unit of work), [`planes_per_task`] and [`rows_per_band`].
