@@ -2,8 +2,11 @@
 """Runs PyTorch's anchor and poolgrad's bench side by side on this machine, in one session, and
 writes the README's performance table (Markdown, to stdout) and a bar chart (SVG).
 
-Usage (from the repository root, after `cargo build --release --example bench`):
+Usage (from the repository root):
     python3 benches/compare.py --torch /path/to/python-with-torch [--rounds 3] [--svg benches/performance.svg]
+
+It first builds the bench (`cargo build --release --example bench`), so that it never times a
+binary left over from another checkout or experiment, and names the commit it measured.
 
 Runs, in this order, `--rounds` times: the anchor at 2 threads, poolgrad at 2 threads, the
 companion PyTorch timings (benches/torch_extra.py) at 2 threads, then the anchor and poolgrad at
@@ -77,6 +80,10 @@ def main():
     ap.add_argument("--svg", default=os.path.join(ROOT, "benches", "performance.svg"))
     ap.add_argument("--rounds", type=int, default=3, help="interleaved runs of every program; figures are medians over them")
     args = ap.parse_args()
+
+    subprocess.run(["cargo", "build", "--release", "--example", "bench"], cwd=ROOT, check=True)
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+    print("Measured: " + (commit.stdout.strip() or "a tree outside git") + ".\n")
 
     runs = {"anchor2": [], "ours2": [], "extra": [], "anchor1": [], "ours1": []}
     for _ in range(max(args.rounds, 1)):
