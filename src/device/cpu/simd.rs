@@ -20,8 +20,9 @@
 //!
 //! Which kernels take the x86-64-v3 copy: the forwards and the `Bitmask` gather, in every
 //! element type. The flat-index scatter and the `Bitmask` block backward run the baseline
-//! copy: their `f16` sums rounded with F16C in the x86-64-v3 copy ran no faster
-//! (`benches/README.md`).
+//! copy (each running sum rounded with F16C in the x86-64-v3 copy ran no faster,
+//! `benches/README.md`), and round their final `f16` sums as slices through [`narrow`] with
+//! the call's `Isa`.
 //!
 //! `unsafe`: `pulp` makes the token ([`V3`]) only after detecting its features and runs code
 //! compiled for them, safely; `half` detects F16C itself before it converts. `pulp` has no
