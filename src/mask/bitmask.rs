@@ -220,12 +220,15 @@ pub(crate) fn read_word_quads<const Q: usize>(bytes: &[i8], offset: usize) -> Op
 /// must start zeroed. False, with `out` partly written, when some index is not in its window,
 /// or when the windows are larger than [`WindowTaps`] covers.
 fn encode_by_position<I: ArgmaxIndex>(g: &MaxPoolGeometry, indices: &[I], out: &mut [i8]) -> bool {
-    let row_bytes = word_offset(g, 0, 0, 1, 0);
-    if row_bytes == 0 {
-        return g.positions() == 0;
-    }
-    let mut words: Vec<&mut [i8]> = out.chunks_mut(row_bytes).take(g.offsets()).collect();
+    let mut words: Vec<&mut [i8]> = offset_rows(g, out).collect();
     encode_rows_by_position(g, indices, 0..g.ho, &mut words)
+}
+
+/// The rows of words of one block's bytes `block`, one per window offset (a row is
+/// `word_offset(g, 0, 0, 1, 0)` bytes: at least 32, as a row holds 16 words past its
+/// positions).
+fn offset_rows<'m>(g: &MaxPoolGeometry, block: &'m mut [i8]) -> impl Iterator<Item = &'m mut [i8]> {
+    block.chunks_mut(word_offset(g, 0, 0, 1, 0).max(1)).take(g.offsets())
 }
 
 /// [`encode_by_position`] for output rows `rows` of the block: `words[k]` holds the words of
@@ -280,15 +283,12 @@ pub(crate) fn row_bands<'m>(
     block: &'m mut [i8],
     rows_per_band: usize,
 ) -> Vec<RowBand<'m>> {
-    let (rows_per_band, row_bytes) = (rows_per_band.max(1), word_offset(g, 0, 0, 1, 0));
+    let rows_per_band = rows_per_band.max(1);
     let mut bands: Vec<RowBand<'m>> = (0..g.ho)
         .step_by(rows_per_band)
         .map(|start| RowBand { rows: start..(start + rows_per_band).min(g.ho), words: Vec::new() })
         .collect();
-    if row_bytes == 0 {
-        return bands;
-    }
-    for mut row in block.chunks_mut(row_bytes).take(g.offsets()) {
+    for mut row in offset_rows(g, block) {
         let count = bands.len();
         for (b, band) in bands.iter_mut().enumerate() {
             let bytes = if b + 1 == count { row.len() } else { (2 * band.rows.len() * g.wo).min(row.len()) };
@@ -673,7 +673,7 @@ mod tests {
             let taps = WindowTaps::of(&g).unwrap();
             let block = Block::of(&g, &taps, &indices[..]).unwrap();
             let mut alone = vec![0i8; bytes];
-            let mut rows: Vec<&mut [i8]> = alone.chunks_mut(word_offset(&g, 0, 0, 1, 0)).collect();
+            let mut rows: Vec<&mut [i8]> = offset_rows(&g, &mut alone).collect();
             let one_by_one = (0..positions)
                 .all(|p| block.encode_position(block.row_origin(p / g.wo), (p, p), p % g.wo * sw, &mut rows));
             let case = format!("{params:?} on [1, {c}, {h}, {w}]");
