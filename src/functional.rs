@@ -20,8 +20,8 @@ use crate::mask::{Mask, MaskLayout};
 #[cfg(doc)]
 use crate::on::On;
 use crate::on::{Pooled, PooledMask, on};
-use crate::params::MaxPool2dParams;
-use crate::tensor::PoolDim;
+use crate::params::{MaxPool2dParams, MaxPool3dParams};
+use crate::tensor::{PoolDim, VolumeDim};
 
 /// Adaptive 2-D max pooling of `input` to `output_size = [Ho, Wo]`, with PyTorch's semantics
 /// (first maximum wins; a NaN wins and a later NaN replaces it). `Ho > H` and `Wo > W` are allowed.
@@ -384,4 +384,247 @@ pub fn max_pool2d_with_mask_backward_into<T: PoolFloat, L: MaskLayout, D: PoolDi
     grad_input: &mut ArrayRef<T, D>,
 ) -> Result<()> {
     on(&Cpu::default()).max_pool2d_with_mask_backward_into(grad_output, self_, mask, grad_input)
+}
+
+/// Adaptive 3-D max pooling of `input` (`[N, C, D, H, W]` or `[C, D, H, W]`) to
+/// `output_size = [Do, Ho, Wo]`, with PyTorch's semantics: each axis takes the adaptive windows
+/// of [`adaptive_max_pool2d`], and each window its first maximum in row-major `(d, h, w)` order
+/// (a NaN wins and a later NaN replaces it). The indices are flat in each volume,
+/// `(id * H + ih) * W + iw`, `i64` as PyTorch returns them.
+///
+/// ```
+/// use ndarray::Array5;
+/// let x = Array5::from_shape_fn((1, 1, 4, 4, 4), |(_, _, d, h, w)| (d * 16 + h * 4 + w) as f32);
+/// let p = poolgrad::adaptive_max_pool3d(&x, [2, 2, 2])?;
+/// // Each window's maximum is its last element: (d, h, w) = (1, 1, 1) of a 2x2x2 block.
+/// assert_eq!(p.indices[[0, 0, 0, 0, 0]], 16 + 4 + 1);
+/// assert_eq!(p.output[[0, 0, 1, 1, 1]], 63.0);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`] (an `IxDyn` input of another rank), [`Error::EmptyDimension`],
+/// [`Error::InvalidParameter`] for a zero in `output_size`, [`Error::IndexTypeTooNarrow`] when
+/// `D * H * W` exceeds the index type, [`Error::Overflow`] / [`Error::Allocation`] when the
+/// output cannot be allocated.
+pub fn adaptive_max_pool3d<T: PoolFloat, D: VolumeDim>(
+    input: &ArrayRef<T, D>,
+    output_size: [usize; 3],
+) -> Result<Pooled<T, i64, D>> {
+    on(&Cpu::default()).adaptive_max_pool3d(input, output_size)
+}
+
+/// [`adaptive_max_pool3d`] with `i32` indices (volumes up to `2^31` positions; CANN's 3-D
+/// operators take `i32` indices only).
+///
+/// ```
+/// let x = ndarray::Array4::<f32>::zeros((1, 2, 2, 2));
+/// let p = poolgrad::adaptive_max_pool3d_i32(&x, [1, 1, 1])?;
+/// assert_eq!(p.indices[[0, 0, 0, 0]], 0i32); // all equal: the first
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`adaptive_max_pool3d`].
+pub fn adaptive_max_pool3d_i32<T: PoolFloat, D: VolumeDim>(
+    input: &ArrayRef<T, D>,
+    output_size: [usize; 3],
+) -> Result<Pooled<T, i32, D>> {
+    on(&Cpu::default()).adaptive_max_pool3d_i32(input, output_size)
+}
+
+/// [`adaptive_max_pool3d`] into arrays the caller owns (any strides; a 5-D output's `D` and `H`
+/// axes must merge, as in a standard or channels-last layout).
+///
+/// ```
+/// use ndarray::{Array4, Array5};
+/// let x = Array5::<f32>::ones((2, 3, 4, 4, 4));
+/// let (mut out, mut idx) = (Array5::<f32>::zeros((2, 3, 2, 2, 2)), Array5::<i32>::zeros((2, 3, 2, 2, 2)));
+/// poolgrad::adaptive_max_pool3d_into(&x, [2, 2, 2], &mut out, &mut idx)?;
+/// assert_eq!(out.sum(), 48.0);
+/// # let _ = Array4::<f32>::zeros((1, 1, 1, 1));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`adaptive_max_pool3d`], and [`Error::ShapeMismatch`] for outputs of another shape,
+/// [`Error::Layout`] for an output whose `D` and `H` axes do not merge.
+pub fn adaptive_max_pool3d_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    input: &ArrayRef<T, D>,
+    output_size: [usize; 3],
+    output: &mut ArrayRef<T, D>,
+    indices: &mut ArrayRef<I, D>,
+) -> Result<()> {
+    on(&Cpu::default()).adaptive_max_pool3d_into(input, output_size, output, indices)
+}
+
+/// Backward of [`adaptive_max_pool3d`] (`aclnnAdaptiveMaxPool3dBackward`): `grad_input` of
+/// `self_`'s shape, zero except at the indices, where the gradients are summed in row-major
+/// output order (`f32` sums rounded once for the half types).
+///
+/// ```
+/// use ndarray::Array5;
+/// let x = Array5::from_shape_fn((1, 1, 2, 2, 2), |(_, _, d, h, w)| (d * 4 + h * 2 + w) as f32);
+/// let p = poolgrad::adaptive_max_pool3d(&x, [1, 1, 1])?;
+/// let g = Array5::from_elem((1, 1, 1, 1, 1), 2.5f32);
+/// let gx = poolgrad::adaptive_max_pool3d_backward(&g, &x, &p.indices)?;
+/// assert_eq!(gx[[0, 0, 1, 1, 1]], 2.5);
+/// assert_eq!(gx.sum(), 2.5);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::ShapeMismatch`] when `grad_output` or
+/// `indices` do not match each other and `self_`, [`Error::IndexOutOfRange`] for the first
+/// index (row-major) outside `0..D*H*W`.
+pub fn adaptive_max_pool3d_backward<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).adaptive_max_pool3d_backward(grad_output, self_, indices)
+}
+
+/// [`adaptive_max_pool3d_backward`] into an array the caller owns.
+///
+/// ```
+/// use ndarray::Array4;
+/// let x = Array4::<f32>::zeros((1, 2, 2, 2));
+/// let (g, idx) = (Array4::from_elem((1, 1, 1, 1), 1.0f32), Array4::from_elem((1, 1, 1, 1), 7i64));
+/// let mut gx = Array4::from_elem((1, 2, 2, 2), 9.0f32);
+/// poolgrad::adaptive_max_pool3d_backward_into(&g, &x, &idx, &mut gx)?;
+/// assert_eq!((gx[[0, 1, 1, 1]], gx.sum()), (1.0, 1.0));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`adaptive_max_pool3d_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of
+/// another shape.
+pub fn adaptive_max_pool3d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    grad_input: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).adaptive_max_pool3d_backward_into(grad_output, self_, indices, grad_input)
+}
+
+/// 3-D max pooling with flat indices, as PyTorch's `max_pool3d(.., return_indices=True)`
+/// (`aclnnMaxPool3dWithArgmax`): kernel, stride, padding, dilation and ceil mode per axis
+/// ([`MaxPool3dParams`]); each window's first maximum in row-major `(d, h, w)` order (a NaN
+/// wins and a later NaN replaces it); padding is never selected. Indices flat in each volume,
+/// `(id * H + ih) * W + iw`.
+///
+/// ```
+/// use ndarray::Array5;
+/// use poolgrad::MaxPool3dParams;
+/// let x = Array5::from_shape_fn((1, 1, 4, 4, 4), |(_, _, d, h, w)| ((d * 16 + h * 4 + w) * 37 % 64) as f32);
+/// let p = poolgrad::max_pool3d_with_indices(&x, &MaxPool3dParams::new([2, 2, 2]))?;
+/// assert_eq!(p.output.dim(), (1, 1, 2, 2, 2));
+/// assert!(p.output.iter().zip(&p.indices).all(|(&v, &i)| x.as_slice().unwrap()[i as usize] == v));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// The parameter errors of [`MaxPool3dParams::output_size`](crate::MaxPoolParams::output_size),
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::IndexTypeTooNarrow`], and
+/// [`Error::Overflow`] / [`Error::Allocation`] when the output cannot be allocated.
+pub fn max_pool3d_with_indices<T: PoolFloat, D: VolumeDim>(
+    input: &ArrayRef<T, D>,
+    params: &MaxPool3dParams,
+) -> Result<Pooled<T, i64, D>> {
+    on(&Cpu::default()).max_pool3d_with_indices(input, params)
+}
+
+/// [`max_pool3d_with_indices`] with `i32` indices.
+///
+/// ```
+/// let x = ndarray::Array4::<f32>::ones((3, 2, 2, 2));
+/// let p = poolgrad::max_pool3d_with_indices_i32(&x, &poolgrad::MaxPool3dParams::new([2, 2, 2]))?;
+/// assert_eq!(p.indices.iter().copied().collect::<Vec<i32>>(), [0, 0, 0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool3d_with_indices`].
+pub fn max_pool3d_with_indices_i32<T: PoolFloat, D: VolumeDim>(
+    input: &ArrayRef<T, D>,
+    params: &MaxPool3dParams,
+) -> Result<Pooled<T, i32, D>> {
+    on(&Cpu::default()).max_pool3d_with_indices_i32(input, params)
+}
+
+/// [`max_pool3d_with_indices`] into arrays the caller owns.
+///
+/// ```
+/// use ndarray::Array5;
+/// let x = Array5::<f32>::ones((1, 1, 4, 4, 4));
+/// let (mut out, mut idx) = (Array5::<f32>::zeros((1, 1, 2, 2, 2)), Array5::<i64>::zeros((1, 1, 2, 2, 2)));
+/// poolgrad::max_pool3d_with_indices_into(&x, &poolgrad::MaxPool3dParams::new([2, 2, 2]), &mut out, &mut idx)?;
+/// assert_eq!(idx[[0, 0, 1, 1, 1]], 2 * 16 + 2 * 4 + 2);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool3d_with_indices`], and [`Error::ShapeMismatch`] for outputs of another shape,
+/// [`Error::Layout`] for an output whose `D` and `H` axes do not merge.
+pub fn max_pool3d_with_indices_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    input: &ArrayRef<T, D>,
+    params: &MaxPool3dParams,
+    output: &mut ArrayRef<T, D>,
+    indices: &mut ArrayRef<I, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_pool3d_with_indices_into(input, params, output, indices)
+}
+
+/// Backward of [`max_pool3d_with_indices`] (`aclnnMaxPool3dWithArgmaxBackward`): the gradients
+/// summed at their indices in row-major output order, zero elsewhere.
+///
+/// ```
+/// use ndarray::Array5;
+/// use poolgrad::MaxPool3dParams;
+/// let params = MaxPool3dParams::new([2, 2, 2]).with_stride([1, 1, 1]);
+/// let x = Array5::<f32>::zeros((1, 1, 3, 3, 3)); // all equal: every window picks its first tap
+/// let p = poolgrad::max_pool3d_with_indices(&x, &params)?;
+/// let gx = poolgrad::max_pool3d_with_indices_backward(&p.output.mapv(|_| 1.0), &x, &p.indices, &params)?;
+/// assert_eq!(gx[[0, 0, 0, 0, 0]], 1.0);
+/// assert_eq!(gx.sum(), 8.0);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`adaptive_max_pool3d_backward`], and the parameter errors of [`max_pool3d_with_indices`].
+pub fn max_pool3d_with_indices_backward<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    params: &MaxPool3dParams,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_pool3d_with_indices_backward(grad_output, self_, indices, params)
+}
+
+/// [`max_pool3d_with_indices_backward`] into an array the caller owns.
+///
+/// ```
+/// use ndarray::Array5;
+/// use poolgrad::MaxPool3dParams;
+/// let x = Array5::<f32>::zeros((1, 1, 2, 2, 2));
+/// let (g, idx) = (Array5::from_elem((1, 1, 1, 1, 1), 3.0f32), Array5::from_elem((1, 1, 1, 1, 1), 5i64));
+/// let mut gx = Array5::<f32>::zeros((1, 1, 2, 2, 2));
+/// poolgrad::max_pool3d_with_indices_backward_into(&g, &x, &idx, &MaxPool3dParams::new([2, 2, 2]), &mut gx)?;
+/// assert_eq!(gx[[0, 0, 1, 0, 1]], 3.0);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool3d_with_indices_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of
+/// another shape.
+pub fn max_pool3d_with_indices_backward_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    params: &MaxPool3dParams,
+    grad_input: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_pool3d_with_indices_backward_into(grad_output, self_, indices, params, grad_input)
 }

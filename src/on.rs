@@ -10,16 +10,18 @@ use ndarray::{Array, ArrayRef, Dimension};
 use crate::device::cpu::Cpu;
 use crate::device::{Device, Runs};
 use crate::element::{Element, PoolFloat};
+use crate::error::Error;
 use crate::error::Result;
 use crate::index::ArgmaxIndex;
 use crate::mask::{Mask, MaskLayout, MaskMut};
 use crate::op::{
-    self, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
-    MaxPool2dWithMask, MaxPool2dWithMaskBackward, name,
+    self, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, AdaptiveMaxPool3d, AdaptiveMaxPool3dBackward,
+    MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward,
+    MaxPool3dWithIndices, MaxPool3dWithIndicesBackward, name,
 };
-use crate::params::MaxPool2dParams;
+use crate::params::{MaxPool2dParams, MaxPool3dParams};
 use crate::plan::Plan;
-use crate::tensor::{PoolDim, TensorMut, TensorRef};
+use crate::tensor::{PoolDim, TensorMut, TensorRef, VolumeDim};
 use crate::{alloc, shape};
 
 /// The result of a max-pooling forward: pooled values and flat arg-max indices.
@@ -62,22 +64,71 @@ pub struct On<'d, Dev> {
     device: &'d Dev,
 }
 
-/// An array's view as the operation's argument `arg`.
-fn read<'a, E: Element, D: PoolDim>(
+/// The ranks of the 2-D operations' arrays, and of the 3-D ones'.
+const PLANES: (core::ops::RangeInclusive<usize>, &str) = (3..=4, crate::tensor::RANKS);
+const VOLUMES: (core::ops::RangeInclusive<usize>, &str) = (4..=5, shape::VOLUME_RANKS);
+
+/// `array`'s rank, if it is one of `ranks` (an `IxDyn` array may have any).
+fn rank_of<E, D: Dimension>(
+    op: &'static str,
+    arg: &'static str,
+    array: &ArrayRef<E, D>,
+    (ranks, expected): (core::ops::RangeInclusive<usize>, &'static str),
+) -> Result<()> {
+    if ranks.contains(&array.ndim()) {
+        Ok(())
+    } else {
+        Err(Error::Rank { op, arg, expected, got: array.ndim(), shape: array.shape().to_vec() })
+    }
+}
+
+/// An array's view as the operation's argument `arg` (a 2-D operation's).
+fn read<'a, E: Element, D: Dimension>(
     op: &'static str,
     arg: &'static str,
     array: &'a ArrayRef<E, D>,
 ) -> Result<TensorRef<'a, E>> {
+    rank_of(op, arg, array, PLANES)?;
     TensorRef::named(array.view(), arg).map_err(|e| e.named(op))
 }
 
-/// An array's mutable view as the operation's argument `arg`.
-fn write<'a, E: Element, D: PoolDim>(
+/// An array's mutable view as the operation's argument `arg` (a 2-D operation's).
+fn write<'a, E: Element, D: Dimension>(
     op: &'static str,
     arg: &'static str,
     array: &'a mut ArrayRef<E, D>,
 ) -> Result<TensorMut<'a, E>> {
+    rank_of(op, arg, array, PLANES)?;
     TensorMut::named(array.view_mut(), arg).map_err(|e| e.named(op))
+}
+
+/// An array's mutable view as argument `arg` of a 3-D operation.
+fn write_volume<'a, E: Element, D: Dimension>(
+    op: &'static str,
+    arg: &'static str,
+    array: &'a mut ArrayRef<E, D>,
+) -> Result<TensorMut<'a, E>> {
+    rank_of(op, arg, array, VOLUMES)?;
+    TensorMut::named(array.view_mut(), arg).map_err(|e| e.named(op))
+}
+
+/// An array's view as argument `arg` of a 3-D operation. A 5-D view whose `D` and `H` axes do
+/// not merge into one (sliced with steps along them) is first copied, in standard layout, into
+/// `copy`: the views describe every 5-D tensor with those axes merged.
+fn read_volume<'a, E: Element, D: Dimension>(
+    op: &'static str,
+    arg: &'static str,
+    array: &'a ArrayRef<E, D>,
+    copy: &'a mut Option<Array<E, D>>,
+) -> Result<TensorRef<'a, E>> {
+    rank_of(op, arg, array, VOLUMES)?;
+    match TensorRef::named(array.view(), arg) {
+        Err(Error::Layout { .. }) => {
+            let standard = copy.insert(array.as_standard_layout().into_owned());
+            TensorRef::named(standard.view(), arg).map_err(|e| e.named(op))
+        }
+        viewed => viewed.map_err(|e| e.named(op)),
+    }
 }
 
 impl<Dev: Device> On<'_, Dev> {
@@ -408,6 +459,251 @@ impl<Dev: Device> On<'_, Dev> {
             mask: mask.view(),
             params: *mask.params(),
             grad_input: write(OP, "grad_input", grad_input)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+}
+
+/// The 3-D poolings: inputs `[N, C, D, H, W]` or `[C, D, H, W]`, indices flat in each volume.
+impl<Dev: Device> On<'_, Dev> {
+    /// [`adaptive_max_pool3d`](crate::adaptive_max_pool3d) on this device.
+    pub fn adaptive_max_pool3d<T: PoolFloat, D: VolumeDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: [usize; 3],
+    ) -> Result<Pooled<T, i64, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool3d<'a, T, i64>>,
+    {
+        self.adaptive_pooled3d(input, output_size)
+    }
+
+    /// [`adaptive_max_pool3d_i32`](crate::adaptive_max_pool3d_i32) on this device.
+    pub fn adaptive_max_pool3d_i32<T: PoolFloat, D: VolumeDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: [usize; 3],
+    ) -> Result<Pooled<T, i32, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool3d<'a, T, i32>>,
+    {
+        self.adaptive_pooled3d(input, output_size)
+    }
+
+    fn adaptive_pooled3d<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: [usize; 3],
+    ) -> Result<Pooled<T, I, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool3d<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL3D;
+        let mut copy = None;
+        let input = read_volume(OP, "input", input, &mut copy)?;
+        let g = op::adaptive3d_forward_shapes::<T, I, _>(&input, output_size)?;
+        let mut output = alloc::zeroed_array::<T, D>(OP, "output", &g.sizes.pooled_dims())?;
+        let mut indices = alloc::zeroed_array::<I, D>(OP, "indices", &g.sizes.pooled_dims())?;
+        let op = AdaptiveMaxPool3d {
+            input,
+            output_size,
+            output: write_volume(OP, "output", &mut output)?,
+            indices: write_volume(OP, "indices", &mut indices)?,
+        };
+        Plan::checked(self.device, op, g)?.run()?;
+        Ok(Pooled { output, indices })
+    }
+
+    /// [`adaptive_max_pool3d_into`](crate::adaptive_max_pool3d_into) on this device.
+    pub fn adaptive_max_pool3d_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: [usize; 3],
+        output: &mut ArrayRef<T, D>,
+        indices: &mut ArrayRef<I, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool3d<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL3D;
+        let mut copy = None;
+        let op = AdaptiveMaxPool3d {
+            input: read_volume(OP, "input", input, &mut copy)?,
+            output_size,
+            output: write_volume(OP, "output", output)?,
+            indices: write_volume(OP, "indices", indices)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`adaptive_max_pool3d_backward`](crate::adaptive_max_pool3d_backward) on this device.
+    pub fn adaptive_max_pool3d_backward<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool3dBackward<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL3D_BACKWARD;
+        let (mut c1, mut c2, mut c3) = (None, None, None);
+        let grad_output = read_volume(OP, "grad_output", grad_output, &mut c1)?;
+        let self_ = read_volume(OP, "self_", self_, &mut c2)?;
+        let indices = read_volume(OP, "indices", indices, &mut c3)?;
+        let g = op::adaptive3d_backward_shapes(&grad_output, &self_, &indices)?;
+        let mut grad_input = alloc::zeroed_array::<T, D>(OP, "grad_input", self_.user_shape())?;
+        let op = AdaptiveMaxPool3dBackward {
+            grad_output,
+            self_,
+            indices,
+            grad_input: write_volume(OP, "grad_input", &mut grad_input)?.known_zero(),
+        };
+        Plan::checked(self.device, op, g)?.run()?;
+        Ok(grad_input)
+    }
+
+    /// [`adaptive_max_pool3d_backward_into`](crate::adaptive_max_pool3d_backward_into) on this device.
+    pub fn adaptive_max_pool3d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        grad_input: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool3dBackward<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL3D_BACKWARD;
+        let (mut c1, mut c2, mut c3) = (None, None, None);
+        let op = AdaptiveMaxPool3dBackward {
+            grad_output: read_volume(OP, "grad_output", grad_output, &mut c1)?,
+            self_: read_volume(OP, "self_", self_, &mut c2)?,
+            indices: read_volume(OP, "indices", indices, &mut c3)?,
+            grad_input: write_volume(OP, "grad_input", grad_input)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`max_pool3d_with_indices`](crate::max_pool3d_with_indices) on this device.
+    pub fn max_pool3d_with_indices<T: PoolFloat, D: VolumeDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool3dParams,
+    ) -> Result<Pooled<T, i64, D>>
+    where
+        Dev: for<'a> Runs<MaxPool3dWithIndices<'a, T, i64>>,
+    {
+        self.max_pooled3d(input, params)
+    }
+
+    /// [`max_pool3d_with_indices_i32`](crate::max_pool3d_with_indices_i32) on this device.
+    pub fn max_pool3d_with_indices_i32<T: PoolFloat, D: VolumeDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool3dParams,
+    ) -> Result<Pooled<T, i32, D>>
+    where
+        Dev: for<'a> Runs<MaxPool3dWithIndices<'a, T, i32>>,
+    {
+        self.max_pooled3d(input, params)
+    }
+
+    fn max_pooled3d<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool3dParams,
+    ) -> Result<Pooled<T, I, D>>
+    where
+        Dev: for<'a> Runs<MaxPool3dWithIndices<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL3D_WITH_INDICES;
+        let mut copy = None;
+        let input = read_volume(OP, "input", input, &mut copy)?;
+        let g = op::max_pool3d_forward_shapes::<T, I, _>(&input, params)?;
+        let mut output = alloc::zeroed_array::<T, D>(OP, "output", &g.sizes.pooled_dims())?;
+        let mut indices = alloc::zeroed_array::<I, D>(OP, "indices", &g.sizes.pooled_dims())?;
+        let op = MaxPool3dWithIndices {
+            input,
+            params: *params,
+            output: write_volume(OP, "output", &mut output)?,
+            indices: write_volume(OP, "indices", &mut indices)?,
+        };
+        Plan::checked(self.device, op, g)?.run()?;
+        Ok(Pooled { output, indices })
+    }
+
+    /// [`max_pool3d_with_indices_into`](crate::max_pool3d_with_indices_into) on this device.
+    pub fn max_pool3d_with_indices_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool3dParams,
+        output: &mut ArrayRef<T, D>,
+        indices: &mut ArrayRef<I, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPool3dWithIndices<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL3D_WITH_INDICES;
+        let mut copy = None;
+        let op = MaxPool3dWithIndices {
+            input: read_volume(OP, "input", input, &mut copy)?,
+            params: *params,
+            output: write_volume(OP, "output", output)?,
+            indices: write_volume(OP, "indices", indices)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`max_pool3d_with_indices_backward`](crate::max_pool3d_with_indices_backward) on this device.
+    pub fn max_pool3d_with_indices_backward<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        params: &MaxPool3dParams,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxPool3dWithIndicesBackward<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL3D_WITH_INDICES_BACKWARD;
+        let (mut c1, mut c2, mut c3) = (None, None, None);
+        let grad_output = read_volume(OP, "grad_output", grad_output, &mut c1)?;
+        let self_ = read_volume(OP, "self_", self_, &mut c2)?;
+        let indices = read_volume(OP, "indices", indices, &mut c3)?;
+        let g = op::max_pool3d_backward_shapes(&grad_output, &self_, &indices, params)?;
+        let mut grad_input = alloc::zeroed_array::<T, D>(OP, "grad_input", self_.user_shape())?;
+        let op = MaxPool3dWithIndicesBackward {
+            grad_output,
+            self_,
+            indices,
+            params: *params,
+            grad_input: write_volume(OP, "grad_input", &mut grad_input)?.known_zero(),
+        };
+        Plan::checked(self.device, op, g)?.run()?;
+        Ok(grad_input)
+    }
+
+    /// [`max_pool3d_with_indices_backward_into`](crate::max_pool3d_with_indices_backward_into) on this device.
+    pub fn max_pool3d_with_indices_backward_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        params: &MaxPool3dParams,
+        grad_input: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPool3dWithIndicesBackward<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL3D_WITH_INDICES_BACKWARD;
+        let (mut c1, mut c2, mut c3) = (None, None, None);
+        let op = MaxPool3dWithIndicesBackward {
+            grad_output: read_volume(OP, "grad_output", grad_output, &mut c1)?,
+            self_: read_volume(OP, "self_", self_, &mut c2)?,
+            indices: read_volume(OP, "indices", indices, &mut c3)?,
+            params: *params,
+            grad_input: write_volume(OP, "grad_input", grad_input)?,
         };
         Plan::new(self.device, op)?.run()
     }

@@ -10,7 +10,7 @@ use crate::element::PoolFloat;
 use crate::error::{Error, Result};
 use crate::index::ArgmaxIndex;
 use crate::mask::{MaskLayout, MaskMut, MaskRef};
-use crate::params::MaxPool2dParams;
+use crate::params::{MaxPool2dParams, MaxPool3dParams};
 use crate::shape;
 use crate::tensor::{Host, Memory, TensorMut, TensorRef};
 
@@ -24,6 +24,10 @@ pub(crate) mod name {
     pub(crate) const MAX_POOL2D_WITH_INDICES_BACKWARD: &str = "max_pool2d_with_indices_backward";
     pub(crate) const MAX_POOL2D_WITH_MASK: &str = "max_pool2d_with_mask";
     pub(crate) const MAX_POOL2D_WITH_MASK_BACKWARD: &str = "max_pool2d_with_mask_backward";
+    pub(crate) const ADAPTIVE_MAX_POOL3D: &str = "adaptive_max_pool3d";
+    pub(crate) const ADAPTIVE_MAX_POOL3D_BACKWARD: &str = "adaptive_max_pool3d_backward";
+    pub(crate) const MAX_POOL3D_WITH_INDICES: &str = "max_pool3d_with_indices";
+    pub(crate) const MAX_POOL3D_WITH_INDICES_BACKWARD: &str = "max_pool3d_with_indices_backward";
 }
 
 pub(crate) mod internal {
@@ -57,7 +61,9 @@ pub(crate) mod internal {
 /// module.
 pub trait Operation: internal::OperationImpl {}
 
-pub use crate::shape::{AdaptiveGeometry, MaxPoolGeometry};
+pub use crate::shape::{
+    AdaptiveGeometry, AdaptiveGeometry3d, MaxPool3dGeometry, MaxPoolGeometry, VolumeSizes,
+};
 use internal::Demands;
 
 /// Adaptive 2-D max pooling (forward): `output` and arg-max `indices` of `input` pooled to
@@ -444,5 +450,243 @@ pub(crate) fn mask_backward_shapes<T: PoolFloat, L: MaskLayout, M: Memory>(
     shape::input_shape(OP, "grad_output", grad_output, &g.pooled_dims())?;
     L::check(&g).map_err(|e| e.named(OP))?;
     shape::input_shape(OP, "mask", &mask.bytes, &g.dims())?;
+    Ok(g)
+}
+
+/// What a 3-D operation demands of a device: its input plane `[H, W]`.
+fn volume_demands(s: &VolumeSizes) -> Demands {
+    Demands { plane: [s.input[1], s.input[2]], adaptive_backward: None }
+}
+
+/// Adaptive 3-D max pooling (forward): `output` and arg-max `indices` of `input` pooled to
+/// `output_size = [Do, Ho, Wo]`, each axis by the adaptive window rule of the 2-D operation.
+///
+/// ```
+/// use poolgrad::{Plan, TensorMut, TensorRef, device::cpu::Cpu, op::AdaptiveMaxPool3d};
+/// let x = [1.0f32, 3.0, 2.0, 0.0, 5.0, 4.0, 7.0, 6.0];
+/// let (mut out, mut idx) = ([0.0f32; 2], [0i64; 2]);
+/// let op = AdaptiveMaxPool3d {
+///     input: TensorRef::from_slice(&x, &[1, 2, 2, 2])?, // [C, D, H, W]
+///     output_size: [2, 1, 1],
+///     output: TensorMut::from_slice(&mut out, &[1, 2, 1, 1])?,
+///     indices: TensorMut::from_slice(&mut idx, &[1, 2, 1, 1])?,
+/// };
+/// Plan::new(&Cpu::sequential(), op)?.run()?;
+/// assert_eq!((out, idx), ([3.0, 7.0], [1, 6]));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct AdaptiveMaxPool3d<'a, T: PoolFloat, I: ArgmaxIndex, M: Memory = Host> {
+    /// Input `[N, C, D, H, W]` or `[C, D, H, W]`.
+    pub input: TensorRef<'a, T, M>,
+    /// `[Do, Ho, Wo]`, each at least 1 (may exceed `D`, `H`, `W`).
+    pub output_size: [usize; 3],
+    /// Pooled values, `[N, C, Do, Ho, Wo]` (the rank of `input`).
+    pub output: TensorMut<'a, T, M>,
+    /// Flat arg-max `(id * H + ih) * W + iw` within each volume, same shape as `output`.
+    pub indices: TensorMut<'a, I, M>,
+}
+
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl for AdaptiveMaxPool3d<'_, T, I, M> {
+    const NAME: &'static str = name::ADAPTIVE_MAX_POOL3D;
+    type Geometry = AdaptiveGeometry3d;
+
+    fn validate(&self) -> Result<AdaptiveGeometry3d> {
+        const OP: &str = name::ADAPTIVE_MAX_POOL3D;
+        let g = adaptive3d_forward_shapes::<T, I, _>(&self.input, self.output_size)?;
+        shape::output_shape(OP, "output", &self.output, &g.sizes.pooled_dims())?;
+        shape::output_shape(OP, "indices", &self.indices, &g.sizes.pooled_dims())?;
+        Ok(g)
+    }
+
+    fn demands(g: &AdaptiveGeometry3d) -> Demands {
+        volume_demands(&g.sizes)
+    }
+}
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for AdaptiveMaxPool3d<'_, T, I, M> {}
+
+/// The checks of [`AdaptiveMaxPool3d`] on what it reads (its input and the output size).
+pub(crate) fn adaptive3d_forward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
+    input: &TensorRef<'_, T, M>,
+    output_size: [usize; 3],
+) -> Result<AdaptiveGeometry3d> {
+    const OP: &str = name::ADAPTIVE_MAX_POOL3D;
+    let [n, c, d, h, w] = shape::volume_dims(OP, "input", input.user_shape())?;
+    shape::output_size3(OP, "output_size", output_size)?;
+    let volume = shape::volume_size(OP, "input", [d, h, w])?;
+    shape::index_width::<I>(OP, "indices", volume)?;
+    let sizes = VolumeSizes { n, c, input: [d, h, w], output: output_size, ndim: input.ndim() };
+    Ok(AdaptiveGeometry3d { sizes })
+}
+
+/// Backward of adaptive 3-D max pooling (`aclnnAdaptiveMaxPool3dBackward`): scatters
+/// `grad_output` to the arg-max positions in `indices`, summing where they coincide, in
+/// row-major `(od, oh, ow)` order; every other position is zero. `Do`, `Ho`, `Wo` are read from
+/// `grad_output`.
+#[derive(Debug)]
+pub struct AdaptiveMaxPool3dBackward<'a, T: PoolFloat, I: ArgmaxIndex, M: Memory = Host> {
+    /// Gradient of the pooled output, `[N, C, Do, Ho, Wo]` or `[C, Do, Ho, Wo]`.
+    pub grad_output: TensorRef<'a, T, M>,
+    /// The forward input (only its shape is read).
+    pub self_: TensorRef<'a, T, M>,
+    /// Flat arg-max indices from the forward, same shape as `grad_output`.
+    pub indices: TensorRef<'a, I, M>,
+    /// Receives the gradient of the input, shape of `self_`.
+    pub grad_input: TensorMut<'a, T, M>,
+}
+
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl
+    for AdaptiveMaxPool3dBackward<'_, T, I, M>
+{
+    const NAME: &'static str = name::ADAPTIVE_MAX_POOL3D_BACKWARD;
+    type Geometry = AdaptiveGeometry3d;
+
+    fn validate(&self) -> Result<AdaptiveGeometry3d> {
+        const OP: &str = name::ADAPTIVE_MAX_POOL3D_BACKWARD;
+        let g = adaptive3d_backward_shapes(&self.grad_output, &self.self_, &self.indices)?;
+        shape::output_shape(OP, "grad_input", &self.grad_input, self.self_.user_shape())?;
+        Ok(g)
+    }
+
+    fn demands(g: &AdaptiveGeometry3d) -> Demands {
+        volume_demands(&g.sizes)
+    }
+}
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for AdaptiveMaxPool3dBackward<'_, T, I, M> {}
+
+/// The checks of [`AdaptiveMaxPool3dBackward`] on its inputs: everything but the shape of
+/// `grad_input`.
+pub(crate) fn adaptive3d_backward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
+    grad_output: &TensorRef<'_, T, M>,
+    self_: &TensorRef<'_, T, M>,
+    indices: &TensorRef<'_, I, M>,
+) -> Result<AdaptiveGeometry3d> {
+    const OP: &str = name::ADAPTIVE_MAX_POOL3D_BACKWARD;
+    let [n, c, d, h, w] = shape::volume_dims(OP, "self_", self_.user_shape())?;
+    let pooled = grad_output.user_shape();
+    // The last three axes of `grad_output`, if it has them; its rank is checked below.
+    let output: [usize; 3] = match *pooled {
+        [.., a, b, e] => [a, b, e],
+        _ => [1, 1, 1],
+    };
+    for (len, axis) in output.iter().zip(["Do", "Ho", "Wo"]) {
+        if *len == 0 {
+            return Err(Error::EmptyDimension { op: OP, arg: "grad_output", axis, shape: pooled.to_vec() });
+        }
+    }
+    let sizes = VolumeSizes { n, c, input: [d, h, w], output, ndim: self_.ndim() };
+    shape::input_shape(OP, "grad_output", grad_output, &sizes.pooled_dims())?;
+    shape::input_shape(OP, "indices", indices, &sizes.pooled_dims())?;
+    shape::volume_size(OP, "self_", [d, h, w])?;
+    Ok(AdaptiveGeometry3d { sizes })
+}
+
+/// 3-D max pooling with PyTorch-style flat indices (`max_pool3d_with_indices`,
+/// `aclnnMaxPool3dWithArgmax`), any dilation.
+///
+/// ```
+/// use poolgrad::{MaxPool3dParams, Plan, TensorMut, TensorRef, device::cpu::Cpu, op::MaxPool3dWithIndices};
+/// let x: Vec<f32> = (0..27).map(|v| ((v * 5) % 27) as f32).collect(); // a 3x3x3 volume
+/// let (mut out, mut idx) = ([0.0f32; 1], [0i64; 1]);
+/// let op = MaxPool3dWithIndices {
+///     input: TensorRef::from_slice(&x, &[1, 1, 3, 3, 3])?,
+///     params: MaxPool3dParams::new([2, 2, 2]),
+///     output: TensorMut::from_slice(&mut out, &[1, 1, 1, 1, 1])?,
+///     indices: TensorMut::from_slice(&mut idx, &[1, 1, 1, 1, 1])?,
+/// };
+/// Plan::new(&Cpu::sequential(), op)?.run()?;
+/// // The window reads flat positions 0, 1, 3, 4, 9, 10, 12, 13: values 0, 5, 15, 20, 18, 23, 6, 11.
+/// assert_eq!((out, idx), ([23.0], [10]));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct MaxPool3dWithIndices<'a, T: PoolFloat, I: ArgmaxIndex, M: Memory = Host> {
+    /// Input `[N, C, D, H, W]` or `[C, D, H, W]`.
+    pub input: TensorRef<'a, T, M>,
+    /// Kernel, stride, padding, dilation, ceil mode, `[D, H, W]` each.
+    pub params: MaxPool3dParams,
+    /// Pooled values `[N, C, Do, Ho, Wo]` (rank of `input`).
+    pub output: TensorMut<'a, T, M>,
+    /// Flat arg-max `(id * H + ih) * W + iw` inside each volume, shape of `output`.
+    pub indices: TensorMut<'a, I, M>,
+}
+
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl for MaxPool3dWithIndices<'_, T, I, M> {
+    const NAME: &'static str = name::MAX_POOL3D_WITH_INDICES;
+    type Geometry = MaxPool3dGeometry;
+
+    fn validate(&self) -> Result<MaxPool3dGeometry> {
+        const OP: &str = name::MAX_POOL3D_WITH_INDICES;
+        let g = max_pool3d_forward_shapes::<T, I, _>(&self.input, &self.params)?;
+        shape::output_shape(OP, "output", &self.output, &g.sizes.pooled_dims())?;
+        shape::output_shape(OP, "indices", &self.indices, &g.sizes.pooled_dims())?;
+        Ok(g)
+    }
+
+    fn demands(g: &MaxPool3dGeometry) -> Demands {
+        volume_demands(&g.sizes)
+    }
+}
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for MaxPool3dWithIndices<'_, T, I, M> {}
+
+/// The checks of [`MaxPool3dWithIndices`] on its input and parameters (no data is read).
+pub(crate) fn max_pool3d_forward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
+    input: &TensorRef<'_, T, M>,
+    params: &MaxPool3dParams,
+) -> Result<MaxPool3dGeometry> {
+    const OP: &str = name::MAX_POOL3D_WITH_INDICES;
+    let g = MaxPool3dGeometry::checked(OP, "input", params, input.user_shape())?;
+    let [d, h, w] = g.sizes.input;
+    shape::index_width::<I>(OP, "indices", d * h * w)?;
+    Ok(g)
+}
+
+/// Backward of [`MaxPool3dWithIndices`] (`aclnnMaxPool3dWithArgmaxBackward`):
+/// `grad_input[n, c, idx] += grad_output[n, c, od, oh, ow]` in row-major output order.
+#[derive(Debug)]
+pub struct MaxPool3dWithIndicesBackward<'a, T: PoolFloat, I: ArgmaxIndex, M: Memory = Host> {
+    /// Gradient of the pooled output, `[N, C, Do, Ho, Wo]`.
+    pub grad_output: TensorRef<'a, T, M>,
+    /// The forward input (only its shape is read).
+    pub self_: TensorRef<'a, T, M>,
+    /// Flat arg-max indices from the forward, shape of `grad_output`.
+    pub indices: TensorRef<'a, I, M>,
+    /// The forward's parameters (they fix `Do`, `Ho`, `Wo`).
+    pub params: MaxPool3dParams,
+    /// Receives the gradient of the input, shape of `self_`.
+    pub grad_input: TensorMut<'a, T, M>,
+}
+
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> internal::OperationImpl
+    for MaxPool3dWithIndicesBackward<'_, T, I, M>
+{
+    const NAME: &'static str = name::MAX_POOL3D_WITH_INDICES_BACKWARD;
+    type Geometry = MaxPool3dGeometry;
+
+    fn validate(&self) -> Result<MaxPool3dGeometry> {
+        const OP: &str = name::MAX_POOL3D_WITH_INDICES_BACKWARD;
+        let g = max_pool3d_backward_shapes(&self.grad_output, &self.self_, &self.indices, &self.params)?;
+        shape::output_shape(OP, "grad_input", &self.grad_input, &g.sizes.input_dims())?;
+        Ok(g)
+    }
+
+    fn demands(g: &MaxPool3dGeometry) -> Demands {
+        volume_demands(&g.sizes)
+    }
+}
+impl<T: PoolFloat, I: ArgmaxIndex, M: Memory> Operation for MaxPool3dWithIndicesBackward<'_, T, I, M> {}
+
+/// The checks of [`MaxPool3dWithIndicesBackward`] on its inputs and parameters: everything but
+/// the shape of `grad_input`.
+pub(crate) fn max_pool3d_backward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory>(
+    grad_output: &TensorRef<'_, T, M>,
+    self_: &TensorRef<'_, T, M>,
+    indices: &TensorRef<'_, I, M>,
+    params: &MaxPool3dParams,
+) -> Result<MaxPool3dGeometry> {
+    const OP: &str = name::MAX_POOL3D_WITH_INDICES_BACKWARD;
+    let g = MaxPool3dGeometry::checked(OP, "self_", params, self_.user_shape())?;
+    shape::input_shape(OP, "grad_output", grad_output, &g.sizes.pooled_dims())?;
+    shape::input_shape(OP, "indices", indices, &g.sizes.pooled_dims())?;
     Ok(g)
 }

@@ -1,38 +1,59 @@
-//! [`MaxPool2dParams`]: kernel, stride, padding, dilation and ceil mode of 2-D max pooling, and
-//! their checks (each returning a structured [`Error`]).
+//! [`MaxPoolParams`]: kernel, stride, padding, dilation and ceil mode of max pooling over `N`
+//! spatial axes ([`MaxPool1dParams`], [`MaxPool2dParams`], [`MaxPool3dParams`]), and their checks
+//! (each returning a structured [`Error`]). Every axis follows the same rules, so one definition
+//! serves every rank.
 
 use crate::error::{Error, Result};
 use crate::geometry::{pool_output_len, pool_window_taps};
 
-/// Parameters of 2-D max pooling, `[height, width]` each.
+/// Parameters of max pooling over `N` spatial axes, one value per axis each (`[D, H, W]` for
+/// 3-D, `[H, W]` for 2-D, `[L]` for 1-D).
 ///
 /// The stride defaults to the kernel, padding to 0, dilation to 1, ceil mode to off.
 ///
 /// ```
-/// use poolgrad::MaxPool2dParams;
+/// use poolgrad::{MaxPool2dParams, MaxPool3dParams};
 /// let p = MaxPool2dParams::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]);
 /// assert_eq!(p.output_size([112, 112])?, [56, 56]);
 /// assert_eq!(MaxPool2dParams::new([2, 2]).stride(), [2, 2]);
+/// let v = MaxPool3dParams::new([3, 3, 3]).with_stride([2, 2, 2]).with_padding([1, 1, 1]);
+/// assert_eq!(v.output_size([16, 56, 56])?, [8, 28, 28]);
 /// # Ok::<(), poolgrad::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct MaxPool2dParams {
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
+pub struct MaxPoolParams<const N: usize> {
+    kernel: [usize; N],
+    stride: [usize; N],
+    padding: [usize; N],
+    dilation: [usize; N],
     ceil_mode: bool,
 }
 
-impl MaxPool2dParams {
-    /// A `kh x kw` window with stride equal to the kernel, no padding, no dilation, floor mode.
-    pub fn new(kernel: [usize; 2]) -> Self {
-        Self { kernel, stride: kernel, padding: [0, 0], dilation: [1, 1], ceil_mode: false }
+/// Parameters of 1-D max pooling, `[length]` each.
+pub type MaxPool1dParams = MaxPoolParams<1>;
+/// Parameters of 2-D max pooling, `[height, width]` each.
+pub type MaxPool2dParams = MaxPoolParams<2>;
+/// Parameters of 3-D max pooling, `[depth, height, width]` each.
+pub type MaxPool3dParams = MaxPoolParams<3>;
+
+/// The names of the spatial axes of an `N`-axis pooling, as errors give them.
+pub(crate) const fn axis_names(n: usize) -> &'static [&'static str] {
+    match n {
+        1 => &["L"],
+        2 => &["H", "W"],
+        _ => &["D", "H", "W"],
+    }
+}
+
+impl<const N: usize> MaxPoolParams<N> {
+    /// A window of `kernel` with stride equal to the kernel, no padding, no dilation, floor mode.
+    pub fn new(kernel: [usize; N]) -> Self {
+        Self { kernel, stride: kernel, padding: [0; N], dilation: [1; N], ceil_mode: false }
     }
 
     /// Sets the stride (each at least 1).
     #[must_use]
-    pub fn with_stride(mut self, stride: [usize; 2]) -> Self {
+    pub fn with_stride(mut self, stride: [usize; N]) -> Self {
         self.stride = stride;
         self
     }
@@ -40,14 +61,14 @@ impl MaxPool2dParams {
     /// Sets the implicit padding on each side (each at most half the kernel); padding is never
     /// selected as a maximum.
     #[must_use]
-    pub fn with_padding(mut self, padding: [usize; 2]) -> Self {
+    pub fn with_padding(mut self, padding: [usize; N]) -> Self {
         self.padding = padding;
         self
     }
 
     /// Sets the dilation (each at least 1; the mask operations need 1).
     #[must_use]
-    pub fn with_dilation(mut self, dilation: [usize; 2]) -> Self {
+    pub fn with_dilation(mut self, dilation: [usize; N]) -> Self {
         self.dilation = dilation;
         self
     }
@@ -60,29 +81,42 @@ impl MaxPool2dParams {
         self
     }
 
-    /// `[kh, kw]`.
-    pub fn kernel(&self) -> [usize; 2] {
+    /// The kernel, one value per axis.
+    pub fn kernel(&self) -> [usize; N] {
         self.kernel
     }
 
-    /// `[sh, sw]`.
-    pub fn stride(&self) -> [usize; 2] {
+    /// The stride, one value per axis.
+    pub fn stride(&self) -> [usize; N] {
         self.stride
     }
 
-    /// `[ph, pw]`.
-    pub fn padding(&self) -> [usize; 2] {
+    /// The padding on each side, one value per axis.
+    pub fn padding(&self) -> [usize; N] {
         self.padding
     }
 
-    /// `[dh, dw]`.
-    pub fn dilation(&self) -> [usize; 2] {
+    /// The dilation, one value per axis.
+    pub fn dilation(&self) -> [usize; N] {
         self.dilation
     }
 
     /// Whether the output size is rounded up.
     pub fn ceil_mode(&self) -> bool {
         self.ceil_mode
+    }
+
+    /// The parameters of axes `first..first + M` alone (the plane of a 3-D pooling is its last
+    /// two axes).
+    pub(crate) fn axes<const M: usize>(&self, first: usize) -> MaxPoolParams<M> {
+        let take = |v: [usize; N]| core::array::from_fn(|i| v[first + i]);
+        MaxPoolParams {
+            kernel: take(self.kernel),
+            stride: take(self.stride),
+            padding: take(self.padding),
+            dilation: take(self.dilation),
+            ceil_mode: self.ceil_mode,
+        }
     }
 
     /// Inputs a window spans along `axis`: `dilation·(kernel − 1) + 1`.
@@ -99,64 +133,68 @@ impl MaxPool2dParams {
 }
 
 // The checks, used by every operation that takes the parameters (phase 1).
-impl MaxPool2dParams {
-    /// The pooled size `[Ho, Wo]` of an `[H, W]` input, after checking the parameters.
+impl<const N: usize> MaxPoolParams<N> {
+    /// The pooled size of an input of spatial size `input` (`[H, W]` for 2-D), after checking
+    /// the parameters.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] for a zero kernel, stride or dilation, or padding above half
     /// the kernel; [`Error::OutputTooSmall`] when no window fits; [`Error::InvalidParameter`]
     /// (`dilation`) when a dilated window would read no input element at all.
-    pub fn output_size(&self, input: [usize; 2]) -> Result<[usize; 2]> {
-        self.output_size_for("MaxPool2dParams::output_size", "input", input)
+    pub fn output_size(&self, input: [usize; N]) -> Result<[usize; N]> {
+        // Named as the caller spells the type.
+        let op =
+            ["MaxPool1dParams::output_size", "MaxPool2dParams::output_size", "MaxPool3dParams::output_size"]
+                [N.clamp(1, 3) - 1];
+        self.output_size_for(op, "input", input)
     }
 
-    /// [`MaxPool2dParams::output_size`] for operation `op`, whose input is argument `arg`.
+    /// [`MaxPoolParams::output_size`] for operation `op`, whose input is argument `arg`.
     pub(crate) fn output_size_for(
         &self,
         op: &'static str,
         arg: &'static str,
-        [h, w]: [usize; 2],
-    ) -> Result<[usize; 2]> {
+        input: [usize; N],
+    ) -> Result<[usize; N]> {
         self.check(op)?;
-        let len = |axis: usize, n: usize| {
-            pool_output_len(
+        let mut out = [0; N];
+        for (axis, &n) in input.iter().enumerate() {
+            let len = pool_output_len(
                 n,
-                self.kernel()[axis],
-                self.stride()[axis],
-                self.padding()[axis],
-                self.dilation()[axis],
-                self.ceil_mode(),
-            )
-        };
-        let (ho, wo) = match (len(0, h), len(1, w)) {
-            (Some(ho), Some(wo)) => (ho, wo),
-            (ho, _) => {
-                let (axis, n) = if ho.is_none() { (0, h) } else { (1, w) };
-                return Err(self.no_output(op, arg, axis, n, [h, w]));
+                self.kernel[axis],
+                self.stride[axis],
+                self.padding[axis],
+                self.dilation[axis],
+                self.ceil_mode,
+            );
+            match len {
+                Some(len) => out[axis] = len,
+                None => return Err(self.no_output(op, arg, axis, n, &input)),
             }
-        };
-        for (axis, n, out, name) in [(0, h, ho, "H"), (1, w, wo, "W")] {
+        }
+        for (axis, (&n, &len)) in input.iter().zip(&out).enumerate() {
             let [k, s, p, d] =
-                [self.kernel()[axis], self.stride()[axis], self.padding()[axis], self.dilation()[axis]];
+                [self.kernel[axis], self.stride[axis], self.padding[axis], self.dilation[axis]];
             // With d <= n every window reads an input: its first tap at or past 0 lies below n.
             // With d > n a window can jump over the input, but then only kernels of 1 or 2 have
             // any output, so the windows are few. (`d >= n` would search in vain at d = n: an
             // equivalent mutant.)
             if d > n
-                && let Some(o) = (0..out).find(|&o| pool_window_taps(o, n, k, s, p, d).1 == 0)
+                && let Some(o) = (0..len).find(|&o| pool_window_taps(o, n, k, s, p, d).1 == 0)
             {
                 return Err(Error::InvalidParameter {
                     op,
                     arg: "dilation",
                     expected: "every window to read at least one input element".into(),
                     got: format!(
-                        "{:?}, whose window {o} along {name} = {n} reads only padding",
-                        self.dilation()
+                        "{:?}, whose window {o} along {} = {n} reads only padding",
+                        self.dilation,
+                        axis_names(N)[axis]
                     ),
                 });
             }
         }
-        Ok([ho, wo])
+        Ok(out)
     }
 
     /// Why axis `axis` (of length `n`) has no output: its (dilated) window is longer than the
@@ -167,24 +205,21 @@ impl MaxPool2dParams {
         arg: &'static str,
         axis: usize,
         n: usize,
-        input: [usize; 2],
+        input: &[usize],
     ) -> Error {
+        let name = axis_names(N)[axis];
         let window = self.window_span(axis);
         if window <= self.longest_window(axis, n) {
             return Error::Overflow {
                 op,
                 arg,
-                what: format!(
-                    "the output length along {} = {n} with {self:?} exceeds usize::MAX",
-                    ["H", "W"][axis]
-                ),
+                what: format!("the output length along {name} = {n} with {self:?} exceeds usize::MAX"),
             };
         }
         // Blame the dilation when the kernel alone would fit (then the dilation is above 1, or
         // the window would be the kernel and fit too).
-        let undilated_fits = self.kernel()[axis] as u128 <= self.longest_window(axis, n);
+        let undilated_fits = self.kernel[axis] as u128 <= self.longest_window(axis, n);
         let (arg, value) = if undilated_fits { ("dilation", self.dilation) } else { ("kernel", self.kernel) };
-        let name = ["H", "W"][axis];
         let (k, d, p) = (self.kernel[axis], self.dilation[axis], self.padding[axis]);
         let formula = if d > 1 { format!(" = {d}·({k} − 1) + 1") } else { String::new() };
         let ceil = match self.ceil_mode {
@@ -207,29 +242,31 @@ impl MaxPool2dParams {
     /// Checks the parameters themselves: kernel, stride and dilation of at least 1, padding
     /// at most half the kernel.
     fn check(&self, op: &'static str) -> Result<()> {
-        for (arg, v) in [("kernel", self.kernel()), ("stride", self.stride()), ("dilation", self.dilation())]
-        {
+        for (arg, v) in [("kernel", self.kernel), ("stride", self.stride), ("dilation", self.dilation)] {
             if v.contains(&0) {
+                let count = ["one value", "two values", "three values"][N.clamp(1, 3) - 1];
                 return Err(Error::InvalidParameter {
                     op,
                     arg,
-                    expected: "two values, each at least 1".into(),
+                    expected: format!("{count}, each at least 1"),
                     got: format!("{v:?}"),
                 });
             }
         }
-        let half = [self.kernel()[0] / 2, self.kernel()[1] / 2];
-        if self.padding()[0] > half[0] || self.padding()[1] > half[1] {
+        let half = self.kernel.map(|k| k / 2);
+        if self.padding.iter().zip(&half).any(|(p, h)| p > h) {
             return Err(Error::InvalidParameter {
                 op,
                 arg: "padding",
-                expected: format!("at most half the kernel {:?}, i.e. at most {half:?}", self.kernel()),
-                got: format!("{:?}", self.padding()),
+                expected: format!("at most half the kernel {:?}, i.e. at most {half:?}", self.kernel),
+                got: format!("{:?}", self.padding),
             });
         }
         Ok(())
     }
+}
 
+impl MaxPool2dParams {
     /// The Ascend mask operations also need dilation 1.
     pub(crate) fn check_mask_op(&self, op: &'static str) -> Result<()> {
         if self.dilation() != [1, 1] {

@@ -6,7 +6,7 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::geometry::{mask_block_planes, mask_shape, mask_words_per_row, pool_window_origin};
 use crate::index::ArgmaxIndex;
-use crate::params::MaxPool2dParams;
+use crate::params::{MaxPool2dParams, MaxPool3dParams};
 use crate::tensor::{Memory, TensorMut, TensorRef, position, user_dims, with_spatial};
 
 /// The 4-D shape `[N, C, H, W]` of a pooling input given in the caller's rank (3 or 4), whose C,
@@ -297,5 +297,128 @@ impl MaxPoolGeometry {
         let iw = pool_window_origin(ow, self.params.stride()[1], self.params.padding()[1]) + (k % kw) as i128;
         let inside = (0..self.h as i128).contains(&ih) && (0..self.w as i128).contains(&iw);
         inside.then(|| ih as usize * self.w + iw as usize)
+    }
+}
+
+/// The ranks of a 3-D pooling's tensors.
+pub(crate) const VOLUME_RANKS: &str = "4 (C, D, H, W) or 5 (N, C, D, H, W)";
+
+/// The 5-D shape `[N, C, D, H, W]` of a 3-D pooling input given in the caller's rank (4 or 5),
+/// whose C, D, H and W must be non-empty (N may be 0).
+pub(crate) fn volume_dims(op: &'static str, arg: &'static str, dims: &[usize]) -> Result<[usize; 5]> {
+    let shape = match *dims {
+        [c, d, h, w] => [1, c, d, h, w],
+        [n, c, d, h, w] => [n, c, d, h, w],
+        _ => {
+            return Err(Error::Rank {
+                op,
+                arg,
+                expected: VOLUME_RANKS,
+                got: dims.len(),
+                shape: dims.to_vec(),
+            });
+        }
+    };
+    for (axis, name) in [(1, "C"), (2, "D"), (3, "H"), (4, "W")] {
+        if shape[axis] == 0 {
+            return Err(Error::EmptyDimension { op, arg, axis: name, shape: dims.to_vec() });
+        }
+    }
+    Ok(shape)
+}
+
+/// `d * h * w` without overflow.
+pub(crate) fn volume_size(op: &'static str, arg: &'static str, [d, h, w]: [usize; 3]) -> Result<usize> {
+    d.checked_mul(h).and_then(|dh| dh.checked_mul(w)).ok_or_else(|| Error::Overflow {
+        op,
+        arg,
+        what: format!("D * H * W = {d} * {h} * {w}"),
+    })
+}
+
+/// `[D, H, W]` with every entry at least 1.
+pub(crate) fn output_size3(op: &'static str, arg: &'static str, size: [usize; 3]) -> Result<()> {
+    if size.contains(&0) {
+        return Err(Error::InvalidParameter {
+            op,
+            arg,
+            expected: "[Do, Ho, Wo], each at least 1".into(),
+            got: format!("{size:?}"),
+        });
+    }
+    Ok(())
+}
+
+/// The sizes every 3-D pooling has: `N` volumes of `C` channels, `D x H x W` pooled to
+/// `Do x Ho x Wo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeSizes {
+    /// Batch size (1 for 4-D tensors).
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Input `[D, H, W]`.
+    pub input: [usize; 3],
+    /// Output `[Do, Ho, Wo]`.
+    pub output: [usize; 3],
+    /// Rank of the caller's tensors (4 or 5).
+    pub(crate) ndim: usize,
+}
+
+impl VolumeSizes {
+    /// Number of `(n, c)` volumes.
+    pub fn volumes(&self) -> usize {
+        self.n * self.c
+    }
+
+    /// The input shape in the caller's rank.
+    pub(crate) fn input_dims(&self) -> Vec<usize> {
+        let [d, h, w] = self.input;
+        [self.n, self.c, d, h, w][5 - self.ndim..].to_vec()
+    }
+
+    /// The pooled shape `[N, C, Do, Ho, Wo]` in the caller's rank.
+    pub(crate) fn pooled_dims(&self) -> Vec<usize> {
+        let [d, h, w] = self.output;
+        [self.n, self.c, d, h, w][5 - self.ndim..].to_vec()
+    }
+
+    /// The error for index `value` found at element `e` of the indices.
+    pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
+        let [d, h, w] = self.input;
+        let position = crate::tensor::position_in(e, &self.pooled_dims());
+        Error::IndexOutOfRange { op, arg, position, value, plane: d * h * w }
+    }
+}
+
+/// Sizes of an adaptive 3-D pooling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveGeometry3d {
+    /// The volumes and their input and output sizes.
+    pub sizes: VolumeSizes,
+}
+
+/// Sizes of a 3-D max pooling, with its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxPool3dGeometry {
+    /// The volumes and their input and output sizes.
+    pub sizes: VolumeSizes,
+    /// The pooling parameters.
+    pub params: MaxPool3dParams,
+}
+
+impl MaxPool3dGeometry {
+    /// Checks `params` on an input of shape `input_dims` (4-D or 5-D, C, D, H, W non-empty).
+    pub(crate) fn checked(
+        op: &'static str,
+        arg: &'static str,
+        params: &MaxPool3dParams,
+        input_dims: &[usize],
+    ) -> Result<Self> {
+        let [n, c, d, h, w] = volume_dims(op, arg, input_dims)?;
+        let output = params.output_size_for(op, arg, [d, h, w])?;
+        volume_size(op, arg, [d, h, w])?;
+        let sizes = VolumeSizes { n, c, input: [d, h, w], output, ndim: input_dims.len() };
+        Ok(MaxPool3dGeometry { sizes, params: *params })
     }
 }

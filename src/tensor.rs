@@ -1,15 +1,17 @@
-//! Tensor views: [`TensorRef`] (read) and [`TensorMut`] (write) over 3-D `(C, H, W)` or 4-D
-//! `(N, C, H, W)` data with strides in elements.
+//! Tensor views: [`TensorRef`] (read) and [`TensorMut`] (write) over 3-D `(C, H, W)`, 4-D
+//! `(N, C, H, W)` or, for the 3-D poolings, 5-D `(N, C, D, H, W)` data with strides in elements.
 //!
-//! A view is a checked [`ndarray`] view underneath, seen as 4-D (a 3-D view has `N = 1`) and
-//! remembering the rank it was built with, so results and error positions use the caller's rank.
+//! A view is a checked [`ndarray`] view underneath, seen as 4-D (a 3-D view has `N = 1`; a 5-D
+//! view has its `D` and `H` axes merged into one, `[N, C, D·H, W]`, which visits the elements in
+//! the same row-major order) and remembering the shape it was built with, so results and error
+//! positions use the caller's rank.
 //! Every constructor is fallible: out-of-bounds shapes and strides, overflowing sizes and (for
 //! [`TensorMut`]) strides that make two elements share memory are errors, never panics.
 
 use core::fmt;
 
 use ndarray::{ArrayBase, ArrayView, ArrayView4, ArrayViewMut, ArrayViewMut4, Axis, Data, DataMut};
-use ndarray::{Dimension, Ix3, Ix4, IxDyn, RawData, ShapeBuilder};
+use ndarray::{Dimension, Ix3, Ix4, Ix5, IxDyn, RawData, ShapeBuilder};
 
 use crate::element::Element;
 use crate::error::{Error, Result, UNNAMED};
@@ -77,11 +79,43 @@ impl Memory for Host {
 
 pub(crate) const RANKS: &str = "3 (C, H, W) or 4 (N, C, H, W)";
 
+/// The ranks the views themselves accept (each operation then asks for its own).
+const VIEW_RANKS: &str = "3, 4 or 5 (N, C, D, H, W)";
+
+/// The caller's shape of a view: up to 5 dimensions, kept inline (no allocation per view).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dims {
+    len: usize,
+    dims: [usize; 5],
+}
+
+impl Dims {
+    fn of(shape: &[usize]) -> Self {
+        let mut dims = [0; 5];
+        dims[..shape.len()].copy_from_slice(shape);
+        Dims { len: shape.len(), dims }
+    }
+}
+
+impl core::ops::Deref for Dims {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        &self.dims[..self.len]
+    }
+}
+
+impl fmt::Debug for Dims {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
 mod sealed {
-    /// Implemented for `Ix3`, `Ix4` and `IxDyn` only.
+    /// Implemented for `Ix3`, `Ix4`, `Ix5` and `IxDyn` only.
     pub trait Sealed {}
     impl Sealed for ndarray::Ix3 {}
     impl Sealed for ndarray::Ix4 {}
+    impl Sealed for ndarray::Ix5 {}
     impl Sealed for ndarray::IxDyn {}
 }
 
@@ -95,10 +129,30 @@ mod sealed {
 /// let x = ndarray::Array2::<f32>::zeros((4, 4));
 /// let _ = poolgrad::adaptive_max_pool2d(&x, [2, 2]);
 /// ```
-pub trait PoolDim: Dimension + sealed::Sealed {}
+pub trait PoolDim: ViewDim {}
 impl PoolDim for Ix3 {}
 impl PoolDim for Ix4 {}
 impl PoolDim for IxDyn {}
+
+/// The ndarray dimension types the 3-D poolings accept: [`Ix4`](type@Ix4) (`[C, D, H, W]`) and
+/// [`Ix5`](type@Ix5) (`[N, C, D, H, W]`), whose rank is right by construction, and
+/// [`IxDyn`](type@IxDyn), whose rank is checked at run time ([`Error::Rank`]). Sealed.
+///
+/// ```compile_fail
+/// let x = ndarray::Array3::<f32>::zeros((4, 4, 4));
+/// let _ = poolgrad::adaptive_max_pool3d(&x, [2, 2, 2]);
+/// ```
+pub trait VolumeDim: ViewDim {}
+impl VolumeDim for Ix4 {}
+impl VolumeDim for Ix5 {}
+impl VolumeDim for IxDyn {}
+
+/// Every dimension type a view is made from: those of [`PoolDim`] and of [`VolumeDim`]. Sealed.
+pub trait ViewDim: Dimension + sealed::Sealed {}
+impl ViewDim for Ix3 {}
+impl ViewDim for Ix4 {}
+impl ViewDim for Ix5 {}
+impl ViewDim for IxDyn {}
 
 /// A read-only view of a 3-D or 4-D tensor.
 ///
@@ -115,7 +169,7 @@ impl PoolDim for IxDyn {}
 /// ```
 pub struct TensorRef<'a, E: Element, M: Memory = Host> {
     view: M::Ref<'a, E>,
-    ndim: usize,
+    dims: Dims,
 }
 
 impl<E: Element, M: Memory> Clone for TensorRef<'_, E, M> {
@@ -128,7 +182,7 @@ impl<E: Element, M: Memory> Copy for TensorRef<'_, E, M> {}
 
 impl<E: Element, M: Memory> fmt::Debug for TensorRef<'_, E, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TensorRef").field("view", &self.view).field("ndim", &self.ndim).finish()
+        f.debug_struct("TensorRef").field("view", &self.view).field("dims", &self.dims).finish()
     }
 }
 
@@ -147,7 +201,7 @@ impl<E: Element, M: Memory> fmt::Debug for TensorRef<'_, E, M> {
 /// ```
 pub struct TensorMut<'a, E: Element, M: Memory = Host> {
     view: M::Mut<'a, E>,
-    ndim: usize,
+    dims: Dims,
     /// Every element is known to be +0 (an array the crate has just allocated zeroed), so a
     /// kernel may leave it unzeroed. Set only inside the crate ([`TensorMut::known_zero`]).
     zeroed: bool,
@@ -157,7 +211,7 @@ impl<E: Element, M: Memory> fmt::Debug for TensorMut<'_, E, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TensorMut")
             .field("view", &self.view)
-            .field("ndim", &self.ndim)
+            .field("dims", &self.dims)
             .field("zeroed", &self.zeroed)
             .finish()
     }
@@ -165,46 +219,87 @@ impl<E: Element, M: Memory> fmt::Debug for TensorMut<'_, E, M> {
 
 fn check_rank(arg: &'static str, shape: &[usize]) -> Result<()> {
     match shape.len() {
-        3 | 4 => Ok(()),
-        got => Err(Error::Rank { op: UNNAMED, arg, expected: RANKS, got, shape: shape.to_vec() }),
+        3..=5 => Ok(()),
+        got => Err(Error::Rank { op: UNNAMED, arg, expected: VIEW_RANKS, got, shape: shape.to_vec() }),
     }
 }
 
-/// `view` as `[N, C, H, W]` (a 3-D view gains `N = 1`), with the rank it had; another rank is
-/// an error naming `arg`. Views of a static rank convert without a dynamic shape (no
-/// allocation: the tiny calls of property tests pay this on every tensor).
+/// The error for a 5-D view whose `D` and `H` axes cannot be merged into one axis of steps of
+/// one stride (a view sliced along `D` or `H` with steps, or with those axes transposed).
+fn unmerged(arg: &'static str, shape: &[usize], strides: &[isize]) -> Error {
+    Error::Layout {
+        op: UNNAMED,
+        arg,
+        reason: format!(
+            "of shape {shape:?} has strides {strides:?}, whose D and H axes do not merge into one \
+             (the stride of D must be H times that of H); copy it to a standard layout first"
+        ),
+    }
+}
+
+/// `view` as `[N, C, H, W]` (a 3-D view gains `N = 1`; a 5-D view has its `D` and `H` axes
+/// merged), with the shape it had; another rank, or a 5-D view whose `D` and `H` do not merge
+/// ([`unmerged`]), is an error naming `arg`. Views of a static rank convert without a dynamic
+/// shape (no allocation: the tiny calls of property tests pay this on every tensor).
 fn as_nchw<S: RawData, D: Dimension>(
     view: ArrayBase<S, D>,
     arg: &'static str,
-) -> Result<(ArrayBase<S, Ix4>, usize)> {
+) -> Result<(ArrayBase<S, Ix4>, Dims)> {
     check_rank(arg, view.shape())?;
-    let ndim = view.ndim();
+    let dims = Dims::of(view.shape());
     let nchw = match D::NDIM {
         Some(4) => view.into_dimensionality::<Ix4>(),
         Some(3) => view.into_dimensionality::<Ix3>().map(|v| v.insert_axis(Axis(0))),
+        _ if dims.len == 5 => {
+            let mut view =
+                view.into_dimensionality::<Ix5>().map_err(|e| Error::from_shape(UNNAMED, arg, e))?;
+            if view.is_empty() {
+                // Nothing to address: a standard-layout view of no elements.
+                let [n, c, d, h, w] = dims.dims;
+                view.into_shape_with_order([n, c, d * h, w])
+            } else if view.merge_axes(Axis(2), Axis(3)) {
+                // `D` now has length 1.
+                Ok(view.index_axis_move(Axis(2), 0))
+            } else {
+                return Err(unmerged(arg, &dims, view.strides()));
+            }
+        }
         _ => {
             let view = view.into_dyn();
-            let view = if ndim == 3 { view.insert_axis(Axis(0)) } else { view };
+            let view = if dims.len == 3 { view.insert_axis(Axis(0)) } else { view };
             view.into_dimensionality::<Ix4>()
         }
     };
-    Ok((nchw.map_err(|e| Error::from_shape(UNNAMED, arg, e))?, ndim))
+    Ok((nchw.map_err(|e| Error::from_shape(UNNAMED, arg, e))?, dims))
 }
 
 fn as_4d(shape: &[usize]) -> [usize; 4] {
     match *shape {
         [c, h, w] => [1, c, h, w],
         [n, c, h, w] => [n, c, h, w],
+        [n, c, d, h, w] => [n, c, d * h, w],
         _ => [0; 4], // unreachable after check_rank
     }
 }
 
-fn strides_4d(strides: &[usize]) -> [usize; 4] {
-    match *strides {
-        [c, h, w] => [0, c, h, w],
-        [n, c, h, w] => [n, c, h, w],
+/// The strides of [`as_4d`]'s shape, or `None` for a 5-D shape whose `D` and `H` do not merge.
+/// (An axis of length 1 or less never steps, so its stride does not constrain the merge.)
+fn strides_4d(shape: &[usize], strides: &[usize]) -> Option<[usize; 4]> {
+    Some(match (shape, strides) {
+        (_, &[c, h, w]) => [0, c, h, w],
+        (_, &[n, c, h, w]) => [n, c, h, w],
+        (&[_, _, d, h, _], &[n, c, sd, sh, w]) => {
+            let merged = if h <= 1 {
+                sd
+            } else if d <= 1 || Some(sd) == h.checked_mul(sh) {
+                sh
+            } else {
+                return None;
+            };
+            [n, c, merged, w]
+        }
         _ => [0; 4],
-    }
+    })
 }
 
 fn check_exact_len(shape: &[usize], len: usize) -> Result<()> {
@@ -400,7 +495,7 @@ impl<'a, E: Element> TensorRef<'a, E> {
             .map_err(|e| e.named(OP))?;
         let view =
             ArrayView::from_shape(as_4d(shape), data).map_err(|e| Error::from_shape(OP, "shape", e))?;
-        Ok(Self { view, ndim: shape.len() })
+        Ok(Self { view, dims: Dims::of(shape) })
     }
 
     /// A view of `data` with `shape` and `strides` (in elements, one per dimension). Strides may be
@@ -432,12 +527,16 @@ impl<'a, E: Element> TensorRef<'a, E> {
         let strides = check_rank("shape", shape)
             .and_then(|()| check_strides(shape, strides, data.len(), false))
             .map_err(|e| e.named(OP))?;
-        let view = ArrayView::from_shape(as_4d(shape).strides(strides_4d(&strides)), data)
+        let strides4 = strides_4d(shape, &strides).ok_or_else(|| {
+            unmerged("strides", shape, &strides.iter().map(|&s| s as isize).collect::<Vec<_>>()).named(OP)
+        })?;
+        let view = ArrayView::from_shape(as_4d(shape).strides(strides4), data)
             .map_err(|e| Error::from_shape(OP, "strides", e))?;
-        Ok(Self { view, ndim: shape.len() })
+        Ok(Self { view, dims: Dims::of(shape) })
     }
 
-    /// A view of any 3-D or 4-D ndarray array or view (any strides, including negative ones).
+    /// A view of any 3-D, 4-D or 5-D ndarray array or view (any strides, including negative ones;
+    /// a 5-D one whose `D` and `H` axes merge).
     /// For `Ix3` and `Ix4` arrays, `TensorRef::from(&array)` cannot fail.
     ///
     /// # Errors
@@ -445,7 +544,7 @@ impl<'a, E: Element> TensorRef<'a, E> {
     pub fn from_array<S, D>(array: &'a ArrayBase<S, D>) -> Result<Self>
     where
         S: Data<Elem = E>,
-        D: PoolDim,
+        D: ViewDim,
     {
         Self::named(array.view(), "array").map_err(|e| e.named("TensorRef::from_array"))
     }
@@ -462,15 +561,15 @@ impl<'a, E: Element> TensorRef<'a, E> {
     ///
     /// # Errors
     /// [`Error::Rank`] for an `IxDyn` view of another rank.
-    pub fn from_view<D: PoolDim>(view: ArrayView<'a, E, D>) -> Result<Self> {
+    pub fn from_view<D: ViewDim>(view: ArrayView<'a, E, D>) -> Result<Self> {
         Self::named(view, "view").map_err(|e| e.named("TensorRef::from_view"))
     }
 
     /// Like [`TensorRef::from_view`], with the argument named in errors (the caller names the
     /// operation).
     pub(crate) fn named<D: Dimension>(view: ArrayView<'a, E, D>, arg: &'static str) -> Result<Self> {
-        let (view, ndim) = as_nchw(view, arg)?;
-        Ok(Self { view, ndim })
+        let (view, dims) = as_nchw(view, arg)?;
+        Ok(Self { view, dims })
     }
 
     /// A view of data whose rank is 3 or 4 by construction (a [`Mask`](crate::Mask)'s bytes,
@@ -489,7 +588,8 @@ impl<'a, E: Element, M: Memory> TensorRef<'a, E, M> {
     /// A view of `data`, whose 4-D shape was checked by its constructor, in rank `ndim`.
     #[cfg_attr(not(feature = "ascend"), allow(dead_code))] // the device memory's views
     pub(crate) fn from_parts(view: M::Ref<'a, E>, ndim: usize) -> Self {
-        TensorRef { view, ndim }
+        let dims = Dims::of(&M::ref_shape(&view)[4 - ndim..]);
+        TensorRef { view, dims }
     }
 
     /// The memory-specific view underneath.
@@ -498,24 +598,25 @@ impl<'a, E: Element, M: Memory> TensorRef<'a, E, M> {
         self.view
     }
 
-    /// The shape seen as 4-D `[N, C, H, W]` (`N = 1` for a 3-D tensor).
+    /// The shape seen as 4-D `[N, C, H, W]` (`N = 1` for a 3-D tensor; `[N, C, D·H, W]` for a
+    /// 5-D one).
     pub fn shape(&self) -> [usize; 4] {
         dims4(M::ref_shape(&self.view))
     }
 
     /// The shape in the rank the view was built with.
     pub fn dims(&self) -> Vec<usize> {
-        user_dims(M::ref_shape(&self.view), self.ndim)
+        self.dims.to_vec()
     }
 
     /// [`TensorRef::dims`], borrowed.
     pub(crate) fn user_shape(&self) -> &[usize] {
-        &M::ref_shape(&self.view)[4 - self.ndim..]
+        &self.dims
     }
 
-    /// The rank the view was built with: 3 or 4.
+    /// The rank the view was built with: 3, 4 or 5.
     pub fn ndim(&self) -> usize {
-        self.ndim
+        self.dims.len
     }
 }
 
@@ -531,7 +632,7 @@ impl<'a, E: Element> TensorMut<'a, E> {
             .map_err(|e| e.named(OP))?;
         let view =
             ArrayViewMut::from_shape(as_4d(shape), data).map_err(|e| Error::from_shape(OP, "shape", e))?;
-        Ok(Self { view, ndim: shape.len(), zeroed: false })
+        Ok(Self { view, dims: Dims::of(shape), zeroed: false })
     }
 
     /// A view of `data` with `shape` and `strides` (in elements), under the contract of
@@ -547,9 +648,12 @@ impl<'a, E: Element> TensorMut<'a, E> {
             .and_then(|()| check_strides(shape, strides, data.len(), true))
             .map_err(|e| e.named(OP))?;
         // (The batch axis added to a 3-D shape has length 1: its stride 0 is never taken.)
-        let view = ArrayViewMut::from_shape(as_4d(shape).strides(strides_4d(&strides)), data)
+        let strides4 = strides_4d(shape, &strides).ok_or_else(|| {
+            unmerged("strides", shape, &strides.iter().map(|&s| s as isize).collect::<Vec<_>>()).named(OP)
+        })?;
+        let view = ArrayViewMut::from_shape(as_4d(shape).strides(strides4), data)
             .map_err(|e| Error::from_shape(OP, "strides", e))?;
-        Ok(Self { view, ndim: shape.len(), zeroed: false })
+        Ok(Self { view, dims: Dims::of(shape), zeroed: false })
     }
 
     /// A writable view of any 3-D or 4-D ndarray array or mutable view. For `Ix3` and `Ix4`
@@ -560,7 +664,7 @@ impl<'a, E: Element> TensorMut<'a, E> {
     pub fn from_array<S, D>(array: &'a mut ArrayBase<S, D>) -> Result<Self>
     where
         S: DataMut<Elem = E>,
-        D: PoolDim,
+        D: ViewDim,
     {
         Self::named(array.view_mut(), "array").map_err(|e| e.named("TensorMut::from_array"))
     }
@@ -577,13 +681,13 @@ impl<'a, E: Element> TensorMut<'a, E> {
     ///
     /// # Errors
     /// [`Error::Rank`] for an `IxDyn` view of another rank.
-    pub fn from_view<D: PoolDim>(view: ArrayViewMut<'a, E, D>) -> Result<Self> {
+    pub fn from_view<D: ViewDim>(view: ArrayViewMut<'a, E, D>) -> Result<Self> {
         Self::named(view, "view").map_err(|e| e.named("TensorMut::from_view"))
     }
 
     pub(crate) fn named<D: Dimension>(view: ArrayViewMut<'a, E, D>, arg: &'static str) -> Result<Self> {
-        let (view, ndim) = as_nchw(view, arg)?;
-        Ok(Self { view, ndim, zeroed: false })
+        let (view, dims) = as_nchw(view, arg)?;
+        Ok(Self { view, dims, zeroed: false })
     }
 
     /// The same tensor, marked as holding only +0: for an array the crate has just allocated
@@ -612,7 +716,8 @@ impl<'a, E: Element, M: Memory> TensorMut<'a, E, M> {
     /// A writable view of `data`, whose 4-D shape was checked by its constructor, in rank `ndim`.
     #[cfg_attr(not(feature = "ascend"), allow(dead_code))] // the device memory's views
     pub(crate) fn from_parts(view: M::Mut<'a, E>, ndim: usize) -> Self {
-        TensorMut { view, ndim, zeroed: false }
+        let dims = Dims::of(&M::mut_shape(&view)[4 - ndim..]);
+        TensorMut { view, dims, zeroed: false }
     }
 
     /// The memory-specific view underneath.
@@ -627,34 +732,34 @@ impl<'a, E: Element, M: Memory> TensorMut<'a, E, M> {
         &self.view
     }
 
-    /// The shape seen as 4-D `[N, C, H, W]`.
+    /// The shape seen as 4-D `[N, C, H, W]` (`[N, C, D·H, W]` for a 5-D tensor).
     pub fn shape(&self) -> [usize; 4] {
         dims4(M::mut_shape(&self.view))
     }
 
     /// The shape in the rank the view was built with.
     pub fn dims(&self) -> Vec<usize> {
-        user_dims(M::mut_shape(&self.view), self.ndim)
+        self.dims.to_vec()
     }
 
     /// [`TensorMut::dims`], borrowed.
     pub(crate) fn user_shape(&self) -> &[usize] {
-        &M::mut_shape(&self.view)[4 - self.ndim..]
+        &self.dims
     }
 
-    /// The rank the view was built with: 3 or 4.
+    /// The rank the view was built with: 3, 4 or 5.
     pub fn ndim(&self) -> usize {
-        self.ndim
+        self.dims.len
     }
 
     /// A read-only view of the same data.
     pub fn as_ref(&self) -> TensorRef<'_, E, M> {
-        TensorRef { view: M::read(&self.view), ndim: self.ndim }
+        TensorRef { view: M::read(&self.view), dims: self.dims }
     }
 
     /// A shorter-lived writable view of the same data.
     pub fn reborrow(&mut self) -> TensorMut<'_, E, M> {
-        TensorMut { view: M::reborrow(&mut self.view), ndim: self.ndim, zeroed: self.zeroed }
+        TensorMut { view: M::reborrow(&mut self.view), dims: self.dims, zeroed: self.zeroed }
     }
 }
 
@@ -672,14 +777,14 @@ impl<'a, E: Element, M: Memory> TensorMut<'a, E, M> {
 /// ```
 impl<'a, E: Element> From<ArrayView4<'a, E>> for TensorRef<'a, E> {
     fn from(view: ArrayView4<'a, E>) -> Self {
-        TensorRef { view, ndim: 4 }
+        TensorRef { view, dims: Dims::of(view.shape()) }
     }
 }
 
 /// `[C, H, W]` views convert without a check, as `[1, C, H, W]`.
 impl<'a, E: Element> From<ArrayView<'a, E, Ix3>> for TensorRef<'a, E> {
     fn from(view: ArrayView<'a, E, Ix3>) -> Self {
-        TensorRef { view: view.insert_axis(Axis(0)), ndim: 3 }
+        TensorRef { dims: Dims::of(view.shape()), view: view.insert_axis(Axis(0)) }
     }
 }
 
@@ -697,13 +802,13 @@ impl<'a, E: Element, S: Data<Elem = E>> From<&'a ArrayBase<S, Ix3>> for TensorRe
 
 impl<'a, E: Element> From<ArrayViewMut4<'a, E>> for TensorMut<'a, E> {
     fn from(view: ArrayViewMut4<'a, E>) -> Self {
-        TensorMut { view, ndim: 4, zeroed: false }
+        TensorMut { dims: Dims::of(view.shape()), view, zeroed: false }
     }
 }
 
 impl<'a, E: Element> From<ArrayViewMut<'a, E, Ix3>> for TensorMut<'a, E> {
     fn from(view: ArrayViewMut<'a, E, Ix3>) -> Self {
-        TensorMut { view: view.insert_axis(Axis(0)), ndim: 3, zeroed: false }
+        TensorMut { dims: Dims::of(view.shape()), view: view.insert_axis(Axis(0)), zeroed: false }
     }
 }
 
@@ -737,6 +842,17 @@ pub(crate) fn with_spatial(shape4: [usize; 4], [h, w]: [usize; 2], ndim: usize) 
 pub(crate) fn position(e: usize, dims: [usize; 4], ndim: usize) -> Vec<usize> {
     let [n, c, h, w] = dims;
     user_dims(&unflatten(e, (n, c, h, w)), ndim)
+}
+
+/// The position, in the caller's shape `dims`, of element `e` of a row-major tensor of that
+/// shape (any rank).
+pub(crate) fn position_in(mut e: usize, dims: &[usize]) -> Vec<usize> {
+    let mut position = vec![0; dims.len()];
+    for (p, &len) in position.iter_mut().zip(dims).rev() {
+        *p = e % len.max(1);
+        e /= len.max(1);
+    }
+    position
 }
 
 fn unflatten(mut flat: usize, (_, c, h, w): (usize, usize, usize, usize)) -> [usize; 4] {

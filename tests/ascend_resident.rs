@@ -502,7 +502,7 @@ fn tensors_and_workspaces_of_another_device_are_refused_before_any_device_call()
     assert_eq!(format!("{x1:?}"), "NpuTensor { device_id: 1, dims: [1, 1, 2, 2], dtype: F32 }");
     assert_eq!(
         format!("{:?}", x1.view()),
-        "TensorRef { view: DeviceRef { device_id: 1, shape: [1, 1, 2, 2], dtype: F32, .. }, ndim: 4 }"
+        "TensorRef { view: DeviceRef { device_id: 1, shape: [1, 1, 2, 2], dtype: F32, .. }, dims: [1, 1, 2, 2] }"
     );
     assert!(
         format!("{:?}", here.view_mut())

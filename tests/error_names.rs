@@ -91,8 +91,15 @@ fn the_layouts_errors_name_the_mask_method() {
 fn the_views_errors_name_the_constructor() {
     let flat = ndarray::Array::<f32, IxDyn>::zeros(IxDyn(&[2, 2]));
     assert_eq!(names(&TensorRef::from_array(&flat).unwrap_err()), ("TensorRef::from_array", "array"));
-    let mut five = ndarray::Array::<f32, IxDyn>::zeros(IxDyn(&[1, 1, 1, 1, 1]));
-    assert_eq!(names(&TensorMut::from_view(five.view_mut()).unwrap_err()), ("TensorMut::from_view", "view"));
+    let mut six = ndarray::Array::<f32, IxDyn>::zeros(IxDyn(&[1, 1, 1, 1, 1, 1]));
+    assert_eq!(names(&TensorMut::from_view(six.view_mut()).unwrap_err()), ("TensorMut::from_view", "view"));
+    // A 5-D view whose D and H do not merge (every other depth of 2 x 2).
+    let five = ndarray::Array5::<f32>::zeros((1, 1, 4, 2, 2));
+    let stepped = five.slice(ndarray::s![.., .., ..;2, .., ..]);
+    assert_eq!(names(&TensorRef::from_view(stepped).unwrap_err()), ("TensorRef::from_view", "view"));
+    let e =
+        TensorRef::from_slice_with_strides(&[0.0f32; 16], &[1, 1, 2, 2, 2], &[16, 16, 8, 2, 1]).unwrap_err();
+    assert_eq!(names(&e), ("TensorRef::from_slice_with_strides", "strides"));
     let data = [0.0f32; 4];
     assert_eq!(
         names(&TensorRef::from_slice(&data, &[1, 2, 3]).unwrap_err()),

@@ -5,7 +5,7 @@
 
 use super::Cpu;
 use super::interleave::{BLOCK, interleave};
-use super::schedule::{PlaneSplit, Planes, Planned, Taps, Windowed};
+use super::schedule::{PlaneSplit, Planes, Planned, Taps, VolumeWindowed, Windowed, calling_thread};
 use super::simd::{self, Isa};
 use super::{CacheLine, Carver, Sizer, task_share};
 
@@ -13,7 +13,10 @@ use crate::device::internal::Launch;
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::{Result, UNNAMED};
 use crate::index::ArgmaxIndex;
-use crate::op::{AdaptiveGeometry, AdaptiveMaxPool2d, MaxPool2dWithIndices, MaxPoolGeometry};
+use crate::op::{
+    AdaptiveGeometry, AdaptiveGeometry3d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, MaxPool2dWithIndices,
+    MaxPool3dGeometry, MaxPool3dWithIndices, MaxPoolGeometry,
+};
 use crate::tensor::{TensorMut, TensorRef};
 
 /// Phase-1 state of a forward: the taps of every output row and column, and how the work is
@@ -200,6 +203,235 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         run_indexed(self, g, (op.input, op.output, op.indices), &p, memory)
+    }
+}
+
+/// Phase-1 state of a 3-D forward ([`VolumeWindowed`]): each task pools, with the 2-D forward,
+/// the `[H, W]` slices that its outputs read, into scratch, then takes for each output the best
+/// of those slices' results along its depth window, by the rule of every forward
+/// ([`replaces_best`]). This is the one scan of the whole window in row-major `(d, h, w)` order:
+/// a slice's result is its last NaN, or else its first maximum (its first tap when all are
+/// `-inf`), and meeting the slices' results in depth order with the same rule keeps the last
+/// slice with a NaN, or else the first slice that holds the largest value, so the last NaN of
+/// the window, or else its first maximum.
+#[derive(Debug)]
+pub struct VolumeForwardPrepared {
+    /// The 2-D forward of the slices one task pools, planned for the calling thread.
+    slices: ForwardPrepared,
+    /// The slices' plane sizes.
+    plane: Planes,
+    /// The slices each output depth reads.
+    depth: Vec<Taps>,
+    /// Runs of whole volumes, or bands of output depths of one volume.
+    split: PlaneSplit,
+    /// Scratch of each task: the slices' accumulators, and the pooled values and flat indices of
+    /// up to `D` slices.
+    acc_per_task: usize,
+    pooled_per_task: usize,
+}
+
+impl VolumeForwardPrepared {
+    fn plan<T: PoolFloat, I: ArgmaxIndex>(
+        cpu: &Cpu,
+        g: &impl VolumeWindowed,
+        sizer: &mut Sizer,
+    ) -> Result<Self> {
+        let slices_g = g.slices();
+        let (rows, cols) = slices_g.taps()?;
+        let [d, _, _] = g.sizes().input;
+        let plane = Planes { count: d, ..slices_g.plane_sizes() };
+        // The slices of one task are pooled on its own thread, so planned for one.
+        let slices = ForwardPrepared::plan::<T>(calling_thread(cpu), rows, cols, plane, &mut Sizer::new())?;
+        let depth = g.depth_taps()?;
+        let split = PlaneSplit::of(cpu, g.sizes().volumes(), depth.len());
+        let acc_per_task = task_share::<T::Acc>(slices.acc_per_task());
+        let pooled = d.saturating_mul(plane.ho * plane.wo);
+        let pooled_per_task = task_share::<T>(pooled).max(task_share::<I>(pooled));
+        sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
+        sizer.region::<T>(split.tasks() * pooled_per_task)?;
+        sizer.region::<I>(split.tasks() * pooled_per_task)?;
+        Ok(VolumeForwardPrepared { slices, plane, depth, split, acc_per_task, pooled_per_task })
+    }
+}
+
+/// Phase 1 of a 3-D forward, on the device the call's size deserves ([`Planned`]).
+fn prepare_volumes<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    g: &impl VolumeWindowed,
+    (input, output, indices): (&TensorRef<'_, T>, &TensorMut<'_, T>, &TensorMut<'_, I>),
+) -> Result<(Planned<VolumeForwardPrepared>, usize)> {
+    Planned::of(cpu, g.forward_work(), |cpu| {
+        let mut sizer = Sizer::new();
+        sizer.stage(&input.view())?;
+        sizer.stage(&output.as_ref().view())?;
+        sizer.stage(&indices.as_ref().view())?;
+        let prepared = VolumeForwardPrepared::plan::<T, I>(cpu, g, &mut sizer)?;
+        Ok((prepared, sizer.total()))
+    })
+}
+
+/// One task of a 3-D forward: whole volumes, or output depths `row0..row0 + rows` of one.
+struct VolumeTask<'s, T: PoolFloat, I> {
+    x: &'s [T],
+    row0: usize,
+    rows: usize,
+    out: &'s mut [T],
+    idx: &'s mut [I],
+    acc: &'s mut [T::Acc],
+    pooled: (&'s mut [T], &'s mut [I]),
+}
+
+/// Phase 2 of [`prepare_volumes`].
+fn run_volumes<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    (input, output, indices): (TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
+    p: &Planned<VolumeForwardPrepared>,
+    memory: &mut [CacheLine],
+) -> Result<()> {
+    let plan = &p.plan;
+    let mut carver = Carver::new(memory);
+    let x = carver.stage(input.view())?;
+    let mut out = carver.output(output.into_view())?;
+    let mut idx = carver.output(indices.into_view())?;
+    let tasks = plan.split.tasks();
+    let acc = carver.region::<T::Acc>(tasks * plan.acc_per_task)?;
+    let values = carver.region::<T>(tasks * plan.pooled_per_task)?;
+    let flats = carver.region::<I>(tasks * plan.pooled_per_task)?;
+    let (d, od) = (plan.plane.count, plan.depth.len());
+    let volume = d * plan.plane.h * plan.plane.w;
+    let pooled_len = od * plan.plane.ho * plan.plane.wo;
+    let PlaneSplit { planes_per_task: per, rows_per_band, bands, .. } = plan.split;
+    // (A share of 0 elements, as the accumulators of `f32` slices are, makes no chunks: those
+    // tasks take empty slices.)
+    let mut accs = acc.chunks_mut(plan.acc_per_task.max(1));
+    let mut pooled =
+        values.chunks_mut(plan.pooled_per_task.max(1)).zip(flats.chunks_mut(plan.pooled_per_task.max(1)));
+    let mut scratch = || {
+        let acc = accs.next().unwrap_or(&mut []);
+        let pooled = pooled.next().unwrap_or((&mut [], &mut []));
+        (acc, pooled)
+    };
+    let mut work = Vec::with_capacity(tasks);
+    let run = if bands == 1 { per } else { 1 };
+    let ohw = plan.plane.ho * plan.plane.wo;
+    for ((x, out), idx) in x
+        .chunks(run * volume)
+        .zip(out.slice().chunks_mut(run * pooled_len))
+        .zip(idx.slice().chunks_mut(run * pooled_len))
+    {
+        if bands == 1 {
+            let (acc, pooled) = scratch();
+            work.push(VolumeTask { x, row0: 0, rows: od, out, idx, acc, pooled });
+        } else {
+            let band = rows_per_band * ohw;
+            for (b, (out, idx)) in out.chunks_mut(band).zip(idx.chunks_mut(band)).enumerate() {
+                let (acc, pooled) = scratch();
+                let rows = out.len() / ohw.max(1);
+                work.push(VolumeTask { x, row0: b * rows_per_band, rows, out, idx, acc, pooled });
+            }
+        }
+    }
+    p.device(cpu).for_each_task(work, |t| pool_volumes(plan, t));
+    out.finish("output")?;
+    idx.finish("indices")
+}
+
+/// A task of [`run_volumes`]: for each of its volumes, the slices its output depths read, then
+/// the depth windows ([`pool_depth`]).
+fn pool_volumes<T: PoolFloat, I: ArgmaxIndex>(p: &VolumeForwardPrepared, t: VolumeTask<'_, T, I>) {
+    let Planes { count: d, h, w, ho, wo } = p.plane;
+    let (hw, ohw) = (h * w, ho * wo);
+    let depths = &p.depth[t.row0..t.row0 + t.rows];
+    // The slices the windows read: with dilation a window may start before the one ahead of it.
+    let (Some(start), Some(end)) =
+        (depths.iter().map(|t| t.start).min(), depths.iter().map(|t| t.span().end).max())
+    else {
+        return;
+    };
+    let slices = start..end;
+    let (values, flats) = t.pooled;
+    let (values, flats) = (&mut values[..slices.len() * ohw], &mut flats[..slices.len() * ohw]);
+    let chunk = (t.rows * ohw).max(1);
+    for ((x, out), idx) in t.x.chunks(d * hw).zip(t.out.chunks_mut(chunk)).zip(t.idx.chunks_mut(chunk)) {
+        let x = &x[slices.start * hw..slices.end * hw];
+        pool_planes(Planes { count: slices.len(), ..p.plane }, &p.slices, x, values, flats, t.acc);
+        for (taps, (out, idx)) in depths.iter().zip(out.chunks_mut(ohw).zip(idx.chunks_mut(ohw))) {
+            pool_depth(taps, slices.start, hw, (values, flats), (out, idx));
+        }
+    }
+}
+
+/// One output depth of a 3-D pooling: for each position of the output slice, the best of the
+/// pooled slices `taps` reads, met in depth order ([`VolumeForwardPrepared`]), as a value and a
+/// flat index in the volume. `values` and `flats` hold the pooled slices from slice `first` on,
+/// with flat indices in their `hw`-element slice.
+#[inline]
+fn pool_depth<T: PoolFloat, I: ArgmaxIndex>(
+    taps: &Taps,
+    first: usize,
+    hw: usize,
+    (values, flats): (&[T], &[I]),
+    (out, idx): (&mut [T], &mut [I]),
+) {
+    let ohw = out.len();
+    let at = |d: usize| (d - first) * ohw..(d - first + 1) * ohw;
+    out.copy_from_slice(&values[at(taps.start)]);
+    for (i, f) in idx.iter_mut().zip(&flats[at(taps.start)]) {
+        *i = I::from_flat_checked(taps.start * hw + f.to_usize_wrapping());
+    }
+    for k in 1..taps.count {
+        let d = taps.start + k * taps.step;
+        let base = d * hw;
+        for (((o, i), &v), f) in out.iter_mut().zip(idx.iter_mut()).zip(&values[at(d)]).zip(&flats[at(d)]) {
+            if replaces_best(v.to_acc(), o.to_acc()) {
+                *o = v;
+                *i = I::from_flat_checked(base + f.to_usize_wrapping());
+            }
+        }
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool3dWithIndices<'a, T, I>> for Cpu {
+    type Prepared = Planned<VolumeForwardPrepared>;
+
+    fn prepare(
+        &self,
+        op: &MaxPool3dWithIndices<'a, T, I>,
+        g: &MaxPool3dGeometry,
+    ) -> Result<(Planned<VolumeForwardPrepared>, usize)> {
+        prepare_volumes(self, g, (&op.input, &op.output, &op.indices))
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool3dWithIndices<'a, T, I>,
+        _: &MaxPool3dGeometry,
+        p: Planned<VolumeForwardPrepared>,
+        memory: &mut Vec<CacheLine>,
+    ) -> Result<()> {
+        run_volumes(self, (op.input, op.output, op.indices), &p, memory)
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool3d<'a, T, I>> for Cpu {
+    type Prepared = Planned<VolumeForwardPrepared>;
+
+    fn prepare(
+        &self,
+        op: &AdaptiveMaxPool3d<'a, T, I>,
+        g: &AdaptiveGeometry3d,
+    ) -> Result<(Planned<VolumeForwardPrepared>, usize)> {
+        prepare_volumes(self, g, (&op.input, &op.output, &op.indices))
+    }
+
+    fn launch(
+        &self,
+        op: AdaptiveMaxPool3d<'a, T, I>,
+        _: &AdaptiveGeometry3d,
+        p: Planned<VolumeForwardPrepared>,
+        memory: &mut Vec<CacheLine>,
+    ) -> Result<()> {
+        run_volumes(self, (op.input, op.output, op.indices), &p, memory)
     }
 }
 

@@ -28,7 +28,10 @@ use crate::device::internal::Launch;
 use crate::element::{AccFloat, Element, PoolFloat};
 use crate::error::{Error, Result, UNNAMED};
 use crate::index::ArgmaxIndex;
-use crate::op::{AdaptiveGeometry, AdaptiveMaxPool2dBackward, MaxPool2dWithIndicesBackward, MaxPoolGeometry};
+use crate::op::{
+    AdaptiveGeometry, AdaptiveGeometry3d, AdaptiveMaxPool2dBackward, AdaptiveMaxPool3dBackward,
+    MaxPool2dWithIndicesBackward, MaxPool3dGeometry, MaxPool3dWithIndicesBackward, MaxPoolGeometry,
+};
 use crate::tensor::{TensorMut, TensorRef};
 
 /// Phase-1 state of a scatter.
@@ -236,6 +239,52 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         &self,
         op: AdaptiveMaxPool2dBackward<'a, T, I>,
         g: &AdaptiveGeometry,
+        p: Planned<ScatterPrepared>,
+        memory: &mut Vec<CacheLine>,
+    ) -> Result<()> {
+        run_indexed(self, g, (op.grad_output, op.indices, op.grad_input), &p, memory)
+    }
+}
+
+/// The 3-D backwards are the same scatter: their indices are flat in the volume, which the
+/// geometry describes as a plane of `D·H` rows (`schedule::VolumeWindowed`).
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool3dWithIndicesBackward<'a, T, I>> for Cpu {
+    type Prepared = Planned<ScatterPrepared>;
+
+    fn prepare(
+        &self,
+        op: &MaxPool3dWithIndicesBackward<'a, T, I>,
+        g: &MaxPool3dGeometry,
+    ) -> Result<(Planned<ScatterPrepared>, usize)> {
+        prepare_indexed(self, g, (&op.grad_output, &op.indices, &op.grad_input))
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool3dWithIndicesBackward<'a, T, I>,
+        g: &MaxPool3dGeometry,
+        p: Planned<ScatterPrepared>,
+        memory: &mut Vec<CacheLine>,
+    ) -> Result<()> {
+        run_indexed(self, g, (op.grad_output, op.indices, op.grad_input), &p, memory)
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool3dBackward<'a, T, I>> for Cpu {
+    type Prepared = Planned<ScatterPrepared>;
+
+    fn prepare(
+        &self,
+        op: &AdaptiveMaxPool3dBackward<'a, T, I>,
+        g: &AdaptiveGeometry3d,
+    ) -> Result<(Planned<ScatterPrepared>, usize)> {
+        prepare_indexed(self, g, (&op.grad_output, &op.indices, &op.grad_input))
+    }
+
+    fn launch(
+        &self,
+        op: AdaptiveMaxPool3dBackward<'a, T, I>,
+        g: &AdaptiveGeometry3d,
         p: Planned<ScatterPrepared>,
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {

@@ -42,7 +42,7 @@ use super::interleave::BLOCK;
 use crate::alloc::collect_exact;
 use crate::error::{Result, UNNAMED};
 use crate::geometry::{adaptive_window, pool_window_taps};
-use crate::shape::{AdaptiveGeometry, MaxPoolGeometry};
+use crate::shape::{AdaptiveGeometry, AdaptiveGeometry3d, MaxPool3dGeometry, MaxPoolGeometry, VolumeSizes};
 
 /// The input positions one output reads along one axis: `start + i * step` for `i < count`
 /// (`count >= 1`, checked in phase 1).
@@ -178,6 +178,123 @@ impl Windowed for MaxPoolGeometry {
     }
 }
 
+/// What the 3-D poolings add to [`Windowed`]: a 3-D pooling is the 2-D pooling of every `[H, W]`
+/// slice of its volumes (its [`VolumeWindowed::slices`]), then, for every output, the best of
+/// those slices' results along its depth window ([`VolumeWindowed::depth_taps`]). As
+/// [`Windowed`], a 3-D geometry describes its volumes as planes of `D·H` rows of `W`, which is
+/// what the flat-index backward adds into (the indices are flat in the volume).
+pub(super) trait VolumeWindowed: Windowed {
+    /// The 2-D pooling of every slice: `N·C·D` planes of `[H, W]`, with the plane's windows.
+    type Slices: Windowed;
+    fn slices(&self) -> Self::Slices;
+    /// The input slices each output depth reads.
+    fn depth_taps(&self) -> Result<Vec<Taps>>;
+    fn sizes(&self) -> &VolumeSizes;
+}
+
+/// The planes of `D·H` rows that [`Windowed`] makes of a 3-D pooling's volumes.
+fn volume_planes(s: &VolumeSizes) -> Planes {
+    let ([d, h, w], [od, oh, ow]) = (s.input, s.output);
+    Planes { count: s.volumes(), h: d * h, w, ho: od * oh, wo: ow }
+}
+
+/// The taps of [`Windowed::taps`] for a 3-D pooling: the rows of output row `(od, oh)` of the
+/// volume's plane of `D·H` rows are every row of the slices of depth window `od` (a superset of
+/// the rows it reads, whose starts and ends never go back, as the flat-index backward needs),
+/// and the columns are the slices'.
+fn volume_taps(g: &impl VolumeWindowed) -> Result<(Vec<Taps>, Vec<Taps>)> {
+    let (rows, cols) = g.slices().taps()?;
+    let h = g.sizes().input[1];
+    let depth = if rows.is_empty() { Vec::new() } else { g.depth_taps()? };
+    let len = depth.len() * rows.len();
+    let flat = depth.iter().flat_map(|d| {
+        let span = d.span();
+        rows.iter().map(move |_| Taps { start: span.start * h, count: span.len() * h, step: 1 })
+    });
+    Ok((collect_exact(UNNAMED, "windows", len, flat)?, cols))
+}
+
+/// The forward work of a 3-D pooling: each output reads at most the slices' taps times the
+/// depth taps.
+fn volume_work(g: &impl VolumeWindowed) -> Work {
+    let Work::Forward { taps, .. } = g.slices().forward_work() else { unreachable!("a forward") };
+    let depth = g.depth_taps().map_or(0, |d| d.iter().map(|t| t.count).max().unwrap_or(0));
+    Work::Forward { planes: volume_planes(g.sizes()), taps: taps.saturating_mul(depth) }
+}
+
+impl VolumeWindowed for AdaptiveGeometry3d {
+    type Slices = AdaptiveGeometry;
+    fn slices(&self) -> AdaptiveGeometry {
+        let s = &self.sizes;
+        let ([d, h, w], [_, ho, wo]) = (s.input, s.output);
+        AdaptiveGeometry { n: s.volumes(), c: d, h, w, ho, wo, ndim: 4 }
+    }
+    fn depth_taps(&self) -> Result<Vec<Taps>> {
+        let (d, od) = (self.sizes.input[0], self.sizes.output[0]);
+        let taps = (0..od).map(|o| {
+            let r = adaptive_window(o, d, od);
+            Taps { start: r.start, count: r.len(), step: 1 }
+        });
+        collect_exact(UNNAMED, "windows", od, taps)
+    }
+    fn sizes(&self) -> &VolumeSizes {
+        &self.sizes
+    }
+}
+
+impl VolumeWindowed for MaxPool3dGeometry {
+    type Slices = MaxPoolGeometry;
+    fn slices(&self) -> MaxPoolGeometry {
+        let s = &self.sizes;
+        let ([d, h, w], [_, ho, wo]) = (s.input, s.output);
+        MaxPoolGeometry { n: s.volumes(), c: d, h, w, ho, wo, params: self.params.axes::<2>(1), ndim: 4 }
+    }
+    fn depth_taps(&self) -> Result<Vec<Taps>> {
+        let p = &self.params;
+        let (d, od) = (self.sizes.input[0], self.sizes.output[0]);
+        let [k, s, pad, dil] = [p.kernel()[0], p.stride()[0], p.padding()[0], p.dilation()[0]];
+        let taps = (0..od).map(|o| {
+            let (start, count) = pool_window_taps(o, d, k, s, pad, dil);
+            Taps { start, count, step: dil }
+        });
+        collect_exact(UNNAMED, "windows", od, taps)
+    }
+    fn sizes(&self) -> &VolumeSizes {
+        &self.sizes
+    }
+}
+
+/// The 3-D geometries as [`Windowed`]: their volumes as planes of `D·H` rows.
+impl Windowed for AdaptiveGeometry3d {
+    fn plane_sizes(&self) -> Planes {
+        volume_planes(&self.sizes)
+    }
+    fn taps(&self) -> Result<(Vec<Taps>, Vec<Taps>)> {
+        volume_taps(self)
+    }
+    fn forward_work(&self) -> Work {
+        volume_work(self)
+    }
+    fn bad_index(&self, element: usize, value: i64) -> crate::Error {
+        self.sizes.index_error(UNNAMED, "indices", element, value)
+    }
+}
+
+impl Windowed for MaxPool3dGeometry {
+    fn plane_sizes(&self) -> Planes {
+        volume_planes(&self.sizes)
+    }
+    fn taps(&self) -> Result<(Vec<Taps>, Vec<Taps>)> {
+        volume_taps(self)
+    }
+    fn forward_work(&self) -> Work {
+        volume_work(self)
+    }
+    fn bad_index(&self, element: usize, value: i64) -> crate::Error {
+        self.sizes.index_error(UNNAMED, "indices", element, value)
+    }
+}
+
 /// The default grain: work below which a call runs on the calling thread, in [`Work::units`].
 /// Any grain gives the same results (no result depends on the thread count); the value is where
 /// the calling thread alone stops finishing first (module doc).
@@ -236,7 +353,7 @@ pub(super) fn sized(cpu: &Cpu, work: Work) -> &Cpu {
 
 /// The device of calls planned for the calling thread alone, with `cpu`'s choice of
 /// instructions.
-fn calling_thread(cpu: &Cpu) -> &'static Cpu {
+pub(super) fn calling_thread(cpu: &Cpu) -> &'static Cpu {
     static CALLING_THREAD: [Cpu; 2] = [Cpu::calling_thread(false), Cpu::calling_thread(true)];
     &CALLING_THREAD[usize::from(cpu.vector_instructions())]
 }
