@@ -411,3 +411,86 @@ fn errors_name_what_is_wrong() {
     let e = poolgrad::max_pool3d_with_indices_i32(&huge, &params).unwrap_err();
     assert!(matches!(e, Error::IndexTypeTooNarrow { arg: "indices", .. }), "{e}");
 }
+
+/// PyTorch's CPU results, written by `benches/torch-anchor/pool3d_cases.py DIR` (it needs
+/// PyTorch: `bash benches/torch-anchor/setup.sh` installs it), compared bit for bit: values,
+/// indices and the gradient (PyTorch's own backward in f32 and f64; the half types' rule in f16
+/// and bf16). Run with `POOLGRAD_TORCH_CASES=DIR cargo test --test pool3d against_pytorch --
+/// --ignored`.
+#[test]
+#[ignore = "needs PyTorch's results: see the doc comment"]
+fn against_pytorch() {
+    let dir = std::env::var("POOLGRAD_TORCH_CASES")
+        .expect("POOLGRAD_TORCH_CASES: a directory written by benches/torch-anchor/pool3d_cases.py");
+    let manifest = std::fs::read_to_string(format!("{dir}/manifest.txt")).unwrap();
+    let mut checked = 0;
+    for line in manifest.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let n: Vec<usize> = f[3..].iter().map(|v| v.parse().unwrap()).collect();
+        let shape = [n[0], n[1], n[2], n[3], n[4]];
+        let params = MaxPool3dParams::new([n[5], n[6], n[7]])
+            .with_stride([n[8], n[9], n[10]])
+            .with_padding([n[11], n[12], n[13]])
+            .with_dilation([n[14], n[15], n[16]])
+            .with_ceil_mode(n[17] == 1);
+        let size = [n[18], n[19], n[20]];
+        let max = f[1] == "max";
+        let file = |ext: &str| std::fs::read(format!("{dir}/{}.{ext}", f[0])).unwrap();
+        match f[2] {
+            "f32" => torch_case::<f32, 4>(&file, shape, max, &params, size, f32::from_le_bytes),
+            "f64" => torch_case::<f64, 8>(&file, shape, max, &params, size, f64::from_le_bytes),
+            "f16" => torch_case::<half::f16, 2>(&file, shape, max, &params, size, half::f16::from_le_bytes),
+            _ => torch_case::<half::bf16, 2>(&file, shape, max, &params, size, half::bf16::from_le_bytes),
+        }
+        .unwrap_or_else(|e| panic!("{line}: {e}"));
+        checked += 1;
+    }
+    assert!(checked >= 40, "{checked} cases");
+    eprintln!("{checked} cases equal to PyTorch's, bit for bit");
+}
+
+fn torch_case<T: PoolFloat, const B: usize>(
+    file: &dyn Fn(&str) -> Vec<u8>,
+    shape: [usize; 5],
+    max: bool,
+    params: &MaxPool3dParams,
+    size: [usize; 3],
+    from_le: fn([u8; B]) -> T,
+) -> Result<(), String> {
+    let elems = |bytes: Vec<u8>| -> Vec<T> {
+        bytes.chunks_exact(B).map(|c| from_le(c.try_into().unwrap())).collect()
+    };
+    let x = Array5::from_shape_vec(shape, elems(file("x"))).unwrap();
+    let p = if max {
+        poolgrad::max_pool3d_with_indices(&x, params)
+    } else {
+        poolgrad::adaptive_max_pool3d(&x, size)
+    }
+    .map_err(|e| e.to_string())?;
+    let bits = |a: &[T]| a.iter().map(|v| bytemuck::bytes_of(v).to_vec()).collect::<Vec<_>>();
+    // A selected NaN is the input's, bit for bit; PyTorch's bf16 kernels give the canonical NaN
+    // (its 2-D ones too), so NaNs compare as NaNs.
+    let want_out = elems(file("out"));
+    let nan = |v: &T| v.to_f64_exact().is_nan();
+    let same_values =
+        p.output.iter().zip(&want_out).all(|(a, b)| (nan(a) && nan(b)) || bits(&[*a]) == bits(&[*b]));
+    if p.output.len() != want_out.len() || !same_values {
+        return Err("values differ".into());
+    }
+    let want_idx: Vec<i64> =
+        file("idx").chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+    if p.indices.as_slice().unwrap() != want_idx {
+        return Err("indices differ".into());
+    }
+    let go = Array5::from_shape_vec(p.output.raw_dim(), elems(file("go"))).unwrap();
+    let gi = if max {
+        poolgrad::max_pool3d_with_indices_backward(&go, &x, &p.indices, params)
+    } else {
+        poolgrad::adaptive_max_pool3d_backward(&go, &x, &p.indices)
+    }
+    .map_err(|e| e.to_string())?;
+    if bits(gi.as_slice().unwrap()) != bits(&elems(file("gi"))) {
+        return Err("gradients differ".into());
+    }
+    Ok(())
+}
