@@ -24,15 +24,16 @@
 
 use std::time::Instant;
 
-use ndarray::{Array4, ArrayD, IxDyn};
+use ndarray::{Array4, Array5, ArrayD, IxDyn};
 use poolgrad::device::cpu::{Cpu, Parallelism};
 use poolgrad::op::{
-    AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
-    MaxPool2dWithMask, MaxPool2dWithMaskBackward,
+    AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, AdaptiveMaxPool3d, AdaptiveMaxPool3dBackward,
+    MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward,
+    MaxPool3dWithIndices, MaxPool3dWithIndicesBackward,
 };
 use poolgrad::{
-    Bitmask, I32Argmax, MaskLayout, MaskMut, MaskRef, MaxPool2dParams, Plan, PoolFloat, TensorMut, TensorRef,
-    Workspace,
+    Bitmask, I32Argmax, MaskLayout, MaskMut, MaskRef, MaxPool2dParams, MaxPool3dParams, Plan, PoolFloat,
+    TensorMut, TensorRef, Workspace,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -70,6 +71,20 @@ const CASES: [(&str, DType, [usize; 4], Kind); 14] = [
     ("maxpool_rgb_bf16", DType::BF16, [32, 3, 224, 224], Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false }),
     // The same in `f16`, whose gathered sums round through F16C in the x86-64-v3 copy.
     ("maxpool_rgb_f16", DType::F16, [32, 3, 224, 224], Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false }),
+];
+
+/// The 3-D cases, also in the anchor: name, kind (adaptive output, or a cubic kernel with
+/// stride and padding), dtype, shape `[N, C, D, H, W]`. A video batch (16 frames of 56x56, 64
+/// channels) pooled as video networks do after their stem.
+const VOLUME_CASES: [(&str, DType, [usize; 5], Kind); 3] = [
+    ("maxpool3d_video_f32", DType::F32, [8, 64, 16, 56, 56], Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false }),
+    (
+        "maxpool3d_video_bf16",
+        DType::BF16,
+        [8, 64, 16, 56, 56],
+        Kind::MaxPool { k: 3, s: 2, p: 1, ceil: false },
+    ),
+    ("adaptive3d_video_f32", DType::F32, [8, 64, 16, 56, 56], Kind::Adaptive([7, 7])),
 ];
 
 struct Args {
@@ -661,6 +676,134 @@ fn copy_case(cpu: &Cpu, reps: usize) {
     );
 }
 
+fn params3(kind: Kind) -> MaxPool3dParams {
+    match kind {
+        Kind::MaxPool { k, s, p, ceil } => {
+            MaxPool3dParams::new([k; 3]).with_stride([s; 3]).with_padding([p; 3]).with_ceil_mode(ceil)
+        }
+        Kind::Adaptive(_) => unreachable!("adaptive cases have no max-pool parameters"),
+    }
+}
+
+/// The output size of an adaptive 3-D case: its depth pooled to 4, its plane to `out`.
+fn adaptive3(out: [usize; 2]) -> [usize; 3] {
+    [4, out[0], out[1]]
+}
+
+/// One 3-D case: the backward (`name`) and the forward (`fwd_name`), each through the plan API
+/// and the allocating function, with their floors, as the 2-D cases.
+fn run_volume_case<T: PoolFloat>(
+    cpu: &Cpu,
+    reps: usize,
+    name: &str,
+    shape: [usize; 5],
+    kind: Kind,
+    selected: &dyn Fn(&str) -> bool,
+) {
+    let fwd = format!("fwd_{name}");
+    if !selected(name) && !selected(&fwd) {
+        return;
+    }
+    let threads = cpu.threads();
+    let x: Array5<T> = random::<T>(&shape, 1).into_dimensionality().expect("5-D");
+    let mut ws = Workspace::new(cpu, 0).unwrap();
+    let pooled = match kind {
+        Kind::Adaptive(out) => poolgrad::adaptive_max_pool3d(&x, adaptive3(out)).unwrap(),
+        Kind::MaxPool { .. } => poolgrad::max_pool3d_with_indices(&x, &params3(kind)).unwrap(),
+    };
+    let [n, c, d, h, w] = shape;
+    let volume = d * h * w;
+    let outputs = pooled.output.len() / (n * c);
+    let b = size_of::<T>() as f64;
+    let tmin = (n * c) as f64 * (volume as f64 * b + outputs as f64 * (b + 8.0));
+    if selected(name) {
+        let g: Array5<T> = random::<T>(pooled.output.shape(), 2).into_dimensionality().expect("5-D");
+        let mut gi = Array5::<T>::zeros(x.raw_dim());
+        let t = time(reps, || match kind {
+            Kind::Adaptive(_) => {
+                let op = AdaptiveMaxPool3dBackward {
+                    grad_output: TensorRef::from_array(&g).unwrap(),
+                    self_: TensorRef::from_array(&x).unwrap(),
+                    indices: TensorRef::from_array(&pooled.indices).unwrap(),
+                    grad_input: TensorMut::from_array(&mut gi).unwrap(),
+                };
+                run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
+            }
+            Kind::MaxPool { .. } => {
+                let op = MaxPool3dWithIndicesBackward {
+                    grad_output: TensorRef::from_array(&g).unwrap(),
+                    self_: TensorRef::from_array(&x).unwrap(),
+                    indices: TensorRef::from_array(&pooled.indices).unwrap(),
+                    params: params3(kind),
+                    grad_input: TensorMut::from_array(&mut gi).unwrap(),
+                };
+                run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
+            }
+        });
+        let t_fn = (!plan_only()).then(|| {
+            time(reps, || {
+                std::hint::black_box(match kind {
+                    Kind::Adaptive(_) => poolgrad::adaptive_max_pool3d_backward(&g, &x, &pooled.indices),
+                    Kind::MaxPool { .. } => {
+                        poolgrad::max_pool3d_with_indices_backward(&g, &x, &pooled.indices, &params3(kind))
+                    }
+                })
+                .unwrap();
+            })
+        });
+        let reads = [
+            bytemuck::cast_slice(g.as_slice().unwrap()),
+            bytemuck::cast_slice(pooled.indices.as_slice().unwrap()),
+        ];
+        let t_floor = floors().then(|| floor(reps, gi.as_slice_mut().unwrap(), volume, reads));
+        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(gi.as_slice().unwrap())));
+        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
+        report(name, threads, t, &fields, tmin);
+    }
+    if selected(&fwd) {
+        let (mut o, mut i) = (pooled.output.clone(), pooled.indices.clone());
+        let t = time(reps, || match kind {
+            Kind::Adaptive(out) => {
+                let op = AdaptiveMaxPool3d {
+                    input: TensorRef::from_array(&x).unwrap(),
+                    output_size: adaptive3(out),
+                    output: TensorMut::from_array(&mut o).unwrap(),
+                    indices: TensorMut::from_array(&mut i).unwrap(),
+                };
+                run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
+            }
+            Kind::MaxPool { .. } => {
+                let op = MaxPool3dWithIndices {
+                    input: TensorRef::from_array(&x).unwrap(),
+                    params: params3(kind),
+                    output: TensorMut::from_array(&mut o).unwrap(),
+                    indices: TensorMut::from_array(&mut i).unwrap(),
+                };
+                run(Plan::new(cpu, op).unwrap(), &mut ws, cpu);
+            }
+        });
+        let t_fn = (!plan_only()).then(|| {
+            time(reps, || {
+                std::hint::black_box(match kind {
+                    Kind::Adaptive(out) => poolgrad::adaptive_max_pool3d(&x, adaptive3(out)),
+                    Kind::MaxPool { .. } => poolgrad::max_pool3d_with_indices(&x, &params3(kind)),
+                })
+                .unwrap();
+            })
+        });
+        let bytes = size_of_val(o.as_slice().unwrap()) + size_of_val(i.as_slice().unwrap());
+        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, bytes));
+        let outputs = [
+            bytemuck::cast_slice_mut(o.as_slice_mut().unwrap()),
+            bytemuck::cast_slice_mut(i.as_slice_mut().unwrap()),
+        ];
+        let t_floor =
+            floors().then(|| forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), outputs));
+        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
+        report(&fwd, threads, t, &fields, tmin);
+    }
+}
+
 fn main() {
     let args = match parse_args() {
         Ok(a) => a,
@@ -689,6 +832,14 @@ fn main() {
             DType::F32 => run_case::<f32>(&cpu, args.reps, name, shape, kind, &wanted),
             DType::F16 => run_case::<half::f16>(&cpu, args.reps, name, shape, kind, &wanted),
             DType::BF16 => run_case::<half::bf16>(&cpu, args.reps, name, shape, kind, &wanted),
+        }
+    }
+    for (name, dtype, shape, kind) in VOLUME_CASES {
+        let wanted = |n: &str| selected(n);
+        match dtype {
+            DType::F32 => run_volume_case::<f32>(&cpu, args.reps, name, shape, kind, &wanted),
+            DType::F16 => run_volume_case::<half::f16>(&cpu, args.reps, name, shape, kind, &wanted),
+            DType::BF16 => run_volume_case::<half::bf16>(&cpu, args.reps, name, shape, kind, &wanted),
         }
     }
 }

@@ -224,10 +224,12 @@ pub struct VolumeForwardPrepared {
     depth: Vec<Taps>,
     /// Runs of whole volumes, or bands of output depths of one volume.
     split: PlaneSplit,
-    /// Scratch of each task: the slices' accumulators, and the pooled values and flat indices of
-    /// up to `D` slices.
+    /// Scratch of each task: the slices' accumulators and the best values of one output depth
+    /// ([`pool_depth`]), the pooled values and flat indices of up to `D` slices, and which slice
+    /// holds each best value.
     acc_per_task: usize,
     pooled_per_task: usize,
+    chosen_per_task: usize,
 }
 
 impl VolumeForwardPrepared {
@@ -244,13 +246,24 @@ impl VolumeForwardPrepared {
         let slices = ForwardPrepared::plan::<T>(calling_thread(cpu), rows, cols, plane, &mut Sizer::new())?;
         let depth = g.depth_taps()?;
         let split = PlaneSplit::of(cpu, g.sizes().volumes(), depth.len());
-        let acc_per_task = task_share::<T::Acc>(slices.acc_per_task());
-        let pooled = d.saturating_mul(plane.ho * plane.wo);
+        let ohw = plane.ho * plane.wo;
+        let acc_per_task = task_share::<T::Acc>(slices.acc_per_task() + ohw);
+        let pooled = d.saturating_mul(ohw);
         let pooled_per_task = task_share::<T>(pooled).max(task_share::<I>(pooled));
+        let chosen_per_task = task_share::<i32>(ohw);
         sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
         sizer.region::<T>(split.tasks() * pooled_per_task)?;
         sizer.region::<I>(split.tasks() * pooled_per_task)?;
-        Ok(VolumeForwardPrepared { slices, plane, depth, split, acc_per_task, pooled_per_task })
+        sizer.region::<i32>(split.tasks() * chosen_per_task)?;
+        Ok(VolumeForwardPrepared {
+            slices,
+            plane,
+            depth,
+            split,
+            acc_per_task,
+            pooled_per_task,
+            chosen_per_task,
+        })
     }
 }
 
@@ -279,6 +292,7 @@ struct VolumeTask<'s, T: PoolFloat, I> {
     idx: &'s mut [I],
     acc: &'s mut [T::Acc],
     pooled: (&'s mut [T], &'s mut [I]),
+    chosen: &'s mut [i32],
 }
 
 /// Phase 2 of [`prepare_volumes`].
@@ -297,6 +311,7 @@ fn run_volumes<T: PoolFloat, I: ArgmaxIndex>(
     let acc = carver.region::<T::Acc>(tasks * plan.acc_per_task)?;
     let values = carver.region::<T>(tasks * plan.pooled_per_task)?;
     let flats = carver.region::<I>(tasks * plan.pooled_per_task)?;
+    let chosen = carver.region::<i32>(tasks * plan.chosen_per_task)?;
     let (d, od) = (plan.plane.count, plan.depth.len());
     let volume = d * plan.plane.h * plan.plane.w;
     let pooled_len = od * plan.plane.ho * plan.plane.wo;
@@ -306,10 +321,11 @@ fn run_volumes<T: PoolFloat, I: ArgmaxIndex>(
     let mut accs = acc.chunks_mut(plan.acc_per_task.max(1));
     let mut pooled =
         values.chunks_mut(plan.pooled_per_task.max(1)).zip(flats.chunks_mut(plan.pooled_per_task.max(1)));
+    let mut chosen = chosen.chunks_mut(plan.chosen_per_task.max(1));
     let mut scratch = || {
         let acc = accs.next().unwrap_or(&mut []);
         let pooled = pooled.next().unwrap_or((&mut [], &mut []));
-        (acc, pooled)
+        (acc, pooled, chosen.next().unwrap_or(&mut []))
     };
     let mut work = Vec::with_capacity(tasks);
     let run = if bands == 1 { per } else { 1 };
@@ -320,24 +336,36 @@ fn run_volumes<T: PoolFloat, I: ArgmaxIndex>(
         .zip(idx.slice().chunks_mut(run * pooled_len))
     {
         if bands == 1 {
-            let (acc, pooled) = scratch();
-            work.push(VolumeTask { x, row0: 0, rows: od, out, idx, acc, pooled });
+            let (acc, pooled, chosen) = scratch();
+            work.push(VolumeTask { x, row0: 0, rows: od, out, idx, acc, pooled, chosen });
         } else {
             let band = rows_per_band * ohw;
             for (b, (out, idx)) in out.chunks_mut(band).zip(idx.chunks_mut(band)).enumerate() {
-                let (acc, pooled) = scratch();
+                let (acc, pooled, chosen) = scratch();
                 let rows = out.len() / ohw.max(1);
-                work.push(VolumeTask { x, row0: b * rows_per_band, rows, out, idx, acc, pooled });
+                work.push(VolumeTask { x, row0: b * rows_per_band, rows, out, idx, acc, pooled, chosen });
             }
         }
     }
-    p.device(cpu).for_each_task(work, |t| pool_volumes(plan, t));
+    // Each task in the copy of the kernels for the instructions the plan found, as the 2-D
+    // forward's ([`pool_task`]).
+    p.device(cpu).for_each_task(work, |t| {
+        if plan.slices.isa.is_wide() {
+            plan.slices.isa.enter(
+                #[inline(always)]
+                || pool_volumes(plan, t),
+            )
+        } else {
+            pool_volumes(plan, t)
+        }
+    });
     out.finish("output")?;
     idx.finish("indices")
 }
 
 /// A task of [`run_volumes`]: for each of its volumes, the slices its output depths read, then
 /// the depth windows ([`pool_depth`]).
+#[inline(always)]
 fn pool_volumes<T: PoolFloat, I: ArgmaxIndex>(p: &VolumeForwardPrepared, t: VolumeTask<'_, T, I>) {
     let Planes { count: d, h, w, ho, wo } = p.plane;
     let (hw, ohw) = (h * w, ho * wo);
@@ -352,11 +380,13 @@ fn pool_volumes<T: PoolFloat, I: ArgmaxIndex>(p: &VolumeForwardPrepared, t: Volu
     let (values, flats) = t.pooled;
     let (values, flats) = (&mut values[..slices.len() * ohw], &mut flats[..slices.len() * ohw]);
     let chunk = (t.rows * ohw).max(1);
+    let (acc, best) = t.acc.split_at_mut(t.acc.len() - ohw);
+    let chosen = &mut t.chosen[..ohw];
     for ((x, out), idx) in t.x.chunks(d * hw).zip(t.out.chunks_mut(chunk)).zip(t.idx.chunks_mut(chunk)) {
         let x = &x[slices.start * hw..slices.end * hw];
-        pool_planes(Planes { count: slices.len(), ..p.plane }, &p.slices, x, values, flats, t.acc);
+        pool_planes(Planes { count: slices.len(), ..p.plane }, &p.slices, x, values, flats, acc);
         for (taps, (out, idx)) in depths.iter().zip(out.chunks_mut(ohw).zip(idx.chunks_mut(ohw))) {
-            pool_depth(taps, slices.start, hw, (values, flats), (out, idx));
+            pool_depth(taps, slices.start, hw, (values, flats), (best, chosen), (out, idx));
         }
     }
 }
@@ -364,30 +394,40 @@ fn pool_volumes<T: PoolFloat, I: ArgmaxIndex>(p: &VolumeForwardPrepared, t: Volu
 /// One output depth of a 3-D pooling: for each position of the output slice, the best of the
 /// pooled slices `taps` reads, met in depth order ([`VolumeForwardPrepared`]), as a value and a
 /// flat index in the volume. `values` and `flats` hold the pooled slices from slice `first` on,
-/// with flat indices in their `hw`-element slice.
-#[inline]
+/// with flat indices in their `hw`-element slice. The scan keeps each position's best value
+/// (widened, in `best`) and the slice it came from (in `chosen`), both 32-bit lanes without
+/// branches, so that it vectorises; the values and indices are then read from the chosen slices.
+#[inline(always)]
 fn pool_depth<T: PoolFloat, I: ArgmaxIndex>(
     taps: &Taps,
     first: usize,
     hw: usize,
     (values, flats): (&[T], &[I]),
+    (best, chosen): (&mut [T::Acc], &mut [i32]),
     (out, idx): (&mut [T], &mut [I]),
 ) {
     let ohw = out.len();
     let at = |d: usize| (d - first) * ohw..(d - first + 1) * ohw;
-    out.copy_from_slice(&values[at(taps.start)]);
-    for (i, f) in idx.iter_mut().zip(&flats[at(taps.start)]) {
-        *i = I::from_flat_checked(taps.start * hw + f.to_usize_wrapping());
+    for (b, &v) in best.iter_mut().zip(&values[at(taps.start)]) {
+        *b = v.to_acc();
     }
+    // Slices within one volume's `D`, which the index type (at most `i32::MAX` positions for
+    // `i32`) holds.
+    chosen.fill((taps.start - first) as i32);
     for k in 1..taps.count {
         let d = taps.start + k * taps.step;
-        let base = d * hw;
-        for (((o, i), &v), f) in out.iter_mut().zip(idx.iter_mut()).zip(&values[at(d)]).zip(&flats[at(d)]) {
-            if replaces_best(v.to_acc(), o.to_acc()) {
-                *o = v;
-                *i = I::from_flat_checked(base + f.to_usize_wrapping());
-            }
+        let slice = (d - first) as i32;
+        for ((b, c), &v) in best.iter_mut().zip(chosen.iter_mut()).zip(&values[at(d)]) {
+            let v = v.to_acc();
+            let take = replaces_best(v, *b);
+            *b = <T::Acc as AccFloat>::choose(take, v, *b);
+            *c = if take { slice } else { *c };
         }
+    }
+    for (p, ((o, i), &c)) in out.iter_mut().zip(idx.iter_mut()).zip(chosen.iter()).enumerate() {
+        let at = c as usize * ohw + p;
+        *o = values[at];
+        *i = I::from_flat_checked((first + c as usize) * hw + flats[at].to_usize_wrapping());
     }
 }
 
