@@ -2,7 +2,7 @@
 """Companion of benches/torch-anchor/bench.py: times, on the same cases, what the anchor does
 not: PyTorch's backward writing into a preallocated gradient (the `.grad_input` out= overload,
 which is what poolgrad's plan API does), and the forwards (`adaptive_max_pool2d`,
-`max_pool2d_with_indices`), allocating and out=.
+`max_pool2d_with_indices` and their 3-D twins), allocating and out=.
 
 Usage: python benches/torch_extra.py [threads] [comma-separated case names]
 Prints one JSON line per case and variant: name, variant, median_s."""
@@ -27,6 +27,25 @@ for name, kind, dt, shape, p in CASES:
         o2, i2 = torch.empty_like(out), torch.empty_like(idx)
         fwd = lambda: F.adaptive_max_pool2d(x, p, return_indices=True)
         fwd_out = lambda: torch.ops.aten.adaptive_max_pool2d.out(x, list(p), out=o2, indices=i2)
+    elif kind == "adaptive3d":
+        out, idx = F.adaptive_max_pool3d(x, p, return_indices=True)
+        g = torch.randn(out.shape).to(DT[dt])
+        gi = torch.empty_like(x)
+        bwd_out = lambda: torch.ops.aten.adaptive_max_pool3d_backward.grad_input(g, x, idx, grad_input=gi)
+        o2, i2 = torch.empty_like(out), torch.empty_like(idx)
+        fwd = lambda: F.adaptive_max_pool3d(x, p, return_indices=True)
+        fwd_out = lambda: torch.ops.aten.adaptive_max_pool3d.out(x, list(p), out=o2, indices=i2)
+    elif kind == "maxpool3d":
+        k, s, pad, ceil = p
+        out, idx = F.max_pool3d(x, k, s, pad, ceil_mode=ceil, return_indices=True)
+        g = torch.randn(out.shape).to(DT[dt])
+        gi = torch.empty_like(x)
+        bwd_out = lambda: torch.ops.aten.max_pool3d_with_indices_backward.grad_input(
+            g, x, [k] * 3, [s] * 3, [pad] * 3, [1] * 3, ceil, idx, grad_input=gi)
+        o2, i2 = torch.empty_like(out), torch.empty_like(idx)
+        fwd = lambda: F.max_pool3d(x, k, s, pad, ceil_mode=ceil, return_indices=True)
+        fwd_out = lambda: torch.ops.aten.max_pool3d_with_indices.out(
+            x, [k] * 3, [s] * 3, [pad] * 3, [1] * 3, ceil, out=o2, indices=i2)
     else:
         k, s, pad, ceil = p
         out, idx = F.max_pool2d(x, k, s, pad, ceil_mode=ceil, return_indices=True)
