@@ -20,8 +20,8 @@ use crate::mask::{Mask, MaskLayout};
 #[cfg(doc)]
 use crate::on::On;
 use crate::on::{Pooled, PooledMask, on};
-use crate::params::{MaxPool2dParams, MaxPool3dParams};
-use crate::tensor::{PoolDim, VolumeDim};
+use crate::params::{MaxPool1dParams, MaxPool2dParams, MaxPool3dParams};
+use crate::tensor::{LineDim, PoolDim, VolumeDim};
 
 /// Adaptive 2-D max pooling of `input` to `output_size = [Ho, Wo]`, with PyTorch's semantics
 /// (first maximum wins; a NaN wins and a later NaN replaces it). `Ho > H` and `Wo > W` are allowed.
@@ -627,4 +627,226 @@ pub fn max_pool3d_with_indices_backward_into<T: PoolFloat, I: ArgmaxIndex, D: Vo
     grad_input: &mut ArrayRef<T, D>,
 ) -> Result<()> {
     on(&Cpu::default()).max_pool3d_with_indices_backward_into(grad_output, self_, indices, params, grad_input)
+}
+
+/// 1-D max pooling with flat indices, as PyTorch's `max_pool1d(.., return_indices=True)`: on
+/// `[N, C, L]` or `[C, L]`, kernel, stride, padding, dilation and ceil mode along `L`
+/// ([`MaxPool1dParams`]); each window's first maximum (a NaN wins and a later NaN replaces it);
+/// indices are positions along `L`. It is the 2-D pooling of planes one row high, as in PyTorch.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::MaxPool1dParams;
+/// let x = array![[1.0f32, 5.0, 2.0, 5.0, 0.0, 3.0]];
+/// let p = poolgrad::max_pool1d_with_indices(&x, &MaxPool1dParams::new([2]))?;
+/// assert_eq!(p.output, array![[5.0, 5.0, 3.0]]);
+/// assert_eq!(p.indices, array![[1i64, 3, 5]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// The parameter errors of [`MaxPool1dParams::output_size`](crate::MaxPoolParams::output_size),
+/// [`Error::Rank`] (an `IxDyn` input of another rank), [`Error::EmptyDimension`],
+/// [`Error::IndexTypeTooNarrow`], and [`Error::Overflow`] / [`Error::Allocation`].
+pub fn max_pool1d_with_indices<T: PoolFloat, D: LineDim>(
+    input: &ArrayRef<T, D>,
+    params: &MaxPool1dParams,
+) -> Result<Pooled<T, i64, D>> {
+    on(&Cpu::default()).max_pool1d_with_indices(input, params)
+}
+
+/// [`max_pool1d_with_indices`] with `i32` indices.
+///
+/// ```
+/// let x = ndarray::array![[[0.0f32, 1.0, 1.0]]];
+/// let p = poolgrad::max_pool1d_with_indices_i32(&x, &poolgrad::MaxPool1dParams::new([3]))?;
+/// assert_eq!(p.indices, ndarray::array![[[1i32]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool1d_with_indices`].
+pub fn max_pool1d_with_indices_i32<T: PoolFloat, D: LineDim>(
+    input: &ArrayRef<T, D>,
+    params: &MaxPool1dParams,
+) -> Result<Pooled<T, i32, D>> {
+    on(&Cpu::default()).max_pool1d_with_indices_i32(input, params)
+}
+
+/// [`max_pool1d_with_indices`] into arrays the caller owns.
+///
+/// ```
+/// use ndarray::{Array2, array};
+/// let x = array![[4.0f32, 1.0, 2.0, 8.0]];
+/// let (mut out, mut idx) = (Array2::<f32>::zeros((1, 2)), Array2::<i64>::zeros((1, 2)));
+/// poolgrad::max_pool1d_with_indices_into(&x, &poolgrad::MaxPool1dParams::new([2]), &mut out, &mut idx)?;
+/// assert_eq!((out, idx), (array![[4.0, 8.0]], array![[0, 3]]));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool1d_with_indices`], and [`Error::ShapeMismatch`] for outputs of another shape.
+pub fn max_pool1d_with_indices_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    input: &ArrayRef<T, D>,
+    params: &MaxPool1dParams,
+    output: &mut ArrayRef<T, D>,
+    indices: &mut ArrayRef<I, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_pool1d_with_indices_into(input, params, output, indices)
+}
+
+/// Backward of [`max_pool1d_with_indices`]: the gradients summed at their indices in output
+/// order, zero elsewhere.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::MaxPool1dParams;
+/// let params = MaxPool1dParams::new([2]).with_stride([1]);
+/// let x = array![[1.0f32, 3.0, 2.0]];
+/// let p = poolgrad::max_pool1d_with_indices(&x, &params)?; // both windows pick 3.0
+/// let gx = poolgrad::max_pool1d_with_indices_backward(&array![[1.0f32, 2.0]], &x, &p.indices, &params)?;
+/// assert_eq!(gx, array![[0.0, 3.0, 0.0]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool1d_with_indices`]; [`Error::ShapeMismatch`] when `grad_output` or `indices` do
+/// not have the pooled shape; [`Error::IndexOutOfRange`] for the first index outside `0..L`.
+pub fn max_pool1d_with_indices_backward<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    params: &MaxPool1dParams,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_pool1d_with_indices_backward(grad_output, self_, indices, params)
+}
+
+/// [`max_pool1d_with_indices_backward`] into an array the caller owns.
+///
+/// ```
+/// use ndarray::array;
+/// let mut gx = array![[7.0f32, 7.0]];
+/// let params = poolgrad::MaxPool1dParams::new([2]);
+/// poolgrad::max_pool1d_with_indices_backward_into(&array![[2.0f32]], &array![[0.0f32, 0.0]], &array![[1i64]], &params, &mut gx)?;
+/// assert_eq!(gx, array![[0.0, 2.0]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool1d_with_indices_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of
+/// another shape.
+pub fn max_pool1d_with_indices_backward_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    params: &MaxPool1dParams,
+    grad_input: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_pool1d_with_indices_backward_into(grad_output, self_, indices, params, grad_input)
+}
+
+/// Adaptive 1-D max pooling of `[N, C, L]` or `[C, L]` to `output_size` positions, with
+/// PyTorch's windows (`⌊i·L/Lo⌋ .. ⌈(i+1)·L/Lo⌉`) and selection rule; indices along `L`.
+///
+/// ```
+/// use ndarray::array;
+/// let x = array![[0.0f32, 5.0, 1.0, 4.0, 9.0]];
+/// let p = poolgrad::adaptive_max_pool1d(&x, 3)?; // windows 0..2, 1..4, 3..5
+/// assert_eq!(p.output, array![[5.0, 5.0, 9.0]]);
+/// assert_eq!(p.indices, array![[1i64, 1, 4]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::InvalidParameter`] for an
+/// `output_size` of 0, [`Error::IndexTypeTooNarrow`], [`Error::Overflow`] /
+/// [`Error::Allocation`].
+pub fn adaptive_max_pool1d<T: PoolFloat, D: LineDim>(
+    input: &ArrayRef<T, D>,
+    output_size: usize,
+) -> Result<Pooled<T, i64, D>> {
+    on(&Cpu::default()).adaptive_max_pool1d(input, output_size)
+}
+
+/// [`adaptive_max_pool1d`] with `i32` indices.
+///
+/// ```
+/// let x = ndarray::array![[2.0f32, 2.0]];
+/// assert_eq!(poolgrad::adaptive_max_pool1d_i32(&x, 1)?.indices, ndarray::array![[0i32]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`adaptive_max_pool1d`].
+pub fn adaptive_max_pool1d_i32<T: PoolFloat, D: LineDim>(
+    input: &ArrayRef<T, D>,
+    output_size: usize,
+) -> Result<Pooled<T, i32, D>> {
+    on(&Cpu::default()).adaptive_max_pool1d_i32(input, output_size)
+}
+
+/// [`adaptive_max_pool1d`] into arrays the caller owns.
+///
+/// ```
+/// use ndarray::{Array2, array};
+/// let (mut out, mut idx) = (Array2::<f32>::zeros((1, 1)), Array2::<i32>::zeros((1, 1)));
+/// poolgrad::adaptive_max_pool1d_into(&array![[1.0f32, 3.0]], 1, &mut out, &mut idx)?;
+/// assert_eq!((out[[0, 0]], idx[[0, 0]]), (3.0, 1));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`adaptive_max_pool1d`], and [`Error::ShapeMismatch`] for outputs of another shape.
+pub fn adaptive_max_pool1d_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    input: &ArrayRef<T, D>,
+    output_size: usize,
+    output: &mut ArrayRef<T, D>,
+    indices: &mut ArrayRef<I, D>,
+) -> Result<()> {
+    on(&Cpu::default()).adaptive_max_pool1d_into(input, output_size, output, indices)
+}
+
+/// Backward of [`adaptive_max_pool1d`]; `Lo` is read from `grad_output`.
+///
+/// ```
+/// use ndarray::array;
+/// let x = array![[0.0f32, 5.0, 1.0, 4.0, 9.0]];
+/// let p = poolgrad::adaptive_max_pool1d(&x, 3)?;
+/// let gx = poolgrad::adaptive_max_pool1d_backward(&array![[1.0f32, 2.0, 4.0]], &x, &p.indices)?;
+/// assert_eq!(gx, array![[0.0, 3.0, 0.0, 0.0, 4.0]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::ShapeMismatch`] when `grad_output` or
+/// `indices` do not match each other and `self_`, [`Error::IndexOutOfRange`] for the first
+/// index outside `0..L`.
+pub fn adaptive_max_pool1d_backward<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).adaptive_max_pool1d_backward(grad_output, self_, indices)
+}
+
+/// [`adaptive_max_pool1d_backward`] into an array the caller owns.
+///
+/// ```
+/// use ndarray::array;
+/// let mut gx = array![[5.0f32, 5.0, 5.0]];
+/// poolgrad::adaptive_max_pool1d_backward_into(&array![[1.5f32]], &array![[0.0f32, 0.0, 0.0]], &array![[2i32]], &mut gx)?;
+/// assert_eq!(gx, array![[0.0, 0.0, 1.5]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`adaptive_max_pool1d_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of
+/// another shape.
+pub fn adaptive_max_pool1d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    grad_input: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).adaptive_max_pool1d_backward_into(grad_output, self_, indices, grad_input)
 }

@@ -113,7 +113,7 @@ pub use mask::{Bitmask, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef};
 pub use on::{On, Pooled, PooledMask, on};
 pub use params::{MaxPool1dParams, MaxPool2dParams, MaxPool3dParams, MaxPoolParams};
 pub use plan::{Executor, Plan, Workspace};
-pub use tensor::{Host, Memory, PoolDim, TensorMut, TensorRef, ViewDim, VolumeDim};
+pub use tensor::{Host, LineDim, Memory, PoolDim, TensorMut, TensorRef, ViewDim, VolumeDim};
 
 pub use half;
 pub use ndarray;
@@ -154,7 +154,7 @@ pub mod prelude {
     pub use crate::on::{On, Pooled, PooledMask, on};
     pub use crate::{
         ArgmaxIndex, Bitmask, Error, Executor, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef,
-        MaxPool2dParams, MaxPool3dParams, Plan, PoolFloat, TensorMut, TensorRef, Workspace,
+        MaxPool1dParams, MaxPool2dParams, MaxPool3dParams, Plan, PoolFloat, TensorMut, TensorRef, Workspace,
     };
 }
 

@@ -4,7 +4,7 @@
 //! established, and hand the descriptor to the plan as checked (phase 1 then only asks the
 //! device); the `_into` forms describe the caller's arrays and let [`Plan::new`] check all of it.
 
-use ndarray::{Array, ArrayRef, Dimension};
+use ndarray::{Array, ArrayRef, ArrayViewD, ArrayViewMutD, Axis, Dimension, IxDyn};
 
 #[cfg(doc)]
 use crate::device::cpu::Cpu;
@@ -19,9 +19,9 @@ use crate::op::{
     MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward,
     MaxPool3dWithIndices, MaxPool3dWithIndicesBackward, name,
 };
-use crate::params::{MaxPool2dParams, MaxPool3dParams};
+use crate::params::{MaxPool1dParams, MaxPool2dParams, MaxPool3dParams};
 use crate::plan::Plan;
-use crate::tensor::{PoolDim, TensorMut, TensorRef, VolumeDim};
+use crate::tensor::{LineDim, PoolDim, TensorMut, TensorRef, VolumeDim};
 use crate::{alloc, shape};
 
 /// The result of a max-pooling forward: pooled values and flat arg-max indices.
@@ -706,5 +706,318 @@ impl<Dev: Device> On<'_, Dev> {
             grad_input: write_volume(OP, "grad_input", grad_input)?,
         };
         Plan::new(self.device, op)?.run()
+    }
+}
+
+/// A 1-D pooling's array (`[N, C, L]` or `[C, L]`, checked) as planes one row high.
+fn as_plane<E, D: Dimension>(array: &ArrayRef<E, D>) -> ArrayViewD<'_, E> {
+    let axis = Axis(array.ndim() - 1);
+    array.view().into_dyn().insert_axis(axis)
+}
+
+/// [`as_plane`], writable.
+fn as_plane_mut<E, D: Dimension>(array: &mut ArrayRef<E, D>) -> ArrayViewMutD<'_, E> {
+    let axis = Axis(array.ndim() - 1);
+    array.view_mut().into_dyn().insert_axis(axis)
+}
+
+/// A result of the 2-D pooling on planes one row high, in the 1-D pooling's rank.
+fn to_line<E, D: Dimension>(
+    op: &'static str,
+    arg: &'static str,
+    array: Array<E, IxDyn>,
+) -> Result<Array<E, D>> {
+    let axis = Axis(array.ndim() - 2);
+    array.remove_axis(axis).into_dimensionality::<D>().map_err(|e| Error::from_shape(op, arg, e))
+}
+
+/// An error of the 2-D pooling on planes one row high, in the 1-D pooling's terms: its name, and
+/// an index's position without the added row.
+fn from_plane(e: Error, op: &'static str) -> Error {
+    match e.in_terms_of(op, &[]) {
+        Error::IndexOutOfRange { op, arg, mut position, value, plane } => {
+            if position.len() >= 2 {
+                position.remove(position.len() - 2);
+            }
+            Error::IndexOutOfRange { op, arg, position, value, plane }
+        }
+        e => e,
+    }
+}
+
+/// The 1-D poolings: arrays `[N, C, L]` or `[C, L]`, checked in their own terms, then run as the
+/// 2-D poolings on planes one row high (`[N, C, 1, L]`), which is what they are: a window of one
+/// row, and flat indices that are the positions along `L` (PyTorch computes them the same way).
+impl<Dev: Device> On<'_, Dev> {
+    /// [`max_pool1d_with_indices`](crate::max_pool1d_with_indices) on this device.
+    pub fn max_pool1d_with_indices<T: PoolFloat, D: LineDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool1dParams,
+    ) -> Result<Pooled<T, i64, D>>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, i64>>,
+    {
+        self.max_pooled1d(input, params)
+    }
+
+    /// [`max_pool1d_with_indices_i32`](crate::max_pool1d_with_indices_i32) on this device.
+    pub fn max_pool1d_with_indices_i32<T: PoolFloat, D: LineDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool1dParams,
+    ) -> Result<Pooled<T, i32, D>>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, i32>>,
+    {
+        self.max_pooled1d(input, params)
+    }
+
+    /// The pooled shape of a 1-D max pooling of `input`, in the caller's rank, checked.
+    fn max_pool1d_shape<E, I: ArgmaxIndex, D: Dimension>(
+        op: &'static str,
+        arg: &'static str,
+        input: &ArrayRef<E, D>,
+        params: &MaxPool1dParams,
+    ) -> Result<Vec<usize>> {
+        let [_, _, l] = shape::line_dims(op, arg, input.shape())?;
+        let [lo] = params.output_size_for(op, arg, [l])?;
+        shape::index_width::<I>(op, "indices", l)?;
+        Ok(shape::with_length(input.shape(), lo))
+    }
+
+    fn max_pooled1d<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool1dParams,
+    ) -> Result<Pooled<T, I, D>>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL1D_WITH_INDICES;
+        Self::max_pool1d_shape::<T, I, D>(OP, "input", input, params)?;
+        let p = self
+            .max_pooled::<T, I, IxDyn>(&as_plane(input), &params.as_plane())
+            .map_err(|e| from_plane(e, OP))?;
+        Ok(Pooled { output: to_line(OP, "output", p.output)?, indices: to_line(OP, "indices", p.indices)? })
+    }
+
+    /// [`max_pool1d_with_indices_into`](crate::max_pool1d_with_indices_into) on this device.
+    pub fn max_pool1d_with_indices_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        params: &MaxPool1dParams,
+        output: &mut ArrayRef<T, D>,
+        indices: &mut ArrayRef<I, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndices<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL1D_WITH_INDICES;
+        let pooled = Self::max_pool1d_shape::<T, I, D>(OP, "input", input, params)?;
+        shape::same_shape(OP, "output", output.shape(), &pooled)?;
+        shape::same_shape(OP, "indices", indices.shape(), &pooled)?;
+        self.max_pool2d_with_indices_into(
+            &as_plane(input),
+            &params.as_plane(),
+            &mut as_plane_mut(output),
+            &mut as_plane_mut(indices),
+        )
+        .map_err(|e| from_plane(e, OP))
+    }
+
+    /// [`max_pool1d_with_indices_backward`](crate::max_pool1d_with_indices_backward) on this device.
+    pub fn max_pool1d_with_indices_backward<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        params: &MaxPool1dParams,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndicesBackward<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL1D_WITH_INDICES_BACKWARD;
+        let pooled = Self::max_pool1d_shape::<T, I, D>(OP, "self_", self_, params)?;
+        shape::same_shape(OP, "grad_output", grad_output.shape(), &pooled)?;
+        shape::same_shape(OP, "indices", indices.shape(), &pooled)?;
+        let gi = self
+            .max_pool2d_with_indices_backward(
+                &as_plane(grad_output),
+                &as_plane(self_),
+                &as_plane(indices),
+                &params.as_plane(),
+            )
+            .map_err(|e| from_plane(e, OP))?;
+        to_line(OP, "grad_input", gi)
+    }
+
+    /// [`max_pool1d_with_indices_backward_into`](crate::max_pool1d_with_indices_backward_into) on this device.
+    pub fn max_pool1d_with_indices_backward_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        params: &MaxPool1dParams,
+        grad_input: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPool2dWithIndicesBackward<'a, T, I>>,
+    {
+        const OP: &str = name::MAX_POOL1D_WITH_INDICES_BACKWARD;
+        let pooled = Self::max_pool1d_shape::<T, I, D>(OP, "self_", self_, params)?;
+        shape::same_shape(OP, "grad_output", grad_output.shape(), &pooled)?;
+        shape::same_shape(OP, "indices", indices.shape(), &pooled)?;
+        shape::same_shape(OP, "grad_input", grad_input.shape(), self_.shape())?;
+        self.max_pool2d_with_indices_backward_into(
+            &as_plane(grad_output),
+            &as_plane(self_),
+            &as_plane(indices),
+            &params.as_plane(),
+            &mut as_plane_mut(grad_input),
+        )
+        .map_err(|e| from_plane(e, OP))
+    }
+
+    /// [`adaptive_max_pool1d`](crate::adaptive_max_pool1d) on this device.
+    pub fn adaptive_max_pool1d<T: PoolFloat, D: LineDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: usize,
+    ) -> Result<Pooled<T, i64, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, i64>>,
+    {
+        self.adaptive_pooled1d(input, output_size)
+    }
+
+    /// [`adaptive_max_pool1d_i32`](crate::adaptive_max_pool1d_i32) on this device.
+    pub fn adaptive_max_pool1d_i32<T: PoolFloat, D: LineDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: usize,
+    ) -> Result<Pooled<T, i32, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, i32>>,
+    {
+        self.adaptive_pooled1d(input, output_size)
+    }
+
+    /// The pooled shape of an adaptive 1-D pooling of `input` to `output_size`, checked.
+    fn adaptive1d_shape<E, I: ArgmaxIndex, D: Dimension>(
+        op: &'static str,
+        arg: &'static str,
+        input: &ArrayRef<E, D>,
+        output_size: usize,
+    ) -> Result<Vec<usize>> {
+        let [_, _, l] = shape::line_dims(op, arg, input.shape())?;
+        if output_size == 0 {
+            return Err(Error::InvalidParameter {
+                op,
+                arg: "output_size",
+                expected: "at least 1".into(),
+                got: "0".into(),
+            });
+        }
+        shape::index_width::<I>(op, "indices", l)?;
+        Ok(shape::with_length(input.shape(), output_size))
+    }
+
+    fn adaptive_pooled1d<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: usize,
+    ) -> Result<Pooled<T, I, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL1D;
+        Self::adaptive1d_shape::<T, I, D>(OP, "input", input, output_size)?;
+        let p = self
+            .adaptive_pooled::<T, I, IxDyn>(&as_plane(input), [1, output_size])
+            .map_err(|e| from_plane(e, OP))?;
+        Ok(Pooled { output: to_line(OP, "output", p.output)?, indices: to_line(OP, "indices", p.indices)? })
+    }
+
+    /// [`adaptive_max_pool1d_into`](crate::adaptive_max_pool1d_into) on this device.
+    pub fn adaptive_max_pool1d_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        output_size: usize,
+        output: &mut ArrayRef<T, D>,
+        indices: &mut ArrayRef<I, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2d<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL1D;
+        let pooled = Self::adaptive1d_shape::<T, I, D>(OP, "input", input, output_size)?;
+        shape::same_shape(OP, "output", output.shape(), &pooled)?;
+        shape::same_shape(OP, "indices", indices.shape(), &pooled)?;
+        self.adaptive_max_pool2d_into(
+            &as_plane(input),
+            [1, output_size],
+            &mut as_plane_mut(output),
+            &mut as_plane_mut(indices),
+        )
+        .map_err(|e| from_plane(e, OP))
+    }
+
+    /// The checks of an adaptive 1-D backward: `self_`, and `grad_output` and `indices` of the
+    /// same pooled shape.
+    fn adaptive1d_backward_shape(
+        op: &'static str,
+        (grad_output, self_, indices): (&[usize], &[usize], &[usize]),
+    ) -> Result<()> {
+        shape::line_dims(op, "self_", self_)?;
+        let lo = grad_output.last().copied().unwrap_or(1);
+        let pooled = shape::with_length(self_, lo);
+        shape::same_shape(op, "grad_output", grad_output, &pooled)?;
+        if lo == 0 {
+            return Err(Error::EmptyDimension { op, arg: "grad_output", axis: "Lo", shape: pooled });
+        }
+        shape::same_shape(op, "indices", indices, &pooled)?;
+        Ok(())
+    }
+
+    /// [`adaptive_max_pool1d_backward`](crate::adaptive_max_pool1d_backward) on this device.
+    pub fn adaptive_max_pool1d_backward<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2dBackward<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL1D_BACKWARD;
+        Self::adaptive1d_backward_shape(OP, (grad_output.shape(), self_.shape(), indices.shape()))?;
+        let gi = self
+            .adaptive_max_pool2d_backward(&as_plane(grad_output), &as_plane(self_), &as_plane(indices))
+            .map_err(|e| from_plane(e, OP))?;
+        to_line(OP, "grad_input", gi)
+    }
+
+    /// [`adaptive_max_pool1d_backward_into`](crate::adaptive_max_pool1d_backward_into) on this device.
+    pub fn adaptive_max_pool1d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        self_: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        grad_input: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<AdaptiveMaxPool2dBackward<'a, T, I>>,
+    {
+        const OP: &str = name::ADAPTIVE_MAX_POOL1D_BACKWARD;
+        Self::adaptive1d_backward_shape(OP, (grad_output.shape(), self_.shape(), indices.shape()))?;
+        shape::same_shape(OP, "grad_input", grad_input.shape(), self_.shape())?;
+        self.adaptive_max_pool2d_backward_into(
+            &as_plane(grad_output),
+            &as_plane(self_),
+            &as_plane(indices),
+            &mut as_plane_mut(grad_input),
+        )
+        .map_err(|e| from_plane(e, OP))
     }
 }

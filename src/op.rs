@@ -28,6 +28,10 @@ pub(crate) mod name {
     pub(crate) const ADAPTIVE_MAX_POOL3D_BACKWARD: &str = "adaptive_max_pool3d_backward";
     pub(crate) const MAX_POOL3D_WITH_INDICES: &str = "max_pool3d_with_indices";
     pub(crate) const MAX_POOL3D_WITH_INDICES_BACKWARD: &str = "max_pool3d_with_indices_backward";
+    pub(crate) const ADAPTIVE_MAX_POOL1D: &str = "adaptive_max_pool1d";
+    pub(crate) const ADAPTIVE_MAX_POOL1D_BACKWARD: &str = "adaptive_max_pool1d_backward";
+    pub(crate) const MAX_POOL1D_WITH_INDICES: &str = "max_pool1d_with_indices";
+    pub(crate) const MAX_POOL1D_WITH_INDICES_BACKWARD: &str = "max_pool1d_with_indices_backward";
 }
 
 pub(crate) mod internal {

@@ -266,6 +266,20 @@ impl<const N: usize> MaxPoolParams<N> {
     }
 }
 
+impl MaxPool1dParams {
+    /// The same pooling of a plane one row high: a kernel of one row, no padding along it.
+    pub(crate) fn as_plane(&self) -> MaxPool2dParams {
+        let ([k], [s], [p], [d]) = (self.kernel, self.stride, self.padding, self.dilation);
+        MaxPool2dParams {
+            kernel: [1, k],
+            stride: [1, s],
+            padding: [0, p],
+            dilation: [1, d],
+            ceil_mode: self.ceil_mode,
+        }
+    }
+}
+
 impl MaxPool2dParams {
     /// The Ascend mask operations also need dilation 1.
     pub(crate) fn check_mask_op(&self, op: &'static str) -> Result<()> {

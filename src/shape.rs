@@ -422,3 +422,33 @@ impl MaxPool3dGeometry {
         Ok(MaxPool3dGeometry { sizes, params: *params })
     }
 }
+
+/// The ranks of a 1-D pooling's arrays.
+pub(crate) const LINE_RANKS: &str = "2 (C, L) or 3 (N, C, L)";
+
+/// The 3-D shape `[N, C, L]` of a 1-D pooling's array given in the caller's rank (2 or 3), whose
+/// C and L must be non-empty (N may be 0).
+pub(crate) fn line_dims(op: &'static str, arg: &'static str, dims: &[usize]) -> Result<[usize; 3]> {
+    let shape = match *dims {
+        [c, l] => [1, c, l],
+        [n, c, l] => [n, c, l],
+        _ => {
+            return Err(Error::Rank { op, arg, expected: LINE_RANKS, got: dims.len(), shape: dims.to_vec() });
+        }
+    };
+    for (axis, name) in [(1, "C"), (2, "L")] {
+        if shape[axis] == 0 {
+            return Err(Error::EmptyDimension { op, arg, axis: name, shape: dims.to_vec() });
+        }
+    }
+    Ok(shape)
+}
+
+/// `dims` (a 1-D pooling's input shape, checked) with its length replaced by `len`.
+pub(crate) fn with_length(dims: &[usize], len: usize) -> Vec<usize> {
+    let mut pooled = dims.to_vec();
+    if let Some(last) = pooled.last_mut() {
+        *last = len;
+    }
+    pooled
+}

@@ -113,6 +113,7 @@ impl fmt::Debug for Dims {
 mod sealed {
     /// Implemented for `Ix3`, `Ix4`, `Ix5` and `IxDyn` only.
     pub trait Sealed {}
+    impl Sealed for ndarray::Ix2 {}
     impl Sealed for ndarray::Ix3 {}
     impl Sealed for ndarray::Ix4 {}
     impl Sealed for ndarray::Ix5 {}
@@ -146,6 +147,14 @@ pub trait VolumeDim: ViewDim {}
 impl VolumeDim for Ix4 {}
 impl VolumeDim for Ix5 {}
 impl VolumeDim for IxDyn {}
+
+/// The ndarray dimension types the 1-D poolings accept: [`Ix2`](type@ndarray::Ix2) (`[C, L]`)
+/// and [`Ix3`](type@Ix3) (`[N, C, L]`), whose rank is right by construction, and
+/// [`IxDyn`](type@IxDyn), whose rank is checked at run time ([`Error::Rank`]). Sealed.
+pub trait LineDim: Dimension + sealed::Sealed {}
+impl LineDim for ndarray::Ix2 {}
+impl LineDim for Ix3 {}
+impl LineDim for IxDyn {}
 
 /// Every dimension type a view is made from: those of [`PoolDim`] and of [`VolumeDim`]. Sealed.
 pub trait ViewDim: Dimension + sealed::Sealed {}
