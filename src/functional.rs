@@ -850,3 +850,283 @@ pub fn adaptive_max_pool1d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: LineDi
 ) -> Result<()> {
     on(&Cpu::default()).adaptive_max_pool1d_backward_into(grad_output, self_, indices, grad_input)
 }
+
+/// Max unpooling over 2 spatial axes (PyTorch's `max_unpool2d`, CANN's `aclnnMaxUnpool2d`):
+/// an output of `input`'s batch and channels and spatial size `output_size`, zero but at
+/// `indices`, flat in each output plane, where `input`'s values go. Where indices of a plane
+/// repeat, the last in row-major order wins, and [`max_unpool2d_backward`] gives the gradient
+/// to that one alone: forward and backward agree (PyTorch's CPU result is unspecified there).
+///
+/// ```
+/// let x = ndarray::Array4::from_shape_vec((1, 1, 1, 2), vec![5.0f32, 7.0]).unwrap();
+/// let idx = ndarray::Array4::from_shape_vec((1, 1, 1, 2), vec![3i64, 3]).unwrap();
+/// let y = poolgrad::max_unpool2d(&x, &idx, [2, 2])?;
+/// assert_eq!(y.iter().copied().collect::<Vec<_>>(), [0.0, 0.0, 0.0, 7.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::InvalidParameter`] for a zero in
+/// `output_size`, [`Error::ShapeMismatch`] when `indices` and `input` differ,
+/// [`Error::IndexTypeTooNarrow`], [`Error::IndexOutOfRange`] for the first index (row-major)
+/// outside the output plane (the output is then zero), [`Error::Overflow`] /
+/// [`Error::Allocation`].
+pub fn max_unpool2d<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    output_size: [usize; 2],
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_unpool2d(input, indices, output_size)
+}
+
+/// [`max_unpool2d`] into an array the caller owns.
+///
+/// ```
+/// let x = ndarray::Array4::from_shape_vec((1, 1, 1, 2), vec![5.0f32, 7.0]).unwrap();
+/// let idx = ndarray::Array4::from_shape_vec((1, 1, 1, 2), vec![0i32, 2]).unwrap();
+/// let mut y = ndarray::Array4::from_elem((1, 1, 2, 2), 1.0f32);
+/// poolgrad::max_unpool2d_into(&x, &idx, [2, 2], &mut y)?;
+/// assert_eq!(y.iter().copied().collect::<Vec<_>>(), [5.0, 0.0, 7.0, 0.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool2d`], and [`Error::ShapeMismatch`] for an output of another shape.
+pub fn max_unpool2d_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    output_size: [usize; 2],
+    output: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_unpool2d_into(input, indices, output_size, output)
+}
+
+/// Backward of [`max_unpool2d`]: `grad_input[n, c, i] = grad_output[n, c, indices[n, c, i]]`
+/// for the last `i` of each index in row-major order, zero for the earlier ones.
+///
+/// ```
+/// let g = ndarray::Array4::from_shape_vec((1, 1, 2, 2), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+/// let idx = ndarray::Array4::from_shape_vec((1, 1, 1, 2), vec![3i64, 3]).unwrap();
+/// let gx = poolgrad::max_unpool2d_backward(&g, &idx)?;
+/// assert_eq!(gx.iter().copied().collect::<Vec<_>>(), [0.0, 4.0]); // the first was overwritten
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::ShapeMismatch`] when `grad_output`'s
+/// batch or channels differ from `indices`', [`Error::IndexOutOfRange`] for the first index
+/// outside the output plane.
+pub fn max_unpool2d_backward<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    grad_output: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_unpool2d_backward(grad_output, indices)
+}
+
+/// [`max_unpool2d_backward`] into an array the caller owns.
+///
+/// ```
+/// let g = ndarray::Array4::from_shape_vec((1, 1, 2, 2), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+/// let idx = ndarray::Array4::from_shape_vec((1, 1, 1, 2), vec![1i64, 2]).unwrap();
+/// let mut gx = ndarray::Array4::<f32>::zeros((1, 1, 1, 2));
+/// poolgrad::max_unpool2d_backward_into(&g, &idx, &mut gx)?;
+/// assert_eq!(gx.iter().copied().collect::<Vec<_>>(), [2.0, 3.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool2d_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of another
+/// shape than `indices`.
+pub fn max_unpool2d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    grad_output: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    grad_input: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_unpool2d_backward_into(grad_output, indices, grad_input)
+}
+
+/// The gradient of a 2-D max pooling's backward (adaptive or not) with respect to its
+/// `grad_output`: `grad_grad_output[n, c, o] = grad_grad_input[n, c, indices[n, c, o]]`, for
+/// second-order autodiff. Repeated indices each read the same element: the backward adds every
+/// gradient at its index, so this is its exact derivative.
+///
+/// ```
+/// let ggi = ndarray::Array4::from_shape_vec((1, 1, 2, 2), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+/// let idx = ndarray::Array4::from_shape_vec((1, 1, 1, 2), vec![3i64, 3]).unwrap();
+/// let ggo = poolgrad::max_pool2d_double_backward(&ggi, &idx)?;
+/// assert_eq!(ggo.iter().copied().collect::<Vec<_>>(), [4.0, 4.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::ShapeMismatch`] when the batch or
+/// channels of `grad_grad_input` and `indices` differ, [`Error::IndexOutOfRange`] for the first
+/// index outside the input plane.
+pub fn max_pool2d_double_backward<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    grad_grad_input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_pool2d_double_backward(grad_grad_input, indices)
+}
+
+/// [`max_pool2d_double_backward`] into an array the caller owns.
+///
+/// ```
+/// let ggi = ndarray::Array4::from_shape_vec((1, 1, 2, 2), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+/// let idx = ndarray::Array4::from_shape_vec((1, 1, 1, 2), vec![0i32, 2]).unwrap();
+/// let mut ggo = ndarray::Array4::<f32>::zeros((1, 1, 1, 2));
+/// poolgrad::max_pool2d_double_backward_into(&ggi, &idx, &mut ggo)?;
+/// assert_eq!(ggo.iter().copied().collect::<Vec<_>>(), [1.0, 3.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool2d_double_backward`], and [`Error::ShapeMismatch`] for an output of another
+/// shape than `indices`.
+pub fn max_pool2d_double_backward_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+    grad_grad_input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    grad_grad_output: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_pool2d_double_backward_into(grad_grad_input, indices, grad_grad_output)
+}
+
+/// Max unpooling over 3 spatial axes (PyTorch's `max_unpool3d`, CANN's `aclnnMaxUnpool3d`):
+/// an output of `input`'s batch and channels and spatial size `output_size`, zero but at
+/// `indices`, flat in each output plane, where `input`'s values go. Where indices of a plane
+/// repeat, the last in row-major order wins, and [`max_unpool3d_backward`] gives the gradient
+/// to that one alone: forward and backward agree (PyTorch's CPU result is unspecified there).
+///
+/// ```
+/// let x = ndarray::Array5::from_shape_vec((1, 1, 1, 1, 2), vec![5.0f32, 7.0]).unwrap();
+/// let idx = ndarray::Array5::from_shape_vec((1, 1, 1, 1, 2), vec![3i64, 3]).unwrap();
+/// let y = poolgrad::max_unpool3d(&x, &idx, [1, 2, 2])?;
+/// assert_eq!(y.iter().copied().collect::<Vec<_>>(), [0.0, 0.0, 0.0, 7.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::InvalidParameter`] for a zero in
+/// `output_size`, [`Error::ShapeMismatch`] when `indices` and `input` differ,
+/// [`Error::IndexTypeTooNarrow`], [`Error::IndexOutOfRange`] for the first index (row-major)
+/// outside the output plane (the output is then zero), [`Error::Overflow`] /
+/// [`Error::Allocation`].
+pub fn max_unpool3d<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    output_size: [usize; 3],
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_unpool3d(input, indices, output_size)
+}
+
+/// [`max_unpool3d`] into an array the caller owns.
+///
+/// ```
+/// let x = ndarray::Array5::from_shape_vec((1, 1, 1, 1, 2), vec![5.0f32, 7.0]).unwrap();
+/// let idx = ndarray::Array5::from_shape_vec((1, 1, 1, 1, 2), vec![0i32, 2]).unwrap();
+/// let mut y = ndarray::Array5::from_elem((1, 1, 1, 2, 2), 1.0f32);
+/// poolgrad::max_unpool3d_into(&x, &idx, [1, 2, 2], &mut y)?;
+/// assert_eq!(y.iter().copied().collect::<Vec<_>>(), [5.0, 0.0, 7.0, 0.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool3d`], and [`Error::ShapeMismatch`] for an output of another shape.
+pub fn max_unpool3d_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    output_size: [usize; 3],
+    output: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_unpool3d_into(input, indices, output_size, output)
+}
+
+/// Backward of [`max_unpool3d`]: `grad_input[n, c, i] = grad_output[n, c, indices[n, c, i]]`
+/// for the last `i` of each index in row-major order, zero for the earlier ones.
+///
+/// ```
+/// let g = ndarray::Array5::from_shape_vec((1, 1, 1, 2, 2), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+/// let idx = ndarray::Array5::from_shape_vec((1, 1, 1, 1, 2), vec![3i64, 3]).unwrap();
+/// let gx = poolgrad::max_unpool3d_backward(&g, &idx)?;
+/// assert_eq!(gx.iter().copied().collect::<Vec<_>>(), [0.0, 4.0]); // the first was overwritten
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::ShapeMismatch`] when `grad_output`'s
+/// batch or channels differ from `indices`', [`Error::IndexOutOfRange`] for the first index
+/// outside the output plane.
+pub fn max_unpool3d_backward<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    grad_output: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_unpool3d_backward(grad_output, indices)
+}
+
+/// [`max_unpool3d_backward`] into an array the caller owns.
+///
+/// ```
+/// let g = ndarray::Array5::from_shape_vec((1, 1, 1, 2, 2), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+/// let idx = ndarray::Array5::from_shape_vec((1, 1, 1, 1, 2), vec![1i64, 2]).unwrap();
+/// let mut gx = ndarray::Array5::<f32>::zeros((1, 1, 1, 1, 2));
+/// poolgrad::max_unpool3d_backward_into(&g, &idx, &mut gx)?;
+/// assert_eq!(gx.iter().copied().collect::<Vec<_>>(), [2.0, 3.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool3d_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of another
+/// shape than `indices`.
+pub fn max_unpool3d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    grad_output: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    grad_input: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_unpool3d_backward_into(grad_output, indices, grad_input)
+}
+
+/// The gradient of a 3-D max pooling's backward (adaptive or not) with respect to its
+/// `grad_output`: `grad_grad_output[n, c, o] = grad_grad_input[n, c, indices[n, c, o]]`, for
+/// second-order autodiff. Repeated indices each read the same element: the backward adds every
+/// gradient at its index, so this is its exact derivative.
+///
+/// ```
+/// let ggi = ndarray::Array5::from_shape_vec((1, 1, 1, 2, 2), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+/// let idx = ndarray::Array5::from_shape_vec((1, 1, 1, 1, 2), vec![3i64, 3]).unwrap();
+/// let ggo = poolgrad::max_pool3d_double_backward(&ggi, &idx)?;
+/// assert_eq!(ggo.iter().copied().collect::<Vec<_>>(), [4.0, 4.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::ShapeMismatch`] when the batch or
+/// channels of `grad_grad_input` and `indices` differ, [`Error::IndexOutOfRange`] for the first
+/// index outside the input plane.
+pub fn max_pool3d_double_backward<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    grad_grad_input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_pool3d_double_backward(grad_grad_input, indices)
+}
+
+/// [`max_pool3d_double_backward`] into an array the caller owns.
+///
+/// ```
+/// let ggi = ndarray::Array5::from_shape_vec((1, 1, 1, 2, 2), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+/// let idx = ndarray::Array5::from_shape_vec((1, 1, 1, 1, 2), vec![0i32, 2]).unwrap();
+/// let mut ggo = ndarray::Array5::<f32>::zeros((1, 1, 1, 1, 2));
+/// poolgrad::max_pool3d_double_backward_into(&ggi, &idx, &mut ggo)?;
+/// assert_eq!(ggo.iter().copied().collect::<Vec<_>>(), [1.0, 3.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool3d_double_backward`], and [`Error::ShapeMismatch`] for an output of another
+/// shape than `indices`.
+pub fn max_pool3d_double_backward_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+    grad_grad_input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    grad_grad_output: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_pool3d_double_backward_into(grad_grad_input, indices, grad_grad_output)
+}

@@ -17,7 +17,8 @@ use crate::mask::{Mask, MaskLayout, MaskMut};
 use crate::op::{
     self, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, AdaptiveMaxPool3d, AdaptiveMaxPool3dBackward,
     MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward,
-    MaxPool3dWithIndices, MaxPool3dWithIndicesBackward, name,
+    MaxPool3dWithIndices, MaxPool3dWithIndicesBackward, MaxPoolDoubleBackward, MaxUnpool, MaxUnpoolBackward,
+    name,
 };
 use crate::params::{MaxPool1dParams, MaxPool2dParams, MaxPool3dParams};
 use crate::plan::Plan;
@@ -1019,5 +1020,302 @@ impl<Dev: Device> On<'_, Dev> {
             &mut as_plane_mut(grad_input),
         )
         .map_err(|e| from_plane(e, OP))
+    }
+}
+
+/// An array's view as argument `arg` of an operation over `N` spatial axes (2 or 3).
+fn read_axes<'a, E: Element, D: Dimension, const N: usize>(
+    op: &'static str,
+    arg: &'static str,
+    array: &'a ArrayRef<E, D>,
+    copy: &'a mut Option<Array<E, D>>,
+) -> Result<TensorRef<'a, E>> {
+    if N == 3 { read_volume(op, arg, array, copy) } else { read(op, arg, array) }
+}
+
+/// An array's mutable view as argument `arg` of an operation over `N` spatial axes.
+fn write_axes<'a, E: Element, D: Dimension, const N: usize>(
+    op: &'static str,
+    arg: &'static str,
+    array: &'a mut ArrayRef<E, D>,
+) -> Result<TensorMut<'a, E>> {
+    if N == 3 { write_volume(op, arg, array) } else { write(op, arg, array) }
+}
+
+/// Max unpooling, its backward and the max poolings' double backwards, over 2 or 3 spatial axes.
+impl<Dev: Device> On<'_, Dev> {
+    fn unpooled<T: PoolFloat, I: ArgmaxIndex, D: Dimension, const N: usize>(
+        &self,
+        input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        output_size: [usize; N],
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxUnpool<'a, T, I, N>>,
+        op::Axes<N>: op::SpatialAxes,
+    {
+        let name = name::of_axes(N, name::MAX_UNPOOL2D, name::MAX_UNPOOL3D);
+        let (mut c1, mut c2) = (None, None);
+        let input = read_axes::<_, _, N>(name, "input", input, &mut c1)?;
+        let indices = read_axes::<_, _, N>(name, "indices", indices, &mut c2)?;
+        let g = op::unpool_shapes::<I, N>(input.user_shape(), indices.user_shape(), output_size)?;
+        let dims = op::unpooled_dims(input.user_shape(), output_size);
+        let mut output = alloc::zeroed_array::<T, D>(name, "output", &dims)?;
+        let op = MaxUnpool {
+            input,
+            indices,
+            output_size,
+            output: write_axes::<_, _, N>(name, "output", &mut output)?,
+        };
+        Plan::checked(self.device, op, g)?.run()?;
+        Ok(output)
+    }
+
+    fn unpooled_into<T: PoolFloat, I: ArgmaxIndex, D: Dimension, const N: usize>(
+        &self,
+        input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        output_size: [usize; N],
+        output: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxUnpool<'a, T, I, N>>,
+        op::Axes<N>: op::SpatialAxes,
+    {
+        let name = name::of_axes(N, name::MAX_UNPOOL2D, name::MAX_UNPOOL3D);
+        let (mut c1, mut c2) = (None, None);
+        let op = MaxUnpool {
+            input: read_axes::<_, _, N>(name, "input", input, &mut c1)?,
+            indices: read_axes::<_, _, N>(name, "indices", indices, &mut c2)?,
+            output_size,
+            output: write_axes::<_, _, N>(name, "output", output)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`max_unpool2d`](crate::max_unpool2d) on this device.
+    pub fn max_unpool2d<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        output_size: [usize; 2],
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxUnpool<'a, T, I, 2>>,
+    {
+        self.unpooled(input, indices, output_size)
+    }
+
+    /// [`max_unpool2d_into`](crate::max_unpool2d_into) on this device.
+    pub fn max_unpool2d_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        output_size: [usize; 2],
+        output: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxUnpool<'a, T, I, 2>>,
+    {
+        self.unpooled_into(input, indices, output_size, output)
+    }
+
+    /// [`max_unpool2d_backward`](crate::max_unpool2d_backward) on this device.
+    pub fn max_unpool2d_backward<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, 2>>,
+    {
+        const OP: &str = name::MAX_UNPOOL2D_BACKWARD;
+        let (mut c1, mut c2) = (None, None);
+        let grad_output = read_axes::<_, _, 2>(OP, "grad_output", grad_output, &mut c1)?;
+        let indices = read_axes::<_, _, 2>(OP, "indices", indices, &mut c2)?;
+        let mut out = alloc::zeroed_array::<T, D>(OP, "grad_input", indices.user_shape())?;
+        let op = MaxUnpoolBackward::<T, I, 2> {
+            grad_output,
+            indices,
+            grad_input: write_axes::<_, _, 2>(OP, "grad_input", &mut out)?,
+        };
+        Plan::new(self.device, op)?.run()?;
+        Ok(out)
+    }
+
+    /// [`max_unpool2d_backward_into`](crate::max_unpool2d_backward_into) on this device.
+    pub fn max_unpool2d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        grad_input: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, 2>>,
+    {
+        const OP: &str = name::MAX_UNPOOL2D_BACKWARD;
+        let (mut c1, mut c2) = (None, None);
+        let op = MaxUnpoolBackward::<T, I, 2> {
+            grad_output: read_axes::<_, _, 2>(OP, "grad_output", grad_output, &mut c1)?,
+            indices: read_axes::<_, _, 2>(OP, "indices", indices, &mut c2)?,
+            grad_input: write_axes::<_, _, 2>(OP, "grad_input", grad_input)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`max_pool2d_double_backward`](crate::max_pool2d_double_backward) on this device.
+    pub fn max_pool2d_double_backward<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        grad_grad_input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, 2>>,
+    {
+        const OP: &str = name::MAX_POOL2D_DOUBLE_BACKWARD;
+        let (mut c1, mut c2) = (None, None);
+        let grad_grad_input = read_axes::<_, _, 2>(OP, "grad_grad_input", grad_grad_input, &mut c1)?;
+        let indices = read_axes::<_, _, 2>(OP, "indices", indices, &mut c2)?;
+        let mut out = alloc::zeroed_array::<T, D>(OP, "grad_grad_output", indices.user_shape())?;
+        let op = MaxPoolDoubleBackward::<T, I, 2> {
+            grad_grad_input,
+            indices,
+            grad_grad_output: write_axes::<_, _, 2>(OP, "grad_grad_output", &mut out)?,
+        };
+        Plan::new(self.device, op)?.run()?;
+        Ok(out)
+    }
+
+    /// [`max_pool2d_double_backward_into`](crate::max_pool2d_double_backward_into) on this device.
+    pub fn max_pool2d_double_backward_into<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
+        &self,
+        grad_grad_input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        grad_grad_output: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, 2>>,
+    {
+        const OP: &str = name::MAX_POOL2D_DOUBLE_BACKWARD;
+        let (mut c1, mut c2) = (None, None);
+        let op = MaxPoolDoubleBackward::<T, I, 2> {
+            grad_grad_input: read_axes::<_, _, 2>(OP, "grad_grad_input", grad_grad_input, &mut c1)?,
+            indices: read_axes::<_, _, 2>(OP, "indices", indices, &mut c2)?,
+            grad_grad_output: write_axes::<_, _, 2>(OP, "grad_grad_output", grad_grad_output)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`max_unpool3d`](crate::max_unpool3d) on this device.
+    pub fn max_unpool3d<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        output_size: [usize; 3],
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxUnpool<'a, T, I, 3>>,
+    {
+        self.unpooled(input, indices, output_size)
+    }
+
+    /// [`max_unpool3d_into`](crate::max_unpool3d_into) on this device.
+    pub fn max_unpool3d_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        output_size: [usize; 3],
+        output: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxUnpool<'a, T, I, 3>>,
+    {
+        self.unpooled_into(input, indices, output_size, output)
+    }
+
+    /// [`max_unpool3d_backward`](crate::max_unpool3d_backward) on this device.
+    pub fn max_unpool3d_backward<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, 3>>,
+    {
+        const OP: &str = name::MAX_UNPOOL3D_BACKWARD;
+        let (mut c1, mut c2) = (None, None);
+        let grad_output = read_axes::<_, _, 3>(OP, "grad_output", grad_output, &mut c1)?;
+        let indices = read_axes::<_, _, 3>(OP, "indices", indices, &mut c2)?;
+        let mut out = alloc::zeroed_array::<T, D>(OP, "grad_input", indices.user_shape())?;
+        let op = MaxUnpoolBackward::<T, I, 3> {
+            grad_output,
+            indices,
+            grad_input: write_axes::<_, _, 3>(OP, "grad_input", &mut out)?,
+        };
+        Plan::new(self.device, op)?.run()?;
+        Ok(out)
+    }
+
+    /// [`max_unpool3d_backward_into`](crate::max_unpool3d_backward_into) on this device.
+    pub fn max_unpool3d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        grad_input: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, 3>>,
+    {
+        const OP: &str = name::MAX_UNPOOL3D_BACKWARD;
+        let (mut c1, mut c2) = (None, None);
+        let op = MaxUnpoolBackward::<T, I, 3> {
+            grad_output: read_axes::<_, _, 3>(OP, "grad_output", grad_output, &mut c1)?,
+            indices: read_axes::<_, _, 3>(OP, "indices", indices, &mut c2)?,
+            grad_input: write_axes::<_, _, 3>(OP, "grad_input", grad_input)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    /// [`max_pool3d_double_backward`](crate::max_pool3d_double_backward) on this device.
+    pub fn max_pool3d_double_backward<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        grad_grad_input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, 3>>,
+    {
+        const OP: &str = name::MAX_POOL3D_DOUBLE_BACKWARD;
+        let (mut c1, mut c2) = (None, None);
+        let grad_grad_input = read_axes::<_, _, 3>(OP, "grad_grad_input", grad_grad_input, &mut c1)?;
+        let indices = read_axes::<_, _, 3>(OP, "indices", indices, &mut c2)?;
+        let mut out = alloc::zeroed_array::<T, D>(OP, "grad_grad_output", indices.user_shape())?;
+        let op = MaxPoolDoubleBackward::<T, I, 3> {
+            grad_grad_input,
+            indices,
+            grad_grad_output: write_axes::<_, _, 3>(OP, "grad_grad_output", &mut out)?,
+        };
+        Plan::new(self.device, op)?.run()?;
+        Ok(out)
+    }
+
+    /// [`max_pool3d_double_backward_into`](crate::max_pool3d_double_backward_into) on this device.
+    pub fn max_pool3d_double_backward_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim>(
+        &self,
+        grad_grad_input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        grad_grad_output: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, 3>>,
+    {
+        const OP: &str = name::MAX_POOL3D_DOUBLE_BACKWARD;
+        let (mut c1, mut c2) = (None, None);
+        let op = MaxPoolDoubleBackward::<T, I, 3> {
+            grad_grad_input: read_axes::<_, _, 3>(OP, "grad_grad_input", grad_grad_input, &mut c1)?,
+            indices: read_axes::<_, _, 3>(OP, "indices", indices, &mut c2)?,
+            grad_grad_output: write_axes::<_, _, 3>(OP, "grad_grad_output", grad_grad_output)?,
+        };
+        Plan::new(self.device, op)?.run()
     }
 }

@@ -32,6 +32,17 @@ pub(crate) mod name {
     pub(crate) const ADAPTIVE_MAX_POOL1D_BACKWARD: &str = "adaptive_max_pool1d_backward";
     pub(crate) const MAX_POOL1D_WITH_INDICES: &str = "max_pool1d_with_indices";
     pub(crate) const MAX_POOL1D_WITH_INDICES_BACKWARD: &str = "max_pool1d_with_indices_backward";
+    pub(crate) const MAX_UNPOOL2D: &str = "max_unpool2d";
+    pub(crate) const MAX_UNPOOL2D_BACKWARD: &str = "max_unpool2d_backward";
+    pub(crate) const MAX_UNPOOL3D: &str = "max_unpool3d";
+    pub(crate) const MAX_UNPOOL3D_BACKWARD: &str = "max_unpool3d_backward";
+    pub(crate) const MAX_POOL2D_DOUBLE_BACKWARD: &str = "max_pool2d_double_backward";
+    pub(crate) const MAX_POOL3D_DOUBLE_BACKWARD: &str = "max_pool3d_double_backward";
+
+    /// The name of an `n`-axis operation of the two given.
+    pub(crate) const fn of_axes(n: usize, two: &'static str, three: &'static str) -> &'static str {
+        if n == 3 { three } else { two }
+    }
 }
 
 pub(crate) mod internal {
@@ -66,7 +77,7 @@ pub(crate) mod internal {
 pub trait Operation: internal::OperationImpl {}
 
 pub use crate::shape::{
-    AdaptiveGeometry, AdaptiveGeometry3d, MaxPool3dGeometry, MaxPoolGeometry, VolumeSizes,
+    AdaptiveGeometry, AdaptiveGeometry3d, IndexedGeometry, MaxPool3dGeometry, MaxPoolGeometry, VolumeSizes,
 };
 use internal::Demands;
 
@@ -693,4 +704,257 @@ pub(crate) fn max_pool3d_backward_shapes<T: PoolFloat, I: ArgmaxIndex, M: Memory
     shape::input_shape(OP, "grad_output", grad_output, &g.sizes.pooled_dims())?;
     shape::input_shape(OP, "indices", indices, &g.sizes.pooled_dims())?;
     Ok(g)
+}
+
+/// The spatial axes an unpooling or double backward can have: 2 or 3. Sealed.
+pub trait SpatialAxes: sealed_axes::Sealed {}
+mod sealed_axes {
+    /// `[(); 2]` and `[(); 3]` only.
+    pub trait Sealed {}
+}
+/// Marker for operations over `N` spatial axes; implemented for 2 and 3.
+#[derive(Debug, Clone, Copy)]
+pub struct Axes<const N: usize>;
+impl sealed_axes::Sealed for Axes<2> {}
+impl sealed_axes::Sealed for Axes<3> {}
+impl SpatialAxes for Axes<2> {}
+impl SpatialAxes for Axes<3> {}
+
+/// The checks every indexed operation shares: `indices` and the pooled side `pooled` of one
+/// shape, the full side `full` of the same `N` and `C`, its positions within the index type.
+fn indexed_shapes<I: ArgmaxIndex, const N: usize>(
+    op: &'static str,
+    (pooled_arg, pooled): (&'static str, &[usize]),
+    indices: &[usize],
+    (full_arg, full): (&'static str, &[usize]),
+) -> Result<IndexedGeometry> {
+    let (n, c, pooled_sizes) = shape::spatial_dims::<N>(op, pooled_arg, pooled)?;
+    let (_, _, full_sizes) = shape::spatial_dims::<N>(op, full_arg, full)?;
+    let mut expected_full = pooled[..pooled.len() - N].to_vec();
+    expected_full.extend_from_slice(&full_sizes);
+    shape::same_shape(op, full_arg, full, &expected_full)?;
+    shape::same_shape(op, "indices", indices, pooled)?;
+    let product = |sizes: [usize; N], arg| {
+        sizes.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| Error::Overflow {
+            op,
+            arg,
+            what: format!("the positions of {sizes:?}"),
+        })
+    };
+    let full_len = product(full_sizes, full_arg)?;
+    shape::index_width::<I>(op, "indices", full_len)?;
+    Ok(IndexedGeometry {
+        planes: n * c,
+        pooled: product(pooled_sizes, pooled_arg)?,
+        full: full_len,
+        index_dims: pooled.to_vec(),
+    })
+}
+
+/// The caller's shape of the full side of an unpooling: `input`'s, with its spatial sizes
+/// `output_size`.
+pub(crate) fn unpooled_dims<const N: usize>(input: &[usize], output_size: [usize; N]) -> Vec<usize> {
+    let mut dims = input[..input.len().saturating_sub(N)].to_vec();
+    dims.extend_from_slice(&output_size);
+    dims
+}
+
+/// Max unpooling (`max_unpool2d` / `max_unpool3d`, CANN's `aclnnMaxUnpool2d` / `3d`): `output`,
+/// of `input`'s batch and channels and spatial size `output_size`, is zero but where `indices`
+/// point: `output[n, c, indices[n, c, i]] = input[n, c, i]`. Where several indices of a plane
+/// are equal, the last in row-major order wins (PyTorch's CPU kernel leaves it unspecified); its
+/// backward gives the gradient to that one alone. An index outside the output plane is an error
+/// naming the first.
+///
+/// ```
+/// use poolgrad::{Plan, TensorMut, TensorRef, device::cpu::Cpu, op::MaxUnpool2d};
+/// let (x, idx) = ([5.0f32, 7.0, 9.0], [3i64, 0, 3]);
+/// let mut out = [1.0f32; 4];
+/// let op = MaxUnpool2d {
+///     input: TensorRef::from_slice(&x, &[1, 1, 3])?,
+///     indices: TensorRef::from_slice(&idx, &[1, 1, 3])?,
+///     output_size: [2, 2],
+///     output: TensorMut::from_slice(&mut out, &[1, 2, 2])?,
+/// };
+/// Plan::new(&Cpu::sequential(), op)?.run()?;
+/// assert_eq!(out, [7.0, 0.0, 0.0, 9.0]); // index 3 twice: the last, 9.0, wins
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct MaxUnpool<'a, T: PoolFloat, I: ArgmaxIndex, const N: usize, M: Memory = Host> {
+    /// The pooled values, `[N, C, ..]` or `[C, ..]` with `N` spatial axes.
+    pub input: TensorRef<'a, T, M>,
+    /// Flat positions in each output plane, shape of `input`.
+    pub indices: TensorRef<'a, I, M>,
+    /// The output's spatial size.
+    pub output_size: [usize; N],
+    /// Receives the unpooled values.
+    pub output: TensorMut<'a, T, M>,
+}
+
+/// 2-D max unpooling: [`MaxUnpool`] over `[H, W]`.
+pub type MaxUnpool2d<'a, T, I, M = Host> = MaxUnpool<'a, T, I, 2, M>;
+/// 3-D max unpooling: [`MaxUnpool`] over `[D, H, W]`.
+pub type MaxUnpool3d<'a, T, I, M = Host> = MaxUnpool<'a, T, I, 3, M>;
+
+impl<T: PoolFloat, I: ArgmaxIndex, const N: usize, M: Memory> internal::OperationImpl
+    for MaxUnpool<'_, T, I, N, M>
+where
+    Axes<N>: SpatialAxes,
+{
+    const NAME: &'static str = name::of_axes(N, name::MAX_UNPOOL2D, name::MAX_UNPOOL3D);
+    type Geometry = IndexedGeometry;
+
+    fn validate(&self) -> Result<IndexedGeometry> {
+        let g = unpool_shapes::<I, N>(self.input.user_shape(), self.indices.user_shape(), self.output_size)?;
+        shape::output_shape(
+            Self::NAME,
+            "output",
+            &self.output,
+            &unpooled_dims(self.input.user_shape(), self.output_size),
+        )?;
+        Ok(g)
+    }
+
+    fn demands(_: &IndexedGeometry) -> Demands {
+        Demands { plane: [1, 1], adaptive_backward: None }
+    }
+}
+impl<T: PoolFloat, I: ArgmaxIndex, const N: usize, M: Memory> Operation for MaxUnpool<'_, T, I, N, M> where
+    Axes<N>: SpatialAxes
+{
+}
+
+/// The checks of [`MaxUnpool`] on what it reads.
+pub(crate) fn unpool_shapes<I: ArgmaxIndex, const N: usize>(
+    input: &[usize],
+    indices: &[usize],
+    output_size: [usize; N],
+) -> Result<IndexedGeometry> {
+    let op = name::of_axes(N, name::MAX_UNPOOL2D, name::MAX_UNPOOL3D);
+    if output_size.contains(&0) {
+        return Err(Error::InvalidParameter {
+            op,
+            arg: "output_size",
+            expected: "every size at least 1".into(),
+            got: format!("{output_size:?}"),
+        });
+    }
+    shape::spatial_dims::<N>(op, "input", input)?;
+    indexed_shapes::<I, N>(op, ("input", input), indices, ("output", &unpooled_dims(input, output_size)))
+}
+
+/// Backward of [`MaxUnpool`]: `grad_input[n, c, i] = grad_output[n, c, indices[n, c, i]]` for the
+/// last `i` of each index in row-major order, zero for the earlier ones (the forward took the
+/// last).
+#[derive(Debug)]
+pub struct MaxUnpoolBackward<'a, T: PoolFloat, I: ArgmaxIndex, const N: usize, M: Memory = Host> {
+    /// Gradient of the unpooled output.
+    pub grad_output: TensorRef<'a, T, M>,
+    /// The forward's indices.
+    pub indices: TensorRef<'a, I, M>,
+    /// Receives the gradient of the forward's input, shape of `indices`.
+    pub grad_input: TensorMut<'a, T, M>,
+}
+
+/// Backward of 2-D max unpooling.
+pub type MaxUnpool2dBackward<'a, T, I, M = Host> = MaxUnpoolBackward<'a, T, I, 2, M>;
+/// Backward of 3-D max unpooling.
+pub type MaxUnpool3dBackward<'a, T, I, M = Host> = MaxUnpoolBackward<'a, T, I, 3, M>;
+
+impl<T: PoolFloat, I: ArgmaxIndex, const N: usize, M: Memory> internal::OperationImpl
+    for MaxUnpoolBackward<'_, T, I, N, M>
+where
+    Axes<N>: SpatialAxes,
+{
+    const NAME: &'static str = name::of_axes(N, name::MAX_UNPOOL2D_BACKWARD, name::MAX_UNPOOL3D_BACKWARD);
+    type Geometry = IndexedGeometry;
+
+    fn validate(&self) -> Result<IndexedGeometry> {
+        let g = indexed_shapes::<I, N>(
+            Self::NAME,
+            ("indices", self.indices.user_shape()),
+            self.indices.user_shape(),
+            ("grad_output", self.grad_output.user_shape()),
+        )?;
+        shape::output_shape(Self::NAME, "grad_input", &self.grad_input, self.indices.user_shape())?;
+        Ok(g)
+    }
+
+    fn demands(_: &IndexedGeometry) -> Demands {
+        Demands { plane: [1, 1], adaptive_backward: None }
+    }
+}
+impl<T: PoolFloat, I: ArgmaxIndex, const N: usize, M: Memory> Operation for MaxUnpoolBackward<'_, T, I, N, M> where
+    Axes<N>: SpatialAxes
+{
+}
+
+/// The gradient of a max pooling's backward with respect to its `grad_output` (the "double
+/// backward"): `grad_grad_output[n, c, o] = grad_grad_input[n, c, indices[n, c, o]]`, a gather of
+/// the second-order gradient at each output's arg-max. The backward adds each `grad_output` at
+/// its index, so this is its exact derivative, repeated indices included.
+///
+/// ```
+/// use poolgrad::{Plan, TensorMut, TensorRef, device::cpu::Cpu, op::MaxPool2dDoubleBackward};
+/// let (ggi, idx) = ([1.0f32, 2.0, 3.0, 4.0], [3i32, 3]);
+/// let mut ggo = [0.0f32; 2];
+/// let op = MaxPool2dDoubleBackward {
+///     grad_grad_input: TensorRef::from_slice(&ggi, &[1, 2, 2])?,
+///     indices: TensorRef::from_slice(&idx, &[1, 1, 2])?,
+///     grad_grad_output: TensorMut::from_slice(&mut ggo, &[1, 1, 2])?,
+/// };
+/// Plan::new(&Cpu::sequential(), op)?.run()?;
+/// assert_eq!(ggo, [4.0, 4.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct MaxPoolDoubleBackward<'a, T: PoolFloat, I: ArgmaxIndex, const N: usize, M: Memory = Host> {
+    /// The second-order gradient, shape of the pooling's input.
+    pub grad_grad_input: TensorRef<'a, T, M>,
+    /// The forward's flat indices.
+    pub indices: TensorRef<'a, I, M>,
+    /// Receives the gradient of the backward's `grad_output`, shape of `indices`.
+    pub grad_grad_output: TensorMut<'a, T, M>,
+}
+
+/// Double backward of 2-D max pooling (adaptive or not).
+pub type MaxPool2dDoubleBackward<'a, T, I, M = Host> = MaxPoolDoubleBackward<'a, T, I, 2, M>;
+/// Double backward of 3-D max pooling (adaptive or not).
+pub type MaxPool3dDoubleBackward<'a, T, I, M = Host> = MaxPoolDoubleBackward<'a, T, I, 3, M>;
+
+impl<T: PoolFloat, I: ArgmaxIndex, const N: usize, M: Memory> internal::OperationImpl
+    for MaxPoolDoubleBackward<'_, T, I, N, M>
+where
+    Axes<N>: SpatialAxes,
+{
+    const NAME: &'static str =
+        name::of_axes(N, name::MAX_POOL2D_DOUBLE_BACKWARD, name::MAX_POOL3D_DOUBLE_BACKWARD);
+    type Geometry = IndexedGeometry;
+
+    fn validate(&self) -> Result<IndexedGeometry> {
+        let g = indexed_shapes::<I, N>(
+            Self::NAME,
+            ("indices", self.indices.user_shape()),
+            self.indices.user_shape(),
+            ("grad_grad_input", self.grad_grad_input.user_shape()),
+        )?;
+        shape::output_shape(
+            Self::NAME,
+            "grad_grad_output",
+            &self.grad_grad_output,
+            self.indices.user_shape(),
+        )?;
+        Ok(g)
+    }
+
+    fn demands(_: &IndexedGeometry) -> Demands {
+        Demands { plane: [1, 1], adaptive_backward: None }
+    }
+}
+impl<T: PoolFloat, I: ArgmaxIndex, const N: usize, M: Memory> Operation
+    for MaxPoolDoubleBackward<'_, T, I, N, M>
+where
+    Axes<N>: SpatialAxes,
+{
 }

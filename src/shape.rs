@@ -452,3 +452,42 @@ pub(crate) fn with_length(dims: &[usize], len: usize) -> Vec<usize> {
     }
     pooled
 }
+
+/// `[N, C]` and the `N` spatial sizes of a pooling array given in the caller's rank: 2 + `N`, or
+/// 1 + `N` without the batch; C and every spatial size non-empty.
+pub(crate) fn spatial_dims<const N: usize>(
+    op: &'static str,
+    arg: &'static str,
+    dims: &[usize],
+) -> Result<(usize, usize, [usize; N])> {
+    if N == 3 {
+        let [n, c, d, h, w] = volume_dims(op, arg, dims)?;
+        Ok((n, c, core::array::from_fn(|i| [d, h, w][i])))
+    } else {
+        let [n, c, h, w] = pooling_dims(op, arg, dims)?;
+        Ok((n, c, core::array::from_fn(|i| [h, w][i])))
+    }
+}
+
+/// Sizes of an operation that moves values between pooled positions and the positions their
+/// flat indices address (max unpooling and its backward, a max pooling's double backward):
+/// `planes` `(n, c)` planes of `pooled` indices each, addressing `full` positions each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedGeometry {
+    /// Number of `(n, c)` planes.
+    pub planes: usize,
+    /// Indices per plane.
+    pub pooled: usize,
+    /// Positions per plane the indices address.
+    pub full: usize,
+    /// The indices' shape, in the caller's rank (for the positions of errors).
+    pub(crate) index_dims: Vec<usize>,
+}
+
+impl IndexedGeometry {
+    /// The error for index `value` found at element `e` of the indices.
+    pub(crate) fn index_error(&self, op: &'static str, e: usize, value: i64) -> Error {
+        let position = crate::tensor::position_in(e, &self.index_dims);
+        Error::IndexOutOfRange { op, arg: "indices", position, value, plane: self.full }
+    }
+}

@@ -19,6 +19,7 @@ use crate::error::{Error, Result, UNNAMED};
 
 mod bitmask;
 mod forward;
+mod indexed;
 mod interleave;
 mod mask;
 mod scatter;

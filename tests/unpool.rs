@@ -1,0 +1,179 @@
+//! Max unpooling (2-D and 3-D), its backward, and the max poolings' double backward: against
+//! plain loops, and against each other through the adjoint identity `<F x, g> = <x, Fᵀ g>` (each
+//! pair is linear: unpooling and its backward, a pooling's backward and its double backward),
+//! on drawn indices with repeats, in every element and index type and several thread counts.
+
+mod common;
+
+use ndarray::{Array4, Array5, ArrayD, IxDyn};
+use poolgrad::device::cpu::Cpu;
+use poolgrad::{ArgmaxIndex, Error, PoolFloat, on};
+use proptest::prelude::*;
+
+/// Drawn planes: `[n, c, pooled..]` values and indices into `full` positions, many repeated.
+#[derive(Debug, Clone)]
+struct Case {
+    pooled: Vec<usize>,
+    full: Vec<usize>,
+    values: Vec<f64>,
+    indices: Vec<usize>,
+    gradient: Vec<f64>,
+}
+
+fn cases(axes: usize) -> impl Strategy<Value = Case> {
+    (1usize..=2, 1usize..=3, prop::collection::vec(1usize..=4, axes), prop::collection::vec(1usize..=5, axes))
+        .prop_flat_map(|(n, c, pooled, full)| {
+            let count: usize = n * c * pooled.iter().product::<usize>();
+            let positions: usize = full.iter().product();
+            let full_count = n * c * positions;
+            (
+                Just([vec![n, c], pooled].concat()),
+                Just([vec![n, c], full].concat()),
+                prop::collection::vec((-64i32..64).prop_map(|v| f64::from(v) / 4.0), count),
+                // Few distinct positions: repeats are common.
+                prop::collection::vec(0..positions.min(3 + positions / 3), count),
+                prop::collection::vec((-64i32..64).prop_map(|v| f64::from(v) / 4.0), full_count),
+            )
+        })
+        .prop_map(|(pooled, full, values, indices, gradient)| Case {
+            pooled,
+            full,
+            values,
+            indices,
+            gradient,
+        })
+}
+
+fn arr<E: Clone>(shape: &[usize], v: Vec<E>) -> ArrayD<E> {
+    ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
+}
+
+/// The reference unpooling: planes in order, each index in row-major order, later ones
+/// overwriting earlier ones.
+fn unpool_reference(c: &Case) -> Vec<f64> {
+    let (p, f): (usize, usize) = (c.pooled[2..].iter().product(), c.full[2..].iter().product());
+    let mut out = vec![0.0; c.gradient.len()];
+    for (i, (&v, &j)) in c.values.iter().zip(&c.indices).enumerate() {
+        out[(i / p) * f + j] = v;
+    }
+    out
+}
+
+fn check<T: PoolFloat, I: ArgmaxIndex>(c: &Case, cpu: &Cpu) -> Result<(), TestCaseError> {
+    let f64s = |a: &ArrayD<T>| a.iter().map(|&v| common::to_f64(v)).collect::<Vec<f64>>();
+    let x = arr(&c.pooled, c.values.iter().map(|&v| common::cast::<T>(v)).collect());
+    let idx = arr(&c.pooled, c.indices.iter().map(|&j| I::try_from(j as i64).ok().unwrap()).collect());
+    let g = arr(&c.full, c.gradient.iter().map(|&v| common::cast::<T>(v)).collect());
+    let dev = on(cpu);
+    let axes = c.pooled.len() - 2;
+    let (y, gx, ggo) = if axes == 2 {
+        let size = [c.full[2], c.full[3]];
+        let y = dev.max_unpool2d(&x, &idx, size).unwrap();
+        (y, dev.max_unpool2d_backward(&g, &idx).unwrap(), dev.max_pool2d_double_backward(&g, &idx).unwrap())
+    } else {
+        let size = [c.full[2], c.full[3], c.full[4]];
+        let y = dev.max_unpool3d(&x, &idx, size).unwrap();
+        (y, dev.max_unpool3d_backward(&g, &idx).unwrap(), dev.max_pool3d_double_backward(&g, &idx).unwrap())
+    };
+    prop_assert_eq!(f64s(&y), unpool_reference(c));
+    // The double backward: a plain gather.
+    let (p, f): (usize, usize) = (c.pooled[2..].iter().product(), c.full[2..].iter().product());
+    let gather: Vec<f64> = c.indices.iter().enumerate().map(|(i, &j)| c.gradient[(i / p) * f + j]).collect();
+    prop_assert_eq!(f64s(&ggo), gather.clone());
+    // Adjoints, exact in f64 for these quarters: <unpool(x), g> = <x, unpool_backward(g)>, and
+    // <backward(go), ggi> = <go, double_backward(ggi)> with the pooling backward's scatter-add.
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a * b).sum::<f64>();
+    prop_assert_eq!(dot(&f64s(&y), &c.gradient), dot(&c.values, &f64s(&gx)));
+    let mut scatter_add = vec![0.0; c.gradient.len()];
+    for (i, (&v, &j)) in c.values.iter().zip(&c.indices).enumerate() {
+        scatter_add[(i / p) * f + j] += v;
+    }
+    prop_assert_eq!(dot(&scatter_add, &c.gradient), dot(&c.values, &f64s(&ggo)));
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #[test]
+    fn unpool2d_f32_i64(c in cases(2)) { check::<f32, i64>(&c, &Cpu::sequential())?; }
+    #[test]
+    fn unpool2d_bf16_i32(c in cases(2)) { check::<half::bf16, i32>(&c, common::cpu_with_threads(3))?; }
+    #[test]
+    fn unpool3d_f64_i32(c in cases(3)) { check::<f64, i32>(&c, common::cpu_with_threads(2))?; }
+    #[test]
+    fn unpool3d_f16_i64(c in cases(3)) { check::<half::f16, i64>(&c, common::cpu_with_threads(7))?; }
+}
+
+/// Unpooling a max pooling's result restores each maximum at its place (PyTorch's use of the
+/// pair), and every thread count gives the same bits.
+#[test]
+fn unpooling_a_max_pooling_and_threads() {
+    let x =
+        Array4::from_shape_fn((2, 3, 12, 10), |(n, c, h, w)| ((n * 7 + c * 5 + h * 3 + w * 11) % 13) as f32);
+    let params = poolgrad::MaxPool2dParams::new([3, 3]).with_stride([1, 1]).with_padding([1, 1]);
+    let p = poolgrad::max_pool2d_with_indices(&x, &params).unwrap();
+    let y = poolgrad::max_unpool2d(&p.output, &p.indices, [12, 10]).unwrap();
+    for ((&v, &i), (n, c)) in p
+        .output
+        .iter()
+        .zip(&p.indices)
+        .zip((0..2).flat_map(|n| (0..3).map(move |c| (n, c))).flat_map(|nc| std::iter::repeat_n(nc, 120)))
+    {
+        let (h, w) = (i as usize / 10, i as usize % 10);
+        assert_eq!(y[[n, c, h, w]], v);
+        assert_eq!(x[[n, c, h, w]], v);
+    }
+    let g = x.mapv(|v| v * 0.5 - 1.0);
+    let alone = on(&Cpu::sequential()).max_unpool2d_backward(&g, &p.indices).unwrap();
+    for threads in [2, 3, 7] {
+        let cpu = common::cpu_with_threads(threads);
+        assert_eq!(on(cpu).max_unpool2d(&p.output, &p.indices, [12, 10]).unwrap(), y);
+        assert_eq!(on(cpu).max_unpool2d_backward(&g, &p.indices).unwrap(), alone);
+    }
+    // 3-D: the same with volumes.
+    let v =
+        Array5::from_shape_fn((1, 2, 4, 6, 6), |(_, c, d, h, w)| ((c * 5 + d * 7 + h * 3 + w) % 11) as f64);
+    let q = poolgrad::max_pool3d_with_indices(&v, &poolgrad::MaxPool3dParams::new([2, 2, 2])).unwrap();
+    let u = poolgrad::max_unpool3d(&q.output, &q.indices, [4, 6, 6]).unwrap();
+    assert_eq!(u.sum(), q.output.sum());
+    let ggo = poolgrad::max_pool3d_double_backward(&v, &q.indices).unwrap();
+    assert_eq!(ggo, q.output);
+}
+
+/// Errors name the operation, the argument and the first bad index with its position; the
+/// output is then zero.
+#[test]
+fn errors_name_the_first_bad_index() {
+    let x = Array4::<f32>::ones((1, 2, 1, 3));
+    let mut idx = Array4::<i64>::zeros((1, 2, 1, 3));
+    idx[[0, 1, 0, 1]] = 4;
+    idx[[0, 1, 0, 2]] = -1;
+    let mut y = Array4::<f32>::from_elem((1, 2, 2, 2), 9.0);
+    let e = poolgrad::max_unpool2d_into(&x, &idx, [2, 2], &mut y).unwrap_err();
+    match e {
+        Error::IndexOutOfRange { op, arg, position, value, plane } => {
+            assert_eq!(
+                (op, arg, position, value, plane),
+                ("max_unpool2d", "indices", vec![0, 1, 0, 1], 4, 4)
+            );
+        }
+        e => panic!("{e}"),
+    }
+    assert!(y.iter().all(|&v| v == 0.0));
+    let e = poolgrad::max_unpool2d(&x, &idx, [0, 2]).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { op: "max_unpool2d", arg: "output_size", .. }), "{e}");
+    let e = poolgrad::max_unpool2d(&x, &Array4::<i64>::zeros((1, 2, 1, 2)), [2, 2]).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { arg: "indices", .. }), "{e}");
+    let g = Array4::<f32>::ones((1, 3, 2, 2));
+    let e = poolgrad::max_unpool2d_backward(&g, &Array4::<i64>::zeros((1, 2, 1, 3))).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: "max_unpool2d_backward", arg: "grad_output", .. }), "{e}");
+    let e = poolgrad::max_pool2d_double_backward(&Array4::<f32>::ones((1, 2, 2, 2)), &idx).unwrap_err();
+    assert!(matches!(e, Error::IndexOutOfRange { op: "max_pool2d_double_backward", value: 4, .. }), "{e}");
+    let e = poolgrad::max_unpool3d(
+        &ArrayD::<f32>::zeros(IxDyn(&[2, 2, 2])),
+        &ArrayD::<i64>::zeros(IxDyn(&[2, 2, 2])),
+        [1, 1, 1],
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Rank { op: "max_unpool3d", got: 3, .. }), "{e}");
+}
