@@ -1093,6 +1093,85 @@ impl<Dev: Device> On<'_, Dev> {
         Plan::new(self.device, op)?.run()
     }
 
+    fn unpool_gathered<T: PoolFloat, I: ArgmaxIndex, D: Dimension, const N: usize>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, N>>,
+        op::Axes<N>: op::SpatialAxes,
+    {
+        let op_name = name::of_axes(N, name::MAX_UNPOOL2D_BACKWARD, name::MAX_UNPOOL3D_BACKWARD);
+        let (mut c1, mut c2) = (None, None);
+        let grad_output = read_axes::<_, _, N>(op_name, "grad_output", grad_output, &mut c1)?;
+        let indices = read_axes::<_, _, N>(op_name, "indices", indices, &mut c2)?;
+        let mut out = alloc::zeroed_array::<T, D>(op_name, "grad_input", indices.user_shape())?;
+        let grad_input = write_axes::<_, _, N>(op_name, "grad_input", &mut out)?;
+        Plan::new(self.device, MaxUnpoolBackward { grad_output, indices, grad_input })?.run()?;
+        Ok(out)
+    }
+
+    fn unpool_gathered_into<T: PoolFloat, I: ArgmaxIndex, D: Dimension, const N: usize>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        grad_input: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, N>>,
+        op::Axes<N>: op::SpatialAxes,
+    {
+        let op_name = name::of_axes(N, name::MAX_UNPOOL2D_BACKWARD, name::MAX_UNPOOL3D_BACKWARD);
+        let (mut c1, mut c2) = (None, None);
+        let op = MaxUnpoolBackward {
+            grad_output: read_axes::<_, _, N>(op_name, "grad_output", grad_output, &mut c1)?,
+            indices: read_axes::<_, _, N>(op_name, "indices", indices, &mut c2)?,
+            grad_input: write_axes::<_, _, N>(op_name, "grad_input", grad_input)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
+    fn double_gathered<T: PoolFloat, I: ArgmaxIndex, D: Dimension, const N: usize>(
+        &self,
+        grad_grad_input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, N>>,
+        op::Axes<N>: op::SpatialAxes,
+    {
+        let op_name = name::of_axes(N, name::MAX_POOL2D_DOUBLE_BACKWARD, name::MAX_POOL3D_DOUBLE_BACKWARD);
+        let (mut c1, mut c2) = (None, None);
+        let grad_grad_input = read_axes::<_, _, N>(op_name, "grad_grad_input", grad_grad_input, &mut c1)?;
+        let indices = read_axes::<_, _, N>(op_name, "indices", indices, &mut c2)?;
+        let mut out = alloc::zeroed_array::<T, D>(op_name, "grad_grad_output", indices.user_shape())?;
+        let grad_grad_output = write_axes::<_, _, N>(op_name, "grad_grad_output", &mut out)?;
+        Plan::new(self.device, MaxPoolDoubleBackward { grad_grad_input, indices, grad_grad_output })?
+            .run()?;
+        Ok(out)
+    }
+
+    fn double_gathered_into<T: PoolFloat, I: ArgmaxIndex, D: Dimension, const N: usize>(
+        &self,
+        grad_grad_input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        grad_grad_output: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, N>>,
+        op::Axes<N>: op::SpatialAxes,
+    {
+        let op_name = name::of_axes(N, name::MAX_POOL2D_DOUBLE_BACKWARD, name::MAX_POOL3D_DOUBLE_BACKWARD);
+        let (mut c1, mut c2) = (None, None);
+        let op = MaxPoolDoubleBackward {
+            grad_grad_input: read_axes::<_, _, N>(op_name, "grad_grad_input", grad_grad_input, &mut c1)?,
+            indices: read_axes::<_, _, N>(op_name, "indices", indices, &mut c2)?,
+            grad_grad_output: write_axes::<_, _, N>(op_name, "grad_grad_output", grad_grad_output)?,
+        };
+        Plan::new(self.device, op)?.run()
+    }
+
     /// [`max_unpool2d`](crate::max_unpool2d) on this device.
     pub fn max_unpool2d<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
         &self,
@@ -1129,18 +1208,7 @@ impl<Dev: Device> On<'_, Dev> {
     where
         Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, 2>>,
     {
-        const OP: &str = name::MAX_UNPOOL2D_BACKWARD;
-        let (mut c1, mut c2) = (None, None);
-        let grad_output = read_axes::<_, _, 2>(OP, "grad_output", grad_output, &mut c1)?;
-        let indices = read_axes::<_, _, 2>(OP, "indices", indices, &mut c2)?;
-        let mut out = alloc::zeroed_array::<T, D>(OP, "grad_input", indices.user_shape())?;
-        let op = MaxUnpoolBackward::<T, I, 2> {
-            grad_output,
-            indices,
-            grad_input: write_axes::<_, _, 2>(OP, "grad_input", &mut out)?,
-        };
-        Plan::new(self.device, op)?.run()?;
-        Ok(out)
+        self.unpool_gathered::<T, I, D, 2>(grad_output, indices)
     }
 
     /// [`max_unpool2d_backward_into`](crate::max_unpool2d_backward_into) on this device.
@@ -1153,14 +1221,7 @@ impl<Dev: Device> On<'_, Dev> {
     where
         Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, 2>>,
     {
-        const OP: &str = name::MAX_UNPOOL2D_BACKWARD;
-        let (mut c1, mut c2) = (None, None);
-        let op = MaxUnpoolBackward::<T, I, 2> {
-            grad_output: read_axes::<_, _, 2>(OP, "grad_output", grad_output, &mut c1)?,
-            indices: read_axes::<_, _, 2>(OP, "indices", indices, &mut c2)?,
-            grad_input: write_axes::<_, _, 2>(OP, "grad_input", grad_input)?,
-        };
-        Plan::new(self.device, op)?.run()
+        self.unpool_gathered_into::<T, I, D, 2>(grad_output, indices, grad_input)
     }
 
     /// [`max_pool2d_double_backward`](crate::max_pool2d_double_backward) on this device.
@@ -1172,18 +1233,7 @@ impl<Dev: Device> On<'_, Dev> {
     where
         Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, 2>>,
     {
-        const OP: &str = name::MAX_POOL2D_DOUBLE_BACKWARD;
-        let (mut c1, mut c2) = (None, None);
-        let grad_grad_input = read_axes::<_, _, 2>(OP, "grad_grad_input", grad_grad_input, &mut c1)?;
-        let indices = read_axes::<_, _, 2>(OP, "indices", indices, &mut c2)?;
-        let mut out = alloc::zeroed_array::<T, D>(OP, "grad_grad_output", indices.user_shape())?;
-        let op = MaxPoolDoubleBackward::<T, I, 2> {
-            grad_grad_input,
-            indices,
-            grad_grad_output: write_axes::<_, _, 2>(OP, "grad_grad_output", &mut out)?,
-        };
-        Plan::new(self.device, op)?.run()?;
-        Ok(out)
+        self.double_gathered::<T, I, D, 2>(grad_grad_input, indices)
     }
 
     /// [`max_pool2d_double_backward_into`](crate::max_pool2d_double_backward_into) on this device.
@@ -1196,14 +1246,7 @@ impl<Dev: Device> On<'_, Dev> {
     where
         Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, 2>>,
     {
-        const OP: &str = name::MAX_POOL2D_DOUBLE_BACKWARD;
-        let (mut c1, mut c2) = (None, None);
-        let op = MaxPoolDoubleBackward::<T, I, 2> {
-            grad_grad_input: read_axes::<_, _, 2>(OP, "grad_grad_input", grad_grad_input, &mut c1)?,
-            indices: read_axes::<_, _, 2>(OP, "indices", indices, &mut c2)?,
-            grad_grad_output: write_axes::<_, _, 2>(OP, "grad_grad_output", grad_grad_output)?,
-        };
-        Plan::new(self.device, op)?.run()
+        self.double_gathered_into::<T, I, D, 2>(grad_grad_input, indices, grad_grad_output)
     }
 
     /// [`max_unpool3d`](crate::max_unpool3d) on this device.
@@ -1242,18 +1285,7 @@ impl<Dev: Device> On<'_, Dev> {
     where
         Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, 3>>,
     {
-        const OP: &str = name::MAX_UNPOOL3D_BACKWARD;
-        let (mut c1, mut c2) = (None, None);
-        let grad_output = read_axes::<_, _, 3>(OP, "grad_output", grad_output, &mut c1)?;
-        let indices = read_axes::<_, _, 3>(OP, "indices", indices, &mut c2)?;
-        let mut out = alloc::zeroed_array::<T, D>(OP, "grad_input", indices.user_shape())?;
-        let op = MaxUnpoolBackward::<T, I, 3> {
-            grad_output,
-            indices,
-            grad_input: write_axes::<_, _, 3>(OP, "grad_input", &mut out)?,
-        };
-        Plan::new(self.device, op)?.run()?;
-        Ok(out)
+        self.unpool_gathered::<T, I, D, 3>(grad_output, indices)
     }
 
     /// [`max_unpool3d_backward_into`](crate::max_unpool3d_backward_into) on this device.
@@ -1266,14 +1298,7 @@ impl<Dev: Device> On<'_, Dev> {
     where
         Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, 3>>,
     {
-        const OP: &str = name::MAX_UNPOOL3D_BACKWARD;
-        let (mut c1, mut c2) = (None, None);
-        let op = MaxUnpoolBackward::<T, I, 3> {
-            grad_output: read_axes::<_, _, 3>(OP, "grad_output", grad_output, &mut c1)?,
-            indices: read_axes::<_, _, 3>(OP, "indices", indices, &mut c2)?,
-            grad_input: write_axes::<_, _, 3>(OP, "grad_input", grad_input)?,
-        };
-        Plan::new(self.device, op)?.run()
+        self.unpool_gathered_into::<T, I, D, 3>(grad_output, indices, grad_input)
     }
 
     /// [`max_pool3d_double_backward`](crate::max_pool3d_double_backward) on this device.
@@ -1285,18 +1310,7 @@ impl<Dev: Device> On<'_, Dev> {
     where
         Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, 3>>,
     {
-        const OP: &str = name::MAX_POOL3D_DOUBLE_BACKWARD;
-        let (mut c1, mut c2) = (None, None);
-        let grad_grad_input = read_axes::<_, _, 3>(OP, "grad_grad_input", grad_grad_input, &mut c1)?;
-        let indices = read_axes::<_, _, 3>(OP, "indices", indices, &mut c2)?;
-        let mut out = alloc::zeroed_array::<T, D>(OP, "grad_grad_output", indices.user_shape())?;
-        let op = MaxPoolDoubleBackward::<T, I, 3> {
-            grad_grad_input,
-            indices,
-            grad_grad_output: write_axes::<_, _, 3>(OP, "grad_grad_output", &mut out)?,
-        };
-        Plan::new(self.device, op)?.run()?;
-        Ok(out)
+        self.double_gathered::<T, I, D, 3>(grad_grad_input, indices)
     }
 
     /// [`max_pool3d_double_backward_into`](crate::max_pool3d_double_backward_into) on this device.
@@ -1309,13 +1323,6 @@ impl<Dev: Device> On<'_, Dev> {
     where
         Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, 3>>,
     {
-        const OP: &str = name::MAX_POOL3D_DOUBLE_BACKWARD;
-        let (mut c1, mut c2) = (None, None);
-        let op = MaxPoolDoubleBackward::<T, I, 3> {
-            grad_grad_input: read_axes::<_, _, 3>(OP, "grad_grad_input", grad_grad_input, &mut c1)?,
-            indices: read_axes::<_, _, 3>(OP, "indices", indices, &mut c2)?,
-            grad_grad_output: write_axes::<_, _, 3>(OP, "grad_grad_output", grad_grad_output)?,
-        };
-        Plan::new(self.device, op)?.run()
+        self.double_gathered_into::<T, I, D, 3>(grad_grad_input, indices, grad_grad_output)
     }
 }
