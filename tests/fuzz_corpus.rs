@@ -59,6 +59,14 @@ proptest! {
         let _serial = serial();
         hostile::run(&data);
     }
+
+    /// The `volumes` target alone (3-D and 1-D pooling, unpooling, double backwards), whose corpus
+    /// is still empty: random bytes through it, with the heap budget of a corpus input.
+    #[test]
+    fn random_bytes_through_the_volumes_target(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let _serial = serial();
+        within(ENTRY_BUDGET, || hostile::run_target("volumes", &data));
+    }
 }
 
 /// Findings of the first fuzzing runs, each fixed in the crate. Their sizes (2^40 and more) exist

@@ -239,7 +239,8 @@ fn plane_of(dims: &[usize]) -> usize {
 }
 
 /// The fuzz targets, one per family of entry points.
-pub const TARGETS: [&str; 6] = ["adaptive", "max_pool", "mask", "raw_mask", "views", "mask_conversions"];
+pub const TARGETS: [&str; 7] =
+    ["adaptive", "max_pool", "mask", "raw_mask", "views", "mask_conversions", "volumes"];
 
 /// Runs `data` as fuzz target `target` would (the first byte picks forward or backward).
 pub fn run_target(target: &str, data: &[u8]) {
@@ -252,6 +253,7 @@ pub fn run_target(target: &str, data: &[u8]) {
         "raw_mask" => 6,
         "views" => 7,
         "mask_conversions" => 8,
+        "volumes" => 9,
         _ => return run(data),
     };
     run_op(op, rest)
@@ -267,10 +269,11 @@ pub fn run(data: &[u8]) {
 /// The entry points, by number: 0, 1 adaptive forward and backward; 2, 3 max pooling with
 /// indices; 4, 5 with a mask (forward, and forward then backward); 6 a mask of arbitrary bytes
 /// through every mask entry point; 7 views of arbitrary shapes and strides through the plan API;
-/// 8 the `Mask` conversions with indices and masks in every memory layout, up to huge sizes.
+/// 8 the `Mask` conversions with indices and masks in every memory layout, up to huge sizes;
+/// 9 the other poolings (3-D, 1-D), max unpooling and the double backwards ([`volumes`]).
 pub fn run_op(op: u8, data: &[u8]) {
     let mut b = Bytes::new(data);
-    let (op, dtype) = (op % 9, b.u8() % 4);
+    let (op, dtype) = (op % 10, b.u8() % 4);
     match dtype {
         0 => run_typed::<f32>(op, &mut b),
         1 => run_typed::<f64>(op, &mut b),
@@ -289,6 +292,8 @@ fn run_typed<T: PoolFloat>(op: u8, b: &mut Bytes) {
         (4 | 5, false) => mask::<T, I32Argmax>(op, b),
         (4 | 5, true) => mask::<T, Bitmask>(op, b),
         (6, _) => raw_mask::<T>(b),
+        (9, false) => volumes::<T, i32>(b),
+        (9, true) => volumes::<T, i64>(b),
         (7, _) => views::<T>(b),
         (_, false) => mask_conversions::<I32Argmax>(b),
         (_, true) => mask_conversions::<Bitmask>(b),
@@ -826,4 +831,247 @@ fn check_mask<L: MaskLayout>(mask: &Mask<L, IxDyn>, values: usize) {
     let copy = Mask::<L, _>::from_raw(fortran, mask.params(), &mask.input_shape()).expect("the same shape");
     assert_eq!(copy.to_indices::<i64>(), indices, "indices from a Fortran-order mask");
     assert_eq!(copy.selected(), pairs, "pairs from a Fortran-order mask");
+}
+
+/// The windows of one axis for [`volumes`]: adaptive to `out`, or kernel, stride, padding,
+/// dilation (the taps inside the input), each computed tap by tap.
+fn axis_window(o: usize, n: usize, adaptive: Option<usize>, [k, s, p, d]: [usize; 4]) -> Vec<usize> {
+    match adaptive {
+        Some(out) => ((o as u128 * n as u128 / out as u128) as usize
+            ..((o as u128 + 1) * n as u128).div_ceil(out as u128) as usize)
+            .collect(),
+        None => (0..k as i128)
+            .map(|i| o as i128 * s as i128 - p as i128 + i * d as i128)
+            .filter(|&t| t >= 0 && t < n as i128)
+            .map(|t| t as usize)
+            .collect(),
+    }
+}
+
+/// The 3-D and 1-D poolings, max unpooling and the double backwards, on decoded shapes,
+/// parameters, values and indices: each call is an error, or equal to a plain loop written here
+/// (every tap in `(d, h, w)` order; sums in the kernels' order, `f32` for the half types).
+fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
+    let which = b.u8() % 6;
+    let in_dims = dims(b);
+    let three = [(b.size().min(1 << 20)), b.size().min(1 << 20), b.size().min(1 << 20)];
+    let strides = [b.size().min(1 << 20), b.size().min(1 << 20), b.size().min(1 << 20)];
+    let pads = [b.small(2), b.small(2), b.small(2)];
+    let dils = [b.small(2), b.small(2), b.small(2)];
+    let ceil = b.u8() & 1 == 1;
+    let adaptive = b.u8() & 1 == 1;
+    let p3 = poolgrad::MaxPool3dParams::new(three)
+        .with_stride(strides)
+        .with_padding(pads)
+        .with_dilation(dils)
+        .with_ceil_mode(ceil);
+    let one = [T::round_from_f64(1.0)];
+    match which {
+        // 3-D forwards, against the loop when the input is small.
+        0 => {
+            let Some(x) = array::<T>(b, &in_dims) else {
+                if let Some(x) = broadcast(&one, &in_dims) {
+                    if adaptive {
+                        ok_or_err(
+                            "adaptive 3-D (broadcast)",
+                            poolgrad::adaptive_max_pool3d(&x, three).map(drop),
+                        );
+                    } else {
+                        ok_or_err(
+                            "max 3-D (broadcast)",
+                            poolgrad::max_pool3d_with_indices(&x, &p3).map(drop),
+                        );
+                    }
+                }
+                return;
+            };
+            let got = if adaptive {
+                ok_or_err("adaptive 3-D", poolgrad::adaptive_max_pool3d(&x, three))
+            } else {
+                ok_or_err("max 3-D", poolgrad::max_pool3d_with_indices(&x, &p3))
+            };
+            let Some(got) = got else { return };
+            let r = in_dims.len();
+            let [d, h, w] = [in_dims[r - 3], in_dims[r - 2], in_dims[r - 1]];
+            let od = got.output.shape()[r - 3];
+            let (oh, ow) = (got.output.shape()[r - 2], got.output.shape()[r - 1]);
+            let volume = d * h * w;
+            let axis = |a: usize, o: usize, n: usize, out: usize| {
+                let kspd = [three[a], strides[a], pads[a], dils[a]];
+                axis_window(o, n, adaptive.then_some(out), kspd)
+            };
+            let xs = x.as_slice().expect("standard layout");
+            for (e, (&v, &i)) in got.output.iter().zip(&got.indices).enumerate() {
+                let (v_at, o) = (e / (od * oh * ow), e % (od * oh * ow));
+                let (a, rest) = (o / (oh * ow), o % (oh * ow));
+                let (ds, hs, ws) = (axis(0, a, d, od), axis(1, rest / ow, h, oh), axis(2, rest % ow, w, ow));
+                assert!(
+                    !ds.is_empty() && !hs.is_empty() && !ws.is_empty(),
+                    "3-D: an empty window was accepted"
+                );
+                let (mut best, mut at) = (f64::NEG_INFINITY, (ds[0] * h + hs[0]) * w + ws[0]);
+                for &z in &ds {
+                    for &y in &hs {
+                        for &xx in &ws {
+                            let t = (z * h + y) * w + xx;
+                            let value = xs[v_at * volume + t].to_f64_exact();
+                            if value > best || value.is_nan() {
+                                (best, at) = (value, t);
+                            }
+                        }
+                    }
+                }
+                assert_eq!(i.to_i64(), at as i64, "3-D index of output {e}");
+                let v = v.to_f64_exact();
+                assert!(
+                    v.to_bits() == best.to_bits() || (v.is_nan() && best.is_nan()),
+                    "3-D value of output {e}"
+                );
+            }
+        }
+        // 3-D backwards with arbitrary indices: the sums in output order.
+        1 => {
+            let Some(x) = broadcast(&one, &in_dims) else { return };
+            let mut g_dims = in_dims.clone();
+            let r = g_dims.len();
+            if r >= 4 {
+                let out = if adaptive {
+                    Ok(three)
+                } else {
+                    p3.output_size([g_dims[r - 3], g_dims[r - 2], g_dims[r - 1]])
+                };
+                let [a, bb, c] = out.unwrap_or([1, 1, 1]);
+                (g_dims[r - 3], g_dims[r - 2], g_dims[r - 1]) = (a, bb, c);
+            }
+            let volume = if r >= 4 { count(&in_dims[r - 3..]).unwrap_or(usize::MAX) } else { 1 };
+            let (Some(g), Some(ix)) = (array::<T>(b, &g_dims), indices::<I>(b, &g_dims, volume)) else {
+                return;
+            };
+            let got = if adaptive {
+                ok_or_err("adaptive 3-D backward", poolgrad::adaptive_max_pool3d_backward(&g, &x, &ix))
+            } else {
+                ok_or_err("max 3-D backward", poolgrad::max_pool3d_with_indices_backward(&g, &x, &ix, &p3))
+            };
+            let Some(gi) = got else { return };
+            let per = count(&g_dims[r - 3..]).unwrap_or(1).max(1);
+            let mut sums = vec![0.0f64; gi.len()];
+            let mut sums32 = vec![0.0f32; gi.len()];
+            for (e, (&v, &i)) in g.iter().zip(&ix).enumerate() {
+                let at = (e / per) * volume + i.to_i64() as usize;
+                sums[at] += v.to_f64_exact();
+                sums32[at] += v.to_f64_exact() as f32;
+            }
+            for ((&got, &s64), &s32) in gi.iter().zip(&sums).zip(&sums32) {
+                let want = if T::DTYPE == poolgrad::DType::F64 {
+                    s64
+                } else {
+                    T::round_from_f64(f64::from(s32)).to_f64_exact()
+                };
+                let got = got.to_f64_exact();
+                assert!(
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                    "3-D backward sum"
+                );
+            }
+        }
+        // 1-D: the forward against the loop.
+        2 => {
+            let lines: Vec<usize> = in_dims.iter().copied().take(3).collect();
+            let Some(x) = array::<T>(b, &lines) else { return };
+            let p1 = poolgrad::MaxPool1dParams::new([three[0]])
+                .with_stride([strides[0]])
+                .with_padding([pads[0]])
+                .with_dilation([dils[0]])
+                .with_ceil_mode(ceil);
+            let got = if adaptive {
+                ok_or_err("adaptive 1-D", poolgrad::adaptive_max_pool1d(&x, three[0]))
+            } else {
+                ok_or_err("max 1-D", poolgrad::max_pool1d_with_indices(&x, &p1))
+            };
+            let Some(got) = got else { return };
+            let l = *lines.last().expect("a rank of 2 or 3");
+            let lo = *got.output.shape().last().expect("rank");
+            let xs = x.as_slice().expect("standard layout");
+            for (e, &i) in got.indices.iter().enumerate() {
+                let taps = axis_window(
+                    e % lo,
+                    l,
+                    adaptive.then_some(three[0]),
+                    [three[0], strides[0], pads[0], dils[0]],
+                );
+                let (mut best, mut at) = (f64::NEG_INFINITY, taps[0]);
+                for t in taps {
+                    let value = xs[(e / lo) * l + t].to_f64_exact();
+                    if value > best || value.is_nan() {
+                        (best, at) = (value, t);
+                    }
+                }
+                let _ = best;
+                assert_eq!(i.to_i64(), at as i64, "1-D index of output {e}");
+            }
+        }
+        // Unpooling, its backward, the double backward: against the loops.
+        _ => {
+            let Some(x) = array::<T>(b, &in_dims) else { return };
+            let r = in_dims.len();
+            let spatial = if which == 3 { 2 } else { 3 };
+            let size = if spatial == 2 { vec![three[0], three[1]] } else { three.to_vec() };
+            let mut full_dims = in_dims.clone();
+            if r >= spatial {
+                full_dims.truncate(r - spatial);
+                full_dims.extend_from_slice(&size);
+            }
+            let plane: usize = count(&size).unwrap_or(usize::MAX);
+            let Some(ix) = indices::<I>(b, &in_dims, plane) else { return };
+            let Some(g) = array::<T>(b, &full_dims) else { return };
+            let (y, gx, ggo) = if spatial == 2 {
+                (
+                    ok_or_err("unpool 2-D", poolgrad::max_unpool2d(&x, &ix, [size[0], size[1]])),
+                    ok_or_err("unpool 2-D backward", poolgrad::max_unpool2d_backward(&g, &ix)),
+                    ok_or_err("double backward 2-D", poolgrad::max_pool2d_double_backward(&g, &ix)),
+                )
+            } else {
+                (
+                    ok_or_err("unpool 3-D", poolgrad::max_unpool3d(&x, &ix, three)),
+                    ok_or_err("unpool 3-D backward", poolgrad::max_unpool3d_backward(&g, &ix)),
+                    ok_or_err("double backward 3-D", poolgrad::max_pool3d_double_backward(&g, &ix)),
+                )
+            };
+            let per = if r >= spatial { count(&in_dims[r - spatial..]).unwrap_or(1).max(1) } else { 1 };
+            let xs = x.as_slice().expect("standard layout");
+            let gs = g.as_slice().expect("standard layout");
+            // Any call that succeeded had every index inside its plane and shapes that agree.
+            if y.is_none() && gx.is_none() && ggo.is_none() {
+                return;
+            }
+            let mut want_y = vec![0.0f64; gs.len()];
+            let mut last = std::collections::HashMap::new();
+            for (e, &i) in ix.iter().enumerate() {
+                let at = (e / per) * plane + i.to_i64() as usize;
+                want_y[at] = xs[e].to_f64_exact();
+                last.insert(at, e);
+            }
+            let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+            if let Some(y) = y {
+                assert!(y.iter().zip(&want_y).all(|(a, &b)| same(a.to_f64_exact(), b)), "unpooling");
+            }
+            for (e, &i) in ix.iter().enumerate() {
+                let at = (e / per) * plane + i.to_i64() as usize;
+                let gathered = gs[at].to_f64_exact();
+                if let Some(ggo) = &ggo {
+                    assert!(
+                        same(ggo.as_slice().expect("standard")[e].to_f64_exact(), gathered),
+                        "double backward"
+                    );
+                }
+                if let Some(gx) = &gx {
+                    let want = if last[&at] == e { gathered } else { 0.0 };
+                    assert!(
+                        same(gx.as_slice().expect("standard")[e].to_f64_exact(), want),
+                        "unpooling backward"
+                    );
+                }
+            }
+        }
+    }
 }
