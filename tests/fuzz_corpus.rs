@@ -94,6 +94,18 @@ mod findings {
         assert!(matches!(e, poolgrad::Error::Allocation { .. } | poolgrad::Error::Overflow { .. }), "{e:?}");
     }
 
+    /// Once the views took 5-D arrays (for the 3-D poolings), the 2-D references panicked on
+    /// one (found by `random_bytes_through_the_npu`); they now refuse its rank.
+    #[test]
+    fn the_references_refuse_five_dimensional_arrays() {
+        let _serial = super::serial();
+        let x = broadcast(&[1, 1, 2, 2, 2]);
+        let e = reference::adaptive_max_pool2d(&x, [1, 1]).unwrap_err();
+        assert!(matches!(e, poolgrad::Error::Rank { op: "reference", got: 5, .. }), "{e:?}");
+        let e = reference::max_pool2d_with_indices(&x, &MaxPool2dParams::new([1, 1])).unwrap_err();
+        assert!(matches!(e, poolgrad::Error::Rank { got: 5, .. }), "{e:?}");
+    }
+
     /// The reference visited every tap of the kernel, even a kernel of 2^40 over a 1x1 input
     /// (a hang); it now visits only the taps inside the input.
     #[test]

@@ -93,6 +93,9 @@ def main():
               ceil=True, values="special")
             # A video-like shape (the benchmark's, smaller).
             c(shape=(2, 8, 8, 28, 28), op="max", kernel=(3, 3, 3), stride=(2, 2, 2), padding=(1, 1, 1))
+            # Slices of 56x56 (the benchmark's), which the blocked kernel takes, 8 at a time.
+            c(shape=(1, 8, 6, 56, 56), op="max", kernel=(3, 3, 3), stride=(2, 2, 2), padding=(1, 1, 1))
+            c(shape=(1, 8, 16, 56, 56), op="adaptive", size=(4, 7, 7), values="ties")
             # test_adaptive_max_pool3d*: sizes below, equal to and above the input.
             c(shape=(2, 3, 5, 6, 7), op="adaptive", size=(3, 4, 5))
             c(shape=(1, 2, 7, 7, 7), op="adaptive", size=(1, 1, 1), values="ties")

@@ -167,6 +167,11 @@ fn view4<'a, T: crate::Element, D: Dimension>(
     a: &'a ArrayRef<T, D>,
     arg: &'static str,
 ) -> Result<TensorRef<'a, T>> {
+    // The views take 5-D arrays too (the 3-D poolings'); the references are the 2-D ones.
+    if !(3..=4).contains(&a.ndim()) {
+        let expected = crate::tensor::RANKS;
+        return Err(Error::Rank { op: "reference", arg, expected, got: a.ndim(), shape: a.shape().to_vec() });
+    }
     TensorRef::named(a.view(), arg).map_err(|e| e.named("reference"))
 }
 

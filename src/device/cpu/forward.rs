@@ -65,7 +65,9 @@ impl ForwardPrepared {
             full_width && hw <= EXACT_POSITIONS && rows == [Taps { start: 0, count: planes.h, step: 1 }];
         let groups = ColumnGroup::plan(&cols)?;
         let partial_from = partial_blocks_from(&cols, &groups);
-        let blocked = hw <= BLOCK_PLANE_MAX
+        // (Global pooling keeps the smaller bound: its larger planes have a kernel of their own.)
+        let plane_max = if whole_plane { BLOCK_PLANE_MAX } else { block_plane_max(&rows, &groups) };
+        let blocked = hw <= plane_max
             && split.bands == 1
             && (!full_width || whole_plane)
             && split.planes_per_task >= partial_from.min(BLOCK);
@@ -606,10 +608,25 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex, const WIDE: bool>(
     }
 }
 
-/// The largest plane (elements) pooled by the blocked kernel. Set when the kernel interleaved
-/// [`BLOCK`] whole planes (which then stayed in the L2 cache); it now interleaves bands of rows,
-/// and larger planes, which the one-plane kernels read in place, have not been measured with it.
+/// The largest plane (elements) pooled by the blocked kernel, for windows that neither overlap
+/// along rows nor are scanned one at a time along columns ([`block_plane_max`]). Set when the
+/// kernel interleaved [`BLOCK`] whole planes (which then stayed in the L2 cache); it now
+/// interleaves bands of rows.
 const BLOCK_PLANE_MAX: usize = 2048;
+
+/// The largest plane the blocked kernel takes, for windows on rows `rows` whose columns go in
+/// `groups`: [`BLOCK_PLANE_MAX`], or twice it when consecutive windows share rows (the band keeps
+/// those rows interleaved, where one plane at a time reads them again) or some columns are
+/// scanned one window at a time (which the blocked kernel does [`BLOCK`] planes at once). A
+/// tuning decision: both kernels give the same bits. Measured on 56x56 planes (`benches/README.md`,
+/// "The measurements behind the tuning constants"): a 3-D pooling's slices, with kernel 3 and
+/// stride 2 or adaptive 8x8 windows, took 0.77x and 0.34x the time blocked; kernel 2 with
+/// stride 2 (rows not shared, 8 columns at a time) 1.20x, so it stays with one plane at a time.
+fn block_plane_max(rows: &[Taps], groups: &[ColumnGroup]) -> usize {
+    let shared_rows = rows.windows(2).any(|pair| pair[1].start < pair[0].span().end);
+    let one_at_a_time = groups.iter().any(|g| matches!(g, ColumnGroup::Single(_)));
+    if shared_rows || one_at_a_time { 2 * BLOCK_PLANE_MAX } else { BLOCK_PLANE_MAX }
+}
 
 /// The fewest planes for which a block of fewer than [`BLOCK`] planes beats pooling them one by
 /// one ([`pool_plane`]), from the windows' columns `cols` and their `groups`; more than
@@ -1198,7 +1215,8 @@ mod tests {
     }
 
     /// Which kernel a plan takes, worked from the rules of the fields' docs: [`BLOCK`] planes a
-    /// task of at most [`BLOCK_PLANE_MAX`] elements (45² = 2025, 46² = 2116), windows narrower
+    /// task of at most [`BLOCK_PLANE_MAX`] elements (45² = 2025, 46² = 2116; twice that for
+    /// windows that share rows or are scanned one at a time: 64² = 4096, 65² = 4225), windows narrower
     /// than the plane or one window over the whole plane, for the blocked kernel; one window
     /// over the whole plane (global pooling) for the whole-plane kernel where the blocked one
     /// does not take the planes.
@@ -1214,7 +1232,12 @@ mod tests {
         assert_eq!(plan(1, 8, [10, 10], [3, 3]), (true, false));
         assert_eq!(plan(1, 7, [10, 10], [3, 3]), (false, false));
         assert_eq!(plan(1, 8, [45, 45], [3, 3]), (true, false));
-        assert_eq!(plan(1, 8, [46, 46], [3, 3]), (false, false));
+        // 46 rows to 3 share rows (windows 0..16, 15..31, 30..46): blocked up to 64x64.
+        assert_eq!(plan(1, 8, [46, 46], [3, 3]), (true, false));
+        assert_eq!(plan(1, 8, [64, 64], [3, 3]), (true, false));
+        assert_eq!(plan(1, 8, [65, 65], [3, 3]), (false, false));
+        // 48 to 3, windows of 16 that share no rows, 3 columns scanned one at a time: also.
+        assert_eq!(plan(1, 8, [48, 48], [3, 3]), (true, false));
         // Windows over the whole width: neither blocked nor, with two output rows, whole-plane.
         assert_eq!(plan(1, 8, [10, 10], [2, 1]), (false, false));
         // Global pooling: blocked from a whole block (windows 10 columns wide take no partial
@@ -1226,8 +1249,9 @@ mod tests {
         // Windows 3 columns wide (9 to 3), each scanned alone one by one: blocked from 1 plane.
         assert_eq!(plan(1, 1, [9, 9], [3, 3]), (true, false));
         assert_eq!(plan(1, 5, [9, 9], [3, 3]), (true, false));
-        // ... but not with a plane of more than BLOCK_PLANE_MAX, nor in bands (1 plane, 2 threads).
-        assert_eq!(plan(1, 1, [46, 46], [15, 15]), (false, false));
+        // ... but not with a plane of more than twice BLOCK_PLANE_MAX, nor in bands (1 plane, 2
+        // threads).
+        assert_eq!(plan(1, 1, [66, 66], [15, 15]), (false, false));
         if cfg!(feature = "rayon") {
             assert_eq!(plan(2, 1, [9, 9], [3, 3]), (false, false));
         }
