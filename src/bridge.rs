@@ -4,7 +4,7 @@
 
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
-use crate::{ArgmaxIndex, MaxPool2dParams, PoolFloat, Pooled};
+use crate::{ArgmaxIndex, MaxPool1dParams, MaxPool2dParams, MaxPool3dParams, PoolFloat, Pooled};
 
 /// `mod name` of a bridge: one constant per public function, its full path (`$prefix` and the
 /// function's name), with which every error of that function begins.
@@ -23,6 +23,10 @@ pub(crate) use function_names;
 pub(crate) enum Pooling {
     MaxPool(MaxPool2dParams),
     Adaptive([usize; 2]),
+    MaxPool3d(MaxPool3dParams),
+    Adaptive3d([usize; 3]),
+    MaxPool1d(MaxPool1dParams),
+    Adaptive1d(usize),
 }
 
 /// The backward of a [`Pooling`] (the indices carry the adaptive windows' sizes).
@@ -30,6 +34,10 @@ pub(crate) enum Pooling {
 pub(crate) enum Unpooling {
     MaxPool(MaxPool2dParams),
     Adaptive,
+    MaxPool3d(MaxPool3dParams),
+    Adaptive3d,
+    MaxPool1d(MaxPool1dParams),
+    Adaptive1d,
 }
 
 /// How a bridge's functions name the free functions' tensor arguments: the tensor pooled is
@@ -51,6 +59,10 @@ impl Pooling {
         match self {
             Pooling::MaxPool(params) => crate::max_pool2d_with_indices(x, &params),
             Pooling::Adaptive(size) => crate::adaptive_max_pool2d(x, size),
+            Pooling::MaxPool3d(params) => crate::max_pool3d_with_indices(x, &params),
+            Pooling::Adaptive3d(size) => crate::adaptive_max_pool3d(x, size),
+            Pooling::MaxPool1d(params) => crate::max_pool1d_with_indices(x, &params),
+            Pooling::Adaptive1d(size) => crate::adaptive_max_pool1d(x, size),
         }
         .map_err(in_terms_of(op))
     }
@@ -59,6 +71,10 @@ impl Pooling {
         match self {
             Pooling::MaxPool(params) => Unpooling::MaxPool(params),
             Pooling::Adaptive(_) => Unpooling::Adaptive,
+            Pooling::MaxPool3d(params) => Unpooling::MaxPool3d(params),
+            Pooling::Adaptive3d(_) => Unpooling::Adaptive3d,
+            Pooling::MaxPool1d(params) => Unpooling::MaxPool1d(params),
+            Pooling::Adaptive1d(_) => Unpooling::Adaptive1d,
         }
     }
 }
@@ -76,6 +92,14 @@ impl Unpooling {
         match self {
             Unpooling::MaxPool(params) => crate::max_pool2d_with_indices_backward(grad, x, indices, &params),
             Unpooling::Adaptive => crate::adaptive_max_pool2d_backward(grad, x, indices),
+            Unpooling::MaxPool3d(params) => {
+                crate::max_pool3d_with_indices_backward(grad, x, indices, &params)
+            }
+            Unpooling::Adaptive3d => crate::adaptive_max_pool3d_backward(grad, x, indices),
+            Unpooling::MaxPool1d(params) => {
+                crate::max_pool1d_with_indices_backward(grad, x, indices, &params)
+            }
+            Unpooling::Adaptive1d => crate::adaptive_max_pool1d_backward(grad, x, indices),
         }
         .map_err(in_terms_of(op))
     }

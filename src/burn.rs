@@ -30,7 +30,8 @@
 //!
 //! # What it takes
 //!
-//! - `Tensor<4>` (`[N, C, H, W]`, as burn's own pooling) in F32 or F64 (the float types of burn's
+//! - `Tensor<4>` (`[N, C, H, W]`, as burn's own pooling; `Tensor<5>` for the 3-D poolings,
+//!   `Tensor<3>` for the 1-D ones) in F32 or F64 (the float types of burn's
 //!   ndarray backend), on the ndarray backend with or without autodiff. A tensor on another
 //!   backend is an [`Error::Backend`] that names the device. The input is read in place (any
 //!   strides burn's ndarray backend has), without a copy.
@@ -59,10 +60,10 @@ use burn_tensor::{Int, Tensor};
 use ndarray::{ArcArray, ArrayViewD, IxDyn};
 
 use crate::bridge::{Pooling, Unpooling, function_names};
-use crate::{ArgmaxIndex, MaxPool2dParams, PoolFloat};
+use crate::{ArgmaxIndex, MaxPool1dParams, MaxPool2dParams, MaxPool3dParams, PoolFloat};
 
 // The functions' names, which begin their messages: each names the function the user called.
-function_names!("poolgrad::burn::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward);
+function_names!("poolgrad::burn::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool3d, max_pool3d_with_indices, adaptive_max_pool3d, adaptive_max_pool3d_with_indices, max_pool1d, max_pool1d_with_indices, adaptive_max_pool1d, adaptive_max_pool1d_with_indices);
 
 /// What can go wrong in [`poolgrad::burn`](self): poolgrad's own errors, and burn tensors this
 /// bridge cannot read.
@@ -188,6 +189,95 @@ pub fn max_pool2d_with_indices_backward(
     unpool(name::max_pool2d_with_indices_backward, Unpooling::MaxPool(*params), grad_output, x, indices)
 }
 
+/// 3-D max pooling of `x` (`[N, C, D, H, W]`) with PyTorch's semantics, differentiable under
+/// burn's autodiff. burn's backend has no 3-D max pooling.
+///
+/// ```
+/// # #![allow(deprecated)]
+/// use burn_tensor::{Device, Tensor, TensorData};
+/// let device = Device::ndarray().autodiff();
+/// let x = Tensor::<5>::from_data(TensorData::new((0..8).map(|v| v as f32).collect::<Vec<_>>(), [1, 1, 2, 2, 2]), &device)
+///     .require_grad();
+/// let y = poolgrad::burn::max_pool3d(x.clone(), &poolgrad::MaxPool3dParams::new([2, 2, 2]))?;
+/// let gx = x.grad(&y.sum().backward()).expect("x requires grad");
+/// assert_eq!(gx.to_data().try_to_vec::<f32>().unwrap(), [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
+/// # Ok::<(), poolgrad::burn::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::max_pool3d_with_indices`], and [`Error::Backend`] / [`Error::DType`].
+pub fn max_pool3d(x: Tensor<5>, params: &MaxPool3dParams) -> Result<Tensor<5>> {
+    Ok(pool(name::max_pool3d, Pooling::MaxPool3d(*params), x)?.0)
+}
+
+/// [`max_pool3d`] that also returns the flat indices in each volume (`Tensor<5, Int>`, I64).
+///
+/// # Errors
+/// As [`max_pool3d`].
+pub fn max_pool3d_with_indices(
+    x: Tensor<5>,
+    params: &MaxPool3dParams,
+) -> Result<(Tensor<5>, Tensor<5, Int>)> {
+    pool(name::max_pool3d_with_indices, Pooling::MaxPool3d(*params), x)
+}
+
+/// Adaptive 3-D max pooling of `x` to `output_size = [Do, Ho, Wo]`, differentiable.
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool3d`], and [`Error::Backend`] / [`Error::DType`].
+pub fn adaptive_max_pool3d(x: Tensor<5>, output_size: [usize; 3]) -> Result<Tensor<5>> {
+    Ok(pool(name::adaptive_max_pool3d, Pooling::Adaptive3d(output_size), x)?.0)
+}
+
+/// [`adaptive_max_pool3d`] that also returns the flat indices.
+///
+/// # Errors
+/// As [`adaptive_max_pool3d`].
+pub fn adaptive_max_pool3d_with_indices(
+    x: Tensor<5>,
+    output_size: [usize; 3],
+) -> Result<(Tensor<5>, Tensor<5, Int>)> {
+    pool(name::adaptive_max_pool3d_with_indices, Pooling::Adaptive3d(output_size), x)
+}
+
+/// 1-D max pooling of `x` (`[N, C, L]`) with PyTorch's semantics, differentiable.
+///
+/// # Errors
+/// As [`crate::max_pool1d_with_indices`], and [`Error::Backend`] / [`Error::DType`].
+pub fn max_pool1d(x: Tensor<3>, params: &MaxPool1dParams) -> Result<Tensor<3>> {
+    Ok(pool(name::max_pool1d, Pooling::MaxPool1d(*params), x)?.0)
+}
+
+/// [`max_pool1d`] that also returns the positions of the maxima along `L`.
+///
+/// # Errors
+/// As [`max_pool1d`].
+pub fn max_pool1d_with_indices(
+    x: Tensor<3>,
+    params: &MaxPool1dParams,
+) -> Result<(Tensor<3>, Tensor<3, Int>)> {
+    pool(name::max_pool1d_with_indices, Pooling::MaxPool1d(*params), x)
+}
+
+/// Adaptive 1-D max pooling of `x` to `output_size` positions, differentiable.
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool1d`], and [`Error::Backend`] / [`Error::DType`].
+pub fn adaptive_max_pool1d(x: Tensor<3>, output_size: usize) -> Result<Tensor<3>> {
+    Ok(pool(name::adaptive_max_pool1d, Pooling::Adaptive1d(output_size), x)?.0)
+}
+
+/// [`adaptive_max_pool1d`] that also returns the positions of the maxima.
+///
+/// # Errors
+/// As [`adaptive_max_pool1d`].
+pub fn adaptive_max_pool1d_with_indices(
+    x: Tensor<3>,
+    output_size: usize,
+) -> Result<(Tensor<3>, Tensor<3, Int>)> {
+    pool(name::adaptive_max_pool1d_with_indices, Pooling::Adaptive1d(output_size), x)
+}
+
 // ---------------------------------------------------------------------------------------------
 // One forward and one backward core, on burn-ndarray's primitives.
 
@@ -310,7 +400,11 @@ fn backend_error(op: &'static str, arg: &'static str, device: &burn_tensor::Devi
 }
 
 /// The ndarray primitive under a float tensor (not recorded), and how it runs.
-fn float_primitive(t: Tensor<4>, op: &'static str, arg: &'static str) -> Result<(NdArrayTensor, Flavor)> {
+fn float_primitive<const D: usize>(
+    t: Tensor<D>,
+    op: &'static str,
+    arg: &'static str,
+) -> Result<(NdArrayTensor, Flavor)> {
     let device = t.device();
     if let Ok(p) = t.clone().try_into_primitive::<NdArray>() {
         return Ok((p, Flavor::Plain));
@@ -325,7 +419,11 @@ fn float_primitive(t: Tensor<4>, op: &'static str, arg: &'static str) -> Result<
 }
 
 /// The ndarray primitive under an int tensor (autodiff wraps only floats).
-fn int_primitive(t: Tensor<4, Int>, op: &'static str, arg: &'static str) -> Result<NdArrayTensor> {
+fn int_primitive<const D: usize>(
+    t: Tensor<D, Int>,
+    op: &'static str,
+    arg: &'static str,
+) -> Result<NdArrayTensor> {
     let device = t.device();
     if let Ok(p) = t.clone().try_into_primitive::<NdArray>() {
         return Ok(p);
@@ -338,7 +436,7 @@ fn int_primitive(t: Tensor<4, Int>, op: &'static str, arg: &'static str) -> Resu
 }
 
 /// A float result as a tensor of `flavor` (an autodiff leaf: not recorded).
-fn float_tensor(p: NdArrayTensor, flavor: Flavor) -> Tensor<4> {
+fn float_tensor<const D: usize>(p: NdArrayTensor, flavor: Flavor) -> Tensor<D> {
     match flavor {
         Flavor::Plain => Tensor::from_primitive::<NdArray>(p),
         Flavor::Autodiff => Tensor::from_primitive::<Autodiff<NdArray, NoCheckpointing>>(AutodiffTensor::<
@@ -352,7 +450,7 @@ fn float_tensor(p: NdArrayTensor, flavor: Flavor) -> Tensor<4> {
     }
 }
 
-fn int_tensor(p: NdArrayTensor, flavor: Flavor) -> Tensor<4, Int> {
+fn int_tensor<const D: usize>(p: NdArrayTensor, flavor: Flavor) -> Tensor<D, Int> {
     match flavor {
         Flavor::Plain => Tensor::from_primitive::<NdArray>(p),
         Flavor::Autodiff => Tensor::from_primitive::<Autodiff<NdArray, NoCheckpointing>>(p),
@@ -361,16 +459,20 @@ fn int_tensor(p: NdArrayTensor, flavor: Flavor) -> Tensor<4, Int> {
 }
 
 /// The public forwards: plain on ndarray, recorded under autodiff.
-fn pool(op: &'static str, pooling: Pooling, x: Tensor<4>) -> Result<(Tensor<4>, Tensor<4, Int>)> {
+fn pool<const D: usize>(
+    op: &'static str,
+    pooling: Pooling,
+    x: Tensor<D>,
+) -> Result<(Tensor<D>, Tensor<D, Int>)> {
     let device = x.device();
     if let Ok(p) = x.clone().try_into_primitive::<NdArray>() {
         let (output, indices) = forward(op, pooling, &p)?;
         return Ok((float_tensor(output, Flavor::Plain), int_tensor(indices, Flavor::Plain)));
     }
-    if let Some(result) = pool_recorded::<NoCheckpointing>(op, pooling, &x) {
+    if let Some(result) = pool_recorded::<NoCheckpointing, D>(op, pooling, &x) {
         return result;
     }
-    if let Some(result) = pool_recorded::<BalancedCheckpointing>(op, pooling, &x) {
+    if let Some(result) = pool_recorded::<BalancedCheckpointing, D>(op, pooling, &x) {
         return result;
     }
     Err(backend_error(op, "x", &device))
@@ -379,11 +481,11 @@ fn pool(op: &'static str, pooling: Pooling, x: Tensor<4>) -> Result<(Tensor<4>, 
 /// The forward under autodiff with checkpointing strategy `C`, recorded as burn records its own
 /// `max_pool2d_with_indices` (burn-autodiff 0.22.1, `ops/module.rs`): the input checkpointed,
 /// the indices kept as the backward's state. `None` when `x` is not such a tensor.
-fn pool_recorded<C>(
+fn pool_recorded<C, const D: usize>(
     op: &'static str,
     pooling: Pooling,
-    x: &Tensor<4>,
-) -> Option<Result<(Tensor<4>, Tensor<4, Int>)>>
+    x: &Tensor<D>,
+) -> Option<Result<(Tensor<D>, Tensor<D, Int>)>>
 where
     C: CheckpointStrategy,
     DispatchTensor: DispatchKindConversion<Autodiff<NdArray, C>>,
@@ -435,13 +537,13 @@ impl Backward<NdArray, 1> for PoolBackward {
 }
 
 /// The public backwards: not recorded; the result runs as `x` does.
-fn unpool(
+fn unpool<const D: usize>(
     op: &'static str,
     which: Unpooling,
-    grad_output: Tensor<4>,
-    x: Tensor<4>,
-    indices: Tensor<4, Int>,
-) -> Result<Tensor<4>> {
+    grad_output: Tensor<D>,
+    x: Tensor<D>,
+    indices: Tensor<D, Int>,
+) -> Result<Tensor<D>> {
     let (x, flavor) = float_primitive(x, op, "x")?;
     let (grad, _) = float_primitive(grad_output, op, "grad_output")?;
     let indices = int_primitive(indices, op, "indices")?;

@@ -31,7 +31,8 @@
 //!
 //! # What it takes
 //!
-//! - Tensors of rank 4 (`[N, C, H, W]`) or 3 (`[C, H, W]`), in F32, F64, F16 or BF16, in CPU
+//! - Tensors of rank 4 (`[N, C, H, W]`) or 3 (`[C, H, W]`) (the 3-D poolings: 5 or 4; the 1-D
+//!   ones: 3 or 2), in F32, F64, F16 or BF16, in CPU
 //!   storage. Any layout candle makes (transposed, narrowed, broadcast, with an offset) is read in
 //!   place, without a copy. A tensor on another device is an error that says to move it.
 //! - Indices as candle tensors of dtype I64 (what the `_with_indices` forms return, PyTorch's
@@ -54,11 +55,11 @@ use candle_core::{
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 
 use crate::bridge::{Pooling, Unpooling, function_names, in_terms_of};
-use crate::{Mask, MaskLayout, MaxPool2dParams};
+use crate::{Mask, MaskLayout, MaxPool1dParams, MaxPool2dParams, MaxPool3dParams};
 
 // The functions' names, which begin their messages (and name the recorded operation in
 // candle's): each message names the function the user called.
-function_names!("poolgrad::candle::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward);
+function_names!("poolgrad::candle::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward, max_pool3d, max_pool3d_with_indices, adaptive_max_pool3d, adaptive_max_pool3d_with_indices, max_pool1d, max_pool1d_with_indices, adaptive_max_pool1d, adaptive_max_pool1d_with_indices);
 
 /// 2-D max pooling of `x` with PyTorch's semantics (kernel, stride, padding, dilation, ceil mode),
 /// differentiable through candle's autograd with PyTorch's gradient.
@@ -201,6 +202,108 @@ pub fn max_pool2d_with_mask_backward<L: MaskLayout>(
     mask: &Mask<L, IxDyn>,
 ) -> candle_core::Result<Tensor> {
     mask_backward(name::max_pool2d_with_mask_backward, grad_output, x, mask)
+}
+
+/// 3-D max pooling of `x` (`[N, C, D, H, W]` or `[C, D, H, W]`) with PyTorch's semantics,
+/// differentiable through candle's autograd with PyTorch's gradient. candle has no 3-D pooling
+/// of its own.
+///
+/// ```
+/// use candle_core::{Device, Var};
+/// use poolgrad::MaxPool3dParams;
+/// let x = Var::from_vec((0..8).map(|v| v as f32).collect::<Vec<_>>(), (1, 1, 2, 2, 2), &Device::Cpu)?;
+/// let y = poolgrad::candle::max_pool3d(&x, &MaxPool3dParams::new([2, 2, 2]))?;
+/// assert_eq!(y.flatten_all()?.to_vec1::<f32>()?, [7.0]);
+/// let gx = y.sum_all()?.backward()?.get(&x).unwrap().flatten_all()?.to_vec1::<f32>()?;
+/// assert_eq!(gx, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
+/// # Ok::<(), candle_core::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::max_pool3d_with_indices`], and for a tensor that is not a CPU float tensor.
+pub fn max_pool3d(x: &Tensor, params: &MaxPool3dParams) -> candle_core::Result<Tensor> {
+    Ok(pool(name::max_pool3d, x, Pooling::MaxPool3d(*params))?.0)
+}
+
+/// [`max_pool3d`] that also returns the flat index `(id * H + ih) * W + iw` of each maximum in
+/// its volume, as an I64 tensor.
+///
+/// # Errors
+/// As [`max_pool3d`].
+pub fn max_pool3d_with_indices(
+    x: &Tensor,
+    params: &MaxPool3dParams,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    pool(name::max_pool3d_with_indices, x, Pooling::MaxPool3d(*params))
+}
+
+/// Adaptive 3-D max pooling of `x` to `output_size = [Do, Ho, Wo]`, differentiable.
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool3d`], and for a tensor that is not a CPU float tensor.
+pub fn adaptive_max_pool3d(x: &Tensor, output_size: [usize; 3]) -> candle_core::Result<Tensor> {
+    Ok(pool(name::adaptive_max_pool3d, x, Pooling::Adaptive3d(output_size))?.0)
+}
+
+/// [`adaptive_max_pool3d`] that also returns the flat indices, as an I64 tensor.
+///
+/// # Errors
+/// As [`adaptive_max_pool3d`].
+pub fn adaptive_max_pool3d_with_indices(
+    x: &Tensor,
+    output_size: [usize; 3],
+) -> candle_core::Result<(Tensor, Tensor)> {
+    pool(name::adaptive_max_pool3d_with_indices, x, Pooling::Adaptive3d(output_size))
+}
+
+/// 1-D max pooling of `x` (`[N, C, L]` or `[C, L]`) with PyTorch's semantics, differentiable.
+/// candle has no 1-D pooling of its own.
+///
+/// ```
+/// use candle_core::{Device, Var};
+/// use poolgrad::MaxPool1dParams;
+/// let x = Var::new(&[[1.0f32, 5.0, 2.0, 5.0]], &Device::Cpu)?;
+/// let y = poolgrad::candle::max_pool1d(&x, &MaxPool1dParams::new([2]).with_stride([1]))?;
+/// assert_eq!(y.to_vec2::<f32>()?, [[5.0, 5.0, 5.0]]);
+/// let gx = y.sum_all()?.backward()?.get(&x).unwrap().to_vec2::<f32>()?;
+/// assert_eq!(gx, [[0.0, 2.0, 0.0, 1.0]]); // windows 1 and 2 pick the first 5.0
+/// # Ok::<(), candle_core::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::max_pool1d_with_indices`], and for a tensor that is not a CPU float tensor.
+pub fn max_pool1d(x: &Tensor, params: &MaxPool1dParams) -> candle_core::Result<Tensor> {
+    Ok(pool(name::max_pool1d, x, Pooling::MaxPool1d(*params))?.0)
+}
+
+/// [`max_pool1d`] that also returns the positions of the maxima along `L`, as an I64 tensor.
+///
+/// # Errors
+/// As [`max_pool1d`].
+pub fn max_pool1d_with_indices(
+    x: &Tensor,
+    params: &MaxPool1dParams,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    pool(name::max_pool1d_with_indices, x, Pooling::MaxPool1d(*params))
+}
+
+/// Adaptive 1-D max pooling of `x` to `output_size` positions, differentiable.
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool1d`], and for a tensor that is not a CPU float tensor.
+pub fn adaptive_max_pool1d(x: &Tensor, output_size: usize) -> candle_core::Result<Tensor> {
+    Ok(pool(name::adaptive_max_pool1d, x, Pooling::Adaptive1d(output_size))?.0)
+}
+
+/// [`adaptive_max_pool1d`] that also returns the positions of the maxima, as an I64 tensor.
+///
+/// # Errors
+/// As [`adaptive_max_pool1d`].
+pub fn adaptive_max_pool1d_with_indices(
+    x: &Tensor,
+    output_size: usize,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    pool(name::adaptive_max_pool1d_with_indices, x, Pooling::Adaptive1d(output_size))
 }
 
 /// The forward with indices behind [`max_pool2d`], [`adaptive_max_pool2d`] and their
@@ -392,13 +495,7 @@ fn cpu_view<'s, T: WithDType>(
         return Err(unsupported_dtype(op, arg, T::DTYPE.as_str(), storage.dtype()));
     }
     let data = storage.as_slice::<T>()?;
-    let rank = layout.dims().len();
-    if rank != 3 && rank != 4 {
-        return Err(wrap(format!(
-            "{op}: `{arg}` must have rank 3 ([C, H, W]) or 4 ([N, C, H, W]); got shape {:?}",
-            layout.dims()
-        )));
-    }
+    // (Ranks are the operation's to check: the free functions say which they take.)
     if layout.dims().contains(&0) {
         // No element to read: candle keeps the strides of the non-empty shape (and its
         // offset), which ndarray would check against the storage; the empty view needs neither.

@@ -403,3 +403,56 @@ fn empty_tensors_of_every_axis() {
         assert_eq!(e.to_string(), says("adaptive_max_pool2d_backward"));
     }
 }
+
+/// The 3-D and 1-D poolings under burn's autodiff (both checkpointing strategies): each gradient
+/// equals poolgrad's own backward on the same arrays, and the indices poolgrad's forward.
+#[test]
+fn volumes_and_lines_under_burn_autodiff() {
+    let values: Vec<f64> = (0..2 * 3 * 5 * 6 * 4).map(|v| ((v * 37) % 23) as f64 - 11.0).collect();
+    let xa = ArrayD::from_shape_vec(IxDyn(&[2, 3, 5, 6, 4]), values.clone()).unwrap();
+    let p3 = poolgrad::MaxPool3dParams::new([2, 3, 2]).with_stride([1, 2, 2]).with_padding([1, 1, 0]);
+    let pooled = poolgrad::max_pool3d_with_indices(&xa, &p3).unwrap();
+    let want =
+        poolgrad::max_pool3d_with_indices_backward(&pooled.output.mapv(|_| 1.0), &xa, &pooled.indices, &p3)
+            .unwrap();
+    let line_a = ArrayD::from_shape_vec(IxDyn(&[2, 3, 10]), values[..60].to_vec()).unwrap();
+    let p1 = poolgrad::MaxPool1dParams::new([3]).with_stride([2]).with_padding([1]).with_ceil_mode(true);
+    let lp = poolgrad::max_pool1d_with_indices(&line_a, &p1).unwrap();
+    let line_want =
+        poolgrad::max_pool1d_with_indices_backward(&lp.output.mapv(|_| 1.0), &line_a, &lp.indices, &p1)
+            .unwrap();
+    for device in [autodiff(), balanced()] {
+        let options =
+            burn_tensor::TensorCreationOptions::new(device.clone()).with_dtype(burn_tensor::DType::F64);
+        let x = Tensor::<5>::from_data(TensorData::new(values.clone(), [2, 3, 5, 6, 4]), options.clone())
+            .require_grad();
+        let (y, idx) = poolgrad::burn::max_pool3d_with_indices(x.clone(), &p3).unwrap();
+        assert_eq!(
+            idx.into_data().try_to_vec::<i64>().unwrap(),
+            pooled.indices.iter().copied().collect::<Vec<_>>()
+        );
+        let gx = x.grad(&y.sum().backward()).expect("x requires grad");
+        assert_eq!(gx.into_data().try_to_vec::<f64>().unwrap(), want.iter().copied().collect::<Vec<_>>());
+
+        let line = Tensor::<3>::from_data(TensorData::new(values[..60].to_vec(), [2, 3, 10]), options)
+            .require_grad();
+        let y = poolgrad::burn::max_pool1d(line.clone(), &p1).unwrap();
+        let gl = line.grad(&y.sum().backward()).expect("line requires grad");
+        assert_eq!(
+            gl.into_data().try_to_vec::<f64>().unwrap(),
+            line_want.iter().copied().collect::<Vec<_>>()
+        );
+    }
+    // Adaptive, plain (no autodiff): the values and indices are poolgrad's.
+    let x = Tensor::<5>::from_data(
+        TensorData::new(values.iter().map(|&v| v as f32).collect::<Vec<_>>(), [2, 3, 5, 6, 4]),
+        &plain(),
+    );
+    let (y, idx) = poolgrad::burn::adaptive_max_pool3d_with_indices(x, [2, 4, 3]).unwrap();
+    let want = poolgrad::adaptive_max_pool3d(&xa.mapv(|v| v as f32), [2, 4, 3]).unwrap();
+    assert_eq!(y.into_data().try_to_vec::<f32>().unwrap(), want.output.iter().copied().collect::<Vec<_>>());
+    assert_eq!(
+        idx.into_data().try_to_vec::<i64>().unwrap(),
+        want.indices.iter().copied().collect::<Vec<_>>()
+    );
+}

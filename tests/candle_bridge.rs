@@ -243,7 +243,7 @@ fn bad_input_gives_errors_that_name_the_argument() -> Result {
     assert!(
         m.contains("poolgrad::candle::max_pool2d")
             && m.contains("`x`")
-            && m.contains("rank 3")
+            && m.contains("3 (C, H, W)")
             && m.contains("[4, 4]"),
         "{m}"
     );
@@ -450,5 +450,50 @@ fn errors_name_the_function_called_and_its_arguments() -> Result {
     let other = Tensor::zeros((1, 2, 6, 6), DType::F32, &cpu())?;
     let e = poolgrad::candle::max_pool2d_with_mask_backward(&g, &other, &mask).unwrap_err().to_string();
     assert!(e.starts_with("poolgrad::candle::max_pool2d_with_mask_backward: `x` has shape [1, 2, 6, 6], expected [1, 2, 4, 4]"), "{e}");
+    Ok(())
+}
+
+/// The 3-D and 1-D poolings through candle's autograd: each gradient equals poolgrad's own
+/// backward on the same arrays, bit for bit, and a tensor of another rank is an error naming
+/// the function.
+#[test]
+fn volumes_and_lines_through_candle_autograd() -> Result {
+    let values: Vec<f64> = (0..2 * 3 * 5 * 6 * 4).map(|v| ((v * 37) % 23) as f64 - 11.0).collect();
+    let x = var(&values, &[2, 3, 5, 6, 4], DType::F32)?;
+    let p3 = poolgrad::MaxPool3dParams::new([2, 3, 2]).with_stride([1, 2, 2]).with_padding([1, 1, 0]);
+    let w: Vec<f64> = (0..2 * 3 * 6 * 3 * 2).map(|v| (v % 7) as f64 - 3.0).collect();
+    let y = poolgrad::candle::max_pool3d(&x, &p3)?;
+    let grads = weighted_sum(&y, &w)?.backward()?;
+    let xa = to_ndarray::<f32>(x.as_tensor())?;
+    let pooled = poolgrad::max_pool3d_with_indices(&xa, &p3).unwrap();
+    let g = ndarray::ArrayD::from_shape_vec(pooled.output.raw_dim(), w.iter().map(|&v| v as f32).collect())
+        .unwrap();
+    let want = poolgrad::max_pool3d_with_indices_backward(&g, &xa, &pooled.indices, &p3).unwrap();
+    assert!(bits_equal(grads.get(&x).expect("x takes part"), &want)?);
+
+    let y = poolgrad::candle::adaptive_max_pool3d(&x, [3, 4, 3])?;
+    let grads = y.sum_all()?.backward()?;
+    let pooled = poolgrad::adaptive_max_pool3d(&xa, [3, 4, 3]).unwrap();
+    let want = poolgrad::adaptive_max_pool3d_backward(&pooled.output.mapv(|_| 1.0f32), &xa, &pooled.indices)
+        .unwrap();
+    assert!(bits_equal(grads.get(&x).expect("x takes part"), &want)?);
+
+    let line = var(&values[..3 * 10], &[3, 10], DType::F64)?;
+    let p1 = poolgrad::MaxPool1dParams::new([3]).with_stride([2]).with_padding([1]).with_ceil_mode(true);
+    let (y, idx) = poolgrad::candle::max_pool1d_with_indices(&line, &p1)?;
+    let grads = y.sum_all()?.backward()?;
+    let la = to_ndarray::<f64>(line.as_tensor())?;
+    let pooled = poolgrad::max_pool1d_with_indices(&la, &p1).unwrap();
+    assert_eq!(flat::<i64>(&idx)?, pooled.indices.iter().copied().collect::<Vec<_>>());
+    let want =
+        poolgrad::max_pool1d_with_indices_backward(&pooled.output.mapv(|_| 1.0), &la, &pooled.indices, &p1)
+            .unwrap();
+    assert!(bits_equal(grads.get(&line).expect("line takes part"), &want)?);
+
+    let m = message(poolgrad::candle::max_pool3d(line.as_tensor(), &p3));
+    assert!(
+        m.contains("poolgrad::candle::max_pool3d") && m.contains("`x`") && m.contains("5 (N, C, D, H, W)"),
+        "{m}"
+    );
     Ok(())
 }
