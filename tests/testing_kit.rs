@@ -635,3 +635,64 @@ fn the_invariants_sum_tolerance_grows_with_the_terms() {
     let e = check_gradient_invariants(flat.view(), &[], flat.view()).unwrap_err();
     assert!(e.to_string().contains("grad_input has shape [4], expected [.., H, W]"), "{e}");
 }
+
+/// The kit's 3-D references agree with poolgrad on drawn volumes (ties, NaN, `-inf`, padding,
+/// dilation, ceil mode), and the reference backward with poolgrad's (f64: exact sums).
+#[test]
+fn the_three_dimensional_references_agree_with_poolgrad() {
+    use ndarray::Array5;
+    use poolgrad::testing::reference;
+    let mut runner = TestRunner::new(Config { cases: 64, ..Config::default() });
+    let strategy = (
+        1usize..=2,
+        1usize..=2,
+        1usize..=6,
+        1usize..=6,
+        1usize..=6,
+        1usize..=3,
+        1usize..=2,
+        any::<u64>(),
+        any::<bool>(),
+    );
+    runner
+        .run(&strategy, |(n, c, d, h, w, k, s, seed, ceil)| {
+            let mut state = seed | 1;
+            let x = Array5::from_shape_simple_fn((n, c, d, h, w), || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                match state % 10 {
+                    0 => f64::NAN,
+                    1 => f64::NEG_INFINITY,
+                    r => (r % 4) as f64,
+                }
+            });
+            let p = poolgrad::MaxPool3dParams::new([k; 3])
+                .with_stride([s; 3])
+                .with_padding([k / 2; 3])
+                .with_ceil_mode(ceil);
+            let same = |a: &Array5<f64>, b: &Array5<f64>| {
+                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+            };
+            if let Ok((v, i)) = reference::max_pool3d_with_indices(&x, &p) {
+                let got = poolgrad::max_pool3d_with_indices(&x, &p).unwrap();
+                prop_assert!(same(&v, &got.output));
+                prop_assert_eq!(&i, &got.indices);
+                let g = v.mapv(|v| if v.is_nan() { 0.5 } else { v + 0.25 });
+                let want = reference::max_pool3d_backward(&g, &x, &i).unwrap();
+                prop_assert!(same(
+                    &want,
+                    &poolgrad::max_pool3d_with_indices_backward(&g, &x, &i, &p).unwrap()
+                ));
+            } else {
+                prop_assert!(poolgrad::max_pool3d_with_indices(&x, &p).is_err());
+            }
+            let size = [d.div_ceil(2), h + 1, w];
+            let (v, i) = reference::adaptive_max_pool3d(&x, size).unwrap();
+            let got = poolgrad::adaptive_max_pool3d(&x, size).unwrap();
+            prop_assert!(same(&v, &got.output));
+            prop_assert_eq!(&i, &got.indices);
+            Ok(())
+        })
+        .unwrap();
+}

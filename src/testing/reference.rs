@@ -1,6 +1,8 @@
-//! Reference implementations of the six operations: obvious loops, sums in `f64`, written from
-//! the definitions and not from the kernels. They are the definition of the semantics; use them
-//! to check any implementation (this crate's kernels included).
+//! Reference implementations of the six operations, and of the 3-D poolings
+//! ([`max_pool3d_with_indices`], [`adaptive_max_pool3d`], [`max_pool3d_backward`]): obvious
+//! loops, sums in `f64`, written from the definitions and not from the kernels. They are the
+//! definition of the semantics; use them to check any implementation (this crate's kernels
+//! included).
 //!
 //! - A window is scanned in row-major order; the first maximum wins; a NaN is taken and a later
 //!   NaN replaces it; padding is never read. The index is `ih * W + iw` inside the `(n, c)`
@@ -402,4 +404,166 @@ where
     crate::shape::input_shape("reference", "grad_output", &go, &mask.pooled_shape())?;
     let selected = mask.selected()?;
     restore(backward4(go.view(), x.shape(), selected.into_iter())?, x.ndim())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The 3-D poolings, max unpooling and the double backward: the same rules over volumes.
+
+/// The input positions one output reads along one axis of `n` inputs: adaptive window `o` of
+/// `out` (`⌊o·n/out⌋ .. ⌈(o+1)·n/out⌉`), or max-pooling taps `o·s − p + i·d` inside the input.
+fn axis_taps(o: usize, n: usize, adaptive: Option<usize>, [k, s, p, d]: [usize; 4]) -> Vec<usize> {
+    match adaptive {
+        Some(out) => {
+            let (o, n, m) = (o as u128, n as u128, out as u128);
+            ((o * n / m) as usize..((o + 1) * n).div_ceil(m) as usize).collect()
+        }
+        None => {
+            let (first, count) = crate::geometry::pool_window_taps(o, n, k, s, p, d);
+            (0..count).map(|i| first + i * d).collect()
+        }
+    }
+}
+
+/// `[N, C, D, H, W]` of a 3-D pooling's array (rank 4 or 5), C, D, H, W non-empty.
+fn volume_shape<E, D: Dimension>(a: &ArrayRef<E, D>, arg: &'static str) -> Result<[usize; 5]> {
+    crate::shape::volume_dims("reference", arg, a.shape())
+}
+
+/// A 3-D pooling of `input`, window by window: `adaptive` to `size`, or with `params`.
+fn forward3d<T: PoolFloat, D: Dimension>(
+    input: &ArrayRef<T, D>,
+    size: [usize; 3],
+    params: Option<&crate::MaxPool3dParams>,
+) -> Result<(Array<T, D>, Array<i64, D>)> {
+    let [n, c, d, h, w] = volume_shape(input, "input")?;
+    let out = match params {
+        Some(p) => p.output_size_for("reference", "input", [d, h, w])?,
+        None => {
+            crate::shape::output_size3("reference", "output_size", size)?;
+            size
+        }
+    };
+    let x = input.as_standard_layout();
+    let xs = x.as_slice().unwrap_or(&[]);
+    let axis = |a: usize, o: usize, len: usize| match params {
+        Some(p) => axis_taps(o, len, None, [p.kernel()[a], p.stride()[a], p.padding()[a], p.dilation()[a]]),
+        None => axis_taps(o, len, Some(out[a]), [0; 4]),
+    };
+    let pooled = out.iter().try_fold(n * c, |a, &o| a.checked_mul(o));
+    let len =
+        pooled.ok_or_else(|| Error::Overflow { op: "reference", arg: "output", what: format!("{out:?}") })?;
+    let mut values = crate::alloc::zeroed_vec::<T>("reference", "output", len)?;
+    let mut indices = crate::alloc::zeroed_vec::<i64>("reference", "indices", len)?;
+    let per = out[0] * out[1] * out[2];
+    for (e, (v, i)) in values.iter_mut().zip(indices.iter_mut()).enumerate() {
+        let (volume, o) = (e / per, e % per);
+        let (od, oh, ow) = (o / (out[1] * out[2]), (o / out[2]) % out[1], o % out[2]);
+        let (ds, hs, ws) = (axis(0, od, d), axis(1, oh, h), axis(2, ow, w));
+        let (mut best, mut at) = (f64::NEG_INFINITY, (ds[0] * h + hs[0]) * w + ws[0]);
+        for &z in &ds {
+            for &y in &hs {
+                for &xx in &ws {
+                    let t = (z * h + y) * w + xx;
+                    let value = xs[volume * d * h * w + t].to_f64_exact();
+                    if value > best || value.is_nan() {
+                        (best, at) = (value, t);
+                    }
+                }
+            }
+        }
+        *v = xs[volume * d * h * w + at];
+        *i = at as i64;
+    }
+    let dims = crate::op::unpooled_dims(input.shape(), out);
+    Ok((
+        alloc::into_array("reference", "output", values, &dims)?,
+        alloc::into_array("reference", "indices", indices, &dims)?,
+    ))
+}
+
+/// Reference adaptive 3-D max pooling of `[N, C, D, H, W]` or `[C, D, H, W]`: `(values, indices)`,
+/// each window scanned in row-major `(d, h, w)` order, indices flat in the volume.
+///
+/// ```
+/// use ndarray::Array5;
+/// let x = Array5::from_shape_fn((1, 1, 2, 2, 2), |(_, _, d, h, w)| (d * 4 + h * 2 + w) as f32);
+/// let (v, i) = poolgrad::testing::reference::adaptive_max_pool3d(&x, [1, 1, 1])?;
+/// assert_eq!((v[[0, 0, 0, 0, 0]], i[[0, 0, 0, 0, 0]]), (7.0, 7));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// A rank other than 4 or 5, an empty `C`, `D`, `H` or `W`, a zero output size.
+pub fn adaptive_max_pool3d<T: PoolFloat, D: Dimension>(
+    input: &ArrayRef<T, D>,
+    output_size: [usize; 3],
+) -> Result<(Array<T, D>, Array<i64, D>)> {
+    forward3d(input, output_size, None)
+}
+
+/// Reference 3-D max pooling with indices: the windows of [`crate::MaxPool3dParams`].
+///
+/// ```
+/// use ndarray::Array5;
+/// use poolgrad::MaxPool3dParams;
+/// let x = Array5::from_shape_fn((1, 1, 2, 2, 2), |(_, _, d, h, w)| (d * 4 + h * 2 + w) as f32);
+/// let p = MaxPool3dParams::new([1, 2, 2]);
+/// let (v, i) = poolgrad::testing::reference::max_pool3d_with_indices(&x, &p)?;
+/// assert_eq!(v.iter().copied().collect::<Vec<_>>(), [3.0, 7.0]);
+/// assert_eq!(i.iter().copied().collect::<Vec<_>>(), [3, 7]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`adaptive_max_pool3d`], and the parameter errors of
+/// [`MaxPoolParams::output_size`](crate::MaxPoolParams::output_size).
+pub fn max_pool3d_with_indices<T: PoolFloat, D: Dimension>(
+    input: &ArrayRef<T, D>,
+    params: &crate::MaxPool3dParams,
+) -> Result<(Array<T, D>, Array<i64, D>)> {
+    forward3d(input, [0; 3], Some(params))
+}
+
+/// Reference backward of the 3-D poolings (adaptive or not: the indices say where): each
+/// gradient added at its index, the sums formed in `f64` and rounded to `T` once.
+///
+/// ```
+/// use ndarray::Array5;
+/// let x = Array5::<f32>::zeros((1, 1, 1, 2, 2));
+/// let (g, i) = (Array5::from_elem((1, 1, 1, 1, 2), 1.5f32), Array5::from_elem((1, 1, 1, 1, 2), 3i64));
+/// let gx = poolgrad::testing::reference::max_pool3d_backward(&g, &x, &i)?;
+/// assert_eq!(gx[[0, 0, 0, 1, 1]], 3.0);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// A rank other than 4 or 5, shapes that disagree, an index outside its volume.
+pub fn max_pool3d_backward<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    let [n, c, d, h, w] = volume_shape(self_, "self_")?;
+    let [.., od, oh, ow] = volume_shape(grad_output, "grad_output")?;
+    let pooled = crate::op::unpooled_dims(self_.shape(), [od, oh, ow]);
+    crate::shape::same_shape("reference", "grad_output", grad_output.shape(), &pooled)?;
+    crate::shape::same_shape("reference", "indices", indices.shape(), &pooled)?;
+    let volume = d * h * w;
+    let mut sums = crate::alloc::zeroed_vec::<f64>("reference", "grad_input", n * c * volume)?;
+    let per = od * oh * ow;
+    for (e, (g, i)) in grad_output.iter().zip(indices.iter()).enumerate() {
+        let at = i.flat_in(volume).ok_or_else(|| {
+            let position = crate::tensor::position_in(e, &pooled);
+            Error::IndexOutOfRange {
+                op: "reference",
+                arg: "indices",
+                position,
+                value: i.to_i64(),
+                plane: volume,
+            }
+        })?;
+        sums[(e / per) * volume + at] += g.to_f64_exact();
+    }
+    let data = sums.into_iter().map(T::round_from_f64).collect();
+    alloc::into_array("reference", "grad_input", data, self_.shape())
 }
