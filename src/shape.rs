@@ -9,28 +9,35 @@ use crate::index::ArgmaxIndex;
 use crate::params::{MaxPool2dParams, MaxPool3dParams};
 use crate::tensor::{Memory, TensorMut, TensorRef, position, user_dims, with_spatial};
 
-/// The 4-D shape `[N, C, H, W]` of a pooling input given in the caller's rank (3 or 4), whose C,
-/// H and W must be non-empty (N may be 0).
-pub(crate) fn pooling_dims(op: &'static str, arg: &'static str, dims: &[usize]) -> Result<[usize; 4]> {
-    let shape = match *dims {
-        [c, h, w] => [1, c, h, w],
-        [n, c, h, w] => [n, c, h, w],
-        _ => {
-            return Err(Error::Rank {
-                op,
-                arg,
-                expected: crate::tensor::RANKS,
-                got: dims.len(),
-                shape: dims.to_vec(),
-            });
-        }
-    };
-    for (axis, name) in [(1, "C"), (2, "H"), (3, "W")] {
-        if shape[axis] == 0 {
+/// The shape `[N, C, ..]` (`K` dimensions) of an array given in the caller's rank: `K`, or
+/// `K − 1` without the batch (which becomes 1); `expected` names the ranks and `axes` the
+/// dimensions after `N`, each of which must be non-empty (N may be 0). The one check of every
+/// operation's ranks: [`pooling_dims`], [`volume_dims`], [`line_dims`].
+fn batched_dims<const K: usize>(
+    op: &'static str,
+    arg: &'static str,
+    dims: &[usize],
+    expected: &'static str,
+    axes: [&'static str; K],
+) -> Result<[usize; K]> {
+    if dims.len() != K && dims.len() + 1 != K {
+        return Err(Error::Rank { op, arg, expected, got: dims.len(), shape: dims.to_vec() });
+    }
+    let mut shape = [1; K];
+    shape[K - dims.len()..].copy_from_slice(dims);
+    // (`axes[0]` is the batch's, which may be empty.)
+    for (&len, &name) in shape.iter().zip(&axes).skip(1) {
+        if len == 0 {
             return Err(Error::EmptyDimension { op, arg, axis: name, shape: dims.to_vec() });
         }
     }
     Ok(shape)
+}
+
+/// The 4-D shape `[N, C, H, W]` of a pooling input given in the caller's rank (3 or 4), whose C,
+/// H and W must be non-empty (N may be 0).
+pub(crate) fn pooling_dims(op: &'static str, arg: &'static str, dims: &[usize]) -> Result<[usize; 4]> {
+    batched_dims(op, arg, dims, crate::tensor::RANKS, ["N", "C", "H", "W"])
 }
 
 /// [`pooling_dims`] of a view.
@@ -306,25 +313,7 @@ pub(crate) const VOLUME_RANKS: &str = "4 (C, D, H, W) or 5 (N, C, D, H, W)";
 /// The 5-D shape `[N, C, D, H, W]` of a 3-D pooling input given in the caller's rank (4 or 5),
 /// whose C, D, H and W must be non-empty (N may be 0).
 pub(crate) fn volume_dims(op: &'static str, arg: &'static str, dims: &[usize]) -> Result<[usize; 5]> {
-    let shape = match *dims {
-        [c, d, h, w] => [1, c, d, h, w],
-        [n, c, d, h, w] => [n, c, d, h, w],
-        _ => {
-            return Err(Error::Rank {
-                op,
-                arg,
-                expected: VOLUME_RANKS,
-                got: dims.len(),
-                shape: dims.to_vec(),
-            });
-        }
-    };
-    for (axis, name) in [(1, "C"), (2, "D"), (3, "H"), (4, "W")] {
-        if shape[axis] == 0 {
-            return Err(Error::EmptyDimension { op, arg, axis: name, shape: dims.to_vec() });
-        }
-    }
-    Ok(shape)
+    batched_dims(op, arg, dims, VOLUME_RANKS, ["N", "C", "D", "H", "W"])
 }
 
 /// `d * h * w` without overflow.
@@ -429,19 +418,7 @@ pub(crate) const LINE_RANKS: &str = "2 (C, L) or 3 (N, C, L)";
 /// The 3-D shape `[N, C, L]` of a 1-D pooling's array given in the caller's rank (2 or 3), whose
 /// C and L must be non-empty (N may be 0).
 pub(crate) fn line_dims(op: &'static str, arg: &'static str, dims: &[usize]) -> Result<[usize; 3]> {
-    let shape = match *dims {
-        [c, l] => [1, c, l],
-        [n, c, l] => [n, c, l],
-        _ => {
-            return Err(Error::Rank { op, arg, expected: LINE_RANKS, got: dims.len(), shape: dims.to_vec() });
-        }
-    };
-    for (axis, name) in [(1, "C"), (2, "L")] {
-        if shape[axis] == 0 {
-            return Err(Error::EmptyDimension { op, arg, axis: name, shape: dims.to_vec() });
-        }
-    }
-    Ok(shape)
+    batched_dims(op, arg, dims, LINE_RANKS, ["N", "C", "L"])
 }
 
 /// `dims` (a 1-D pooling's input shape, checked) with its length replaced by `len`.

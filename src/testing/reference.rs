@@ -88,19 +88,9 @@ impl Pooling {
 
     fn axis(&self, a: usize, n: usize, m: usize, o: usize) -> Vec<usize> {
         match self {
-            Pooling::Adaptive(_) => {
-                // floor(o n / m) .. ceil((o + 1) n / m)
-                let (o, n, m) = (o as u128, n as u128, m as u128);
-                let start = (o * n) / m;
-                let end = ((o + 1) * n).div_ceil(m);
-                (start as usize..end as usize).collect()
-            }
+            Pooling::Adaptive(_) => axis_taps(o, n, Some(m), [0; 4]),
             Pooling::Max(p) => {
-                // The taps o*s - p + i*d that fall inside the input (the kernel may be far larger
-                // than the input, so only those are visited).
-                let (k, s, pad, d) = (p.kernel()[a], p.stride()[a], p.padding()[a], p.dilation()[a]);
-                let (first, count) = crate::geometry::pool_window_taps(o, n, k, s, pad, d);
-                (0..count).map(|i| first + i * d).collect()
+                axis_taps(o, n, None, [p.kernel()[a], p.stride()[a], p.padding()[a], p.dilation()[a]])
             }
         }
     }
@@ -410,7 +400,9 @@ where
 // The 3-D poolings, max unpooling and the double backward: the same rules over volumes.
 
 /// The input positions one output reads along one axis of `n` inputs: adaptive window `o` of
-/// `out` (`⌊o·n/out⌋ .. ⌈(o+1)·n/out⌉`), or max-pooling taps `o·s − p + i·d` inside the input.
+/// `out` (`⌊o·n/out⌋ .. ⌈(o+1)·n/out⌉`, in 128 bits), or max-pooling taps `o·s − p + i·d` that
+/// fall inside the input (the kernel may be far larger than the input, so only those are
+/// visited). Every reference's windows, 2-D and 3-D.
 fn axis_taps(o: usize, n: usize, adaptive: Option<usize>, [k, s, p, d]: [usize; 4]) -> Vec<usize> {
     match adaptive {
         Some(out) => {

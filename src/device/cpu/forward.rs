@@ -352,14 +352,10 @@ fn run_volumes<T: PoolFloat, I: ArgmaxIndex>(
     // Each task in the copy of the kernels for the instructions the plan found, as the 2-D
     // forward's ([`pool_task`]).
     p.device(cpu).for_each_task(work, |t| {
-        if plan.slices.isa.is_wide() {
-            plan.slices.isa.enter(
-                #[inline(always)]
-                || pool_volumes(plan, t),
-            )
-        } else {
-            pool_volumes(plan, t)
-        }
+        plan.slices.isa.enter(
+            #[inline(always)]
+            || pool_volumes(plan, t),
+        )
     });
     out.finish("output")?;
     idx.finish("indices")

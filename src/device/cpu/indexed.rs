@@ -28,6 +28,16 @@ enum Move {
     Gather,
 }
 
+impl Move {
+    /// Elements per plane of the side read and of the side written.
+    fn lengths(self, g: &IndexedGeometry) -> (usize, usize) {
+        match self {
+            Move::Scatter => (g.pooled, g.full),
+            Move::GatherLast | Move::Gather => (g.full, g.pooled),
+        }
+    }
+}
+
 /// Phase-1 state: the runs of planes, and the marks each task keeps (a bit per position of a
 /// plane, for [`Move::GatherLast`]).
 #[derive(Debug)]
@@ -68,10 +78,7 @@ fn run<E: PoolFloat, I: ArgmaxIndex>(
     let idx = carver.stage(indices.view())?;
     let mut dst = carver.output(target.into_view())?;
     let marks = carver.region::<i64>(p.plan.tasks * p.plan.marks_per_task)?;
-    let (src_len, dst_len) = match how {
-        Move::Scatter => (g.pooled, g.full),
-        Move::GatherLast | Move::Gather => (g.full, g.pooled),
-    };
+    let (src_len, dst_len) = how.lengths(g);
     let per = runs(g.planes, p.plan.tasks).next().map_or(1, |r| r.len().max(1));
     let mut marks = marks.chunks_mut(p.plan.marks_per_task.max(1));
     let tasks: Vec<_> = src
@@ -99,10 +106,7 @@ fn move_planes<E: PoolFloat, I: ArgmaxIndex>(
     (src, idx, dst): (&[E], &[I], &mut [E]),
     marks: &mut [i64],
 ) -> core::result::Result<(), (usize, i64)> {
-    let (src_len, dst_len) = match how {
-        Move::Scatter => (g.pooled, g.full),
-        Move::GatherLast | Move::Gather => (g.full, g.pooled),
-    };
+    let (src_len, dst_len) = how.lengths(g);
     for (plane, idx) in idx.chunks(g.pooled.max(1)).enumerate() {
         // Every index of the plane first: nothing of a plane with a bad index is written.
         if let Some((i, bad)) = idx.iter().enumerate().find(|(_, j)| j.flat_in(g.full).is_none()) {
