@@ -445,7 +445,7 @@ enum Witness {
 /// Two positions that share an element: along one axis of stride 0, `i` steps along one axis
 /// and `j` along another with `i·s = j·t`, or, for up to [`WITNESS_SEARCH`] elements, any two.
 fn alias_witness(shape: &[usize], used: &[usize]) -> Witness {
-    let position = |e: usize| position(e, as_4d(shape), shape.len());
+    let position = |e: usize| position_in(e, shape);
     let at = |moves: &[(usize, usize)]| {
         let mut p = vec![0; shape.len()];
         for &(axis, steps) in moves {

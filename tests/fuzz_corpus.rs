@@ -175,4 +175,23 @@ mod findings {
         let p = MaxPool2dParams::new([2, 1]).with_stride([1, 1]).with_dilation([4, 1]).with_padding([1, 0]);
         assert!(p.output_size([3, 4]).is_err());
     }
+
+    /// `TensorMut::from_slice_with_strides` looked for two positions sharing an element with
+    /// positions of at most 4 axes, and overflowed on a 5-D shape (found by
+    /// `random_bytes_through_the_npu` once views took rank 5): the aliasing rule's error now names
+    /// the pair in the shape's own rank.
+    #[test]
+    fn aliasing_strides_of_five_dimensional_outputs_are_a_layout_error() {
+        let mut data = [0f32; 16];
+        // Strides 5, 3, 2 over two elements each: no two axes alias on their own (the search of
+        // every element runs), but (0, 0, 1, 0, 0) and (0, 0, 0, 1, 1) share element 5.
+        let e = poolgrad::TensorMut::from_slice_with_strides(&mut data, &[1, 1, 2, 2, 2], &[16, 16, 5, 3, 2])
+            .unwrap_err();
+        match e {
+            poolgrad::Error::Layout { reason, .. } => {
+                assert!(reason.contains("[0, 0, 0, 1, 1]") && reason.contains("[0, 0, 1, 0, 0]"), "{reason}")
+            }
+            other => panic!("expected a layout error, got {other:?}"),
+        }
+    }
 }
