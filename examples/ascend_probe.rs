@@ -1,6 +1,9 @@
 //! One command that settles, on a real Ascend NPU, what only hardware can. It runs each of the six
-//! operators per case (3x3 and 1x1 kernels; plain inputs, a tie, a NaN; ceil mode, dilation,
-//! strided views, 3-D inputs and inputs that are not exact in f16; f32, f16 and bf16), compares
+//! 2-D operators per case (3x3 and 1x1 kernels; plain inputs, a tie, a NaN; ceil mode, dilation,
+//! strided views, 3-D inputs and inputs that are not exact in f16; f32, f16 and bf16), and the
+//! four 3-D operators (the video models' k3 s2 p1 on plain, tie and NaN volumes; adaptive sizes
+//! that divide the input and that do not; ceil mode, dilation, `[C, D, H, W]` inputs) and the
+//! four unpooling ones (with the double backwards; repeated indices among them), compares
 //! every result with the CPU backend, and runs every case that poolgrad refused a second time with
 //! poolgrad's refusals left out (`Ascend::cann_decides`), to show where CANN accepts what poolgrad
 //! refuses. It also reports the SoC, the CANN release and the ACL interface version, the first
@@ -28,8 +31,8 @@ use poolgrad::device::ascend::{Ascend, DeterministicLevel, NpuTensor, finalize};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::op::AdaptiveMaxPool2dBackward;
 use poolgrad::{
-    AscendError, Bitmask, Error, I32Argmax, Mask, MaskLayout, MaxPool2dParams, Plan, PoolFloat, TensorMut,
-    TensorRef,
+    AscendError, Bitmask, Error, I32Argmax, Mask, MaskLayout, MaxPool2dParams, MaxPool3dParams, Plan,
+    PoolFloat, TensorMut, TensorRef,
 };
 
 /// One operator run: what happened, in a word, and the detail.
@@ -135,6 +138,8 @@ fn main() -> ExitCode {
         }
     }
     shapes_and_parameters(&devices, &mut outcomes, &mut masks);
+    volumes(&devices, &mut outcomes);
+    unpooling(&devices, &mut outcomes);
     let determinism = determinism(devices.npu);
     let Ok(npu) = determinism.1 else {
         println!("could not reopen the device after the determinism runs");
@@ -245,6 +250,148 @@ fn shapes_and_parameters(
     probe::<f32>(d, "f32", "3x3 3-D [C, H, W]", x.index_axis(Axis(0), 0), &p, true, outcomes, masks);
     let x = input::<f32>("not-f16-exact");
     probe::<f32>(d, "f32", "3x3 not-f16-exact", x.view(), &p, true, outcomes, masks);
+}
+
+/// `[2, 3, 4, 5, 6]` volumes of small integers, with ties or a NaN as [`input`] has them.
+fn volume<T: PoolFloat>(kind: &str) -> ArrayD<T> {
+    ArrayD::from_shape_fn(IxDyn(&[2, 3, 4, 5, 6]), |i| {
+        let (n, c, z, h, w) = (i[0], i[1], i[2], i[3], i[4]);
+        let v = match kind {
+            "tie" => ((n + c + z / 2 + h / 2 + w / 2) % 3) as f32,
+            _ => ((n * 7 + c * 5 + z * 4 + h * 3 + w * 2) % 13) as f32,
+        };
+        cast(if kind == "nan" && z == 1 && h == 2 && w == 3 { f32::NAN } else { v })
+    })
+}
+
+/// The four 3-D operators (`aclnnMaxPool3dWithArgmax`, `aclnnAdaptiveMaxPool3d` and their
+/// backwards) on plain, tie and NaN volumes in f32, f16 and bf16 (k3 s2 p1, the video models'
+/// pooling; adaptive to a size that does not divide the input, and to one that does), then ceil
+/// mode, a dilation (refused by poolgrad on A2/A3 for the forward, as CANN's op_api does; the
+/// backward takes it there) and `[C, D, H, W]` inputs.
+fn volumes(d: &Devices, outcomes: &mut Vec<Outcome>) {
+    let video = MaxPool3dParams::new([3, 3, 3]).with_stride([2, 2, 2]).with_padding([1, 1, 1]);
+    for kind in ["plain", "tie", "nan"] {
+        let case = format!("3-D k3s2p1 {kind}");
+        volume_probe::<f32>(d, "f32", &case, volume::<f32>(kind).view(), &video, true, outcomes);
+        volume_probe::<f16>(d, "f16", &case, volume::<f16>(kind).view(), &video, true, outcomes);
+        volume_probe::<bf16>(d, "bf16", &case, volume::<bf16>(kind).view(), &video, true, outcomes);
+    }
+    let ceil = MaxPool3dParams::new([2, 2, 2]).with_stride([3, 3, 3]).with_ceil_mode(true);
+    let dilated = MaxPool3dParams::new([2, 3, 3]).with_padding([1, 1, 1]).with_dilation([1, 2, 2]);
+    let x = volume::<f32>("plain");
+    volume_probe::<f32>(d, "f32", "3-D ceil k2 s3 p0 plain", x.view(), &ceil, false, outcomes);
+    volume_probe::<f32>(d, "f32", "3-D dilation 2 plain", x.view(), &dilated, false, outcomes);
+    let unbatched = x.index_axis(Axis(0), 1);
+    volume_probe::<f32>(d, "f32", "3-D [C, D, H, W] plain", unbatched, &video, true, outcomes);
+}
+
+fn volume_probe<T: PoolFloat>(
+    d: &Devices,
+    dtype: &'static str,
+    case: &str,
+    x: ArrayViewD<'_, T>,
+    p: &MaxPool3dParams,
+    adaptive: bool,
+    outcomes: &mut Vec<Outcome>,
+) {
+    let cpu = Cpu::sequential();
+    let tag = |op| (op, dtype, case);
+    let sizes: &[[usize; 3]] = if adaptive { &[[3, 4, 4], [2, 5, 3]] } else { &[] };
+    for &output_size in sizes {
+        let want = poolgrad::on(&cpu).adaptive_max_pool3d(&x, output_size).unwrap();
+        let want_fwd = (bits(&want.output), want.indices.clone());
+        outcomes.push(record(d, tag("adaptive_max_pool3d"), want_fwd, |dev| {
+            poolgrad::on(dev).adaptive_max_pool3d(&x, output_size).map(|r| (bits(&r.output), r.indices))
+        }));
+        let g = want.output.mapv(|v| cast::<T>(wide(v) as f32 * 0.5 + 1.0));
+        let want_g = poolgrad::on(&cpu).adaptive_max_pool3d_backward(&g, &x, &want.indices).unwrap();
+        outcomes.push(record(d, tag("adaptive_max_pool3d_backward"), bits(&want_g), |dev| {
+            poolgrad::on(dev).adaptive_max_pool3d_backward(&g, &x, &want.indices).map(|r| bits(&r))
+        }));
+    }
+    let want = poolgrad::on(&cpu).max_pool3d_with_indices(&x, p).unwrap();
+    let want_fwd = (bits(&want.output), want.indices.clone());
+    outcomes.push(record(d, tag("max_pool3d_with_indices"), want_fwd, |dev| {
+        poolgrad::on(dev).max_pool3d_with_indices(&x, p).map(|r| (bits(&r.output), r.indices))
+    }));
+    let g = want.output.mapv(|v| cast::<T>(wide(v) as f32 - 2.0));
+    let want_g = poolgrad::on(&cpu).max_pool3d_with_indices_backward(&g, &x, &want.indices, p).unwrap();
+    outcomes.push(record(d, tag("max_pool3d_with_indices_backward"), bits(&want_g), |dev| {
+        poolgrad::on(dev).max_pool3d_with_indices_backward(&g, &x, &want.indices, p).map(|r| bits(&r))
+    }));
+}
+
+/// Max unpooling (`aclnnMaxUnpool2d`, `3d`), its backward and the double backwards (run on the
+/// unpooling's backward operator): indices of a k2 s2 pooling (SegNet's: no repeats), of a k3 s2
+/// p1 one (repeated indices with equal values) and crowded ones (repeats of different values,
+/// where poolgrad's rule, the last wins, must hold whatever the device's scatter does), in f32
+/// and f16, and f64 for the operators that take it.
+fn unpooling(d: &Devices, outcomes: &mut Vec<Outcome>) {
+    let segnet = MaxPool2dParams::new([2, 2]).with_stride([2, 2]);
+    let overlapping = params(3);
+    for (case, p) in [("unpool k2 s2 plain", &segnet), ("unpool k3 s2 p1 plain", &overlapping)] {
+        unpool_probe::<f32>(d, "f32", case, input::<f32>("plain").view(), p, None, outcomes);
+        unpool_probe::<f16>(d, "f16", case, input::<f16>("plain").view(), p, None, outcomes);
+    }
+    let x = input::<f64>("plain");
+    unpool_probe::<f64>(d, "f64", "unpool k2 s2 plain", x.view(), &segnet, None, outcomes);
+    let x = input::<f32>("plain");
+    unpool_probe::<f32>(d, "f32", "unpool crowded", x.view(), &segnet, Some(5), outcomes);
+    // 3-D: the video pooling's indices (repeats of equal values).
+    let cpu = Cpu::sequential();
+    let v = volume::<f32>("plain");
+    let video = MaxPool3dParams::new([3, 3, 3]).with_stride([2, 2, 2]).with_padding([1, 1, 1]);
+    let pooled = poolgrad::on(&cpu).max_pool3d_with_indices(&v, &video).unwrap();
+    let (y, idx, size) = (&pooled.output, &pooled.indices, [4, 5, 6]);
+    let tag = |op| (op, "f32", "unpool 3-D k3 s2 p1 plain");
+    let want = poolgrad::on(&cpu).max_unpool3d(y, idx, size).unwrap();
+    outcomes.push(record(d, tag("max_unpool3d"), bits(&want), |dev| {
+        poolgrad::on(dev).max_unpool3d(y, idx, size).map(|r| bits(&r))
+    }));
+    let g = v.mapv(|x| x * 0.5 + 1.0);
+    let want = poolgrad::on(&cpu).max_unpool3d_backward(&g, idx).unwrap();
+    outcomes.push(record(d, tag("max_unpool3d_backward"), bits(&want), |dev| {
+        poolgrad::on(dev).max_unpool3d_backward(&g, idx).map(|r| bits(&r))
+    }));
+    let want = poolgrad::on(&cpu).max_pool3d_double_backward(&g, idx).unwrap();
+    outcomes.push(record(d, tag("max_pool3d_double_backward"), bits(&want), |dev| {
+        poolgrad::on(dev).max_pool3d_double_backward(&g, idx).map(|r| bits(&r))
+    }));
+}
+
+/// The 2-D unpooling, its backward and the double backward with the indices of `p` on `x`, or
+/// with every index folded into the first `crowd` positions of its plane.
+fn unpool_probe<T: PoolFloat>(
+    d: &Devices,
+    dtype: &'static str,
+    case: &str,
+    x: ArrayViewD<'_, T>,
+    p: &MaxPool2dParams,
+    crowd: Option<usize>,
+    outcomes: &mut Vec<Outcome>,
+) {
+    let cpu = Cpu::sequential();
+    let tag = |op| (op, dtype, case);
+    let pooled = poolgrad::on(&cpu).max_pool2d_with_indices(&x, p).unwrap();
+    let idx = match crowd {
+        Some(k) => pooled.indices.mapv(|i| i % k as i64),
+        None => pooled.indices.clone(),
+    };
+    let (y, size) = (&pooled.output, [x.shape()[2], x.shape()[3]]);
+    let want = poolgrad::on(&cpu).max_unpool2d(y, &idx, size).unwrap();
+    outcomes.push(record(d, tag("max_unpool2d"), bits(&want), |dev| {
+        poolgrad::on(dev).max_unpool2d(y, &idx, size).map(|r| bits(&r))
+    }));
+    let g = x.mapv(|v| cast::<T>(wide(v) as f32 * 0.5 + 1.0));
+    let want = poolgrad::on(&cpu).max_unpool2d_backward(&g, &idx).unwrap();
+    outcomes.push(record(d, tag("max_unpool2d_backward"), bits(&want), |dev| {
+        poolgrad::on(dev).max_unpool2d_backward(&g, &idx).map(|r| bits(&r))
+    }));
+    let want = poolgrad::on(&cpu).max_pool2d_double_backward(&g, &idx).unwrap();
+    outcomes.push(record(d, tag("max_pool2d_double_backward"), bits(&want), |dev| {
+        poolgrad::on(dev).max_pool2d_double_backward(&g, &idx).map(|r| bits(&r))
+    }));
 }
 
 fn cast<T: PoolFloat>(v: f32) -> T {

@@ -52,7 +52,7 @@ pub(crate) mod internal {
     /// ([`DeviceLimits`](crate::device::DeviceLimits)) before any device call. Not part of the public API.
     #[derive(Debug, Clone, Copy)]
     pub struct Demands {
-        /// The input plane `[H, W]`.
+        /// The input plane `[H, W]` the flat indices address (`[D * H, W]` for a volume).
         pub plane: [usize; 2],
         /// The pooled plane `[Ho, Wo]` of an adaptive backward, whose non-divisible planes have a
         /// limit of their own; `None` for every other operation.
@@ -468,9 +468,12 @@ pub(crate) fn mask_backward_shapes<T: PoolFloat, L: MaskLayout, M: Memory>(
     Ok(g)
 }
 
-/// What a 3-D operation demands of a device: its input plane `[H, W]`.
+/// What a 3-D operation demands of a device: the positions its flat indices address, `D * H * W`,
+/// given as the plane `[D * H, W]` (the volume seen as `D * H` rows; its product was checked when
+/// the geometry was made).
 fn volume_demands(s: &VolumeSizes) -> Demands {
-    Demands { plane: [s.input[1], s.input[2]], adaptive_backward: None }
+    let [d, h, w] = s.input;
+    Demands { plane: [d * h, w], adaptive_backward: None }
 }
 
 /// Adaptive 3-D max pooling (forward): `output` and arg-max `indices` of `input` pooled to

@@ -32,6 +32,13 @@ fn with_npu(inputs: impl FnOnce()) -> Stats {
 #[test]
 fn the_fuzz_corpus_through_the_npu() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/corpus");
+    let ops = [
+        "aclnnMaxPool3dWithArgmax",
+        "aclnnAdaptiveMaxPool3d",
+        "aclnnMaxUnpool2d",
+        "aclnnMaxUnpool3dBackward",
+    ];
+    let mut launched = [0; 4];
     let stats = with_npu(|| {
         for target in hostile::TARGETS {
             let mut files: Vec<_> = std::fs::read_dir(root.join(target)).unwrap().flatten().collect();
@@ -40,9 +47,16 @@ fn the_fuzz_corpus_through_the_npu() {
                 hostile::run_target(target, &std::fs::read(file.path()).unwrap());
             }
         }
+        // The session counts from 0 (`Double::session` resets the double).
+        launched = ops.map(|op| Double::get().calls(op));
     });
     println!("corpus on the NPU: {stats:?}");
     assert!(stats.ran > 50 && stats.rejected > 50 && stats.refused > 10, "{stats:?}");
+    // The `volumes` target's corpus reaches the 3-D and unpooling operators on the device.
+    for (op, launched) in ops.iter().zip(launched) {
+        println!("{op}: {launched} launches");
+        assert!(launched > 0, "the corpus never launched {op}");
+    }
 }
 
 proptest! {

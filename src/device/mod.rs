@@ -1,8 +1,9 @@
 //! Devices that run plans: the [`Device`] trait and its implementations.
 //!
 //! - [`Cpu`](cpu::Cpu): safe Rust kernels, sequential or on rayon thread pools.
-//! - `Ascend` (feature `ascend`): an Ascend NPU through CANN's aclnn operators, for all six
-//!   operations (adaptive, with indices and with mask; forward and backward).
+//! - `Ascend` (feature `ascend`): an Ascend NPU through CANN's aclnn operators, for the six 2-D
+//!   operations (adaptive, with indices and with mask; forward and backward), the four 3-D
+//!   poolings, max unpooling and the double backwards.
 //!
 //! A device implements [`Runs<O>`] for each operation `O` it can execute; a missing
 //! implementation is a compile error, not a run-time one. What a device can run beyond the

@@ -885,12 +885,22 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
                 }
                 return;
             };
-            let got = if adaptive {
-                ok_or_err("adaptive 3-D", poolgrad::adaptive_max_pool3d(&x, three))
+            let res = if adaptive {
+                poolgrad::adaptive_max_pool3d(&x, three)
             } else {
-                ok_or_err("max 3-D", poolgrad::max_pool3d_with_indices(&x, &p3))
+                poolgrad::max_pool3d_with_indices(&x, &p3)
             };
-            let Some(got) = got else { return };
+            also_on_npu!(
+                "3-D forward",
+                res,
+                |dev| if adaptive {
+                    poolgrad::on(dev).adaptive_max_pool3d(&x, three)
+                } else {
+                    poolgrad::on(dev).max_pool3d_with_indices(&x, &p3)
+                },
+                npu::same_pooled
+            );
+            let Some(got) = ok_or_err("3-D forward", res) else { return };
             let r = in_dims.len();
             let [d, h, w] = [in_dims[r - 3], in_dims[r - 2], in_dims[r - 1]];
             let od = got.output.shape()[r - 3];
@@ -947,12 +957,22 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
             let (Some(g), Some(ix)) = (array::<T>(b, &g_dims), indices::<I>(b, &g_dims, volume)) else {
                 return;
             };
-            let got = if adaptive {
-                ok_or_err("adaptive 3-D backward", poolgrad::adaptive_max_pool3d_backward(&g, &x, &ix))
+            let res = if adaptive {
+                poolgrad::adaptive_max_pool3d_backward(&g, &x, &ix)
             } else {
-                ok_or_err("max 3-D backward", poolgrad::max_pool3d_with_indices_backward(&g, &x, &ix, &p3))
+                poolgrad::max_pool3d_with_indices_backward(&g, &x, &ix, &p3)
             };
-            let Some(gi) = got else { return };
+            also_on_npu!(
+                "3-D backward",
+                res,
+                |dev| if adaptive {
+                    poolgrad::on(dev).adaptive_max_pool3d_backward(&g, &x, &ix)
+                } else {
+                    poolgrad::on(dev).max_pool3d_with_indices_backward(&g, &x, &ix, &p3)
+                },
+                npu::same_bits
+            );
+            let Some(gi) = ok_or_err("3-D backward", res) else { return };
             let per = count(&g_dims[r - 3..]).unwrap_or(1).max(1);
             let mut sums = vec![0.0f64; gi.len()];
             let mut sums32 = vec![0.0f32; gi.len()];
@@ -1024,19 +1044,48 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
             let plane: usize = count(&size).unwrap_or(usize::MAX);
             let Some(ix) = indices::<I>(b, &in_dims, plane) else { return };
             let Some(g) = array::<T>(b, &full_dims) else { return };
-            let (y, gx, ggo) = if spatial == 2 {
-                (
-                    ok_or_err("unpool 2-D", poolgrad::max_unpool2d(&x, &ix, [size[0], size[1]])),
-                    ok_or_err("unpool 2-D backward", poolgrad::max_unpool2d_backward(&g, &ix)),
-                    ok_or_err("double backward 2-D", poolgrad::max_pool2d_double_backward(&g, &ix)),
-                )
-            } else {
-                (
-                    ok_or_err("unpool 3-D", poolgrad::max_unpool3d(&x, &ix, three)),
-                    ok_or_err("unpool 3-D backward", poolgrad::max_unpool3d_backward(&g, &ix)),
-                    ok_or_err("double backward 3-D", poolgrad::max_pool3d_double_backward(&g, &ix)),
-                )
-            };
+            // Each of the three on a device (`poolgrad::on`), one at a time.
+            macro_rules! unpool {
+                ($on:expr) => {
+                    if spatial == 2 {
+                        $on.max_unpool2d(&x, &ix, [size[0], size[1]])
+                    } else {
+                        $on.max_unpool3d(&x, &ix, three)
+                    }
+                };
+            }
+            macro_rules! unpool_backward {
+                ($on:expr) => {
+                    if spatial == 2 {
+                        $on.max_unpool2d_backward(&g, &ix)
+                    } else {
+                        $on.max_unpool3d_backward(&g, &ix)
+                    }
+                };
+            }
+            macro_rules! double_backward {
+                ($on:expr) => {
+                    if spatial == 2 {
+                        $on.max_pool2d_double_backward(&g, &ix)
+                    } else {
+                        $on.max_pool3d_double_backward(&g, &ix)
+                    }
+                };
+            }
+            let cpu = poolgrad::device::cpu::Cpu::sequential();
+            let (y, gx, ggo) = (
+                unpool!(poolgrad::on(&cpu)),
+                unpool_backward!(poolgrad::on(&cpu)),
+                double_backward!(poolgrad::on(&cpu)),
+            );
+            also_on_npu!("unpooling", y, |dev| unpool!(poolgrad::on(dev)), npu::same_bits);
+            also_on_npu!("unpooling backward", gx, |dev| unpool_backward!(poolgrad::on(dev)), npu::same_bits);
+            also_on_npu!("double backward", ggo, |dev| double_backward!(poolgrad::on(dev)), npu::same_bits);
+            let (y, gx, ggo) = (
+                ok_or_err("unpooling", y),
+                ok_or_err("unpooling backward", gx),
+                ok_or_err("double backward", ggo),
+            );
             let per = if r >= spatial { count(&in_dims[r - spatial..]).unwrap_or(1).max(1) } else { 1 };
             let xs = x.as_slice().expect("standard layout");
             let gs = g.as_slice().expect("standard layout");

@@ -1,8 +1,8 @@
-//! The six operators on the Ascend device: phase-1 checks and staging, phase-2 copies and launch.
+//! The operators on the Ascend device: phase-1 checks and staging, phase-2 copies and launch.
 //!
 //! Tensors are passed to CANN as contiguous 4-D NCHW tensors (a 3-D call has `N = 1`, as ops-nn
-//! itself unsqueezes 3-D inputs to NCHW). Non-contiguous host views are gathered into a host
-//! buffer first.
+//! itself unsqueezes 3-D inputs to NCHW), and the 3-D operators' as 5-D NCDHW tensors (likewise
+//! `N = 1` for a 4-D call). Non-contiguous host views are gathered into a host buffer first.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -20,10 +20,13 @@ use crate::error::{DeviceLimitKind, Error, Result, UNNAMED};
 use crate::index::{ArgmaxIndex, repr::IndexRepr};
 use crate::mask::{MaskLayout, i32_prefix, read_i32_prefix};
 use crate::op::{
-    AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
-    MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry,
+    AdaptiveGeometry, AdaptiveGeometry3d, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, AdaptiveMaxPool3d,
+    AdaptiveMaxPool3dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask,
+    MaxPool2dWithMaskBackward, MaxPool3dGeometry, MaxPool3dWithIndices, MaxPool3dWithIndicesBackward,
+    MaxPoolGeometry, VolumeSizes,
 };
-use crate::tensor::TensorMut;
+use crate::params::MaxPoolParams;
+use crate::tensor::{TensorMut, TensorRef};
 
 /// What [`Plan::new`](crate::Plan::new) leaves for the run: nothing for an empty batch, else
 /// the staged device tensors and the operator's attributes ([`ForwardBuffers`] or
@@ -31,16 +34,18 @@ use crate::tensor::TensorMut;
 /// ([`StreamGuard::execute`] says why).
 pub struct AscendPrepared<B>(pub(super) Option<B>);
 
-/// The attributes of a forward: the adaptive output size, or the pooling parameters.
+/// The operator of a forward with its attributes: the adaptive output size, or the pooling
+/// parameters.
 pub(super) enum ForwardAttrs {
-    Adaptive(IntArray),
-    Pool { indices: bool, params: PoolParams },
+    Adaptive { op: DeviceOp, output_size: IntArray },
+    Pool { op: DeviceOp, params: PoolParams },
 }
 
-/// The attributes of a backward: none for the adaptive one, or the pooling parameters.
+/// The operator of a backward with its attributes: none for an adaptive one, or the pooling
+/// parameters.
 pub(super) enum BackwardAttrs {
-    Adaptive,
-    Pool { indices: bool, params: PoolParams },
+    Adaptive(DeviceOp),
+    Pool { op: DeviceOp, params: PoolParams },
 }
 
 /// The staged tensors of a forward. Fields drop in declaration order, which is CANN's teardown
@@ -68,13 +73,11 @@ impl<B> ForwardBuffers<B> {
     /// The operator call over these tensors.
     pub(super) fn call(&self) -> Call<'_> {
         let (input, out, argmax) = (&self.input.tensor, &self.output.tensor, &self.argmax.tensor);
-        match &self.attrs {
-            ForwardAttrs::Adaptive(output_size) => {
-                Call::AdaptiveForward { input, output_size, out, indices: argmax }
+        match self.attrs {
+            ForwardAttrs::Adaptive { op, ref output_size } => {
+                Call::AdaptiveForward { op, input, output_size, out, indices: argmax }
             }
-            &ForwardAttrs::Pool { indices, ref params } => {
-                Call::PoolForward { indices, input, params, out, argmax }
-            }
+            ForwardAttrs::Pool { op, ref params } => Call::PoolForward { op, input, params, out, argmax },
         }
     }
 }
@@ -84,12 +87,12 @@ impl<B> BackwardBuffers<B> {
     pub(super) fn call(&self) -> Call<'_> {
         let (grad_output, input) = (&self.grad_output.tensor, &self.self_.tensor);
         let (argmax, grad_input) = (&self.argmax.tensor, &self.grad_input.tensor);
-        match &self.attrs {
-            BackwardAttrs::Adaptive => {
-                Call::AdaptiveBackward { grad_output, input, indices: argmax, grad_input }
+        match self.attrs {
+            BackwardAttrs::Adaptive(op) => {
+                Call::AdaptiveBackward { op, grad_output, input, indices: argmax, grad_input }
             }
-            &BackwardAttrs::Pool { indices, ref params } => {
-                Call::PoolBackward { indices, grad_output, input, argmax, params, grad_input }
+            BackwardAttrs::Pool { op, ref params } => {
+                Call::PoolBackward { op, grad_output, input, argmax, params, grad_input }
             }
         }
     }
@@ -138,7 +141,7 @@ impl<B> AscendPrepared<B> {
 
 /// A device buffer that poolgrad staged a host tensor in.
 #[derive(Debug)]
-pub struct StagedBuffer(DeviceBuffer);
+pub struct StagedBuffer(pub(super) DeviceBuffer);
 
 /// An `aclTensor` descriptor with the device buffer staged for it (`B` = `()` over a tensor
 /// already on the device, whose memory is not poolgrad's to hold).
@@ -147,21 +150,30 @@ pub(super) struct Staged<B = StagedBuffer> {
     pub(super) buffer: B,
 }
 
-/// A device tensor to stage: its argument name, dims and device dtype.
+/// A device tensor to stage: its argument name, dims (4-D, or 5-D for the 3-D operators) and
+/// device dtype.
 #[derive(Clone, Copy)]
 pub(super) struct Spec {
     arg: &'static str,
-    dims: [usize; 4],
+    dims: [usize; 5],
+    rank: usize,
     dtype: DType,
 }
 
 impl Spec {
-    pub(super) fn new(arg: &'static str, dims: [usize; 4], dtype: DType) -> Self {
-        Spec { arg, dims, dtype }
+    pub(super) fn new<const R: usize>(arg: &'static str, dims: [usize; R], dtype: DType) -> Self {
+        const { assert!(R == 4 || R == 5) };
+        let mut all = [0; 5];
+        all[..R].copy_from_slice(&dims);
+        Spec { arg, dims: all, rank: R, dtype }
+    }
+
+    fn dims(&self) -> &[usize] {
+        &self.dims[..self.rank]
     }
 
     fn bytes(&self) -> Result<usize> {
-        let Spec { arg, dims, dtype } = *self;
+        let (arg, dims, dtype) = (self.arg, self.dims(), self.dtype);
         dims.iter().try_fold(dtype_bytes(dtype), |a, &d| a.checked_mul(d)).ok_or_else(|| Error::Overflow {
             op: UNNAMED,
             arg,
@@ -171,7 +183,7 @@ impl Spec {
 }
 
 /// Stages the device tensors of an operation on `session`.
-struct Staging<'s> {
+pub(super) struct Staging<'s> {
     /// The session whose memory the tensors are allocated in.
     session: &'s Arc<Session>,
 }
@@ -180,7 +192,7 @@ impl<'s> Staging<'s> {
     /// Checks, before any device call, that the tensors of `specs` fit in the device's memory
     /// together (when CANN reported its size at open): a plan that can never be allocated is
     /// refused with [`DeviceLimitKind::Memory`] instead of failing in `aclrtMalloc`.
-    fn checked(session: &'s Arc<Session>, specs: &[Spec]) -> Result<Self> {
+    pub(super) fn checked(session: &'s Arc<Session>, specs: &[Spec]) -> Result<Self> {
         let mut total = 0usize;
         for spec in specs {
             total = total.checked_add(spec.bytes()?).ok_or_else(|| Error::Overflow {
@@ -203,9 +215,9 @@ impl<'s> Staging<'s> {
     }
 
     /// Allocates a device buffer for `spec` and describes it.
-    fn add(&self, spec: Spec) -> Result<Staged> {
+    pub(super) fn add(&self, spec: Spec) -> Result<Staged> {
         let buffer = self.session.alloc(spec.bytes()?)?;
-        let tensor = self.session.tensor(&spec.dims, acl_dtype(spec.dtype), Some(&buffer))?;
+        let tensor = self.session.tensor(spec.dims(), acl_dtype(spec.dtype), Some(&buffer))?;
         Ok(Staged { tensor, buffer: StagedBuffer(buffer) })
     }
 }
@@ -233,14 +245,17 @@ pub(super) fn acl_dtype(dtype: DType) -> i32 {
 }
 
 /// The elements of `view` in row-major order, borrowed when it is contiguous.
-fn host_elements<'a, E: Element>(arg: &'static str, view: ArrayView4<'a, E>) -> Result<Cow<'a, [E]>> {
+pub(super) fn host_elements<'a, E: Element>(
+    arg: &'static str,
+    view: ArrayView4<'a, E>,
+) -> Result<Cow<'a, [E]>> {
     match view.to_slice() {
         Some(s) => Ok(Cow::Borrowed(s)),
         None => Ok(Cow::Owned(collect_exact(UNNAMED, arg, view.len(), view.iter().copied())?)),
     }
 }
 
-fn upload<E: Element>(
+pub(super) fn upload<E: Element>(
     stream: &StreamGuard<'_>,
     arg: &'static str,
     buffer: &DeviceBuffer,
@@ -313,6 +328,21 @@ impl Ascend {
         })
     }
 
+    /// Refuses a dilation other than 1 where the SoC's kernels take none (all but the 950).
+    fn check_dilation(&self, dilation: &[usize]) -> Result<()> {
+        if self.cann_decides || self.family.supports_dilation() || dilation.iter().all(|&d| d == 1) {
+            return Ok(());
+        }
+        let ones = vec![1; dilation.len()];
+        Err(Error::DeviceLimit {
+            device: "ascend",
+            op: UNNAMED,
+            about: DeviceLimitKind::Parameter("dilation"),
+            limit: format!("{ones:?} only on SoC {} ({})", self.soc, self.family),
+            got: format!("{dilation:?}"),
+        })
+    }
+
     /// Refuses parameters the SoC's kernels do not take: a dilation other than 1 (all but the
     /// 950), and the ceil-mode strides of the legacy kernel (310P and Atlas training) (`SocFamily::ceil_mode_limit`).
     pub(super) fn check_params(&self, g: &MaxPoolGeometry) -> Result<()> {
@@ -320,15 +350,7 @@ impl Ascend {
         if self.cann_decides {
             return Ok(());
         }
-        if p.dilation() != [1, 1] && !self.family.supports_dilation() {
-            return Err(Error::DeviceLimit {
-                device: "ascend",
-                op: UNNAMED,
-                about: DeviceLimitKind::Parameter("dilation"),
-                limit: format!("[1, 1] only on SoC {} ({})", self.soc, self.family),
-                got: format!("{:?}", p.dilation()),
-            });
-        }
+        self.check_dilation(&p.dilation())?;
         if let Some(d) = self.family.ceil_mode_limit(p, [g.h, g.w]) {
             let (axis, len) = if d == 0 { ("H", g.h) } else { ("W", g.w) };
             return Err(Error::DeviceLimit {
@@ -351,14 +373,14 @@ impl Ascend {
         Ok(())
     }
 
-    pub(super) fn pool_params(&self, g: &MaxPoolGeometry) -> Result<PoolParams> {
-        let p = &g.params;
-        let pair = |v: [usize; 2]| self.session.int_array(&[v[0] as i64, v[1] as i64]);
+    /// The parameters as CANN's `aclIntArray`s, one value per axis.
+    pub(super) fn pool_params<const N: usize>(&self, p: &MaxPoolParams<N>) -> Result<PoolParams> {
+        let array = |v: [usize; N]| self.session.int_array(&v.map(|x| x as i64));
         Ok(PoolParams {
-            kernel: pair(p.kernel())?,
-            stride: pair(p.stride())?,
-            padding: pair(p.padding())?,
-            dilation: pair(p.dilation())?,
+            kernel: array(p.kernel())?,
+            stride: array(p.stride())?,
+            padding: array(p.padding())?,
+            dilation: array(p.dilation())?,
             ceil_mode: p.ceil_mode(),
         })
     }
@@ -376,7 +398,12 @@ impl Ascend {
 
     /// Runs `call` on `stream`, both phases ([`StreamGuard::execute`]), with the workspace of
     /// `memory` grown to what phase 1 asks.
-    fn execute(&self, stream: &StreamGuard<'_>, call: Call<'_>, memory: &mut AscendMemory) -> Result<()> {
+    pub(super) fn execute_call(
+        &self,
+        stream: &StreamGuard<'_>,
+        call: Call<'_>,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
         stream.execute(call, |size| memory.grown_to(&self.session, size, Replaced::Freed))
     }
 }
@@ -409,6 +436,22 @@ pub(super) enum PoolArgmax {
 }
 
 impl PoolArgmax {
+    /// The 2-D forward operator that writes this arg-max tensor.
+    pub(super) fn forward(self) -> DeviceOp {
+        match self {
+            PoolArgmax::Mask => DeviceOp::MaskForward,
+            PoolArgmax::Indices => DeviceOp::WithIndicesForward,
+        }
+    }
+
+    /// The 2-D backward operator that reads this arg-max tensor.
+    pub(super) fn backward(self) -> DeviceOp {
+        match self {
+            PoolArgmax::Mask => DeviceOp::MaskBackward,
+            PoolArgmax::Indices => DeviceOp::WithIndicesBackward,
+        }
+    }
+
     /// The argument name, the dims and the device dtype of the arg-max tensor.
     pub(super) fn staged(self, pooled: [usize; 4], mask: [usize; 4]) -> (&'static str, [usize; 4], DType) {
         match self {
@@ -423,7 +466,7 @@ impl PoolArgmax {
 /// The first index of `view` outside `0..plane`, as `(element, value)`: a device does not check
 /// index values, and one outside the plane would make it write outside `grad_input`, so
 /// host-staged indices are checked before any device call.
-fn first_outside<I: ArgmaxIndex>(view: ArrayView4<'_, I>, plane: usize) -> Option<(usize, i64)> {
+pub(super) fn first_outside<I: ArgmaxIndex>(view: ArrayView4<'_, I>, plane: usize) -> Option<(usize, i64)> {
     view.iter()
         .enumerate()
         .find(|(_, v)| v.flat_in(plane).is_none())
@@ -468,8 +511,7 @@ impl Ascend {
         let arg = Spec::new(arg, argmax_dims, argmax_dtype);
         let s = Staging::checked(&self.session, &[x, out, arg])?;
         let (x, out, arg) = (s.add(x)?, s.add(out)?, s.add(arg)?);
-        let attrs =
-            ForwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params: self.pool_params(g)? };
+        let attrs = ForwardAttrs::Pool { op: argmax.forward(), params: self.pool_params(&g.params)? };
         Ok(AscendPrepared::of(ForwardBuffers { attrs, input: x, output: out, argmax: arg }))
     }
 
@@ -491,8 +533,7 @@ impl Ascend {
         let (arg, gi) = (Spec::new(arg, argmax_dims, argmax_dtype), Spec::new("grad_input", input, dtype));
         let s = Staging::checked(&self.session, &[go, x, arg, gi])?;
         let (go, x, arg, gi) = (s.add(go)?, s.add(x)?, s.add(arg)?, s.add(gi)?);
-        let attrs =
-            BackwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params: self.pool_params(g)? };
+        let attrs = BackwardAttrs::Pool { op: argmax.backward(), params: self.pool_params(&g.params)? };
         let buffers = BackwardBuffers { attrs, grad_output: go, self_: x, argmax: arg, grad_input: gi };
         Ok(AscendPrepared::of(buffers))
     }
@@ -516,7 +557,8 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         let idx = Spec::new("indices", pooled, DType::I64);
         let s = Staging::checked(&self.session, &[x, out, idx])?;
         let (x, out, idx) = (s.add(x)?, s.add(out)?, s.add(idx)?);
-        let attrs = ForwardAttrs::Adaptive(self.session.int_array(&[g.ho as i64, g.wo as i64])?);
+        let output_size = self.session.int_array(&[g.ho as i64, g.wo as i64])?;
+        let attrs = ForwardAttrs::Adaptive { op: DeviceOp::AdaptiveForward, output_size };
         Ok(AscendPrepared::of(ForwardBuffers { attrs, input: x, output: out, argmax: idx }))
     }
 
@@ -530,7 +572,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         let Some(b) = self.device_work(&prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         upload(&stream, "input", &b.input.buffer.0, op.input.view())?;
-        self.execute(&stream, b.call(), memory)?;
+        self.execute_call(&stream, b.call(), memory)?;
         download(&stream, "output", &b.output.buffer.0, op.output)?;
         let mut indices = zeroed_vec::<i64>(UNNAMED, "indices", g.planes() * g.ho * g.wo)?;
         stream.download(&b.argmax.buffer.0, bytemuck::cast_slice_mut(&mut indices))?;
@@ -558,7 +600,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         let (idx, gi) = (Spec::new("indices", pooled, I::DTYPE), Spec::new("grad_input", input, T::DTYPE));
         let s = Staging::checked(&self.session, &[go, x, idx, gi])?;
         let (go, x, idx, gi) = (s.add(go)?, s.add(x)?, s.add(idx)?, s.add(gi)?);
-        let attrs = BackwardAttrs::Adaptive;
+        let attrs = BackwardAttrs::Adaptive(DeviceOp::AdaptiveBackward);
         let buffers = BackwardBuffers { attrs, grad_output: go, self_: x, argmax: idx, grad_input: gi };
         Ok(AscendPrepared::of(buffers))
     }
@@ -575,7 +617,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
         // `self_` is not uploaded: the operator reads only its shape.
         upload(&stream, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
         upload(&stream, "indices", &b.argmax.buffer.0, op.indices.view())?;
-        self.execute(&stream, b.call(), memory)?;
+        self.execute_call(&stream, b.call(), memory)?;
         download(&stream, "grad_input", &b.grad_input.buffer.0, op.grad_input)
     }
 }
@@ -607,7 +649,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L>> for As
         // The operator writes only part of the mask (the i32 prefix, or the bit-mask words): the
         // rest is zero, as the CPU backend leaves it.
         stream.zero(&b.argmax.buffer.0)?;
-        self.execute(&stream, b.call(), memory)?;
+        self.execute_call(&stream, b.call(), memory)?;
         download(&stream, "output", &b.output.buffer.0, op.output)?;
         download(&stream, "mask", &b.argmax.buffer.0, op.mask.bytes)
     }
@@ -657,7 +699,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L>
         let stream = self.session.stream()?;
         upload(&stream, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
         upload(&stream, "mask", &b.argmax.buffer.0, op.mask.bytes.view())?;
-        self.execute(&stream, b.call(), memory)?;
+        self.execute_call(&stream, b.call(), memory)?;
         download(&stream, "grad_input", &b.grad_input.buffer.0, op.grad_input)
     }
 }
@@ -698,7 +740,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         let Some(b) = self.device_work(&prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         upload(&stream, "input", &b.input.buffer.0, op.input.view())?;
-        self.execute(&stream, b.call(), memory)?;
+        self.execute_call(&stream, b.call(), memory)?;
         download(&stream, "output", &b.output.buffer.0, op.output)?;
         let mut indices = zeroed_vec::<i32>(UNNAMED, "indices", g.planes() * g.positions())?;
         stream.download(&b.argmax.buffer.0, bytemuck::cast_slice_mut(&mut indices))?;
@@ -735,7 +777,215 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         upload(&stream, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
         let indices = int32_indices("indices", op.indices.view())?;
         stream.upload(&b.argmax.buffer.0, bytemuck::cast_slice(&indices))?;
-        self.execute(&stream, b.call(), memory)?;
+        self.execute_call(&stream, b.call(), memory)?;
         download(&stream, "grad_input", &b.grad_input.buffer.0, op.grad_input)
+    }
+}
+
+/// `[N, C, D, H, W]` of a 3-D operation's input and output: 5-D NCDHW descriptors whatever the
+/// caller's rank (`N = 1` for `[C, D, H, W]`, as the op_apis themselves unsqueeze CDHW inputs).
+fn volume_dims(s: &VolumeSizes) -> ([usize; 5], [usize; 5]) {
+    let ([d, h, w], [od, oh, ow]) = (s.input, s.output);
+    ([s.n, s.c, d, h, w], [s.n, s.c, od, oh, ow])
+}
+
+/// Refuses a volume whose flat indices do not fit the INT32 indices poolgrad passes to the 3-D
+/// operators (the only type A2/A3 take; the 950 also takes INT64, which poolgrad does not use).
+fn int32_volume(s: &VolumeSizes) -> Result<()> {
+    let [d, h, w] = s.input;
+    DeviceLimits::default().with_max_plane(INT32_PLANE).check_plane(d * h, w, "ascend")
+}
+
+impl Ascend {
+    /// Stages a 3-D forward whose checks have passed: input, output and INT32 indices, with the
+    /// operator's attributes.
+    fn plan_volume_forward(
+        &self,
+        sizes: &VolumeSizes,
+        dtype: DType,
+        attrs: impl FnOnce() -> Result<ForwardAttrs>,
+    ) -> Result<(AscendPrepared<ForwardBuffers>, usize)> {
+        if sizes.volumes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        int32_volume(sizes)?;
+        let (input, pooled) = volume_dims(sizes);
+        let (x, out) = (Spec::new("input", input, dtype), Spec::new("output", pooled, dtype));
+        let idx = Spec::new("indices", pooled, DType::I32);
+        let s = Staging::checked(&self.session, &[x, out, idx])?;
+        let (x, out, idx) = (s.add(x)?, s.add(out)?, s.add(idx)?);
+        Ok(AscendPrepared::of(ForwardBuffers { attrs: attrs()?, input: x, output: out, argmax: idx }))
+    }
+
+    /// Stages a 3-D backward whose checks have passed, after checking every index against the
+    /// volume: `grad_output`, `self_`, INT32 indices and `grad_input`.
+    fn plan_volume_backward<I: ArgmaxIndex>(
+        &self,
+        sizes: &VolumeSizes,
+        indices: ArrayView4<'_, I>,
+        dtype: DType,
+        attrs: impl FnOnce() -> Result<BackwardAttrs>,
+    ) -> Result<(AscendPrepared<BackwardBuffers>, usize)> {
+        let [d, h, w] = sizes.input;
+        // The kernels do not check index values; one outside the volume would make them write
+        // outside grad_input.
+        if let Some((e, v)) = first_outside(indices, d * h * w) {
+            return Err(sizes.index_error(UNNAMED, "indices", e, v));
+        }
+        if sizes.volumes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        int32_volume(sizes)?;
+        let (input, pooled) = volume_dims(sizes);
+        let (go, x) = (Spec::new("grad_output", pooled, dtype), Spec::new("self_", input, dtype));
+        let (idx, gi) = (Spec::new("indices", pooled, DType::I32), Spec::new("grad_input", input, dtype));
+        let s = Staging::checked(&self.session, &[go, x, idx, gi])?;
+        let (go, x, idx, gi) = (s.add(go)?, s.add(x)?, s.add(idx)?, s.add(gi)?);
+        let buffers =
+            BackwardBuffers { attrs: attrs()?, grad_output: go, self_: x, argmax: idx, grad_input: gi };
+        Ok(AscendPrepared::of(buffers))
+    }
+
+    /// Runs a staged 3-D forward: uploads `input`, runs the operator, and writes back the values
+    /// and the indices (as `I`, each checked against the volume).
+    fn run_volume_forward<T: PoolFloat, I: ArgmaxIndex>(
+        &self,
+        sizes: &VolumeSizes,
+        (input, output, indices): (&TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
+        prepared: &AscendPrepared<ForwardBuffers>,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        let Some(b) = self.device_work(prepared, memory)? else { return Ok(()) };
+        let stream = self.session.stream()?;
+        upload(&stream, "input", &b.input.buffer.0, input.view())?;
+        self.execute_call(&stream, b.call(), memory)?;
+        download(&stream, "output", &b.output.buffer.0, output)?;
+        let [od, oh, ow] = sizes.output;
+        let mut device = zeroed_vec::<i32>(UNNAMED, "indices", sizes.volumes() * od * oh * ow)?;
+        stream.download(&b.argmax.buffer.0, bytemuck::cast_slice_mut(&mut device))?;
+        let [d, h, w] = sizes.input;
+        indices_from_device(indices, &device, d * h * w, |e, v| sizes.index_error(UNNAMED, "indices", e, v))
+    }
+
+    /// Runs a staged 3-D backward: uploads `grad_output` and the indices as INT32, runs the
+    /// operator and writes back `grad_input`.
+    fn run_volume_backward<T: PoolFloat, I: ArgmaxIndex>(
+        &self,
+        (grad_output, indices, grad_input): (&TensorRef<'_, T>, &TensorRef<'_, I>, TensorMut<'_, T>),
+        prepared: &AscendPrepared<BackwardBuffers>,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        let Some(b) = self.device_work(prepared, memory)? else { return Ok(()) };
+        let stream = self.session.stream()?;
+        // `self_` is not uploaded: the operators read only its shape.
+        upload(&stream, "grad_output", &b.grad_output.buffer.0, grad_output.view())?;
+        let device = int32_indices("indices", indices.view())?;
+        stream.upload(&b.argmax.buffer.0, bytemuck::cast_slice(&device))?;
+        self.execute_call(&stream, b.call(), memory)?;
+        download(&stream, "grad_input", &b.grad_input.buffer.0, grad_input)
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool3dWithIndices<'a, T, I>> for Ascend {
+    type Prepared = AscendPrepared<ForwardBuffers>;
+
+    fn prepare(
+        &self,
+        _op: &MaxPool3dWithIndices<'a, T, I>,
+        g: &MaxPool3dGeometry,
+    ) -> Result<(AscendPrepared<ForwardBuffers>, usize)> {
+        self.check_support(DeviceOp::Pool3dForward, T::DTYPE)?;
+        self.check_dilation(&g.params.dilation())?;
+        self.plan_volume_forward(&g.sizes, T::DTYPE, || {
+            Ok(ForwardAttrs::Pool { op: DeviceOp::Pool3dForward, params: self.pool_params(&g.params)? })
+        })
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool3dWithIndices<'a, T, I>,
+        g: &MaxPool3dGeometry,
+        prepared: AscendPrepared<ForwardBuffers>,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        self.run_volume_forward(&g.sizes, (&op.input, op.output, op.indices), &prepared, memory)
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool3dWithIndicesBackward<'a, T, I>> for Ascend {
+    type Prepared = AscendPrepared<BackwardBuffers>;
+
+    /// No dilation check: `aclnnMaxPool3dWithArgmaxBackward`'s `CheckParamsValid` takes any
+    /// dilation above 0 on every SoC.
+    fn prepare(
+        &self,
+        op: &MaxPool3dWithIndicesBackward<'a, T, I>,
+        g: &MaxPool3dGeometry,
+    ) -> Result<(AscendPrepared<BackwardBuffers>, usize)> {
+        self.check_support(DeviceOp::Pool3dBackward, T::DTYPE)?;
+        self.plan_volume_backward(&g.sizes, op.indices.view(), T::DTYPE, || {
+            Ok(BackwardAttrs::Pool { op: DeviceOp::Pool3dBackward, params: self.pool_params(&g.params)? })
+        })
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool3dWithIndicesBackward<'a, T, I>,
+        _g: &MaxPool3dGeometry,
+        prepared: AscendPrepared<BackwardBuffers>,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        self.run_volume_backward((&op.grad_output, &op.indices, op.grad_input), &prepared, memory)
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool3d<'a, T, I>> for Ascend {
+    type Prepared = AscendPrepared<ForwardBuffers>;
+
+    fn prepare(
+        &self,
+        _op: &AdaptiveMaxPool3d<'a, T, I>,
+        g: &AdaptiveGeometry3d,
+    ) -> Result<(AscendPrepared<ForwardBuffers>, usize)> {
+        self.check_support(DeviceOp::Adaptive3dForward, T::DTYPE)?;
+        self.plan_volume_forward(&g.sizes, T::DTYPE, || {
+            let output_size = self.session.int_array(&g.sizes.output.map(|o| o as i64))?;
+            Ok(ForwardAttrs::Adaptive { op: DeviceOp::Adaptive3dForward, output_size })
+        })
+    }
+
+    fn launch(
+        &self,
+        op: AdaptiveMaxPool3d<'a, T, I>,
+        g: &AdaptiveGeometry3d,
+        prepared: AscendPrepared<ForwardBuffers>,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        self.run_volume_forward(&g.sizes, (&op.input, op.output, op.indices), &prepared, memory)
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool3dBackward<'a, T, I>> for Ascend {
+    type Prepared = AscendPrepared<BackwardBuffers>;
+
+    fn prepare(
+        &self,
+        op: &AdaptiveMaxPool3dBackward<'a, T, I>,
+        g: &AdaptiveGeometry3d,
+    ) -> Result<(AscendPrepared<BackwardBuffers>, usize)> {
+        self.check_support(DeviceOp::Adaptive3dBackward, T::DTYPE)?;
+        self.plan_volume_backward(&g.sizes, op.indices.view(), T::DTYPE, || {
+            Ok(BackwardAttrs::Adaptive(DeviceOp::Adaptive3dBackward))
+        })
+    }
+
+    fn launch(
+        &self,
+        op: AdaptiveMaxPool3dBackward<'a, T, I>,
+        _g: &AdaptiveGeometry3d,
+        prepared: AscendPrepared<BackwardBuffers>,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        self.run_volume_backward((&op.grad_output, &op.indices, op.grad_input), &prepared, memory)
     }
 }

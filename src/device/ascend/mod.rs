@@ -7,11 +7,15 @@
 //! `libascendcl.so`, `libnnopbase.so` and `libopapi.so` or the split `libopapi_nn.so`. Sourcing
 //! CANN's `set_env.sh` sets all of this up.
 //!
-//! [`Ascend`] runs all six operations through the same [`Plan`](crate::Plan) ->
+//! [`Ascend`] runs the six 2-D operations through the same [`Plan`](crate::Plan) ->
 //! [`Executor`](crate::Executor) path as the CPU: `aclnnAdaptiveMaxPool2d`,
 //! `aclnnAdaptiveMaxPool2dBackward`, `aclnnMaxPool2dWithMask`, `aclnnMaxPool2dWithMaskBackward`,
 //! `aclnnMaxPool2dWithIndices` and `aclnnMaxPool2dWithIndicesBackward` (int32 indices on the
-//! device; `i64` callers are converted, and checked against the plane).
+//! device; `i64` callers are converted, and checked against the plane); and the four 3-D ones,
+//! `aclnnMaxPool3dWithArgmax`, `aclnnAdaptiveMaxPool3d` and their backwards, on 5-D
+//! `ACL_FORMAT_NCDHW` tensors with int32 indices (Atlas A2/A3 and the 950; f32, f16, bf16); and
+//! max unpooling with its backward and the double backwards on `aclnnMaxUnpool2d`,
+//! `aclnnMaxUnpool3d` and their backwards (module `unpool`).
 //! [`Plan::new`](crate::Plan::new) checks everything this crate knows about the device before any
 //! device call (the SoC's operators and dtypes, dilation, the ceil-mode strides of the legacy kernel (310P and Atlas training), the mask
 //! layout, `H*W <= i32::MAX`, the adaptive backward's 2^24 limit on non-divisible shapes, index
@@ -121,6 +125,7 @@ mod soc;
 mod status;
 mod stream;
 mod tensor;
+mod unpool;
 
 pub use calls::{NpuPooled, NpuPooledMask};
 pub use soc::SocFamily;
@@ -436,15 +441,16 @@ impl Device for Ascend {
         "ascend"
     }
 
-    /// `H * W <= i32::MAX` for every operator but on the 950 generation, and at most 2^24 for
-    /// adaptive backward shapes that are not divisible (documented for
-    /// `aclnnAdaptiveMaxPool2dBackward` only; left out under [`Ascend::cann_decides`]).
+    /// `H * W <= i32::MAX` (`D * H * W` for the 3-D operators) for every operator but on the 950
+    /// generation, and at most 2^24 for adaptive backward shapes that are not divisible
+    /// (documented for `aclnnAdaptiveMaxPool2dBackward` only; left out under
+    /// [`Ascend::cann_decides`]).
     ///
     /// On the 950 the adaptive operators take larger planes: their indices are INT64 and the
     /// op_api skips its INT32 plane check on that architecture (ops-nn
     /// `adaptive_max_pool_common.cpp`, `IsRegbase`; CANN's phase 1 accepted a 32768 x 65536
-    /// plane there and refused it on A2/A3). The with-indices operators, whose indices poolgrad
-    /// passes as INT32, keep the limit in their staging (`launch.rs`).
+    /// plane there and refused it on A2/A3). The with-indices and 3-D operators, whose indices
+    /// poolgrad passes as INT32, keep the limit in their staging (`launch.rs`).
     fn limits(&self) -> DeviceLimits {
         let limits = if self.family == SocFamily::Ascend950 {
             DeviceLimits::default()

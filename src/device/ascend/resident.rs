@@ -111,8 +111,8 @@ impl AscendStream<'_> {
             return Ok(AscendPrepared::nothing());
         }
         let [input, output, argmax_t] = self.describe(args)?;
-        let params = self.device().pool_params(g)?;
-        let attrs = ForwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params };
+        let params = self.device().pool_params(&g.params)?;
+        let attrs = ForwardAttrs::Pool { op: argmax.forward(), params };
         Ok(AscendPrepared::of(ForwardBuffers { attrs, input, output, argmax: argmax_t }))
     }
 
@@ -128,8 +128,8 @@ impl AscendStream<'_> {
             return Ok(AscendPrepared::nothing());
         }
         let [grad_output, self_, argmax_t, grad_input] = self.describe(args)?;
-        let params = self.device().pool_params(g)?;
-        let attrs = BackwardAttrs::Pool { indices: argmax == PoolArgmax::Indices, params };
+        let params = self.device().pool_params(&g.params)?;
+        let attrs = BackwardAttrs::Pool { op: argmax.backward(), params };
         Ok(AscendPrepared::of(BackwardBuffers { attrs, grad_output, self_, argmax: argmax_t, grad_input }))
     }
 }
@@ -155,7 +155,8 @@ impl<'a, T: PoolFloat> Launch<AdaptiveMaxPool2d<'a, T, i64, Npu>> for AscendStre
             return Ok(AscendPrepared::nothing());
         }
         let [input, output, indices] = self.describe(args)?;
-        let attrs = ForwardAttrs::Adaptive(self.device().session.int_array(&[g.ho as i64, g.wo as i64])?);
+        let output_size = self.device().session.int_array(&[g.ho as i64, g.wo as i64])?;
+        let attrs = ForwardAttrs::Adaptive { op: DeviceOp::AdaptiveForward, output_size };
         Ok(AscendPrepared::of(ForwardBuffers { attrs, input, output, argmax: indices }))
     }
 
@@ -194,7 +195,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2dBackward<'a, T, I
             return Ok(AscendPrepared::nothing());
         }
         let [grad_output, self_, indices, grad_input] = self.describe(args)?;
-        let attrs = BackwardAttrs::Adaptive;
+        let attrs = BackwardAttrs::Adaptive(DeviceOp::AdaptiveBackward);
         Ok(AscendPrepared::of(BackwardBuffers { attrs, grad_output, self_, argmax: indices, grad_input }))
     }
 

@@ -25,6 +25,15 @@
 //! | MaxPool2dWithMaskBackward | f32 f16 bf16 | f32 f16 (computed in f16) | no | no (deprecated) |
 //! | MaxPool2dWithIndices | f32 f16 bf16 | no | no | f32 f16 bf16 |
 //! | MaxPool2dWithIndicesBackward | f32 | no | no | f32 f16 bf16 |
+//! | MaxPool3dWithArgmax, `...Backward` | f32 f16 bf16 | no | no | f32 f16 bf16 |
+//! | AdaptiveMaxPool3d, `...Backward` | f32 f16 bf16 | no | no | f32 f16 bf16 |
+//! | MaxUnpool2d, MaxUnpool3d, MaxUnpool3dBackward | f32 f16 f64 | no | no | f32 f16 f64 |
+//! | MaxUnpool2dBackward | f32 f16 | no | no | f32 f16 |
+//!
+//! The 3-D rows are read from the op_api sources alone (`aclnn_max_pool3d_with_argmax.cpp`,
+//! `aclnn_max_pool3d_with_argmax_backward.cpp`, `aclnn_adaptive_max_pool3d.cpp`,
+//! `aclnn_adaptive_max_pool3d_backward.cpp`); their indices are INT32 on A2/A3, INT32 or INT64
+//! on the 950, and poolgrad passes INT32 on both.
 //!
 //! Dilation must be 1 except on the 950 (`CheckShape`: "dilation only support 1" unless
 //! `IsRegbase`). On the 310P, `aclnnMaxPool2dWithMask.md` excludes some ceil-mode strides, and Atlas training runs the same kernel
@@ -137,10 +146,35 @@ impl SocFamily {
             (_, AdaptiveBackward | WithIndicesForward | WithIndicesBackward) => {
                 Err("CANN documents this operator for Atlas A2/A3 and Ascend 950 only")
             }
+            // ops-nn `aclnn_max_pool3d_with_argmax.cpp` `CheckPlatform` and `GetDtypeSupportList`
+            // (DAV_2201 or regbase), `aclnn_max_pool3d_with_argmax_backward.cpp` and
+            // `adaptive_max_pool_common.cpp` `GetDtypeSupportListBySocVersion` (DAV_2201/3510,
+            // ASCEND910B/910_93 or regbase), `aclnn_adaptive_max_pool3d.cpp` `checkPlatformValid`:
+            // BF16, FLOAT16, FLOAT there, an empty list elsewhere.
+            (
+                AtlasA2A3 | Ascend950,
+                Pool3dForward | Pool3dBackward | Adaptive3dForward | Adaptive3dBackward,
+            ) => Ok(&[F32, F16, BF16]),
+            (_, Pool3dForward | Pool3dBackward | Adaptive3dForward | Adaptive3dBackward) => {
+                Err("CANN's op_api runs this operator on Atlas A2/A3 and Ascend 950 only")
+            }
+            // ops-nn `index/scatter_elements/op_api/aclnn_max_unpool{2,3}d.cpp` and
+            // `index/gather_elements/op_api/aclnn_max_unpool{2,3}d_backward.cpp`
+            // `DTYPE_SUPPORT_LIST` (floats: FLOAT, FLOAT16, and DOUBLE but in the 2-D backward's;
+            // no BF16), on the SoCs their documents list (`aclnnMaxUnpool2d.md` 产品支持情况:
+            // 950, A3, A2; the op_apis do not check the SoC).
+            (AtlasA2A3 | Ascend950, Unpool2d | Unpool3d | Unpool3dBackward) => Ok(&[F32, F16, F64]),
+            (AtlasA2A3 | Ascend950, Unpool2dBackward) => Ok(&[F32, F16]),
+            (_, Unpool2d | Unpool3d | Unpool2dBackward | Unpool3dBackward) => {
+                Err("CANN documents this operator for Atlas A2/A3 and Ascend 950 only")
+            }
         }
     }
 
-    /// Whether the family's kernels take a dilation other than 1 (only the 950's, `IsRegbase`).
+    /// Whether the family's kernels take a dilation other than 1 (only the 950's, `IsRegbase`):
+    /// the 2-D operators' `CheckShape` and `aclnnMaxPool3dWithArgmax`'s `CheckParamsValid`
+    /// ("The value of dilation should be equal 1" on DAV_2201 and DAV_1001). The 3-D backward's
+    /// `CheckParamsValid` asks only for a dilation above 0, on every SoC.
     pub(crate) fn supports_dilation(self) -> bool {
         self == SocFamily::Ascend950
     }
@@ -179,7 +213,7 @@ impl SocFamily {
     }
 }
 
-/// The six aclnn operators the Ascend backend runs: the one list of them, with their symbols
+/// The aclnn operators the Ascend backend runs: the one list of them, with their symbols
 /// (here) and what each SoC supports ([`SocFamily::dtypes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DeviceOp {
@@ -189,6 +223,22 @@ pub(crate) enum DeviceOp {
     MaskBackward,
     WithIndicesForward,
     WithIndicesBackward,
+    /// `aclnnMaxPool3dWithArgmax`.
+    Pool3dForward,
+    /// `aclnnMaxPool3dWithArgmaxBackward`.
+    Pool3dBackward,
+    /// `aclnnAdaptiveMaxPool3d`.
+    Adaptive3dForward,
+    /// `aclnnAdaptiveMaxPool3dBackward`.
+    Adaptive3dBackward,
+    /// `aclnnMaxUnpool2d`.
+    Unpool2d,
+    /// `aclnnMaxUnpool3d`.
+    Unpool3d,
+    /// `aclnnMaxUnpool2dBackward` (also the 2-D max poolings' double backward: the same gather).
+    Unpool2dBackward,
+    /// `aclnnMaxUnpool3dBackward` (also the 3-D double backward).
+    Unpool3dBackward,
 }
 
 impl DeviceOp {
@@ -201,6 +251,14 @@ impl DeviceOp {
             DeviceOp::MaskBackward => "aclnnMaxPool2dWithMaskBackward",
             DeviceOp::WithIndicesForward => "aclnnMaxPool2dWithIndices",
             DeviceOp::WithIndicesBackward => "aclnnMaxPool2dWithIndicesBackward",
+            DeviceOp::Pool3dForward => "aclnnMaxPool3dWithArgmax",
+            DeviceOp::Pool3dBackward => "aclnnMaxPool3dWithArgmaxBackward",
+            DeviceOp::Adaptive3dForward => "aclnnAdaptiveMaxPool3d",
+            DeviceOp::Adaptive3dBackward => "aclnnAdaptiveMaxPool3dBackward",
+            DeviceOp::Unpool2d => "aclnnMaxUnpool2d",
+            DeviceOp::Unpool3d => "aclnnMaxUnpool3d",
+            DeviceOp::Unpool2dBackward => "aclnnMaxUnpool2dBackward",
+            DeviceOp::Unpool3dBackward => "aclnnMaxUnpool3dBackward",
         }
     }
 
@@ -213,6 +271,14 @@ impl DeviceOp {
             DeviceOp::MaskBackward => "aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize",
             DeviceOp::WithIndicesForward => "aclnnMaxPool2dWithIndicesGetWorkspaceSize",
             DeviceOp::WithIndicesBackward => "aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize",
+            DeviceOp::Pool3dForward => "aclnnMaxPool3dWithArgmaxGetWorkspaceSize",
+            DeviceOp::Pool3dBackward => "aclnnMaxPool3dWithArgmaxBackwardGetWorkspaceSize",
+            DeviceOp::Adaptive3dForward => "aclnnAdaptiveMaxPool3dGetWorkspaceSize",
+            DeviceOp::Adaptive3dBackward => "aclnnAdaptiveMaxPool3dBackwardGetWorkspaceSize",
+            DeviceOp::Unpool2d => "aclnnMaxUnpool2dGetWorkspaceSize",
+            DeviceOp::Unpool3d => "aclnnMaxUnpool3dGetWorkspaceSize",
+            DeviceOp::Unpool2dBackward => "aclnnMaxUnpool2dBackwardGetWorkspaceSize",
+            DeviceOp::Unpool3dBackward => "aclnnMaxUnpool3dBackwardGetWorkspaceSize",
         }
     }
 }
@@ -344,6 +410,16 @@ mod tests {
         assert_eq!(AtlasA2A3.mask_layout([3, 3]), "I32Argmax");
         assert_eq!(AtlasA2A3.mask_layout([1, 1]), "Bitmask");
         assert_eq!(AtlasTraining.mask_layout([3, 3]), "Bitmask");
+        assert_eq!(AtlasA2A3.dtypes(Unpool2d).unwrap(), &[DType::F32, DType::F16, DType::F64]);
+        assert_eq!(Ascend950.dtypes(Unpool2dBackward).unwrap(), &[DType::F32, DType::F16]);
+        assert!(AtlasTraining.dtypes(Unpool3dBackward).is_err());
+        for op in [Pool3dForward, Pool3dBackward, Adaptive3dForward, Adaptive3dBackward] {
+            assert_eq!(AtlasA2A3.dtypes(op).unwrap(), &[DType::F32, DType::F16, DType::BF16]);
+            assert_eq!(Ascend950.dtypes(op).unwrap(), &[DType::F32, DType::F16, DType::BF16]);
+            for family in [AtlasTraining, Atlas310P, Other] {
+                assert!(family.dtypes(op).is_err(), "{family} {op:?}");
+            }
+        }
     }
 
     #[test]

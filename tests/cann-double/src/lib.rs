@@ -1,9 +1,9 @@
 //! A test double of the CANN C ABI, for poolgrad's Ascend backend tests.
 //!
 //! One shared library exports the symbols of `libascendcl.so` (runtime), `libnnopbase.so`
-//! (tensor and executor handles) and `libopapi.so` (the four pooling operators in two phases).
-//! The test harness links it under those three names. "Device" memory is host memory owned by the
-//! double; operators are queued on their stream by the second-phase call and executed by
+//! (tensor and executor handles) and `libopapi.so` (the six 2-D and four 3-D pooling operators
+//! and the four unpooling ones, in two phases). The test harness links it under those three names. "Device" memory is host
+//! memory owned by the double; operators are queued on their stream by the second-phase call and executed by
 //! `aclrtSynchronizeStream`, as on a real device, so a host copy taken before synchronising reads
 //! stale bytes and is reported.
 //!
@@ -905,7 +905,7 @@ pub extern "C" fn aclDestroyAclOpExecutor(executor: *mut c_void) -> i32 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// libopapi: the four operators
+// libopapi: the operators
 
 /// Output parameters of every `*GetWorkspaceSize`.
 struct Phase1Out {
@@ -1210,6 +1210,254 @@ pub extern "C" fn aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize(
     )
 }
 
+/// `aclnnMaxPool3dWithArgmaxGetWorkspaceSize` (ops-nn
+/// `pooling/max_pool3d_with_argmax_v2/op_api/aclnn_max_pool3d_with_argmax.cpp`): the 2-D
+/// forwards' signature, over 4-D or 5-D tensors.
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxPool3dWithArgmaxGetWorkspaceSize(
+    self_: *const c_void,
+    kernel_size: *const c_void,
+    stride: *const c_void,
+    padding: *const c_void,
+    dilation: *const c_void,
+    ceil_mode: bool,
+    out: *const c_void,
+    indices: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    pool_forward_phase1(
+        "aclnnMaxPool3dWithArgmaxGetWorkspaceSize",
+        |input, params, out, indices| Job::Pool3dForward { input, params, out, indices },
+        (self_, kernel_size, stride, padding, dilation, ceil_mode),
+        out,
+        indices,
+        Phase1Out { workspace_size, executor },
+    )
+}
+
+/// `aclnnMaxPool3dWithArgmaxBackwardGetWorkspaceSize` (ops-nn
+/// `pooling/max_pool3d_grad_with_argmax/op_api/aclnn_max_pool3d_with_argmax_backward.cpp`).
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxPool3dWithArgmaxBackwardGetWorkspaceSize(
+    grad_output: *const c_void,
+    self_: *const c_void,
+    indices: *const c_void,
+    kernel_size: *const c_void,
+    stride: *const c_void,
+    padding: *const c_void,
+    dilation: *const c_void,
+    ceil_mode: bool,
+    grad_input: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    pool_backward_phase1(
+        "aclnnMaxPool3dWithArgmaxBackwardGetWorkspaceSize",
+        |grad_output, input, indices, params, grad_input| Job::Pool3dBackward {
+            grad_output,
+            input,
+            indices,
+            params,
+            grad_input,
+        },
+        grad_output,
+        (self_, kernel_size, stride, padding, dilation, ceil_mode),
+        indices,
+        grad_input,
+        Phase1Out { workspace_size, executor },
+    )
+}
+
+/// `aclnnAdaptiveMaxPool3dGetWorkspaceSize` (ops-nn
+/// `pooling/adaptive_max_pool3d/op_api/aclnn_adaptive_max_pool3d.cpp`).
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnAdaptiveMaxPool3dGetWorkspaceSize(
+    self_: *const c_void,
+    output_size: *const c_void,
+    out: *const c_void,
+    indices: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    const NAME: &str = "aclnnAdaptiveMaxPool3dGetWorkspaceSize";
+    if let Some(e) = enter(NAME) {
+        return e;
+    }
+    let job = {
+        let s = state::lock();
+        (|| {
+            Ok(Job::Adaptive3dForward {
+                input: tensor(&s, "self", self_)?,
+                output_size: int_array(&s, "outputSize", output_size)?,
+                out: tensor(&s, "outputOut", out)?,
+                indices: tensor(&s, "indicesOut", indices)?,
+            })
+        })()
+    };
+    Phase1Out { workspace_size, executor }.finish(NAME, job)
+}
+
+/// `aclnnAdaptiveMaxPool3dBackwardGetWorkspaceSize` (ops-nn
+/// `pooling/adaptive_max_pool3d_grad/op_api/aclnn_adaptive_max_pool3d_backward.cpp`); its header
+/// is in CANN 8.1.RC1, so the `cann81` variant exports it too.
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnAdaptiveMaxPool3dBackwardGetWorkspaceSize(
+    grad_output: *const c_void,
+    self_: *const c_void,
+    indices: *const c_void,
+    grad_input: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    const NAME: &str = "aclnnAdaptiveMaxPool3dBackwardGetWorkspaceSize";
+    if let Some(e) = enter(NAME) {
+        return e;
+    }
+    let job = {
+        let s = state::lock();
+        (|| {
+            Ok(Job::Adaptive3dBackward {
+                grad_output: tensor(&s, "gradOutput", grad_output)?,
+                input: tensor(&s, "self", self_)?,
+                indices: tensor(&s, "indices", indices)?,
+                grad_input: tensor(&s, "gradInput", grad_input)?,
+            })
+        })()
+    };
+    Phase1Out { workspace_size, executor }.finish(NAME, job)
+}
+
+/// An unpooling's `self`, `indices`, `outputSize` and, for the 3-D operators, `stride` and
+/// `padding`.
+type UnpoolArgs = (TensorDesc, TensorDesc, Vec<i64>, Option<(Vec<i64>, Vec<i64>)>);
+
+/// Reads an unpooling's arguments from their handles.
+fn unpool_args(
+    s: &state::State,
+    (self_, indices, output_size): (*const c_void, *const c_void, *const c_void),
+    stride_padding: Option<(*const c_void, *const c_void)>,
+) -> Result<UnpoolArgs, (i32, String)> {
+    let stride_padding = match stride_padding {
+        Some((st, p)) => Some((int_array(s, "stride", st)?, int_array(s, "padding", p)?)),
+        None => None,
+    };
+    Ok((
+        tensor(s, "self", self_)?,
+        tensor(s, "indices", indices)?,
+        int_array(s, "outputSize", output_size)?,
+        stride_padding,
+    ))
+}
+
+/// Phase 1 of the two unpoolings (ops-nn `index/scatter_elements/op_api/aclnn_max_unpool2d.cpp`,
+/// `aclnn_max_unpool3d.cpp`).
+fn unpool_phase1(
+    name: &str,
+    args: (*const c_void, *const c_void, *const c_void),
+    stride_padding: Option<(*const c_void, *const c_void)>,
+    out: *const c_void,
+    phase1: Phase1Out,
+) -> i32 {
+    if let Some(e) = enter(name) {
+        return e;
+    }
+    let job = {
+        let s = state::lock();
+        (|| {
+            let (input, indices, output_size, stride_padding) = unpool_args(&s, args, stride_padding)?;
+            Ok(Job::Unpool { input, indices, output_size, stride_padding, out: tensor(&s, "out", out)? })
+        })()
+    };
+    phase1.finish(name, job)
+}
+
+/// Phase 1 of the two unpooling backwards (ops-nn
+/// `index/gather_elements/op_api/aclnn_max_unpool2d_backward.cpp`, `aclnn_max_unpool3d_backward.cpp`).
+fn unpool_backward_phase1(
+    name: &str,
+    grad_output: *const c_void,
+    args: (*const c_void, *const c_void, *const c_void),
+    stride_padding: Option<(*const c_void, *const c_void)>,
+    out: *const c_void,
+    phase1: Phase1Out,
+) -> i32 {
+    if let Some(e) = enter(name) {
+        return e;
+    }
+    let job = {
+        let s = state::lock();
+        (|| {
+            let grad_output = tensor(&s, "gradOutput", grad_output)?;
+            let (input, indices, output_size, stride_padding) = unpool_args(&s, args, stride_padding)?;
+            let out = tensor(&s, "out", out)?;
+            Ok(Job::UnpoolBackward { grad_output, input, indices, output_size, stride_padding, out })
+        })()
+    };
+    phase1.finish(name, job)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxUnpool2dGetWorkspaceSize(
+    self_: *const c_void,
+    indices: *const c_void,
+    output_size: *const c_void,
+    out: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    let phase1 = Phase1Out { workspace_size, executor };
+    unpool_phase1("aclnnMaxUnpool2dGetWorkspaceSize", (self_, indices, output_size), None, out, phase1)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxUnpool3dGetWorkspaceSize(
+    self_: *const c_void,
+    indices: *const c_void,
+    output_size: *const c_void,
+    stride: *const c_void,
+    padding: *const c_void,
+    out: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    let phase1 = Phase1Out { workspace_size, executor };
+    let args = (self_, indices, output_size);
+    unpool_phase1("aclnnMaxUnpool3dGetWorkspaceSize", args, Some((stride, padding)), out, phase1)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxUnpool2dBackwardGetWorkspaceSize(
+    grad_output: *const c_void,
+    self_: *const c_void,
+    indices: *const c_void,
+    output_size: *const c_void,
+    out: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    let phase1 = Phase1Out { workspace_size, executor };
+    let args = (self_, indices, output_size);
+    unpool_backward_phase1("aclnnMaxUnpool2dBackwardGetWorkspaceSize", grad_output, args, None, out, phase1)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxUnpool3dBackwardGetWorkspaceSize(
+    grad_output: *const c_void,
+    self_: *const c_void,
+    indices: *const c_void,
+    output_size: *const c_void,
+    stride: *const c_void,
+    padding: *const c_void,
+    out: *const c_void,
+    workspace_size: *mut u64,
+    executor: *mut *mut c_void,
+) -> i32 {
+    let phase1 = Phase1Out { workspace_size, executor };
+    let (args, sp) = ((self_, indices, output_size), Some((stride, padding)));
+    unpool_backward_phase1("aclnnMaxUnpool3dBackwardGetWorkspaceSize", grad_output, args, sp, out, phase1)
+}
+
 /// The second phase of every operator: queue the executor's job on `stream`.
 ///
 /// Models hicann/opbase `op_executor.cpp`, `CommonOpExecutorRun`: a null executor is refused
@@ -1352,6 +1600,93 @@ pub extern "C" fn aclnnMaxPool2dWithIndicesBackward(
         executor,
         stream,
     )
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxPool3dWithArgmax(
+    workspace: *mut c_void,
+    size: u64,
+    executor: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    launch("aclnnMaxPool3dWithArgmax", "MaxPool3dWithArgmax", workspace, size, executor, stream)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxPool3dWithArgmaxBackward(
+    workspace: *mut c_void,
+    size: u64,
+    executor: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    launch(
+        "aclnnMaxPool3dWithArgmaxBackward",
+        "MaxPool3dWithArgmaxBackward",
+        workspace,
+        size,
+        executor,
+        stream,
+    )
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnAdaptiveMaxPool3d(
+    workspace: *mut c_void,
+    size: u64,
+    executor: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    launch("aclnnAdaptiveMaxPool3d", "AdaptiveMaxPool3d", workspace, size, executor, stream)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnAdaptiveMaxPool3dBackward(
+    workspace: *mut c_void,
+    size: u64,
+    executor: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    launch("aclnnAdaptiveMaxPool3dBackward", "AdaptiveMaxPool3dBackward", workspace, size, executor, stream)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxUnpool2d(
+    workspace: *mut c_void,
+    size: u64,
+    executor: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    launch("aclnnMaxUnpool2d", "MaxUnpool2d", workspace, size, executor, stream)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxUnpool3d(
+    workspace: *mut c_void,
+    size: u64,
+    executor: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    launch("aclnnMaxUnpool3d", "MaxUnpool3d", workspace, size, executor, stream)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxUnpool2dBackward(
+    workspace: *mut c_void,
+    size: u64,
+    executor: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    launch("aclnnMaxUnpool2dBackward", "MaxUnpool2dBackward", workspace, size, executor, stream)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn aclnnMaxUnpool3dBackward(
+    workspace: *mut c_void,
+    size: u64,
+    executor: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    launch("aclnnMaxUnpool3dBackward", "MaxUnpool3dBackward", workspace, size, executor, stream)
 }
 
 // ---------------------------------------------------------------------------------------------

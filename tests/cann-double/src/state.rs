@@ -165,6 +165,52 @@ pub(crate) enum Job {
         params: MaskParams,
         grad_input: TensorDesc,
     },
+    /// `aclnnMaxPool3dWithArgmax`.
+    Pool3dForward {
+        input: TensorDesc,
+        params: MaskParams,
+        out: TensorDesc,
+        indices: TensorDesc,
+    },
+    /// `aclnnMaxPool3dWithArgmaxBackward`.
+    Pool3dBackward {
+        grad_output: TensorDesc,
+        input: TensorDesc,
+        indices: TensorDesc,
+        params: MaskParams,
+        grad_input: TensorDesc,
+    },
+    /// `aclnnAdaptiveMaxPool3d`.
+    Adaptive3dForward {
+        input: TensorDesc,
+        output_size: Vec<i64>,
+        out: TensorDesc,
+        indices: TensorDesc,
+    },
+    /// `aclnnAdaptiveMaxPool3dBackward`.
+    Adaptive3dBackward {
+        grad_output: TensorDesc,
+        input: TensorDesc,
+        indices: TensorDesc,
+        grad_input: TensorDesc,
+    },
+    /// `aclnnMaxUnpool2d`, or `aclnnMaxUnpool3d` with its stride and padding.
+    Unpool {
+        input: TensorDesc,
+        indices: TensorDesc,
+        output_size: Vec<i64>,
+        stride_padding: Option<(Vec<i64>, Vec<i64>)>,
+        out: TensorDesc,
+    },
+    /// `aclnnMaxUnpool2dBackward`, or `aclnnMaxUnpool3dBackward` with its stride and padding.
+    UnpoolBackward {
+        grad_output: TensorDesc,
+        input: TensorDesc,
+        indices: TensorDesc,
+        output_size: Vec<i64>,
+        stride_padding: Option<(Vec<i64>, Vec<i64>)>,
+        out: TensorDesc,
+    },
 }
 
 impl Job {
@@ -176,20 +222,50 @@ impl Job {
             Job::MaskBackward { .. } => "MaxPool2dWithMaskBackward",
             Job::IndicesForward { .. } => "MaxPool2dWithIndices",
             Job::IndicesBackward { .. } => "MaxPool2dWithIndicesBackward",
+            Job::Pool3dForward { .. } => "MaxPool3dWithArgmax",
+            Job::Pool3dBackward { .. } => "MaxPool3dWithArgmaxBackward",
+            Job::Adaptive3dForward { .. } => "AdaptiveMaxPool3d",
+            Job::Adaptive3dBackward { .. } => "AdaptiveMaxPool3dBackward",
+            Job::Unpool { stride_padding: None, .. } => "MaxUnpool2d",
+            Job::Unpool { .. } => "MaxUnpool3d",
+            Job::UnpoolBackward { stride_padding: None, .. } => "MaxUnpool2dBackward",
+            Job::UnpoolBackward { .. } => "MaxUnpool3dBackward",
         }
+    }
+
+    /// Whether the operator checks ranks and formats its own way (the 3-D poolings: 4-D or 5-D
+    /// tensors; the unpoolings: any format, and ranks by their number of spatial axes).
+    pub fn is_3d(&self) -> bool {
+        matches!(
+            self,
+            Job::Pool3dForward { .. }
+                | Job::Pool3dBackward { .. }
+                | Job::Adaptive3dForward { .. }
+                | Job::Adaptive3dBackward { .. }
+                | Job::Unpool { .. }
+                | Job::UnpoolBackward { .. }
+        )
     }
 
     /// Every tensor the operator reads or writes.
     pub fn tensors(&self) -> Vec<&TensorDesc> {
         match self {
             Job::AdaptiveForward { input, out, indices, .. }
-            | Job::IndicesForward { input, out, indices, .. } => {
+            | Job::IndicesForward { input, out, indices, .. }
+            | Job::Pool3dForward { input, out, indices, .. }
+            | Job::Adaptive3dForward { input, out, indices, .. } => {
                 vec![input, out, indices]
             }
-            Job::IndicesBackward { grad_output, input, indices, grad_input, .. } => {
+            Job::IndicesBackward { grad_output, input, indices, grad_input, .. }
+            | Job::Pool3dBackward { grad_output, input, indices, grad_input, .. }
+            | Job::Adaptive3dBackward { grad_output, input, indices, grad_input } => {
                 vec![grad_output, input, indices, grad_input]
             }
             Job::MaskForward { input, out, mask, .. } => vec![input, out, mask],
+            Job::Unpool { input, indices, out, .. } => vec![input, indices, out],
+            Job::UnpoolBackward { grad_output, input, indices, out, .. } => {
+                vec![grad_output, input, indices, out]
+            }
             Job::AdaptiveBackward { grad_output, input, indices, grad_input } => {
                 vec![grad_output, input, indices, grad_input]
             }

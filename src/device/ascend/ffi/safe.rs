@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::result::Runtime;
 use super::sys::{
-    ACL_SUCCESS, AclIntArrayC, AclTensorC, Api, Exec, FORMAT_NCHW, FORMAT_ND, IntArr, Launch,
+    ACL_SUCCESS, AclIntArrayC, AclTensorC, Api, Exec, FORMAT_NCDHW, FORMAT_NCHW, FORMAT_ND, IntArr, Launch,
     MALLOC_HUGE_FIRST, MEM_HBM, MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE, OPT_DETERMINISTIC,
 };
 use crate::device::ascend::soc::DeviceOp;
@@ -254,7 +254,7 @@ impl Session {
     }
 
     /// Creates a contiguous tensor of `dims` over `buffer` (or over no memory when `None`, for an
-    /// empty tensor): NCHW when 4-D, ND otherwise.
+    /// empty tensor): NCHW when 4-D, NCDHW when 5-D, ND otherwise.
     pub(crate) fn tensor(
         self: &Arc<Self>,
         dims: &[usize],
@@ -265,7 +265,7 @@ impl Session {
     }
 
     /// Creates a contiguous tensor of `dims` over the device memory at `data` (null for an empty
-    /// tensor): NCHW when 4-D, ND otherwise.
+    /// tensor): NCHW when 4-D, NCDHW when 5-D, ND otherwise.
     pub(crate) fn tensor_at(
         self: &Arc<Self>,
         dims: &[usize],
@@ -288,7 +288,11 @@ impl Session {
                 dtype,
                 strides.as_ptr(),
                 0,
-                if dims.len() == 4 { FORMAT_NCHW } else { FORMAT_ND },
+                match dims.len() {
+                    4 => FORMAT_NCHW,
+                    5 => FORMAT_NCDHW,
+                    _ => FORMAT_ND,
+                },
                 storage.as_ptr(),
                 1,
                 data,
@@ -336,26 +340,24 @@ impl Session {
         let (mut size, mut exec): (u64, Exec) = (0, core::ptr::null_mut());
         let (s, e) = (&mut size as *mut u64, &mut exec as *mut Exec);
         let (code, launch) = match *call {
-            Call::AdaptiveForward { input, output_size, out, indices } => {
-                let (ws, launch) = self.op(api.adaptive_forward, function)?;
+            Call::AdaptiveForward { op, input, output_size, out, indices } => {
+                let (ws, launch) = self.op(api.adaptive_forward(op), function)?;
                 // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
                 (unsafe { ws(input.ptr, output_size.ptr, out.ptr, indices.ptr, s, e) }, launch)
             }
-            Call::AdaptiveBackward { grad_output, input, indices, grad_input } => {
-                let (ws, launch) = self.op(api.adaptive_backward, function)?;
+            Call::AdaptiveBackward { op, grad_output, input, indices, grad_input } => {
+                let (ws, launch) = self.op(api.adaptive_backward(op), function)?;
                 // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
                 (unsafe { ws(grad_output.ptr, input.ptr, indices.ptr, grad_input.ptr, s, e) }, launch)
             }
-            Call::PoolForward { indices, input, params, out, argmax } => {
-                let op = if indices { api.indices_forward } else { api.mask_forward };
-                let (ws, launch) = self.op(op, function)?;
+            Call::PoolForward { op, input, params, out, argmax } => {
+                let (ws, launch) = self.op(api.pool_forward(op), function)?;
                 let [k, st, p, d] = params.arrays();
                 // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
                 (unsafe { ws(input.ptr, k, st, p, d, params.ceil_mode, out.ptr, argmax.ptr, s, e) }, launch)
             }
-            Call::PoolBackward { indices, grad_output, input, argmax, params, grad_input } => {
-                let op = if indices { api.indices_backward } else { api.mask_backward };
-                let (ws, launch) = self.op(op, function)?;
+            Call::PoolBackward { op, grad_output, input, argmax, params, grad_input } => {
+                let (ws, launch) = self.op(api.pool_backward(op), function)?;
                 let [k, st, p, d] = params.arrays();
                 // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
                 let code = unsafe {
@@ -375,6 +377,39 @@ impl Session {
                 };
                 (code, launch)
             }
+            // The 2-D operators take no stride and padding, the 3-D ones do (`Call::op`'s symbol
+            // follows from which).
+            Call::Unpool { input, indices, output_size, stride_padding, out, .. } => match stride_padding {
+                None => {
+                    let (ws, launch) = self.op(api.unpool2d, function)?;
+                    // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
+                    (unsafe { ws(input.ptr, indices.ptr, output_size.ptr, out.ptr, s, e) }, launch)
+                }
+                Some([stride, padding]) => {
+                    let (ws, launch) = self.op(api.unpool3d, function)?;
+                    let (st, p) = (stride.ptr.cast_const(), padding.ptr.cast_const());
+                    // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
+                    (unsafe { ws(input.ptr, indices.ptr, output_size.ptr, st, p, out.ptr, s, e) }, launch)
+                }
+            },
+            Call::UnpoolBackward {
+                grad_output, input, indices, output_size, stride_padding, out, ..
+            } => {
+                let (go, x, idx, size) = (grad_output.ptr, input.ptr, indices.ptr, output_size.ptr);
+                match stride_padding {
+                    None => {
+                        let (ws, launch) = self.op(api.unpool2d_backward, function)?;
+                        // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
+                        (unsafe { ws(go, x, idx, size, out.ptr, s, e) }, launch)
+                    }
+                    Some([stride, padding]) => {
+                        let (ws, launch) = self.op(api.unpool3d_backward, function)?;
+                        let (st, p) = (stride.ptr.cast_const(), padding.ptr.cast_const());
+                        // SAFETY: live handles made by this session, as the signature takes; `s`, `e` valid out-pointers.
+                        (unsafe { ws(go, x, idx, size, st, p, out.ptr, s, e) }, launch)
+                    }
+                }
+            }
         };
         self.rt.check(function, code)?;
         if exec.is_null() {
@@ -384,39 +419,62 @@ impl Session {
     }
 }
 
-/// One operator call as its phase 1 takes it: the descriptors and parameters of its arguments.
+/// One operator call as its phase 1 takes it: the operator (one of the variant's family, which
+/// share a signature) and the descriptors and parameters of its arguments.
 #[derive(Clone, Copy)]
 pub(crate) enum Call<'t> {
-    /// `aclnnAdaptiveMaxPool2d`.
+    /// `aclnnAdaptiveMaxPool2d` or `aclnnAdaptiveMaxPool3d`.
     AdaptiveForward {
+        op: DeviceOp,
         input: &'t AclTensor,
         output_size: &'t IntArray,
         out: &'t AclTensor,
         indices: &'t AclTensor,
     },
-    /// `aclnnAdaptiveMaxPool2dBackward`.
+    /// `aclnnAdaptiveMaxPool2dBackward` or `aclnnAdaptiveMaxPool3dBackward`.
     AdaptiveBackward {
+        op: DeviceOp,
         grad_output: &'t AclTensor,
         input: &'t AclTensor,
         indices: &'t AclTensor,
         grad_input: &'t AclTensor,
     },
-    /// `aclnnMaxPool2dWithIndices` (`indices`) or `aclnnMaxPool2dWithMask`.
+    /// `aclnnMaxPool2dWithIndices`, `aclnnMaxPool2dWithMask` or `aclnnMaxPool3dWithArgmax`.
     PoolForward {
-        indices: bool,
+        op: DeviceOp,
         input: &'t AclTensor,
         params: &'t PoolParams,
         out: &'t AclTensor,
         argmax: &'t AclTensor,
     },
-    /// `aclnnMaxPool2dWithIndicesBackward` (`indices`) or `aclnnMaxPool2dWithMaskBackward`.
+    /// `aclnnMaxPool2dWithIndicesBackward`, `aclnnMaxPool2dWithMaskBackward` or
+    /// `aclnnMaxPool3dWithArgmaxBackward`.
     PoolBackward {
-        indices: bool,
+        op: DeviceOp,
         grad_output: &'t AclTensor,
         input: &'t AclTensor,
         argmax: &'t AclTensor,
         params: &'t PoolParams,
         grad_input: &'t AclTensor,
+    },
+    /// `aclnnMaxUnpool2d`, or `aclnnMaxUnpool3d` with its `[stride, padding]`.
+    Unpool {
+        op: DeviceOp,
+        input: &'t AclTensor,
+        indices: &'t AclTensor,
+        output_size: &'t IntArray,
+        stride_padding: Option<[&'t IntArray; 2]>,
+        out: &'t AclTensor,
+    },
+    /// `aclnnMaxUnpool2dBackward`, or `aclnnMaxUnpool3dBackward` with its `[stride, padding]`.
+    UnpoolBackward {
+        op: DeviceOp,
+        grad_output: &'t AclTensor,
+        input: &'t AclTensor,
+        indices: &'t AclTensor,
+        output_size: &'t IntArray,
+        stride_padding: Option<[&'t IntArray; 2]>,
+        out: &'t AclTensor,
     },
 }
 
@@ -424,12 +482,12 @@ impl Call<'_> {
     /// The operator called.
     pub(crate) fn op(&self) -> DeviceOp {
         match *self {
-            Call::AdaptiveForward { .. } => DeviceOp::AdaptiveForward,
-            Call::AdaptiveBackward { .. } => DeviceOp::AdaptiveBackward,
-            Call::PoolForward { indices: true, .. } => DeviceOp::WithIndicesForward,
-            Call::PoolForward { indices: false, .. } => DeviceOp::MaskForward,
-            Call::PoolBackward { indices: true, .. } => DeviceOp::WithIndicesBackward,
-            Call::PoolBackward { indices: false, .. } => DeviceOp::MaskBackward,
+            Call::AdaptiveForward { op, .. }
+            | Call::AdaptiveBackward { op, .. }
+            | Call::PoolForward { op, .. }
+            | Call::PoolBackward { op, .. }
+            | Call::Unpool { op, .. }
+            | Call::UnpoolBackward { op, .. } => op,
         }
     }
 }

@@ -57,6 +57,8 @@ pub(crate) mod dtype {
 pub(super) const FORMAT_NCHW: i32 = 0;
 /// `aclFormat::ACL_FORMAT_ND`, for tensors of another rank.
 pub(super) const FORMAT_ND: i32 = 2;
+/// `ACL_FORMAT_NCDHW` (`acl_base.h`), the 3-D operators' five-dimensional layout.
+pub(super) const FORMAT_NCDHW: i32 = 30;
 /// `aclrtMemMallocPolicy::ACL_MEM_MALLOC_HUGE_FIRST`.
 pub(super) const MALLOC_HUGE_FIRST: i32 = 0;
 /// `aclrtMemAttr::ACL_HBM_MEM` (`acl/acl_rt.h`): all of the device's on-chip memory, huge and
@@ -71,14 +73,18 @@ pub(super) const OPT_DETERMINISTIC: i32 = 0;
 pub(super) const ACL_SUCCESS: i32 = 0;
 pub(super) const ACL_ERROR_REPEAT_INITIALIZE: i32 = 100_002;
 
-/// `aclnnXxxGetWorkspaceSize` of `aclnnAdaptiveMaxPool2d(self, outputSize, outputOut, indicesOut, ...)`.
-type AdaptiveForwardWs =
+/// `aclnnXxxGetWorkspaceSize` of `aclnnAdaptiveMaxPool2d(self, outputSize, outputOut, indicesOut, ...)`;
+/// `aclnnAdaptiveMaxPool3dGetWorkspaceSize` has the same signature.
+pub(super) type AdaptiveForwardWs =
     unsafe extern "C" fn(Tensor, IntArr, TensorOut, TensorOut, *mut u64, *mut Exec) -> i32;
-/// `aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize(gradOutput, self, indices, gradInput, ...)`.
-type AdaptiveBackwardWs = unsafe extern "C" fn(Tensor, Tensor, Tensor, TensorOut, *mut u64, *mut Exec) -> i32;
+/// `aclnnAdaptiveMaxPool2dBackwardGetWorkspaceSize(gradOutput, self, indices, gradInput, ...)`;
+/// `aclnnAdaptiveMaxPool3dBackwardGetWorkspaceSize` has the same signature.
+pub(super) type AdaptiveBackwardWs =
+    unsafe extern "C" fn(Tensor, Tensor, Tensor, TensorOut, *mut u64, *mut Exec) -> i32;
 /// `aclnnMaxPool2dWithMaskGetWorkspaceSize(self, kernelSize, stride, padding, dilation, ceilMode, out,
-/// indices, ...)`; `aclnnMaxPool2dWithIndicesGetWorkspaceSize` has the same signature.
-type PoolForwardWs = unsafe extern "C" fn(
+/// indices, ...)`; `aclnnMaxPool2dWithIndicesGetWorkspaceSize` and
+/// `aclnnMaxPool3dWithArgmaxGetWorkspaceSize` have the same signature.
+pub(super) type PoolForwardWs = unsafe extern "C" fn(
     Tensor,
     IntArr,
     IntArr,
@@ -92,8 +98,8 @@ type PoolForwardWs = unsafe extern "C" fn(
 ) -> i32;
 /// `aclnnMaxPool2dWithMaskBackwardGetWorkspaceSize(gradOutput, self, indices, kernelSize, stride,
 /// padding, dilation, ceilMode, gradInput, ...)`; `aclnnMaxPool2dWithIndicesBackwardGetWorkspaceSize`
-/// has the same signature.
-type PoolBackwardWs = unsafe extern "C" fn(
+/// and `aclnnMaxPool3dWithArgmaxBackwardGetWorkspaceSize` have the same signature.
+pub(super) type PoolBackwardWs = unsafe extern "C" fn(
     Tensor,
     Tensor,
     Tensor,
@@ -102,6 +108,28 @@ type PoolBackwardWs = unsafe extern "C" fn(
     IntArr,
     IntArr,
     bool,
+    TensorOut,
+    *mut u64,
+    *mut Exec,
+) -> i32;
+/// `aclnnMaxUnpool2dGetWorkspaceSize(self, indices, outputSize, out, ...)`.
+pub(super) type Unpool2dWs =
+    unsafe extern "C" fn(Tensor, Tensor, IntArr, TensorOut, *mut u64, *mut Exec) -> i32;
+/// `aclnnMaxUnpool3dGetWorkspaceSize(self, indices, outputSize, stride, padding, out, ...)`.
+pub(super) type Unpool3dWs =
+    unsafe extern "C" fn(Tensor, Tensor, IntArr, IntArr, IntArr, TensorOut, *mut u64, *mut Exec) -> i32;
+/// `aclnnMaxUnpool2dBackwardGetWorkspaceSize(gradOutput, self, indices, outputSize, out, ...)`.
+pub(super) type Unpool2dBackwardWs =
+    unsafe extern "C" fn(Tensor, Tensor, Tensor, IntArr, TensorOut, *mut u64, *mut Exec) -> i32;
+/// `aclnnMaxUnpool3dBackwardGetWorkspaceSize(gradOutput, self, indices, outputSize, stride, padding,
+/// out, ...)`.
+pub(super) type Unpool3dBackwardWs = unsafe extern "C" fn(
+    Tensor,
+    Tensor,
+    Tensor,
+    IntArr,
+    IntArr,
+    IntArr,
     TensorOut,
     *mut u64,
     *mut Exec,
@@ -178,6 +206,14 @@ pub(crate) struct Api {
     pub(super) mask_backward: Option<(PoolBackwardWs, Launch)>,
     pub(super) indices_forward: Option<(PoolForwardWs, Launch)>,
     pub(super) indices_backward: Option<(PoolBackwardWs, Launch)>,
+    pub(super) pool3d_forward: Option<(PoolForwardWs, Launch)>,
+    pub(super) pool3d_backward: Option<(PoolBackwardWs, Launch)>,
+    pub(super) adaptive3d_forward: Option<(AdaptiveForwardWs, Launch)>,
+    pub(super) adaptive3d_backward: Option<(AdaptiveBackwardWs, Launch)>,
+    pub(super) unpool2d: Option<(Unpool2dWs, Launch)>,
+    pub(super) unpool3d: Option<(Unpool3dWs, Launch)>,
+    pub(super) unpool2d_backward: Option<(Unpool2dBackwardWs, Launch)>,
+    pub(super) unpool3d_backward: Option<(Unpool3dBackwardWs, Launch)>,
     _libraries: Vec<Library>,
 }
 
@@ -313,6 +349,14 @@ impl Api {
             mask_backward: op!(DeviceOp::MaskBackward),
             indices_forward: op!(DeviceOp::WithIndicesForward),
             indices_backward: op!(DeviceOp::WithIndicesBackward),
+            pool3d_forward: op!(DeviceOp::Pool3dForward),
+            pool3d_backward: op!(DeviceOp::Pool3dBackward),
+            adaptive3d_forward: op!(DeviceOp::Adaptive3dForward),
+            adaptive3d_backward: op!(DeviceOp::Adaptive3dBackward),
+            unpool2d: op!(DeviceOp::Unpool2d),
+            unpool3d: op!(DeviceOp::Unpool3d),
+            unpool2d_backward: op!(DeviceOp::Unpool2dBackward),
+            unpool3d_backward: op!(DeviceOp::Unpool3dBackward),
             _libraries: libs.into_iter().map(|(_, l)| l).collect(),
         })
     }
@@ -328,6 +372,53 @@ impl Api {
             DeviceOp::MaskBackward => self.mask_backward.map(|o| o.1),
             DeviceOp::WithIndicesForward => self.indices_forward.map(|o| o.1),
             DeviceOp::WithIndicesBackward => self.indices_backward.map(|o| o.1),
+            DeviceOp::Pool3dForward => self.pool3d_forward.map(|o| o.1),
+            DeviceOp::Pool3dBackward => self.pool3d_backward.map(|o| o.1),
+            DeviceOp::Adaptive3dForward => self.adaptive3d_forward.map(|o| o.1),
+            DeviceOp::Adaptive3dBackward => self.adaptive3d_backward.map(|o| o.1),
+            DeviceOp::Unpool2d => self.unpool2d.map(|o| o.1),
+            DeviceOp::Unpool3d => self.unpool3d.map(|o| o.1),
+            DeviceOp::Unpool2dBackward => self.unpool2d_backward.map(|o| o.1),
+            DeviceOp::Unpool3dBackward => self.unpool3d_backward.map(|o| o.1),
+        }
+    }
+
+    /// The two phases of the max-pooling forward `op` (the 2-D ones and the 3-D one share a
+    /// signature), if the libraries export them.
+    pub(super) fn pool_forward(&self, op: DeviceOp) -> Option<(PoolForwardWs, Launch)> {
+        match op {
+            DeviceOp::MaskForward => self.mask_forward,
+            DeviceOp::WithIndicesForward => self.indices_forward,
+            DeviceOp::Pool3dForward => self.pool3d_forward,
+            _ => None,
+        }
+    }
+
+    /// The two phases of the max-pooling backward `op`, if the libraries export them.
+    pub(super) fn pool_backward(&self, op: DeviceOp) -> Option<(PoolBackwardWs, Launch)> {
+        match op {
+            DeviceOp::MaskBackward => self.mask_backward,
+            DeviceOp::WithIndicesBackward => self.indices_backward,
+            DeviceOp::Pool3dBackward => self.pool3d_backward,
+            _ => None,
+        }
+    }
+
+    /// The two phases of the adaptive forward `op` (2-D or 3-D, one signature).
+    pub(super) fn adaptive_forward(&self, op: DeviceOp) -> Option<(AdaptiveForwardWs, Launch)> {
+        match op {
+            DeviceOp::AdaptiveForward => self.adaptive_forward,
+            DeviceOp::Adaptive3dForward => self.adaptive3d_forward,
+            _ => None,
+        }
+    }
+
+    /// The two phases of the adaptive backward `op` (2-D or 3-D, one signature).
+    pub(super) fn adaptive_backward(&self, op: DeviceOp) -> Option<(AdaptiveBackwardWs, Launch)> {
+        match op {
+            DeviceOp::AdaptiveBackward => self.adaptive_backward,
+            DeviceOp::Adaptive3dBackward => self.adaptive3d_backward,
+            _ => None,
         }
     }
 }
