@@ -3,8 +3,9 @@
 
 use ndarray::{Array4, ArrayD, Axis, Ix4, IxDyn};
 use poolgrad::testing::{
-    FiniteDifference, MaxPoolCase, ParamBounds, Shapes, Values, adaptive_cases, check_gradient,
-    finite_difference_check, mask_cases, max_pool_cases, reference::Pooling,
+    FiniteDifference, MaxPoolCase, ParamBounds, Shapes, Values, VolumeShapes, adaptive_cases,
+    adaptive3d_cases, check_gradient, finite_difference_check, mask_cases, max_pool_cases, max_pool3d_cases,
+    reference::Pooling,
 };
 use poolgrad::{Bitmask, I32Argmax, MaxPool2dParams, PoolFloat};
 use proptest::prelude::*;
@@ -695,4 +696,135 @@ fn the_three_dimensional_references_agree_with_poolgrad() {
             Ok(())
         })
         .unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn poolgrad_max_pool3d_passes_the_kit(
+        case in max_pool3d_cases::<half::f16, i64, IxDyn>(VolumeShapes::default(), ParamBounds::default(), Values::WithNan),
+    ) {
+        let mine = poolgrad::max_pool3d_with_indices(&case.input, &case.params).unwrap();
+        case.check_forward(&mine.output, &mine.indices)?;
+        case.check_backward(|g| {
+            poolgrad::max_pool3d_with_indices_backward(g, &case.input, &case.indices, &case.params).unwrap()
+        })?;
+    }
+
+    #[test]
+    fn poolgrad_adaptive3d_passes_the_kit(
+        case in adaptive3d_cases::<f64, i32, ndarray::Ix5>(VolumeShapes::default(), Values::Distinct),
+    ) {
+        let mine = poolgrad::adaptive_max_pool3d_i32(&case.input, case.output_size).unwrap();
+        case.check_forward(&mine.output, &mine.indices)?;
+        case.check_backward(|g| poolgrad::adaptive_max_pool3d_backward(g, &case.input, &case.indices).unwrap())?;
+    }
+}
+
+/// The 3-D strategies draw what their bounds say: `[C, D, H, W]` cases for `Ix4`, every
+/// dimension in its range, kernels, strides and dilations in theirs, paddings up to half the
+/// kernel, and outputs above the input for the adaptive cases.
+#[test]
+fn the_volume_strategies_keep_their_bounds() {
+    let shapes = VolumeShapes { depth: 2..=4, ..VolumeShapes::default() };
+    let bounds = ParamBounds { kernel: 1..=3, stride: 1..=2, dilation: 1..=2, ceil_mode: true };
+    let cases = draw(max_pool3d_cases::<f32, i64, ndarray::Ix4>(shapes.clone(), bounds, Values::Ties), 200);
+    for case in &cases {
+        let [c, d, h, w] = [0, 1, 2, 3].map(|a| case.input.shape()[a]);
+        assert!((1..=3).contains(&c) && (2..=4).contains(&d) && (1..=6).contains(&h) && (1..=6).contains(&w));
+        let (k, s, p, dil) =
+            (case.params.kernel(), case.params.stride(), case.params.padding(), case.params.dilation());
+        for a in 0..3 {
+            assert!((1..=3).contains(&k[a]) && (1..=2).contains(&s[a]) && (1..=2).contains(&dil[a]));
+            assert!(p[a] <= k[a] / 2, "{:?}", case.params);
+        }
+        assert_eq!(case.output.shape(), case.grad_output.shape());
+    }
+    assert!(cases.iter().any(|c| c.params.ceil_mode()) && cases.iter().any(|c| c.params.padding() != [0; 3]));
+    let cases = draw(adaptive3d_cases::<f32, i32, IxDyn>(shapes, Values::Ties), 200);
+    assert!(cases.iter().any(|c| c.input.ndim() == 4) && cases.iter().any(|c| c.input.ndim() == 5));
+    assert!(cases.iter().any(|c| c.output_size[0] > c.input.shape()[c.input.ndim() - 3]));
+}
+
+/// A user's 3-D forward that takes the *last* maximum of each window (`>=`) is caught by the
+/// kit's indices on tied inputs, with a report that names the indices.
+#[test]
+fn a_last_maximum_volume_forward_is_caught() {
+    let strategy = max_pool3d_cases::<f32, i64, ndarray::Ix5>(
+        VolumeShapes::default(),
+        ParamBounds { kernel: 2..=3, ..ParamBounds::default() },
+        Values::Ties,
+    );
+    let report = first_failure(strategy, |case| {
+        let (output, indices) = last_maximum_3d(&case.input, &case.params);
+        case.check_forward(&output, &indices)?;
+        Ok(())
+    });
+    assert!(report.contains("forward indices vs reference"), "{report}");
+}
+
+/// 3-D max pooling by plain loops, with the last maximum of each window (the bug under test).
+fn last_maximum_3d(
+    x: &ndarray::Array5<f32>,
+    p: &poolgrad::MaxPool3dParams,
+) -> (ndarray::Array5<f32>, ndarray::Array5<i64>) {
+    let (n, c, d, h, w) = x.dim();
+    let [od, oh, ow] = p.output_size([d, h, w]).unwrap();
+    let taps = |o: usize, len: usize, a: usize| -> Vec<usize> {
+        (0..p.kernel()[a])
+            .map(|j| (o * p.stride()[a] + j * p.dilation()[a]) as i64 - p.padding()[a] as i64)
+            .filter(|&i| (0..len as i64).contains(&i))
+            .map(|i| i as usize)
+            .collect()
+    };
+    let mut out = ndarray::Array5::<f32>::zeros((n, c, od, oh, ow));
+    let mut idx = ndarray::Array5::<i64>::zeros((n, c, od, oh, ow));
+    for ((b, ch, z, y, xx), o) in out.indexed_iter_mut() {
+        let mut best = (f32::NEG_INFINITY, 0i64);
+        for &i in &taps(z, d, 0) {
+            for &j in &taps(y, h, 1) {
+                for &l in &taps(xx, w, 2) {
+                    let v = x[[b, ch, i, j, l]];
+                    if v >= best.0 || v.is_nan() {
+                        best = (v, ((i * h + j) * w + l) as i64);
+                    }
+                }
+            }
+        }
+        *o = best.0;
+        idx[[b, ch, z, y, xx]] = best.1;
+    }
+    (out, idx)
+}
+
+/// A stray gradient below the tolerance in a volume is caught by the invariants, at its position
+/// in the volume's own axes (the kit checks volumes as planes of `D * H` rows).
+#[test]
+fn a_stray_gradient_in_a_volume_is_caught_at_its_position() {
+    let report = first_failure(
+        max_pool3d_cases::<f32, i64, ndarray::Ix5>(
+            VolumeShapes::default(),
+            ParamBounds::default(),
+            Values::Distinct,
+        ),
+        |case| {
+            case.check_backward(|g| {
+                let mut gx =
+                    poolgrad::max_pool3d_with_indices_backward(g, &case.input, &case.indices, &case.params)
+                        .unwrap();
+                let last = gx.iter_mut().enumerate().filter(|(_, v)| **v == 0.0).last().map(|(e, _)| e);
+                if let Some(e) = last {
+                    gx.as_slice_mut().unwrap()[e] = 1e-7;
+                }
+                gx
+            })?;
+            Ok(())
+        },
+    );
+    println!("report printed for a stray gradient in a volume:\n  {report}");
+    assert!(report.starts_with("gradient invariants: first mismatch at ["), "{report}");
+    let position = &report["gradient invariants: first mismatch at [".len()..];
+    let axes = position[..position.find(']').unwrap()].split(", ").count();
+    assert_eq!(axes, 5, "the position has the volume's five axes: {report}");
 }

@@ -3,12 +3,13 @@
 //! Add it for tests only: `cargo add --dev poolgrad --features proptest` (proptest comes with
 //! it, re-exported as [`testing::proptest`](proptest)).
 //!
-//! - [`reference`](mod@reference): plain implementations of all six operations (obvious loops, `f64` sums):
-//!   the definition of the semantics.
-//! - Strategies ([`adaptive_cases`], [`max_pool_cases`], [`mask_cases`]) that generate valid
+//! - [`reference`](mod@reference): plain implementations of the six 2-D operations and the 3-D
+//!   poolings (obvious loops, `f64` sums): the definition of the semantics.
+//! - Strategies ([`adaptive_cases`], [`max_pool_cases`], [`mask_cases`]; for volumes
+//!   [`adaptive3d_cases`] and [`max_pool3d_cases`] within [`VolumeShapes`]) that generate valid
 //!   cases within the [`Shapes`], [`ParamBounds`] and [`Values`] you give, typed by rank (`Ix4`
-//!   for a model on `Array4`), each carrying its reference forward results and a gradient, so a
-//!   backward can be tested directly. The default shapes cross a 16-channel block; failing cases
+//!   for a model on `Array4`, `Ix5` on `Array5`), each carrying its reference forward results and
+//!   a gradient, so a backward can be tested directly. The default shapes cross a 16-channel block; failing cases
 //!   shrink to small ones (each size shrinks on its own and the remaining values stay put).
 //! - One-line checks on each case (`case.check_forward(..)`, `case.check_backward(..)`) that
 //!   compare with the reference at the dtype's [`Tolerance`], check the gradient invariants (sum
@@ -44,6 +45,7 @@ mod check;
 mod gradcheck;
 pub mod reference;
 mod strategy;
+mod volumes;
 
 pub use check::{Mismatch, Tolerance, check_gradient_invariants, check_linearity, compare, compare_indices};
 pub use gradcheck::{FiniteDifference, GradCheck, check_gradient, finite_difference_check};
@@ -55,3 +57,4 @@ pub use strategy::{
     AdaptiveCase, MaskCase, MaxPoolCase, ParamBounds, Shapes, Values, adaptive_cases, mask_cases,
     max_pool_cases,
 };
+pub use volumes::{Adaptive3dCase, MaxPool3dCase, VolumeShapes, adaptive3d_cases, max_pool3d_cases};

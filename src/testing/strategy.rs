@@ -30,7 +30,7 @@ use super::reference::{self, Pooling};
 use crate::element::PoolFloat;
 use crate::index::ArgmaxIndex;
 use crate::mask::{Mask, MaskLayout};
-use crate::params::MaxPool2dParams;
+use crate::params::{MaxPool2dParams, MaxPoolParams};
 use crate::tensor::PoolDim;
 
 /// Bounds of the generated shapes. The rank comes from the case type: `Ix4` cases are
@@ -118,9 +118,9 @@ impl Default for ParamBounds {
 }
 
 /// A 64-bit mix of a seed and a position (SplitMix64's finaliser over each coordinate).
-fn hash(seed: u64, position: [usize; 4]) -> u64 {
+fn hash(seed: u64, position: &[usize]) -> u64 {
     let mut h = seed ^ 0x9E37_79B9_7F4A_7C15;
-    for p in position {
+    for &p in position {
         h = (h ^ p as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         h ^= h >> 31;
         h = h.wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -129,8 +129,8 @@ fn hash(seed: u64, position: [usize; 4]) -> u64 {
     h
 }
 
-/// The input value at `position` for `seed`.
-fn value_at(values: Values, seed: u64, position: [usize; 4]) -> f64 {
+/// The input value at `position` (`[n, c, h, w]`, or `[n, c, d, h, w]` for a volume) for `seed`.
+pub(super) fn value_at(values: Values, seed: u64, position: &[usize]) -> f64 {
     let r = hash(seed, position);
     match values {
         Values::Ties => (r % 4) as f64 - 2.0,
@@ -143,7 +143,7 @@ fn value_at(values: Values, seed: u64, position: [usize; 4]) -> f64 {
 /// A gradient value at `position` for `seed`: a small non-zero integer, `±1..=8`, so that sums
 /// are exact in f32 and f64 and every output's gradient shows where it lands (a zero would hide
 /// a misplaced gradient, and let a failing case stop failing as it shrinks).
-fn grad_at(seed: u64, position: [usize; 4]) -> f64 {
+pub(super) fn grad_at(seed: u64, position: &[usize]) -> f64 {
     let r = hash(seed, position);
     let magnitude = (r % 8 + 1) as f64;
     if (r >> 32) & 1 == 1 { -magnitude } else { magnitude }
@@ -187,7 +187,7 @@ fn sizes_strategy<D: PoolDim>(shapes: &Shapes) -> impl Strategy<Value = Sizes> +
         .prop_map(|(n, c, h, w, three_d)| Sizes { nchw: [if three_d { 1 } else { n }, c, h, w], three_d })
 }
 
-fn to_index<I: ArgmaxIndex, D: Dimension>(a: &Array<i64, D>) -> Array<I, D> {
+pub(super) fn to_index<I: ArgmaxIndex, D: Dimension>(a: &Array<i64, D>) -> Array<I, D> {
     a.mapv(|v| I::try_from_flat(v as usize).unwrap_or_default())
 }
 
@@ -225,9 +225,9 @@ pub fn adaptive_cases<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
     (1..=hmax, 1..=wmax, sizes_strategy::<D>(&shapes), any::<u64>(), any::<u64>()).prop_map(
         move |(ho, wo, sizes, seed, grad_seed)| {
             let [_, _, h, w] = sizes.nchw;
-            let input = sizes.array::<T, D>([h, w], |p| value_at(values, seed, p));
+            let input = sizes.array::<T, D>([h, w], |p| value_at(values, seed, &p));
             let (output, indices) = reference::adaptive_max_pool2d(&input, [ho, wo]).expect("valid case");
-            let grad_output = sizes.array::<T, D>([ho, wo], |p| grad_at(grad_seed, p));
+            let grad_output = sizes.array::<T, D>([ho, wo], |p| grad_at(grad_seed, &p));
             AdaptiveCase { input, output_size: [ho, wo], output, indices: to_index(&indices), grad_output }
         },
     )
@@ -252,26 +252,37 @@ pub struct MaxPoolCase<T, I, D: Dimension = IxDyn> {
 /// Parameters within `bounds`. Each field is drawn on its own (padding as a fraction of half
 /// the kernel), so each shrinks on its own.
 fn params_strategy(bounds: &ParamBounds) -> impl Strategy<Value = MaxPool2dParams> + use<> {
-    let ParamBounds { kernel, stride, dilation, ceil_mode } = bounds.clone();
-    let pad = 0..=usize::from(u8::MAX);
-    let axis = (kernel, stride, pad, dilation);
-    let ceil = if ceil_mode { any::<bool>().boxed() } else { Just(false).boxed() };
-    (axis.clone(), axis, ceil).prop_map(|((kh, sh, ph, dh), (kw, sw, pw, dw), ceil)| {
-        MaxPool2dParams::new([kh, kw])
-            .with_stride([sh, sw])
-            .with_padding([ph % (kh / 2 + 1), pw % (kw / 2 + 1)])
-            .with_dilation([dh, dw])
-            .with_ceil_mode(ceil)
-    })
+    let ceil = if bounds.ceil_mode { any::<bool>().boxed() } else { Just(false).boxed() };
+    (axis_strategy(bounds), axis_strategy(bounds), ceil).prop_map(|(h, w, ceil)| params_of([h, w], ceil))
+}
+
+/// One axis's `(kernel, stride, padding draw, dilation)` within `bounds`.
+pub(super) fn axis_strategy(
+    bounds: &ParamBounds,
+) -> impl Strategy<Value = (usize, usize, usize, usize)> + Clone + use<> {
+    let ParamBounds { kernel, stride, dilation, .. } = bounds.clone();
+    (kernel, stride, 0..=usize::from(u8::MAX), dilation)
+}
+
+/// The parameters of drawn axes: each padding drawn as a fraction of half its kernel.
+pub(super) fn params_of<const N: usize>(
+    axes: [(usize, usize, usize, usize); N],
+    ceil: bool,
+) -> MaxPoolParams<N> {
+    MaxPoolParams::new(axes.map(|a| a.0))
+        .with_stride(axes.map(|a| a.1))
+        .with_padding(axes.map(|(k, _, pad, _)| pad % (k / 2 + 1)))
+        .with_dilation(axes.map(|a| a.3))
+        .with_ceil_mode(ceil)
 }
 
 /// `params` with `axis` pooled by a `kernel`-wide window padded by half of it (stride, dilation
 /// and ceil mode kept).
-fn refit(params: MaxPool2dParams, axis: usize, kernel: usize) -> MaxPool2dParams {
+fn refit<const N: usize>(params: MaxPoolParams<N>, axis: usize, kernel: usize) -> MaxPoolParams<N> {
     let (mut kernels, mut padding) = (params.kernel(), params.padding());
     kernels[axis] = kernel;
     padding[axis] = kernel / 2;
-    MaxPool2dParams::new(kernels)
+    MaxPoolParams::new(kernels)
         .with_stride(params.stride())
         .with_padding(padding)
         .with_dilation(params.dilation())
@@ -279,22 +290,27 @@ fn refit(params: MaxPool2dParams, axis: usize, kernel: usize) -> MaxPool2dParams
 }
 
 /// The drawn `params` fitted to the drawn input, with `forward`'s result for them: the first of
-/// `params`, `params` refitted in height, in width, in both, to the `smallest` kernel the bounds
-/// allow (padded by half of it), that `forward` accepts.
+/// `params` and `params` refitted along one axis, then two, ... (in height, in width, in both, for
+/// a plane), to the `smallest` kernel the bounds allow (padded by half of it), that `forward`
+/// accepts.
 ///
 /// Fitting instead of rejecting keeps shrinking going. proptest shrinks a kernel by binary
 /// search from its drawn size towards the smallest; a rejected step counts as a step that stopped
 /// failing, so a kernel of 4 on a 1-wide input (allowed by a padding of 2) whose tries at 2 and 3
 /// left no window would stay at 4, when 1 fails just as well. Fitted, those tries become the
 /// smallest kernel, and the search goes on down to it.
-fn fitted<R>(
-    params: MaxPool2dParams,
+pub(super) fn fitted<R, const N: usize>(
+    params: MaxPoolParams<N>,
     smallest: usize,
-    forward: impl Fn(&MaxPool2dParams) -> Option<R>,
-) -> Option<(MaxPool2dParams, R)> {
-    let both = refit(refit(params, 0, smallest), 1, smallest);
-    let candidates = [params, refit(params, 0, smallest), refit(params, 1, smallest), both];
-    candidates.into_iter().find_map(|p| Some((p, forward(&p)?)))
+    forward: impl Fn(&MaxPoolParams<N>) -> Option<R>,
+) -> Option<(MaxPoolParams<N>, R)> {
+    // Every set of axes to refit, fewest first (stable: in the order of their bits).
+    let mut sets: Vec<u32> = (0..1u32 << N).collect();
+    sets.sort_by_key(|s| s.count_ones());
+    sets.into_iter().find_map(|set| {
+        let p = (0..N).filter(|a| set & (1 << a) != 0).fold(params, |p, a| refit(p, a, smallest));
+        Some((p, forward(&p)?))
+    })
 }
 
 /// Max-pooling cases with flat indices (any dilation in `params.dilation`), of rank `D`.
@@ -317,11 +333,11 @@ pub fn max_pool_cases<T: PoolFloat, I: ArgmaxIndex, D: PoolDim>(
         "even the smallest kernel leaves no window on this input",
         move |(params, sizes, seed, grad_seed)| {
             let [_, _, h, w] = sizes.nchw;
-            let input = sizes.array::<T, D>([h, w], |p| value_at(values, seed, p));
+            let input = sizes.array::<T, D>([h, w], |p| value_at(values, seed, &p));
             let (params, (output, indices)) =
                 fitted(params, smallest, |p| reference::max_pool2d_with_indices(&input, p).ok())?;
             let pooled = params.output_size([h, w]).ok()?;
-            let grad_output = sizes.array::<T, D>(pooled, |p| grad_at(grad_seed, p));
+            let grad_output = sizes.array::<T, D>(pooled, |p| grad_at(grad_seed, &p));
             Some(MaxPoolCase { input, params, output, indices: to_index(&indices), grad_output })
         },
     )
@@ -390,11 +406,11 @@ pub fn mask_cases<T: PoolFloat, L: MaskLayout, D: PoolDim>(
         "even the smallest kernel leaves no window, or the mask cannot hold the values",
         move |(params, sizes, seed, grad_seed)| {
             let [_, _, h, w] = sizes.nchw;
-            let input = sizes.array::<T, D>([h, w], |p| value_at(values, seed, p));
+            let input = sizes.array::<T, D>([h, w], |p| value_at(values, seed, &p));
             let (params, (output, mask)) =
                 fitted(params, smallest, |p| reference::max_pool2d_with_mask(&input, p, L::default()).ok())?;
             let pooled = params.output_size([h, w]).ok()?;
-            let grad_output = sizes.array::<T, D>(pooled, |p| grad_at(grad_seed, p));
+            let grad_output = sizes.array::<T, D>(pooled, |p| grad_at(grad_seed, &p));
             Some(MaskCase { input, params, output, mask, grad_output, layout: PhantomData })
         },
     )
@@ -409,20 +425,56 @@ fn other_grad<T: PoolFloat, D: Dimension>(like: &Array<T, D>) -> Array<T, D> {
     })
 }
 
-/// Checks a backward against a reference gradient, the invariants and linearity.
-fn check_backward_common<T: PoolFloat, D: Dimension>(
+/// Checks a backward against a reference gradient, the invariants and linearity; `spatial` is
+/// the number of spatial axes (2 for planes, 3 for volumes).
+pub(super) fn check_backward_common<T: PoolFloat, D: Dimension>(
     grad_output: &Array<T, D>,
     reference: &Array<T, D>,
     selected: &[(usize, usize)],
+    spatial: usize,
     backward: impl Fn(&Array<T, D>) -> Array<T, D>,
 ) -> Result<(), Mismatch> {
     let mine = backward(grad_output);
     compare("backward vs reference", reference.view(), mine.view(), Tolerance::for_dtype(T::DTYPE))?;
-    check_gradient_invariants(grad_output.view(), selected, mine.view())?;
+    if spatial == 3 {
+        volume_invariants(grad_output, selected, &mine)?;
+    } else {
+        check_gradient_invariants(grad_output.view(), selected, mine.view())?;
+    }
     check_linearity(&backward, grad_output, &other_grad(grad_output))
 }
 
-fn index_pairs<I: ArgmaxIndex, D: Dimension>(indices: &Array<I, D>, plane: usize) -> Vec<(usize, usize)> {
+/// [`check_gradient_invariants`] on volumes, seen as planes of `D * H` rows (a flat index in a
+/// volume is one in that plane); a mismatch's position is given back in the volume's axes.
+fn volume_invariants<T: PoolFloat, D: Dimension>(
+    grad_output: &Array<T, D>,
+    selected: &[(usize, usize)],
+    grad_input: &Array<T, D>,
+) -> Result<(), Mismatch> {
+    let as_planes = |a: &Array<T, D>| {
+        let s = a.shape();
+        let r = s.len();
+        let mut dims = s[..r - 3].to_vec();
+        dims.extend([s[r - 3] * s[r - 2], s[r - 1]]);
+        let flat: Vec<T> = a.iter().copied().collect();
+        ArrayD::from_shape_vec(IxDyn(&dims), flat).expect("the same element count")
+    };
+    let h = grad_input.shape()[grad_input.ndim() - 2];
+    check_gradient_invariants(as_planes(grad_output).view(), selected, as_planes(grad_input).view()).map_err(
+        |mut m| {
+            if let Some(r) = m.position.len().checked_sub(2) {
+                let rows = m.position[r];
+                m.position.splice(r..=r, [rows / h, rows % h]);
+            }
+            m
+        },
+    )
+}
+
+pub(super) fn index_pairs<I: ArgmaxIndex, D: Dimension>(
+    indices: &Array<I, D>,
+    plane: usize,
+) -> Vec<(usize, usize)> {
     indices.iter().enumerate().filter_map(|(e, &i)| i.flat_in(plane).map(|f| (e, f))).collect()
 }
 
@@ -470,7 +522,7 @@ impl<T: PoolFloat, I: ArgmaxIndex, D: PoolDim> AdaptiveCase<T, I, D> {
             reference::adaptive_max_pool2d_backward(&self.grad_output, &self.input, &self.indices)
                 .map_err(reference_failed)?;
         let selected = index_pairs(&self.indices, plane_of(&self.input));
-        check_backward_common(&self.grad_output, &reference, &selected, backward)
+        check_backward_common(&self.grad_output, &reference, &selected, 2, backward)
     }
 
     /// The pooling, for [`finite_difference_check`](super::finite_difference_check).
@@ -522,7 +574,7 @@ impl<T: PoolFloat, I: ArgmaxIndex, D: PoolDim> MaxPoolCase<T, I, D> {
         )
         .map_err(reference_failed)?;
         let selected = index_pairs(&self.indices, plane_of(&self.input));
-        check_backward_common(&self.grad_output, &reference, &selected, backward)
+        check_backward_common(&self.grad_output, &reference, &selected, 2, backward)
     }
 
     /// The pooling, for [`finite_difference_check`](super::finite_difference_check).
@@ -574,11 +626,11 @@ impl<T: PoolFloat, L: MaskLayout, D: PoolDim> MaskCase<T, L, D> {
         let reference = reference::max_pool2d_with_mask_backward(&self.grad_output, &self.input, &self.mask)
             .map_err(reference_failed)?;
         let selected = self.mask.selected().map_err(reference_failed)?;
-        check_backward_common(&self.grad_output, &reference, &selected, backward)
+        check_backward_common(&self.grad_output, &reference, &selected, 2, backward)
     }
 }
 
-fn reference_failed(e: crate::Error) -> Mismatch {
+pub(super) fn reference_failed(e: crate::Error) -> Mismatch {
     Mismatch {
         what: "reference".into(),
         position: Vec::new(),
