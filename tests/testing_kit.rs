@@ -828,3 +828,98 @@ fn a_stray_gradient_in_a_volume_is_caught_at_its_position() {
     let axes = position[..position.find(']').unwrap()].split(", ").count();
     assert_eq!(axes, 5, "the position has the volume's five axes: {report}");
 }
+
+/// The kit's 1-D, unpooling and double-backward references agree with poolgrad on drawn cases
+/// (ties, NaN, `-inf`, padding, dilation, ceil mode; crowded indices with repeats for the
+/// unpoolings), bit for bit in f64.
+#[test]
+fn the_line_and_unpooling_references_agree_with_poolgrad() {
+    use ndarray::{Array3, Array4, Array5};
+    use poolgrad::testing::reference;
+    let same = |a: &[f64], b: &[f64]| {
+        a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    };
+    let mut runner = TestRunner::new(Config { cases: 96, ..Config::default() });
+    let strategy =
+        (1usize..=2, 1usize..=3, 1usize..=9, 1usize..=4, 1usize..=3, 1usize..=2, any::<u64>(), any::<bool>());
+    runner
+        .run(&strategy, |(n, c, l, k, s, dil, seed, ceil)| {
+            let mut state = seed | 1;
+            let mut next = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            };
+            let x = Array3::from_shape_simple_fn((n, c, l), || match next() % 10 {
+                0 => f64::NAN,
+                1 => f64::NEG_INFINITY,
+                r => (r % 4) as f64,
+            });
+            let p = poolgrad::MaxPool1dParams::new([k])
+                .with_stride([s])
+                .with_padding([k / 2])
+                .with_dilation([dil])
+                .with_ceil_mode(ceil);
+            match reference::max_pool1d_with_indices(&x, &p) {
+                Ok((v, i)) => {
+                    let got = poolgrad::max_pool1d_with_indices(&x, &p).unwrap();
+                    prop_assert!(same(v.as_slice().unwrap(), got.output.as_slice().unwrap()));
+                    prop_assert_eq!(&i, &got.indices);
+                    let g = v.mapv(|v| if v.is_nan() { 0.5 } else { v + 0.25 });
+                    let want = reference::max_pool1d_backward(&g, &x, &i).unwrap();
+                    let gx = poolgrad::max_pool1d_with_indices_backward(&g, &x, &i, &p).unwrap();
+                    prop_assert!(same(want.as_slice().unwrap(), gx.as_slice().unwrap()));
+                }
+                Err(_) => prop_assert!(poolgrad::max_pool1d_with_indices(&x, &p).is_err()),
+            }
+            let (v, i) = reference::adaptive_max_pool1d(&x, l + 1 - l / 2).unwrap();
+            let got = poolgrad::adaptive_max_pool1d(&x, l + 1 - l / 2).unwrap();
+            prop_assert!(same(v.as_slice().unwrap(), got.output.as_slice().unwrap()));
+            prop_assert_eq!(&i, &got.indices);
+
+            // Unpooling [n, c, l, k] to [l + 1, s + 1] with crowded indices (repeats of different
+            // values), its backward and the double backward; then the 3-D forms.
+            let full = (l + 1) * (s + 1);
+            let y = Array4::from_shape_simple_fn((n, c, l, k), || (next() % 7) as f64 - 3.0);
+            let idx = Array4::from_shape_simple_fn((n, c, l, k), || (next() % full.min(3 + l) as u64) as i64);
+            let want = reference::max_unpool2d(&y, &idx, [l + 1, s + 1]).unwrap();
+            let got = poolgrad::max_unpool2d(&y, &idx, [l + 1, s + 1]).unwrap();
+            prop_assert!(same(want.as_slice().unwrap(), got.as_slice().unwrap()));
+            let g = Array4::from_shape_simple_fn((n, c, l + 1, s + 1), || (next() % 9) as f64);
+            let want = reference::max_unpool2d_backward(&g, &idx).unwrap();
+            prop_assert!(same(
+                want.as_slice().unwrap(),
+                poolgrad::max_unpool2d_backward(&g, &idx).unwrap().as_slice().unwrap()
+            ));
+            let want = reference::max_pool2d_double_backward(&g, &idx).unwrap();
+            prop_assert!(same(
+                want.as_slice().unwrap(),
+                poolgrad::max_pool2d_double_backward(&g, &idx).unwrap().as_slice().unwrap()
+            ));
+            let y5 = y.clone().into_shape_with_order((n, c, 1, l, k)).unwrap();
+            let idx5 = idx.clone().into_shape_with_order((n, c, 1, l, k)).unwrap();
+            let g5 = Array5::from_shape_simple_fn((n, c, 2, l + 1, s + 1), || (next() % 9) as f64);
+            let want = reference::max_unpool3d(&y5, &idx5, [2, l + 1, s + 1]).unwrap();
+            prop_assert!(same(
+                want.as_slice().unwrap(),
+                poolgrad::max_unpool3d(&y5, &idx5, [2, l + 1, s + 1]).unwrap().as_slice().unwrap()
+            ));
+            let want = reference::max_unpool3d_backward(&g5, &idx5).unwrap();
+            prop_assert!(same(
+                want.as_slice().unwrap(),
+                poolgrad::max_unpool3d_backward(&g5, &idx5).unwrap().as_slice().unwrap()
+            ));
+            let want = reference::max_pool3d_double_backward(&g5, &idx5).unwrap();
+            prop_assert!(same(
+                want.as_slice().unwrap(),
+                poolgrad::max_pool3d_double_backward(&g5, &idx5).unwrap().as_slice().unwrap()
+            ));
+            Ok(())
+        })
+        .unwrap();
+    // An index outside its plane is the reference's error too.
+    let e = reference::max_unpool2d(&ndarray::array![[[1.0f32]]], &ndarray::array![[[4i64]]], [2, 2])
+        .unwrap_err();
+    assert!(matches!(e, poolgrad::Error::IndexOutOfRange { value: 4, plane: 4, .. }), "{e:?}");
+}

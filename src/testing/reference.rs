@@ -1,5 +1,8 @@
-//! Reference implementations of the six operations, and of the 3-D poolings
-//! ([`max_pool3d_with_indices`], [`adaptive_max_pool3d`], [`max_pool3d_backward`]): obvious
+//! Reference implementations of the six operations, of the 3-D and 1-D poolings
+//! ([`max_pool3d_with_indices`], [`adaptive_max_pool3d`], [`max_pool3d_backward`],
+//! [`max_pool1d_with_indices`], [`adaptive_max_pool1d`], [`max_pool1d_backward`]), of max
+//! unpooling ([`max_unpool2d`], [`max_unpool3d`] and their backwards) and of the double
+//! backwards ([`max_pool2d_double_backward`], [`max_pool3d_double_backward`]): obvious
 //! loops, sums in `f64`, written from the definitions and not from the kernels. They are the
 //! definition of the semantics; use them to check any implementation (this crate's kernels
 //! included).
@@ -558,4 +561,321 @@ pub fn max_pool3d_backward<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
     }
     let data = sums.into_iter().map(T::round_from_f64).collect();
     alloc::into_array("reference", "grad_input", data, self_.shape())
+}
+
+// The 1-D poolings: the same rules along one axis.
+
+/// A 1-D pooling of `input` (`[N, C, L]` or `[C, L]`), line by line: `adaptive` to `size`, or with
+/// `params`.
+fn forward1d<T: PoolFloat, D: Dimension>(
+    input: &ArrayRef<T, D>,
+    size: usize,
+    params: Option<&crate::MaxPool1dParams>,
+) -> Result<(Array<T, D>, Array<i64, D>)> {
+    let [n, c, l] = crate::shape::line_dims("reference", "input", input.shape())?;
+    let out = match params {
+        Some(p) => p.output_size_for("reference", "input", [l])?[0],
+        None if size == 0 => {
+            return Err(Error::InvalidParameter {
+                op: "reference",
+                arg: "output_size",
+                expected: "at least 1".into(),
+                got: "0".into(),
+            });
+        }
+        None => size,
+    };
+    let x = input.as_standard_layout();
+    let xs = x.as_slice().unwrap_or(&[]);
+    let taps = |o: usize| match params {
+        Some(p) => axis_taps(o, l, None, [p.kernel()[0], p.stride()[0], p.padding()[0], p.dilation()[0]]),
+        None => axis_taps(o, l, Some(out), [0; 4]),
+    };
+    let len = (n * c).checked_mul(out).ok_or_else(|| Error::Overflow {
+        op: "reference",
+        arg: "output",
+        what: format!("{n} x {c} x {out}"),
+    })?;
+    let mut values = crate::alloc::zeroed_vec::<T>("reference", "output", len)?;
+    let mut indices = crate::alloc::zeroed_vec::<i64>("reference", "indices", len)?;
+    for (e, (v, i)) in values.iter_mut().zip(indices.iter_mut()).enumerate() {
+        let (line, o) = (e / out, e % out);
+        let taps = taps(o);
+        let (mut best, mut at) = (f64::NEG_INFINITY, taps[0]);
+        for t in taps {
+            let value = xs[line * l + t].to_f64_exact();
+            if value > best || value.is_nan() {
+                (best, at) = (value, t);
+            }
+        }
+        *v = xs[line * l + at];
+        *i = at as i64;
+    }
+    let dims = crate::op::unpooled_dims(input.shape(), [out]);
+    Ok((
+        alloc::into_array("reference", "output", values, &dims)?,
+        alloc::into_array("reference", "indices", indices, &dims)?,
+    ))
+}
+
+/// Reference 1-D max pooling with indices of `[N, C, L]` or `[C, L]`: `(values, indices)`, each
+/// window scanned in order, indices flat in the line.
+///
+/// ```
+/// use ndarray::array;
+/// use poolgrad::MaxPool1dParams;
+/// let x = array![[[1.0f32, 5.0, 2.0, 5.0, 0.0]]];
+/// let (v, i) = poolgrad::testing::reference::max_pool1d_with_indices(&x, &MaxPool1dParams::new([2]).with_stride([2]))?;
+/// assert_eq!((v, i), (array![[[5.0, 5.0]]], array![[[1, 3]]]));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// A rank other than 2 or 3, an empty `C` or `L`, and the parameter errors of
+/// [`MaxPoolParams::output_size`](crate::MaxPoolParams::output_size).
+pub fn max_pool1d_with_indices<T: PoolFloat, D: Dimension>(
+    input: &ArrayRef<T, D>,
+    params: &crate::MaxPool1dParams,
+) -> Result<(Array<T, D>, Array<i64, D>)> {
+    forward1d(input, 0, Some(params))
+}
+
+/// Reference adaptive 1-D max pooling of `[N, C, L]` or `[C, L]` to `output_size` windows.
+///
+/// ```
+/// use ndarray::array;
+/// let x = array![[1.0f32, 3.0, 2.0]];
+/// let (v, i) = poolgrad::testing::reference::adaptive_max_pool1d(&x, 2)?;
+/// assert_eq!((v, i), (array![[3.0, 3.0]], array![[1, 1]]));
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// A rank other than 2 or 3, an empty `C` or `L`, an output size of 0.
+pub fn adaptive_max_pool1d<T: PoolFloat, D: Dimension>(
+    input: &ArrayRef<T, D>,
+    output_size: usize,
+) -> Result<(Array<T, D>, Array<i64, D>)> {
+    forward1d(input, output_size, None)
+}
+
+/// Reference backward of the 1-D poolings (adaptive or not: the indices say where): each
+/// gradient added at its index, the sums formed in `f64` and rounded to `T` once.
+///
+/// ```
+/// use ndarray::array;
+/// let x = array![[0.0f32, 0.0, 0.0]];
+/// let gx = poolgrad::testing::reference::max_pool1d_backward(&array![[1.5f32, 2.0]], &x, &array![[1i64, 1]])?;
+/// assert_eq!(gx, array![[0.0, 3.5, 0.0]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// A rank other than 2 or 3, shapes that disagree, an index outside its line.
+pub fn max_pool1d_backward<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+    grad_output: &ArrayRef<T, D>,
+    self_: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    let [n, c, l] = crate::shape::line_dims("reference", "self_", self_.shape())?;
+    let [.., out] = crate::shape::line_dims("reference", "grad_output", grad_output.shape())?;
+    let pooled = crate::op::unpooled_dims(self_.shape(), [out]);
+    crate::shape::same_shape("reference", "grad_output", grad_output.shape(), &pooled)?;
+    crate::shape::same_shape("reference", "indices", indices.shape(), &pooled)?;
+    let mut sums = crate::alloc::zeroed_vec::<f64>("reference", "grad_input", n * c * l)?;
+    for (e, (g, i)) in grad_output.iter().zip(indices.iter()).enumerate() {
+        let at = i.flat_in(l).ok_or_else(|| Error::IndexOutOfRange {
+            op: "reference",
+            arg: "indices",
+            position: crate::tensor::position_in(e, &pooled),
+            value: i.to_i64(),
+            plane: l,
+        })?;
+        sums[(e / out.max(1)) * l + at] += g.to_f64_exact();
+    }
+    let data = sums.into_iter().map(T::round_from_f64).collect();
+    alloc::into_array("reference", "grad_input", data, self_.shape())
+}
+
+// Max unpooling and the double backward: values moved between pooled positions and the flat
+// positions their indices address, over `N` spatial axes.
+
+/// `(planes, pooled, full)` of an indexed operation whose pooled side has shape `pooled_shape`
+/// and whose full side has spatial size `full` (checked: ranks, non-empty `C`).
+fn indexed_sizes<const N: usize>(pooled_shape: &[usize], full: [usize; N]) -> Result<(usize, usize, usize)> {
+    let (n, c, sizes) = crate::shape::spatial_dims::<N>("reference", "indices", pooled_shape)?;
+    Ok((n * c, sizes.iter().product(), full.iter().product()))
+}
+
+/// The flat position of index `i` (element `e` of indices shaped `shape`) in a plane of `full`.
+fn flat_index<I: ArgmaxIndex>(i: I, e: usize, shape: &[usize], full: usize) -> Result<usize> {
+    i.flat_in(full).ok_or_else(|| Error::IndexOutOfRange {
+        op: "reference",
+        arg: "indices",
+        position: crate::tensor::position_in(e, shape),
+        value: i.to_i64(),
+        plane: full,
+    })
+}
+
+/// Max unpooling over `N` axes: each value written at its index (the last of equal indices in a
+/// plane wins), zero elsewhere.
+fn unpool<T: PoolFloat, I: ArgmaxIndex, D: Dimension, const N: usize>(
+    input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    output_size: [usize; N],
+) -> Result<Array<T, D>> {
+    crate::shape::same_shape("reference", "indices", indices.shape(), input.shape())?;
+    let (planes, pooled, full) = indexed_sizes(input.shape(), output_size)?;
+    let mut out = crate::alloc::zeroed_vec::<T>("reference", "output", planes * full)?;
+    for (e, (&v, &i)) in input.iter().zip(indices.iter()).enumerate() {
+        let at = flat_index(i, e, indices.shape(), full)?;
+        out[(e / pooled.max(1)) * full + at] = v;
+    }
+    alloc::into_array("reference", "output", out, &crate::op::unpooled_dims(input.shape(), output_size))
+}
+
+/// A gather over `N` axes: element `e` reads `full[idx[e]]` of its plane; with `last_only`, only
+/// the last of equal indices in a plane reads, the others are zero.
+fn gather<T: PoolFloat, I: ArgmaxIndex, D: Dimension, const N: usize>(
+    full_side: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    last_only: bool,
+) -> Result<Array<T, D>> {
+    let (_, _, sizes) = crate::shape::spatial_dims::<N>("reference", "grad_output", full_side.shape())?;
+    let expected = crate::op::unpooled_dims(indices.shape(), sizes);
+    crate::shape::same_shape("reference", "grad_output", full_side.shape(), &expected)?;
+    let (_, pooled, full) = indexed_sizes(indices.shape(), sizes)?;
+    let src = full_side.as_standard_layout();
+    let src = src.as_slice().unwrap_or(&[]);
+    let idx: Vec<I> = indices.iter().copied().collect();
+    let mut out = crate::alloc::zeroed_vec::<T>("reference", "grad_input", idx.len())?;
+    let mut later = std::collections::HashSet::new();
+    for e in (0..idx.len()).rev() {
+        let plane = e / pooled.max(1);
+        let at = plane * full + flat_index(idx[e], e, indices.shape(), full)?;
+        if !last_only || later.insert(at) {
+            out[e] = src[at];
+        }
+    }
+    alloc::into_array("reference", "grad_input", out, indices.shape())
+}
+
+/// Reference 2-D max unpooling of `[N, C, H, W]` or `[C, H, W]` to `output_size`: each value
+/// written at its flat index in its plane, the last of equal indices winning, zero elsewhere.
+///
+/// ```
+/// use ndarray::array;
+/// let y = poolgrad::testing::reference::max_unpool2d(&array![[[1.0f32, 2.0]]], &array![[[3i64, 3]]], [2, 2])?;
+/// assert_eq!(y, array![[[0.0, 0.0], [0.0, 2.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// Ranks other than 3 or 4, shapes that disagree, an index outside its plane.
+pub fn max_unpool2d<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+    input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    output_size: [usize; 2],
+) -> Result<Array<T, D>> {
+    unpool(input, indices, output_size)
+}
+
+/// Reference 3-D max unpooling of `[N, C, D, H, W]` or `[C, D, H, W]` ([`max_unpool2d`]'s rule
+/// over volumes).
+///
+/// ```
+/// use ndarray::Array5;
+/// let (x, i) = (Array5::from_elem((1, 1, 1, 1, 1), 4.0f32), Array5::from_elem((1, 1, 1, 1, 1), 7i64));
+/// let y = poolgrad::testing::reference::max_unpool3d(&x, &i, [2, 2, 2])?;
+/// assert_eq!(y[[0, 0, 1, 1, 1]], 4.0);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool2d`], for ranks 4 and 5.
+pub fn max_unpool3d<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+    input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    output_size: [usize; 3],
+) -> Result<Array<T, D>> {
+    unpool(input, indices, output_size)
+}
+
+/// Reference backward of [`max_unpool2d`]: each element reads the gradient at its index, but
+/// only the last of equal indices in a plane (the one the forward wrote); the others get 0.
+///
+/// ```
+/// use ndarray::array;
+/// let g = array![[[0.0f32, 0.0], [0.0, 5.0]]];
+/// let gx = poolgrad::testing::reference::max_unpool2d_backward(&g, &array![[[3i64, 3]]])?;
+/// assert_eq!(gx, array![[[0.0, 5.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool2d`].
+pub fn max_unpool2d_backward<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+    grad_output: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    gather::<T, I, D, 2>(grad_output, indices, true)
+}
+
+/// Reference backward of [`max_unpool3d`] ([`max_unpool2d_backward`]'s rule over volumes).
+///
+/// ```
+/// use ndarray::Array5;
+/// let g = Array5::from_shape_fn((1, 1, 1, 1, 2), |(.., w)| w as f32 + 1.0);
+/// let gx = poolgrad::testing::reference::max_unpool3d_backward(&g, &Array5::from_elem((1, 1, 1, 1, 1), 1i64))?;
+/// assert_eq!(gx[[0, 0, 0, 0, 0]], 2.0);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool3d`].
+pub fn max_unpool3d_backward<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+    grad_output: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    gather::<T, I, D, 3>(grad_output, indices, true)
+}
+
+/// Reference double backward of a 2-D max pooling: each pooled element reads the second-order
+/// gradient at its arg-max (every element, repeated indices included).
+///
+/// ```
+/// use ndarray::array;
+/// let ggx = array![[[0.0f32, 0.0], [0.0, 5.0]]];
+/// let ggo = poolgrad::testing::reference::max_pool2d_double_backward(&ggx, &array![[[3i64, 3]]])?;
+/// assert_eq!(ggo, array![[[5.0, 5.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool2d`].
+pub fn max_pool2d_double_backward<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+    grad_grad_input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    gather::<T, I, D, 2>(grad_grad_input, indices, false)
+}
+
+/// Reference double backward of a 3-D max pooling ([`max_pool2d_double_backward`] over volumes).
+///
+/// ```
+/// use ndarray::Array5;
+/// let ggx = Array5::from_shape_fn((1, 1, 1, 1, 2), |(.., w)| w as f32 + 1.0);
+/// let ggo = poolgrad::testing::reference::max_pool3d_double_backward(&ggx, &Array5::from_elem((1, 1, 1, 1, 2), 1i64))?;
+/// assert_eq!(ggo.iter().copied().collect::<Vec<_>>(), [2.0, 2.0]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool3d`].
+pub fn max_pool3d_double_backward<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+    grad_grad_input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    gather::<T, I, D, 3>(grad_grad_input, indices, false)
 }
