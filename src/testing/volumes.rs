@@ -205,7 +205,9 @@ fn check_forward_exact<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
 
 /// The 3-D backward of a case against the reference, the invariants and linearity.
 fn check_backward_3d<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
-    (grad_output, input, indices): (&Array<T, D>, &Array<T, D>, &Array<I, D>),
+    grad_output: &Array<T, D>,
+    input: &Array<T, D>,
+    indices: &Array<I, D>,
     backward: impl Fn(&Array<T, D>) -> Array<T, D>,
 ) -> Result<(), Mismatch> {
     let reference = reference::max_pool3d_backward(grad_output, input, indices).map_err(reference_failed)?;
@@ -247,7 +249,7 @@ impl<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim> Adaptive3dCase<T, I, D> {
     /// # Errors
     /// The first [`Mismatch`].
     pub fn check_backward(&self, backward: impl Fn(&Array<T, D>) -> Array<T, D>) -> Result<(), Mismatch> {
-        check_backward_3d((&self.grad_output, &self.input, &self.indices), backward)
+        check_backward_3d(&self.grad_output, &self.input, &self.indices, backward)
     }
 }
 
@@ -276,6 +278,6 @@ impl<T: PoolFloat, I: ArgmaxIndex, D: VolumeDim> MaxPool3dCase<T, I, D> {
     /// # Errors
     /// The first [`Mismatch`].
     pub fn check_backward(&self, backward: impl Fn(&Array<T, D>) -> Array<T, D>) -> Result<(), Mismatch> {
-        check_backward_3d((&self.grad_output, &self.input, &self.indices), backward)
+        check_backward_3d(&self.grad_output, &self.input, &self.indices, backward)
     }
 }
