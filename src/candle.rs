@@ -10,6 +10,14 @@
 //! [`Tensor::backward`] runs poolgrad's backward, PyTorch's rule: the first maximum of a window
 //! takes its whole gradient; f16 and bf16 gradients are summed in f32 and rounded once.
 //!
+//! **Second order.** The backward of the forwards with indices (every function here but the
+//! mask one) is itself a recorded operation whose gradient is the double backward (the gradient
+//! of the second-order term read at each arg-max), so gradient penalties and Hessian-vector
+//! products flow through the pooling. candle detaches every gradient unless the environment
+//! variable `CANDLE_GRAD_DO_NOT_DETACH` is set when a thread first runs a backward (its
+//! backprop calls second order "out of scope"); without it, gradients are first order as in any
+//! candle model. Third order is candle's `BackwardNotSupported` error.
+//!
 //! ```
 //! use candle_core::{Device, Var};
 //! use poolgrad::MaxPool2dParams;
@@ -391,10 +399,82 @@ impl CustomOp1 for IndexedOp {
 
     gpu_storage_is_an_error!();
 
+    /// The backward as a recorded operation of its own ([`GradientOp`]), so that it is itself
+    /// differentiable in `grad_res`.
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let indices = stashed(&self.indices, self.op)?;
-        backward_with_indices(self.op, grad_res, arg, indices, self.pooling.backward()).map(Some)
+        let indices = stashed(&self.indices, self.op)?.clone();
+        let which = self.pooling.backward();
+        grad_res.apply_op1(GradientOp { op: self.op, which, x: arg.clone(), indices }).map(Some)
     }
+}
+
+/// The backward of an [`IndexedOp`], recorded by candle on the gradient it maps: linear in
+/// `grad_output`, with the double backward as its own gradient ([`DoubleBackwardOp`]). candle
+/// detaches gradients unless `CANDLE_GRAD_DO_NOT_DETACH` is set; with it set, second-order
+/// gradients (a gradient penalty, a Hessian-vector product) flow through the pooling.
+struct GradientOp {
+    op: &'static str,
+    which: Unpooling,
+    x: Tensor,
+    indices: Tensor,
+}
+
+impl CustomOp1 for GradientOp {
+    fn name(&self) -> &'static str {
+        self.op
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let op = self.op;
+        let (x_storage, x_layout) = self.x.storage_and_layout();
+        let (idx_storage, idx_layout) = self.indices.storage_and_layout();
+        let (x_cpu, idx_cpu) = (cpu_storage(&x_storage, op, "x")?, cpu_storage(&idx_storage, op, "indices")?);
+        with_float_type!(storage.dtype(), op, "grad_output", T => {
+            with_index_type!(self.indices.dtype(), op, "indices", I => {
+                let grad = cpu_view::<T>(storage, layout, op, "grad_output")?;
+                let x = cpu_view::<T>(x_cpu, x_layout, op, "x")?;
+                let idx = cpu_view::<I>(idx_cpu, idx_layout, op, "indices")?;
+                Ok(into_storage(self.which.backward(op, &grad, &x, &idx).map_err(wrap)?))
+            })
+        })
+    }
+
+    gpu_storage_is_an_error!();
+
+    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let double = DoubleBackwardOp { op: self.op, which: self.which, indices: self.indices.clone() };
+        grad_res.apply_op1(double).map(Some)
+    }
+}
+
+/// The gradient of a [`GradientOp`] with respect to its `grad_output`: the double backward, a
+/// gather at the arg-max. Its own gradient (third order) is not provided: candle reports
+/// `BackwardNotSupported`.
+struct DoubleBackwardOp {
+    op: &'static str,
+    which: Unpooling,
+    indices: Tensor,
+}
+
+impl CustomOp1 for DoubleBackwardOp {
+    fn name(&self) -> &'static str {
+        self.op
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let op = self.op;
+        let (idx_storage, idx_layout) = self.indices.storage_and_layout();
+        let idx_cpu = cpu_storage(&idx_storage, op, "indices")?;
+        with_float_type!(storage.dtype(), op, "grad", T => {
+            with_index_type!(self.indices.dtype(), op, "indices", I => {
+                let gg = cpu_view::<T>(storage, layout, op, "grad")?;
+                let idx = cpu_view::<I>(idx_cpu, idx_layout, op, "indices")?;
+                Ok(into_storage(self.which.double_backward(op, &gg, &idx).map_err(wrap)?))
+            })
+        })
+    }
+
+    gpu_storage_is_an_error!();
 }
 
 impl<L: MaskLayout> CustomOp1 for MaskOp<L> {

@@ -497,3 +497,88 @@ fn volumes_and_lines_through_candle_autograd() -> Result {
     );
     Ok(())
 }
+
+/// Second order through the pooling: a gradient penalty `Σ (∂L/∂x)²` with `L = Σ y·w` and `w` a
+/// variable. `∂L/∂x` is the backward of `w` (summed where windows overlap) and the penalty's
+/// gradient with respect to `w` is `2·(∂L/∂x)` read at each output's arg-max: the double
+/// backward. Computed here with plain loops over the forward's indices, for overlapping 2-D
+/// windows, 1-D and 3-D poolings. candle keeps the graph of a gradient only with
+/// `CANDLE_GRAD_DO_NOT_DETACH` set, read once per thread: [`second_order_runs_in_its_own_process`]
+/// runs this test in a child process with it set.
+#[test]
+#[ignore = "needs CANDLE_GRAD_DO_NOT_DETACH=1; run by second_order_runs_in_its_own_process"]
+fn second_order_gradients_flow_through_the_pooling() -> Result {
+    assert!(
+        std::env::var("CANDLE_GRAD_DO_NOT_DETACH").is_ok_and(|v| v == "1"),
+        "run with CANDLE_GRAD_DO_NOT_DETACH=1"
+    );
+    let x_values: Vec<f64> = (0..60).map(|i| ((i * 37) % 61) as f64 - 30.0).collect();
+    type Pool = fn(&Tensor) -> Result<(Tensor, Tensor)>;
+    let cases: [(&str, Vec<usize>, Pool); 3] = [
+        ("2-D k3 s1", vec![1, 2, 5, 6], |x| {
+            poolgrad::candle::max_pool2d_with_indices(x, &MaxPool2dParams::new([3, 3]).with_stride([1, 1]))
+        }),
+        ("1-D k3 s2 p1", vec![2, 3, 10], |x| {
+            poolgrad::candle::max_pool1d_with_indices(
+                x,
+                &poolgrad::MaxPool1dParams::new([3]).with_stride([2]).with_padding([1]),
+            )
+        }),
+        ("3-D adaptive", vec![1, 3, 4, 5, 1], |x| {
+            poolgrad::candle::adaptive_max_pool3d_with_indices(x, [3, 2, 1])
+        }),
+    ];
+    for (name, shape, pool) in cases {
+        let x = var(&x_values, &shape, DType::F64)?;
+        let (y, indices) = pool(&x)?;
+        let w_values: Vec<f64> = (0..y.elem_count()).map(|i| ((i * 5) % 7) as f64 - 3.0).collect();
+        let w = var(&w_values, y.dims(), DType::F64)?;
+        let loss = (&y * w.as_tensor())?.sum_all()?;
+        let gx = loss.backward()?.get(&x).expect("x takes part").clone();
+        let penalty = gx.sqr()?.sum_all()?;
+        let gw = flat::<f64>(penalty.backward()?.get(&w).expect("w takes part in the penalty"))?;
+        // The plain loops: ∂L/∂x by scatter-adding w at the indices, then 2·(∂L/∂x)[idx].
+        let idx = flat::<i64>(&indices)?;
+        let (plane, per) = (x_values.len() / (shape[0] * shape[1]), w_values.len() / (shape[0] * shape[1]));
+        let mut dx = vec![0.0; x_values.len()];
+        for (e, &i) in idx.iter().enumerate() {
+            dx[(e / per) * plane + i as usize] += w_values[e];
+        }
+        assert_eq!(flat::<f64>(&gx)?, dx, "{name}: first order");
+        let want: Vec<f64> =
+            idx.iter().enumerate().map(|(e, &i)| 2.0 * dx[(e / per) * plane + i as usize]).collect();
+        assert_eq!(gw, want, "{name}: the penalty's gradient with respect to w");
+    }
+    Ok(())
+}
+
+/// Runs [`second_order_gradients_flow_through_the_pooling`] in a child process of this test
+/// binary with `CANDLE_GRAD_DO_NOT_DETACH=1` (candle reads it once per thread, at its first
+/// backward; setting it in a running test would race the other tests).
+#[test]
+fn second_order_runs_in_its_own_process() {
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["second_order_gradients_flow_through_the_pooling", "--exact", "--ignored", "--nocapture"])
+        .env("CANDLE_GRAD_DO_NOT_DETACH", "1")
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("1 passed"), "the child ran no test:\n{stdout}");
+}
+
+/// Without `CANDLE_GRAD_DO_NOT_DETACH`, candle detaches gradients: the first-order gradient is
+/// the same, and it carries no graph (a penalty built on it does not reach `w`).
+#[test]
+fn without_the_setting_first_order_is_unchanged() -> Result {
+    if std::env::var("CANDLE_GRAD_DO_NOT_DETACH").is_ok() {
+        return Ok(());
+    }
+    let x = var(&[1.0, 5.0, 2.0, 4.0], &[1, 1, 2, 2], DType::F32)?;
+    let y = poolgrad::candle::max_pool2d(&x, &MaxPool2dParams::new([1, 2]))?;
+    let w = var(&[3.0, -2.0], y.dims(), DType::F32)?;
+    let gx = (&y * w.as_tensor())?.sum_all()?.backward()?.get(&x).expect("x takes part").clone();
+    assert_eq!(flat::<f32>(&gx)?, [0.0, 3.0, 0.0, -2.0]);
+    assert!(gx.sqr()?.sum_all()?.backward()?.get(&w).is_none(), "a detached gradient has no graph");
+    Ok(())
+}
