@@ -2,7 +2,8 @@
 """Companion of benches/torch-anchor/bench.py: times, on the same cases, what the anchor does
 not: PyTorch's backward writing into a preallocated gradient (the `.grad_input` out= overload,
 which is what poolgrad's plan API does), and the forwards (`adaptive_max_pool2d`,
-`max_pool2d_with_indices` and their 3-D twins), allocating and out=.
+`max_pool2d_with_indices`, their 3-D twins, `max_pool1d_with_indices` and `max_unpool2d`),
+allocating and out=.
 
 Usage: python benches/torch_extra.py [threads] [comma-separated case names]
 Prints one JSON line per case and variant: name, variant, median_s."""
@@ -46,6 +47,28 @@ for name, kind, dt, shape, p in CASES:
         fwd = lambda: F.max_pool3d(x, k, s, pad, ceil_mode=ceil, return_indices=True)
         fwd_out = lambda: torch.ops.aten.max_pool3d_with_indices.out(
             x, [k] * 3, [s] * 3, [pad] * 3, [1] * 3, ceil, out=o2, indices=i2)
+    elif kind == "maxpool1d":
+        k, s, pad, ceil = p
+        out, idx = F.max_pool1d(x, k, s, pad, ceil_mode=ceil, return_indices=True)
+        g = torch.randn(out.shape).to(DT[dt])
+        gi = torch.empty_like(x)
+        x4, g4, idx4 = x.unsqueeze(-2), g.unsqueeze(-2), idx.unsqueeze(-2)
+        bwd_out = lambda: torch.ops.aten.max_pool2d_with_indices_backward.grad_input(
+            g4, x4, [1, k], [1, s], [0, pad], [1, 1], ceil, idx4, grad_input=gi.unsqueeze(-2))
+        o2, i2 = torch.empty_like(out), torch.empty_like(idx)
+        fwd = lambda: F.max_pool1d(x, k, s, pad, ceil_mode=ceil, return_indices=True)
+        fwd_out = lambda: torch.ops.aten.max_pool2d_with_indices.out(
+            x4, [1, k], [1, s], [0, pad], [1, 1], ceil, out=o2.unsqueeze(-2), indices=i2.unsqueeze(-2))
+    elif kind == "unpool2d":
+        k = p[0]
+        y, idx = F.max_pool2d(x, k, k, return_indices=True)
+        g = torch.randn(x.shape).to(DT[dt])
+        gi = torch.empty_like(y)
+        bwd_out = lambda: torch.gather(g.flatten(2), 2, idx.flatten(2), out=gi.view(gi.shape[0], gi.shape[1], -1))
+        o2 = torch.empty_like(x)
+        size = list(x.shape[-2:])
+        fwd = lambda: F.max_unpool2d(y, idx, k, k, output_size=size)
+        fwd_out = lambda: torch.ops.aten.max_unpool2d.out(y, idx, size, out=o2)
     else:
         k, s, pad, ceil = p
         out, idx = F.max_pool2d(x, k, s, pad, ceil_mode=ceil, return_indices=True)

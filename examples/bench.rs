@@ -24,16 +24,17 @@
 
 use std::time::Instant;
 
-use ndarray::{Array4, Array5, ArrayD, IxDyn};
+use ndarray::{Array3, Array4, Array5, ArrayD, IxDyn};
 use poolgrad::device::cpu::{Cpu, Parallelism};
 use poolgrad::op::{
     AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, AdaptiveMaxPool3d, AdaptiveMaxPool3dBackward,
-    MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward,
-    MaxPool3dWithIndices, MaxPool3dWithIndicesBackward,
+    MaxPool2dDoubleBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask,
+    MaxPool2dWithMaskBackward, MaxPool3dWithIndices, MaxPool3dWithIndicesBackward, MaxUnpool2d,
+    MaxUnpool2dBackward,
 };
 use poolgrad::{
-    Bitmask, I32Argmax, MaskLayout, MaskMut, MaskRef, MaxPool2dParams, MaxPool3dParams, Plan, PoolFloat,
-    TensorMut, TensorRef, Workspace,
+    Bitmask, I32Argmax, MaskLayout, MaskMut, MaskRef, MaxPool1dParams, MaxPool2dParams, MaxPool3dParams,
+    Plan, PoolFloat, TensorMut, TensorRef, Workspace,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -86,6 +87,15 @@ const VOLUME_CASES: [(&str, DType, [usize; 5], Kind); 3] = [
     ),
     ("adaptive3d_video_f32", DType::F32, [8, 64, 16, 56, 56], Kind::Adaptive([7, 7])),
 ];
+
+/// A 1-D case, also in the anchor: a batch of sequences (16 x 256 channels x 8000 steps, a
+/// second of 8 kHz audio features) pooled k3 s2 p1.
+const LINE_CASE: (&str, [usize; 3], [usize; 3]) = ("maxpool1d_audio_f32", [16, 256, 8000], [3, 2, 1]);
+
+/// An unpooling case, also in the anchor: SegNet's decoder unpooling a k2 s2 pooling of
+/// `[8, 64, 224, 224]`; the backward row times the unpooling's backward (a gather of the last of
+/// equal indices), `fwd_` the unpooling, `double_backward_` the pooling's double backward.
+const UNPOOL_CASE: (&str, [usize; 4]) = ("unpool2d_segnet_f32", [8, 64, 224, 224]);
 
 struct Args {
     threads: usize,
@@ -804,6 +814,165 @@ fn run_volume_case<T: PoolFloat>(
     }
 }
 
+/// The 1-D case: the backward (`name`) and the forward (`fwd_name`), through the plan API and
+/// the allocating function, with their floors.
+fn run_line_case(cpu: &Cpu, reps: usize, selected: &dyn Fn(&str) -> bool) {
+    let (name, shape, [k, s, p]) = LINE_CASE;
+    let fwd = format!("fwd_{name}");
+    if !selected(name) && !selected(&fwd) {
+        return;
+    }
+    let params = MaxPool1dParams::new([k]).with_stride([s]).with_padding([p]);
+    let x: Array3<f32> = random::<f32>(&shape, 1).into_dimensionality().expect("3-D");
+    let pooled = poolgrad::max_pool1d_with_indices(&x, &params).unwrap();
+    let [n, c, l] = shape;
+    let lo = pooled.output.shape()[2];
+    let tmin = (n * c) as f64 * (l as f64 * 4.0 + lo as f64 * 12.0);
+    // `median_s` through the `_into` forms on the bench's device: a 1-D pooling has no
+    // descriptor of its own (it plans the 2-D operation on planes one row high).
+    if selected(name) {
+        let g: Array3<f32> = random::<f32>(pooled.output.shape(), 2).into_dimensionality().expect("3-D");
+        let mut gi = Array3::<f32>::zeros(x.raw_dim());
+        // Through `on`, the plan API of a 1-D pooling (its descriptors are the 2-D ones).
+        let t = time(reps, || {
+            poolgrad::on(cpu)
+                .max_pool1d_with_indices_backward_into(&g, &x, &pooled.indices, &params, &mut gi)
+                .unwrap()
+        });
+        let t_fn = (!plan_only()).then(|| {
+            time(reps, || {
+                std::hint::black_box(poolgrad::max_pool1d_with_indices_backward(
+                    &g,
+                    &x,
+                    &pooled.indices,
+                    &params,
+                ))
+                .unwrap();
+            })
+        });
+        let reads = [
+            bytemuck::cast_slice(g.as_slice().unwrap()),
+            bytemuck::cast_slice(pooled.indices.as_slice().unwrap()),
+        ];
+        let t_floor = floors().then(|| floor(reps, gi.as_slice_mut().unwrap(), l, reads));
+        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(gi.as_slice().unwrap())));
+        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
+        report(name, cpu.threads(), t, &fields, tmin);
+    }
+    if selected(&fwd) {
+        let (mut o, mut i) = (pooled.output.clone(), pooled.indices.clone());
+        let t = time(reps, || {
+            poolgrad::on(cpu).max_pool1d_with_indices_into(&x, &params, &mut o, &mut i).unwrap();
+        });
+        let t_fn = (!plan_only()).then(|| {
+            time(reps, || {
+                std::hint::black_box(poolgrad::max_pool1d_with_indices(&x, &params)).unwrap();
+            })
+        });
+        let bytes = size_of_val(o.as_slice().unwrap()) + size_of_val(i.as_slice().unwrap());
+        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, bytes));
+        let outputs = [
+            bytemuck::cast_slice_mut(o.as_slice_mut().unwrap()),
+            bytemuck::cast_slice_mut(i.as_slice_mut().unwrap()),
+        ];
+        let t_floor =
+            floors().then(|| forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), outputs));
+        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
+        report(&fwd, cpu.threads(), t, &fields, tmin);
+    }
+}
+
+/// The unpooling case: its backward (`name`), the unpooling (`fwd_name`) and the pooling's
+/// double backward (`double_backward_name`), through the plan API and the allocating function;
+/// each floor moves what the operation moves (two arrays read, one written) with no arithmetic.
+fn run_unpool_case(cpu: &Cpu, reps: usize, selected: &dyn Fn(&str) -> bool) {
+    let (name, shape) = UNPOOL_CASE;
+    let (fwd, double) = (format!("fwd_{name}"), format!("double_backward_{name}"));
+    if !selected(name) && !selected(&fwd) && !selected(&double) {
+        return;
+    }
+    let x: Array4<f32> = to4(random::<f32>(&shape, 1));
+    let pooled = poolgrad::max_pool2d_with_indices(&x, &MaxPool2dParams::new([2, 2])).unwrap();
+    let (y, idx) = (&pooled.output, &pooled.indices);
+    let size = [shape[2], shape[3]];
+    let (full, outs) = (size[0] * size[1], y.shape()[2] * y.shape()[3]);
+    let planes = (shape[0] * shape[1]) as f64;
+    let tmin = planes * (full as f64 * 4.0 + outs as f64 * 12.0);
+    let mut ws = Workspace::new(cpu, 0).unwrap();
+    let g: Array4<f32> = to4(random::<f32>(&shape, 2));
+    let reads_full =
+        [bytemuck::cast_slice(g.as_slice().unwrap()), bytemuck::cast_slice(idx.as_slice().unwrap())];
+    for (row, which) in [(name.to_string(), 0), (fwd.clone(), 1), (double.clone(), 2)] {
+        if !selected(&row) {
+            continue;
+        }
+        let mut out =
+            if which == 1 { Array4::<f32>::zeros(x.raw_dim()) } else { Array4::<f32>::zeros(y.raw_dim()) };
+        let t = time(reps, || match which {
+            0 => run(
+                Plan::new(
+                    cpu,
+                    MaxUnpool2dBackward {
+                        grad_output: TensorRef::from_array(&g).unwrap(),
+                        indices: TensorRef::from_array(idx).unwrap(),
+                        grad_input: TensorMut::from_array(&mut out).unwrap(),
+                    },
+                )
+                .unwrap(),
+                &mut ws,
+                cpu,
+            ),
+            1 => run(
+                Plan::new(
+                    cpu,
+                    MaxUnpool2d {
+                        input: TensorRef::from_array(y).unwrap(),
+                        indices: TensorRef::from_array(idx).unwrap(),
+                        output_size: size,
+                        output: TensorMut::from_array(&mut out).unwrap(),
+                    },
+                )
+                .unwrap(),
+                &mut ws,
+                cpu,
+            ),
+            _ => run(
+                Plan::new(
+                    cpu,
+                    MaxPool2dDoubleBackward {
+                        grad_grad_input: TensorRef::from_array(&g).unwrap(),
+                        indices: TensorRef::from_array(idx).unwrap(),
+                        grad_grad_output: TensorMut::from_array(&mut out).unwrap(),
+                    },
+                )
+                .unwrap(),
+                &mut ws,
+                cpu,
+            ),
+        });
+        let t_fn = (!plan_only()).then(|| {
+            time(reps, || {
+                std::hint::black_box(match which {
+                    0 => poolgrad::max_unpool2d_backward(&g, idx),
+                    1 => poolgrad::max_unpool2d(y, idx, size),
+                    _ => poolgrad::max_pool2d_double_backward(&g, idx),
+                })
+                .unwrap();
+            })
+        });
+        let reads = if which == 1 {
+            [bytemuck::cast_slice(y.as_slice().unwrap()), bytemuck::cast_slice(idx.as_slice().unwrap())]
+        } else {
+            reads_full
+        };
+        let plane = if which == 1 { full } else { outs };
+        let t_floor = floors().then(|| floor(reps, out.as_slice_mut().unwrap(), plane, reads));
+        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(out.as_slice().unwrap())));
+        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
+        report(&row, cpu.threads(), t, &fields, tmin);
+    }
+}
+
 fn main() {
     let args = match parse_args() {
         Ok(a) => a,
@@ -842,4 +1011,6 @@ fn main() {
             DType::BF16 => run_volume_case::<half::bf16>(&cpu, args.reps, name, shape, kind, &wanted),
         }
     }
+    run_line_case(&cpu, args.reps, &selected);
+    run_unpool_case(&cpu, args.reps, &selected);
 }

@@ -169,6 +169,16 @@ fn errors_name_the_first_bad_index() {
     assert!(matches!(e, Error::ShapeMismatch { op: "max_unpool2d_backward", arg: "grad_output", .. }), "{e}");
     let e = poolgrad::max_pool2d_double_backward(&Array4::<f32>::ones((1, 2, 2, 2)), &idx).unwrap_err();
     assert!(matches!(e, Error::IndexOutOfRange { op: "max_pool2d_double_backward", value: 4, .. }), "{e}");
+    // The unpooling's backward reads each plane from its end; the error is still the first bad
+    // index in row-major order (4, before -1), and the gradient is all zeros.
+    let mut gx = Array4::<f32>::from_elem((1, 2, 1, 3), 9.0);
+    let e =
+        poolgrad::max_unpool2d_backward_into(&Array4::<f32>::ones((1, 2, 2, 2)), &idx, &mut gx).unwrap_err();
+    assert!(
+        matches!(e, Error::IndexOutOfRange { op: "max_unpool2d_backward", value: 4, ref position, .. } if position == &[0, 1, 0, 1]),
+        "{e}"
+    );
+    assert!(gx.iter().all(|&v| v == 0.0), "{gx}");
     let e = poolgrad::max_unpool3d(
         &ArrayD::<f32>::zeros(IxDyn(&[2, 2, 2])),
         &ArrayD::<i64>::zeros(IxDyn(&[2, 2, 2])),

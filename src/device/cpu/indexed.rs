@@ -3,9 +3,9 @@
 //! winning), its backward (each gradient read from its index, kept only for the last of equal
 //! indices, the one the forward wrote) and a max pooling's double backward (each second-order
 //! gradient read at its output's arg-max). Tasks own runs of whole planes, and each plane is
-//! worked by one task in row-major order, so no result depends on the thread count. Each plane's
-//! indices are checked before anything of it is written; the first index outside its plane
-//! (row-major) is the error, and the output is then all zeros.
+//! worked by one task, so no result depends on the thread count. Indices are checked as they are
+//! read, in the one pass that moves the values; the first index outside its plane (row-major) is
+//! the error, and the output is then all zeros.
 
 use super::schedule::{Planes, Planned, Work, runs, task_count};
 use super::{CacheLine, Carver, Cpu, Sizer, task_share};
@@ -108,37 +108,42 @@ fn move_planes<E: PoolFloat, I: ArgmaxIndex>(
 ) -> core::result::Result<(), (usize, i64)> {
     let (src_len, dst_len) = how.lengths(g);
     for (plane, idx) in idx.chunks(g.pooled.max(1)).enumerate() {
-        // Every index of the plane first: nothing of a plane with a bad index is written.
-        if let Some((i, bad)) = idx.iter().enumerate().find(|(_, j)| j.flat_in(g.full).is_none()) {
-            return Err(((first + plane) * g.pooled + i, bad.to_i64()));
-        }
         let s = &src[plane * src_len..(plane + 1) * src_len];
         let d = &mut dst[plane * dst_len..(plane + 1) * dst_len];
-        let at = |j: &I| j.to_usize_wrapping();
+        let bad = |i: usize, j: &I| ((first + plane) * g.pooled + i, j.to_i64());
         match how {
             Move::Scatter => {
                 d.fill(E::zero());
-                for (v, j) in s.iter().zip(idx) {
-                    d[at(j)] = *v;
+                for (i, (v, j)) in s.iter().zip(idx).enumerate() {
+                    let Some(at) = j.flat_in(g.full) else { return Err(bad(i, j)) };
+                    d[at] = *v;
                 }
             }
-            Move::Gather | Move::GatherLast => {
-                for (v, j) in d.iter_mut().zip(idx) {
-                    *v = s[at(j)];
+            Move::Gather => {
+                for (i, (v, j)) in d.iter_mut().zip(idx).enumerate() {
+                    let Some(at) = j.flat_in(g.full) else { return Err(bad(i, j)) };
+                    *v = s[at];
                 }
             }
-        }
-        if how == Move::GatherLast {
-            // From the last index back: one that a later equal index already marked was
-            // overwritten in the forward, and gets nothing.
-            let marks = &mut marks[..g.full.div_ceil(64)];
-            marks.fill(0);
-            for (v, j) in d.iter_mut().zip(idx).rev() {
-                let (word, bit) = (at(j) / 64, 1i64 << (at(j) % 64));
-                if marks[word] & bit != 0 {
-                    *v = E::zero();
+            Move::GatherLast => {
+                // From the last index back: one that a later equal index already marked was
+                // overwritten in the forward, and gets nothing. Scanning backwards, the bad
+                // index reported is the earliest one met.
+                let marks = &mut marks[..g.full.div_ceil(64)];
+                marks.fill(0);
+                let mut earliest = None;
+                for (i, (v, j)) in d.iter_mut().zip(idx).enumerate().rev() {
+                    let Some(at) = j.flat_in(g.full) else {
+                        earliest = Some(bad(i, j));
+                        continue;
+                    };
+                    let (word, bit) = (at / 64, 1i64 << (at % 64));
+                    *v = if marks[word] & bit != 0 { E::zero() } else { s[at] };
+                    marks[word] |= bit;
                 }
-                marks[word] |= bit;
+                if let Some(e) = earliest {
+                    return Err(e);
+                }
             }
         }
     }
