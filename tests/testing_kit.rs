@@ -923,3 +923,61 @@ fn the_line_and_unpooling_references_agree_with_poolgrad() {
         .unwrap_err();
     assert!(matches!(e, poolgrad::Error::IndexOutOfRange { value: 4, plane: 4, .. }), "{e:?}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn poolgrad_max_pool1d_passes_the_kit(
+        case in poolgrad::testing::max_pool1d_cases::<half::bf16, i32, IxDyn>(poolgrad::testing::LineShapes::default(), ParamBounds::default(), Values::WithNan),
+    ) {
+        let p = case.params.expect("a max pooling");
+        let mine = poolgrad::max_pool1d_with_indices_i32(&case.input, &p).unwrap();
+        case.check_forward(&mine.output, &mine.indices)?;
+        case.check_backward(|g| poolgrad::max_pool1d_with_indices_backward(g, &case.input, &case.indices, &p).unwrap())?;
+    }
+
+    #[test]
+    fn poolgrad_adaptive1d_passes_the_kit(
+        case in poolgrad::testing::adaptive1d_cases::<f32, i64, ndarray::Ix3>(poolgrad::testing::LineShapes::default(), Values::Distinct),
+    ) {
+        let mine = poolgrad::adaptive_max_pool1d(&case.input, case.output_size).unwrap();
+        case.check_forward(&mine.output, &mine.indices)?;
+        case.check_backward(|g| poolgrad::adaptive_max_pool1d_backward(g, &case.input, &case.indices).unwrap())?;
+    }
+
+    #[test]
+    fn poolgrad_unpooling_passes_the_kit(
+        case in poolgrad::testing::unpool2d_cases::<half::f16, i64, IxDyn>(Shapes::default(), ParamBounds::default(), Values::Ties),
+    ) {
+        let size = [case.output_size[0], case.output_size[1]];
+        case.check_forward(&poolgrad::max_unpool2d(&case.input, &case.indices, size).unwrap())?;
+        case.check_backward(|g| poolgrad::max_unpool2d_backward(g, &case.indices).unwrap())?;
+        case.check_double_backward(|g| poolgrad::max_pool2d_double_backward(g, &case.indices).unwrap())?;
+    }
+
+    #[test]
+    fn poolgrad_unpooling3d_passes_the_kit(
+        case in poolgrad::testing::unpool3d_cases::<f32, i32, ndarray::Ix4>(VolumeShapes::default(), ParamBounds::default(), Values::WithNan),
+    ) {
+        let size = [case.output_size[0], case.output_size[1], case.output_size[2]];
+        case.check_forward(&poolgrad::max_unpool3d(&case.input, &case.indices, size).unwrap())?;
+        case.check_backward(|g| poolgrad::max_unpool3d_backward(g, &case.indices).unwrap())?;
+        case.check_double_backward(|g| poolgrad::max_pool3d_double_backward(g, &case.indices).unwrap())?;
+    }
+}
+
+/// An unpooling whose backward gives the gradient to every repeat of an index (a plain gather,
+/// PyTorch's formula) is caught where overlapping windows repeat indices.
+#[test]
+fn a_gather_for_the_unpooling_backward_is_caught() {
+    let stems = ParamBounds { kernel: 3..=3, stride: 1..=1, dilation: 1..=1, ceil_mode: false };
+    let report = first_failure(
+        poolgrad::testing::unpool2d_cases::<f32, i64, Ix4>(Shapes::default(), stems, Values::Distinct),
+        |case| {
+            case.check_backward(|g| poolgrad::max_pool2d_double_backward(g, &case.indices).unwrap())?;
+            Ok(())
+        },
+    );
+    assert!(report.contains("unpooling backward vs reference"), "{report}");
+}

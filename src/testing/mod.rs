@@ -6,7 +6,9 @@
 //! - [`reference`](mod@reference): plain implementations of the six 2-D operations and the 3-D
 //!   poolings (obvious loops, `f64` sums): the definition of the semantics.
 //! - Strategies ([`adaptive_cases`], [`max_pool_cases`], [`mask_cases`]; for volumes
-//!   [`adaptive3d_cases`] and [`max_pool3d_cases`] within [`VolumeShapes`]) that generate valid
+//!   [`adaptive3d_cases`] and [`max_pool3d_cases`] within [`VolumeShapes`]; for lines
+//!   [`adaptive1d_cases`] and [`max_pool1d_cases`] within [`LineShapes`]; for max unpooling and
+//!   the double backwards [`unpool2d_cases`] and [`unpool3d_cases`]) that generate valid
 //!   cases within the [`Shapes`], [`ParamBounds`] and [`Values`] you give, typed by rank (`Ix4`
 //!   for a model on `Array4`, `Ix5` on `Array5`), each carrying its reference forward results and
 //!   a gradient, so a backward can be tested directly. The default shapes cross a 16-channel block; failing cases
@@ -43,13 +45,16 @@
 
 mod check;
 mod gradcheck;
+mod lines;
 pub mod reference;
 mod strategy;
+mod unpooling;
 mod volumes;
 
 pub use check::{Mismatch, Tolerance, check_gradient_invariants, check_linearity, compare, compare_indices};
 pub use gradcheck::{FiniteDifference, GradCheck, check_gradient, finite_difference_check};
 
+pub use lines::{LineCase, LineShapes, adaptive1d_cases, max_pool1d_cases};
 /// The proptest this kit is built on, so that `poolgrad` as a dev-dependency is all a test
 /// needs: `use poolgrad::testing::proptest::prelude::*;`.
 pub use proptest;
@@ -57,4 +62,5 @@ pub use strategy::{
     AdaptiveCase, MaskCase, MaxPoolCase, ParamBounds, Shapes, Values, adaptive_cases, mask_cases,
     max_pool_cases,
 };
+pub use unpooling::{UnpoolCase, unpool2d_cases, unpool3d_cases};
 pub use volumes::{Adaptive3dCase, MaxPool3dCase, VolumeShapes, adaptive3d_cases, max_pool3d_cases};

@@ -417,7 +417,7 @@ pub fn mask_cases<T: PoolFloat, L: MaskLayout, D: PoolDim>(
 }
 
 /// A second gradient for linearity checks: a pattern independent of the first.
-fn other_grad<T: PoolFloat, D: Dimension>(like: &Array<T, D>) -> Array<T, D> {
+pub(super) fn other_grad<T: PoolFloat, D: Dimension>(like: &Array<T, D>) -> Array<T, D> {
     let mut k = 0i64;
     like.mapv(|_| {
         k += 1;
@@ -426,7 +426,7 @@ fn other_grad<T: PoolFloat, D: Dimension>(like: &Array<T, D>) -> Array<T, D> {
 }
 
 /// Checks a backward against a reference gradient, the invariants and linearity; `spatial` is
-/// the number of spatial axes (2 for planes, 3 for volumes).
+/// the number of spatial axes (1 for lines, 2 for planes, 3 for volumes).
 pub(super) fn check_backward_common<T: PoolFloat, D: Dimension>(
     grad_output: &Array<T, D>,
     reference: &Array<T, D>,
@@ -436,35 +436,42 @@ pub(super) fn check_backward_common<T: PoolFloat, D: Dimension>(
 ) -> Result<(), Mismatch> {
     let mine = backward(grad_output);
     compare("backward vs reference", reference.view(), mine.view(), Tolerance::for_dtype(T::DTYPE))?;
-    if spatial == 3 {
-        volume_invariants(grad_output, selected, &mine)?;
-    } else {
-        check_gradient_invariants(grad_output.view(), selected, mine.view())?;
-    }
+    invariants(grad_output, selected, &mine, spatial)?;
     check_linearity(&backward, grad_output, &other_grad(grad_output))
 }
 
-/// [`check_gradient_invariants`] on volumes, seen as planes of `D * H` rows (a flat index in a
-/// volume is one in that plane); a mismatch's position is given back in the volume's axes.
-fn volume_invariants<T: PoolFloat, D: Dimension>(
+/// [`check_gradient_invariants`] on the positions of `spatial` axes seen as a plane: a line as a
+/// plane one row high, a volume as a plane of `D * H` rows (a flat index in a line or a volume is
+/// one in that plane); a mismatch's position is given back in the arrays' own axes.
+fn invariants<T: PoolFloat, D: Dimension>(
     grad_output: &Array<T, D>,
     selected: &[(usize, usize)],
     grad_input: &Array<T, D>,
+    spatial: usize,
 ) -> Result<(), Mismatch> {
-    let as_planes = |a: &Array<T, D>| {
+    if spatial == 2 {
+        return check_gradient_invariants(grad_output.view(), selected, grad_input.view());
+    }
+    let as_plane = |a: &Array<T, D>| {
         let s = a.shape();
         let r = s.len();
-        let mut dims = s[..r - 3].to_vec();
-        dims.extend([s[r - 3] * s[r - 2], s[r - 1]]);
+        let mut dims = s[..r - spatial].to_vec();
+        match spatial {
+            1 => dims.extend([1, s[r - 1]]),
+            _ => dims.extend([s[r - 3] * s[r - 2], s[r - 1]]),
+        }
         let flat: Vec<T> = a.iter().copied().collect();
         ArrayD::from_shape_vec(IxDyn(&dims), flat).expect("the same element count")
     };
     let h = grad_input.shape()[grad_input.ndim() - 2];
-    check_gradient_invariants(as_planes(grad_output).view(), selected, as_planes(grad_input).view()).map_err(
+    check_gradient_invariants(as_plane(grad_output).view(), selected, as_plane(grad_input).view()).map_err(
         |mut m| {
             if let Some(r) = m.position.len().checked_sub(2) {
                 let rows = m.position[r];
-                m.position.splice(r..=r, [rows / h, rows % h]);
+                match spatial {
+                    1 => drop(m.position.remove(r)),
+                    _ => drop(m.position.splice(r..=r, [rows / h, rows % h])),
+                }
             }
             m
         },
