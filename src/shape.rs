@@ -110,17 +110,16 @@ pub(crate) fn plane_size(op: &'static str, arg: &'static str, h: usize, w: usize
     h.checked_mul(w).ok_or_else(|| Error::Overflow { op, arg, what: format!("H * W = {h} * {w}") })
 }
 
-/// The error for index `value` found at element `e` of a `[n, c, ho, wo]` index tensor.
+/// The error for index `value` found at element `e` of an index tensor of shape `index_dims`
+/// (the caller's), whose indices address planes of `plane` positions: every operation's.
 pub(crate) fn index_error(
     op: &'static str,
     arg: &'static str,
-    e: usize,
-    value: i64,
-    pooled: [usize; 4],
-    ndim: usize,
+    (e, value): (usize, i64),
+    index_dims: &[usize],
     plane: usize,
 ) -> Error {
-    Error::IndexOutOfRange { op, arg, position: position(e, pooled, ndim), value, plane }
+    Error::IndexOutOfRange { op, arg, position: crate::tensor::position_in(e, index_dims), value, plane }
 }
 
 /// Sizes of an adaptive pooling: `N` planes of `C` channels, `H x W` pooled to `Ho x Wo`.
@@ -155,7 +154,7 @@ impl AdaptiveGeometry {
 
     /// The error for index `value` found at element `e` of the indices.
     pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
-        index_error(op, arg, e, value, [self.n, self.c, self.ho, self.wo], self.ndim, self.h * self.w)
+        index_error(op, arg, (e, value), &self.pooled_dims(), self.h * self.w)
     }
 }
 
@@ -232,7 +231,7 @@ impl MaxPoolGeometry {
 
     /// The error for index `value` found at element `e` of the indices (or mask values).
     pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
-        index_error(op, arg, e, value, [self.n, self.c, self.ho, self.wo], self.ndim, self.h * self.w)
+        index_error(op, arg, (e, value), &self.pooled_dims(), self.h * self.w)
     }
 }
 
@@ -375,8 +374,7 @@ impl VolumeSizes {
     /// The error for index `value` found at element `e` of the indices.
     pub(crate) fn index_error(&self, op: &'static str, arg: &'static str, e: usize, value: i64) -> Error {
         let [d, h, w] = self.input;
-        let position = crate::tensor::position_in(e, &self.pooled_dims());
-        Error::IndexOutOfRange { op, arg, position, value, plane: d * h * w }
+        index_error(op, arg, (e, value), &self.pooled_dims(), d * h * w)
     }
 }
 
@@ -464,7 +462,6 @@ pub struct IndexedGeometry {
 impl IndexedGeometry {
     /// The error for index `value` found at element `e` of the indices.
     pub(crate) fn index_error(&self, op: &'static str, e: usize, value: i64) -> Error {
-        let position = crate::tensor::position_in(e, &self.index_dims);
-        Error::IndexOutOfRange { op, arg: "indices", position, value, plane: self.full }
+        index_error(op, "indices", (e, value), &self.index_dims, self.full)
     }
 }

@@ -185,16 +185,8 @@ fn index_pairs<'a, I: ArgmaxIndex>(
 ) -> Result<impl Iterator<Item = (usize, usize)> + 'a> {
     let view = indices.view();
     if let Some((e, &i)) = view.iter().enumerate().find(|(_, i)| i.flat_in(plane).is_none()) {
-        let (n, c, ho, wo) = view.dim();
-        return Err(crate::shape::index_error(
-            "reference",
-            "indices",
-            e,
-            i.to_i64(),
-            [n, c, ho, wo],
-            indices.ndim(),
-            plane,
-        ));
+        let dims = indices.dims();
+        return Err(crate::shape::index_error("reference", "indices", (e, i.to_i64()), &dims, plane));
     }
     Ok(view.into_iter().enumerate().filter_map(move |(e, &i)| Some((e, i.flat_in(plane)?))))
 }
