@@ -114,15 +114,17 @@ fn move_planes<E: PoolFloat, I: ArgmaxIndex>(
         match how {
             Move::Scatter => {
                 d.fill(E::zero());
+                // `d` is the plane of `g.full` positions: `get_mut` is the index check (a
+                // negative index wraps past every plane).
                 for (i, (v, j)) in s.iter().zip(idx).enumerate() {
-                    let Some(at) = j.flat_in(g.full) else { return Err(bad(i, j)) };
-                    d[at] = *v;
+                    let Some(slot) = d.get_mut(j.to_usize_wrapping()) else { return Err(bad(i, j)) };
+                    *slot = *v;
                 }
             }
             Move::Gather => {
                 for (i, (v, j)) in d.iter_mut().zip(idx).enumerate() {
-                    let Some(at) = j.flat_in(g.full) else { return Err(bad(i, j)) };
-                    *v = s[at];
+                    let Some(&read) = s.get(j.to_usize_wrapping()) else { return Err(bad(i, j)) };
+                    *v = read;
                 }
             }
             Move::GatherLast => {
@@ -133,12 +135,13 @@ fn move_planes<E: PoolFloat, I: ArgmaxIndex>(
                 marks.fill(0);
                 let mut earliest = None;
                 for (i, (v, j)) in d.iter_mut().zip(idx).enumerate().rev() {
-                    let Some(at) = j.flat_in(g.full) else {
+                    let at = j.to_usize_wrapping();
+                    let Some(&read) = s.get(at) else {
                         earliest = Some(bad(i, j));
                         continue;
                     };
                     let (word, bit) = (at / 64, 1i64 << (at % 64));
-                    *v = if marks[word] & bit != 0 { E::zero() } else { s[at] };
+                    *v = if marks[word] & bit != 0 { E::zero() } else { read };
                     marks[word] |= bit;
                 }
                 if let Some(e) = earliest {
