@@ -902,70 +902,58 @@ fn run_unpool_case(cpu: &Cpu, reps: usize, selected: &dyn Fn(&str) -> bool) {
     let g: Array4<f32> = to4(random::<f32>(&shape, 2));
     let reads_full =
         [bytemuck::cast_slice(g.as_slice().unwrap()), bytemuck::cast_slice(idx.as_slice().unwrap())];
-    for (row, which) in [(name.to_string(), 0), (fwd.clone(), 1), (double.clone(), 2)] {
+    /// The three operations on the case's indices.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Move {
+        UnpoolBackward,
+        Unpool,
+        DoubleBackward,
+    }
+    for (row, how) in
+        [(name.to_string(), Move::UnpoolBackward), (fwd, Move::Unpool), (double, Move::DoubleBackward)]
+    {
         if !selected(&row) {
             continue;
         }
-        let mut out =
-            if which == 1 { Array4::<f32>::zeros(x.raw_dim()) } else { Array4::<f32>::zeros(y.raw_dim()) };
-        let t = time(reps, || match which {
-            0 => run(
-                Plan::new(
-                    cpu,
-                    MaxUnpool2dBackward {
-                        grad_output: TensorRef::from_array(&g).unwrap(),
-                        indices: TensorRef::from_array(idx).unwrap(),
-                        grad_input: TensorMut::from_array(&mut out).unwrap(),
-                    },
-                )
-                .unwrap(),
-                &mut ws,
-                cpu,
-            ),
-            1 => run(
-                Plan::new(
-                    cpu,
-                    MaxUnpool2d {
-                        input: TensorRef::from_array(y).unwrap(),
-                        indices: TensorRef::from_array(idx).unwrap(),
-                        output_size: size,
-                        output: TensorMut::from_array(&mut out).unwrap(),
-                    },
-                )
-                .unwrap(),
-                &mut ws,
-                cpu,
-            ),
-            _ => run(
-                Plan::new(
-                    cpu,
-                    MaxPool2dDoubleBackward {
-                        grad_grad_input: TensorRef::from_array(&g).unwrap(),
-                        indices: TensorRef::from_array(idx).unwrap(),
-                        grad_grad_output: TensorMut::from_array(&mut out).unwrap(),
-                    },
-                )
-                .unwrap(),
-                &mut ws,
-                cpu,
-            ),
+        // The unpooling writes the full plane; the two gathers write the pooled one.
+        let (written, plane) = if how == Move::Unpool { (x.raw_dim(), full) } else { (y.raw_dim(), outs) };
+        let mut out = Array4::<f32>::zeros(written);
+        let t = time(reps, || {
+            let (indices, output) =
+                (TensorRef::from_array(idx).unwrap(), TensorMut::from_array(&mut out).unwrap());
+            match how {
+                Move::UnpoolBackward => {
+                    let grad_output = TensorRef::from_array(&g).unwrap();
+                    let op = MaxUnpool2dBackward { grad_output, indices, grad_input: output };
+                    run(Plan::new(cpu, op).unwrap(), &mut ws, cpu)
+                }
+                Move::Unpool => {
+                    let input = TensorRef::from_array(y).unwrap();
+                    let op = MaxUnpool2d { input, indices, output_size: size, output };
+                    run(Plan::new(cpu, op).unwrap(), &mut ws, cpu)
+                }
+                Move::DoubleBackward => {
+                    let grad_grad_input = TensorRef::from_array(&g).unwrap();
+                    let op = MaxPool2dDoubleBackward { grad_grad_input, indices, grad_grad_output: output };
+                    run(Plan::new(cpu, op).unwrap(), &mut ws, cpu)
+                }
+            }
         });
         let t_fn = (!plan_only()).then(|| {
             time(reps, || {
-                std::hint::black_box(match which {
-                    0 => poolgrad::max_unpool2d_backward(&g, idx),
-                    1 => poolgrad::max_unpool2d(y, idx, size),
-                    _ => poolgrad::max_pool2d_double_backward(&g, idx),
+                std::hint::black_box(match how {
+                    Move::UnpoolBackward => poolgrad::max_unpool2d_backward(&g, idx),
+                    Move::Unpool => poolgrad::max_unpool2d(y, idx, size),
+                    Move::DoubleBackward => poolgrad::max_pool2d_double_backward(&g, idx),
                 })
                 .unwrap();
             })
         });
-        let reads = if which == 1 {
+        let reads = if how == Move::Unpool {
             [bytemuck::cast_slice(y.as_slice().unwrap()), bytemuck::cast_slice(idx.as_slice().unwrap())]
         } else {
             reads_full
         };
-        let plane = if which == 1 { full } else { outs };
         let t_floor = floors().then(|| floor(reps, out.as_slice_mut().unwrap(), plane, reads));
         let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(out.as_slice().unwrap())));
         let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
