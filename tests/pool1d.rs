@@ -200,3 +200,95 @@ fn errors_are_in_one_dimensional_terms() {
         .unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { arg: "output", .. }), "{e}");
 }
+
+/// PyTorch 2.x CPU's results, bit for bit: `python benches/torch-anchor/line_unpool_cases.py DIR`,
+/// then `POOLGRAD_TORCH_CASES=DIR cargo test --release --test pool1d against_pytorch -- --ignored`
+/// (the shapes of PyTorch's `test_max_pool1d*` and `test_adaptive_max_pool1d*`, ceil mode,
+/// dilation, ties, NaN and -inf; every dtype; NaNs compare as NaNs, as PyTorch's bf16 kernels
+/// return the canonical NaN).
+#[test]
+#[ignore = "needs POOLGRAD_TORCH_CASES from benches/torch-anchor/line_unpool_cases.py"]
+fn against_pytorch() {
+    let dir = std::env::var("POOLGRAD_TORCH_CASES").expect("POOLGRAD_TORCH_CASES: a directory of cases");
+    let manifest = std::fs::read_to_string(format!("{dir}/lines.txt")).unwrap();
+    let mut checked = 0;
+    for line in manifest.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let n: Vec<usize> = f[3..].iter().map(|v| v.parse().unwrap()).collect();
+        let file = |ext: &str| std::fs::read(format!("{dir}/{}.{ext}", f[0])).unwrap();
+        let case = LineTorchCase {
+            shape: [n[0], n[1], n[2]],
+            max: f[1] == "max",
+            kspd: [n[3], n[4], n[5], n[6]],
+            ceil: n[7] == 1,
+            size: n[8],
+        };
+        match f[2] {
+            "f32" => torch_line::<f32, 4>(&file, &case, f32::from_le_bytes),
+            "f64" => torch_line::<f64, 8>(&file, &case, f64::from_le_bytes),
+            "f16" => torch_line::<half::f16, 2>(&file, &case, half::f16::from_le_bytes),
+            _ => torch_line::<half::bf16, 2>(&file, &case, half::bf16::from_le_bytes),
+        }
+        .unwrap_or_else(|e| panic!("{line}: {e}"));
+        checked += 1;
+    }
+    assert!(checked >= 36, "{checked} cases");
+    eprintln!("{checked} 1-D cases equal to PyTorch's, bit for bit");
+}
+
+struct LineTorchCase {
+    shape: [usize; 3],
+    max: bool,
+    kspd: [usize; 4],
+    ceil: bool,
+    size: usize,
+}
+
+fn torch_line<T: PoolFloat, const B: usize>(
+    file: &dyn Fn(&str) -> Vec<u8>,
+    case: &LineTorchCase,
+    from_le: fn([u8; B]) -> T,
+) -> Result<(), String> {
+    let elems = |bytes: Vec<u8>| -> Vec<T> {
+        bytes.chunks_exact(B).map(|c| from_le(c.try_into().unwrap())).collect()
+    };
+    let bits = |v: &T| bytemuck::bytes_of(v).to_vec();
+    let same = |a: &[T], b: &[T]| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| (x.to_f64_exact().is_nan() && y.to_f64_exact().is_nan()) || bits(x) == bits(y))
+    };
+    let [k, s, p, d] = case.kspd;
+    let params = MaxPool1dParams::new([k])
+        .with_stride([s])
+        .with_padding([p])
+        .with_dilation([d])
+        .with_ceil_mode(case.ceil);
+    let x = Array3::from_shape_vec(case.shape, elems(file("x"))).unwrap();
+    let pooled = if case.max {
+        poolgrad::max_pool1d_with_indices(&x, &params)
+    } else {
+        poolgrad::adaptive_max_pool1d(&x, case.size)
+    }
+    .map_err(|e| e.to_string())?;
+    if !same(pooled.output.as_slice().unwrap(), &elems(file("out"))) {
+        return Err("values differ".into());
+    }
+    let want_idx: Vec<i64> =
+        file("idx").chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+    if pooled.indices.as_slice().unwrap() != want_idx {
+        return Err("indices differ".into());
+    }
+    let go = Array3::from_shape_vec(pooled.output.raw_dim(), elems(file("go"))).unwrap();
+    let gi = if case.max {
+        poolgrad::max_pool1d_with_indices_backward(&go, &x, &pooled.indices, &params)
+    } else {
+        poolgrad::adaptive_max_pool1d_backward(&go, &x, &pooled.indices)
+    }
+    .map_err(|e| e.to_string())?;
+    if !same(gi.as_slice().unwrap(), &elems(file("gi"))) {
+        return Err("gradients differ".into());
+    }
+    Ok(())
+}

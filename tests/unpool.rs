@@ -187,3 +187,99 @@ fn errors_name_the_first_bad_index() {
     .unwrap_err();
     assert!(matches!(e, Error::Rank { op: "max_unpool3d", got: 3, .. }), "{e}");
 }
+
+/// PyTorch 2.x CPU's results: `python benches/torch-anchor/line_unpool_cases.py DIR`, then
+/// `POOLGRAD_TORCH_CASES=DIR cargo test --release --test unpool against_pytorch -- --ignored`.
+/// The unpooling and the double backward equal PyTorch's bit for bit (NaNs as NaNs). The
+/// unpooling's backward equals PyTorch's gather wherever an index is not repeated in its plane;
+/// where it is, the last repeat gets PyTorch's value and the earlier ones 0 (poolgrad's rule,
+/// the transpose of its forward; PyTorch gives every repeat the gradient, pytorch#80204).
+#[test]
+#[ignore = "needs POOLGRAD_TORCH_CASES from benches/torch-anchor/line_unpool_cases.py"]
+fn against_pytorch() {
+    let dir = std::env::var("POOLGRAD_TORCH_CASES").expect("POOLGRAD_TORCH_CASES: a directory of cases");
+    let manifest = std::fs::read_to_string(format!("{dir}/unpool.txt")).unwrap();
+    let (mut checked, mut repeats) = (0, 0);
+    for line in manifest.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let n: Vec<usize> = f[2..].iter().map(|v| v.parse().unwrap()).collect();
+        let rank = n[0];
+        let (shape, size) = (n[1..=rank].to_vec(), n[rank + 1..].to_vec());
+        let file = |ext: &str| std::fs::read(format!("{dir}/{}.{ext}", f[0])).unwrap();
+        repeats += match f[1] {
+            "f32" => torch_unpool::<f32, 4>(&file, &shape, &size, f32::from_le_bytes),
+            "f64" => torch_unpool::<f64, 8>(&file, &shape, &size, f64::from_le_bytes),
+            "f16" => torch_unpool::<half::f16, 2>(&file, &shape, &size, half::f16::from_le_bytes),
+            _ => torch_unpool::<half::bf16, 2>(&file, &shape, &size, half::bf16::from_le_bytes),
+        }
+        .unwrap_or_else(|e| panic!("{line}: {e}"));
+        checked += 1;
+    }
+    assert!(checked >= 24 && repeats > 0, "{checked} cases, {repeats} repeated indices");
+    eprintln!("{checked} unpooling cases equal to PyTorch's ({repeats} repeated indices by poolgrad's rule)");
+}
+
+/// One case; the number of repeated indices (earlier repeats) it had.
+fn torch_unpool<T: PoolFloat, const B: usize>(
+    file: &dyn Fn(&str) -> Vec<u8>,
+    shape: &[usize],
+    size: &[usize],
+    from_le: fn([u8; B]) -> T,
+) -> Result<usize, String> {
+    let elems = |bytes: Vec<u8>| -> Vec<T> {
+        bytes.chunks_exact(B).map(|c| from_le(c.try_into().unwrap())).collect()
+    };
+    let bits = |v: &T| bytemuck::bytes_of(v).to_vec();
+    let same = |a: &[T], b: &[T]| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| (x.to_f64_exact().is_nan() && y.to_f64_exact().is_nan()) || bits(x) == bits(y))
+    };
+    let spatial = shape.len() - 2;
+    let idx: Vec<i64> =
+        file("idx").chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+    let pooled_len = idx.len() / (shape[0] * shape[1]);
+    // The pooled arrays as `[N, C, 1.., P]`: any shape of the pooled side's element count serves.
+    let mut pooled_dims = shape[..2].to_vec();
+    pooled_dims.extend(std::iter::repeat_n(1, spatial - 1));
+    pooled_dims.push(pooled_len);
+    let array = |v: Vec<T>, dims: &[usize]| ArrayD::from_shape_vec(IxDyn(dims), v).unwrap();
+    let y = array(elems(file("y")), &pooled_dims);
+    let ix = ArrayD::from_shape_vec(IxDyn(&pooled_dims), idx.clone()).unwrap();
+    let mut full_dims = shape[..2].to_vec();
+    full_dims.extend_from_slice(size);
+    let go = array(elems(file("go")), &full_dims);
+    let ggx = array(elems(file("ggx")), &full_dims);
+    let (out, gx, ggo) = if spatial == 2 {
+        let unpooled = poolgrad::max_unpool2d(&y, &ix, [size[0], size[1]]);
+        (unpooled, poolgrad::max_unpool2d_backward(&go, &ix), poolgrad::max_pool2d_double_backward(&ggx, &ix))
+    } else {
+        let unpooled = poolgrad::max_unpool3d(&y, &ix, [size[0], size[1], size[2]]);
+        (unpooled, poolgrad::max_unpool3d_backward(&go, &ix), poolgrad::max_pool3d_double_backward(&ggx, &ix))
+    };
+    let (out, gx, ggo) =
+        (out.map_err(|e| e.to_string())?, gx.map_err(|e| e.to_string())?, ggo.map_err(|e| e.to_string())?);
+    if !same(out.as_slice().unwrap(), &elems(file("out"))) {
+        return Err("unpooled values differ".into());
+    }
+    if !same(ggo.as_slice().unwrap(), &elems(file("ggo"))) {
+        return Err("double backward differs".into());
+    }
+    // PyTorch's gather, with the earlier repeats of each index in its plane zeroed.
+    let mut want = elems(file("gx_torch"));
+    let mut repeats = 0;
+    for (plane, idx) in idx.chunks(pooled_len).enumerate() {
+        let mut seen = std::collections::HashSet::new();
+        for (i, &j) in idx.iter().enumerate().rev() {
+            if !seen.insert(j) {
+                want[plane * pooled_len + i] = T::zero();
+                repeats += 1;
+            }
+        }
+    }
+    if !same(gx.as_slice().unwrap(), &want) {
+        return Err("unpooling backward differs".into());
+    }
+    Ok(repeats)
+}
