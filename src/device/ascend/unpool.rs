@@ -105,9 +105,9 @@ fn spec(arg: &'static str, n: usize, c: usize, spatial: &[usize], dtype: DType) 
 }
 
 impl Ascend {
-    /// Phase 1 of the three: the SoC's support, every index against the full plane, the size
-    /// rule of the operators that check it, then the staged tensors. `pooled_dims` is the
-    /// caller's shape of the indices, `full` the spatial size of the full side.
+    /// Phase 1 of the three: the SoC's support, every index (`indices`, the caller's) against
+    /// the full plane, the size rule of the operators that check it, then the staged tensors;
+    /// `full` is the spatial size of the full side.
     fn plan_indexed<const N: usize>(
         &self,
         kind: Kind,
