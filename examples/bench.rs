@@ -288,6 +288,34 @@ fn forward_floor(reps: usize, input: &[u8], [values, indices]: [&mut [u8]; 2]) -
     })
 }
 
+/// A backward row's floors, measured in this order: the memory floor of writing `gi` in planes
+/// of `plane` elements from `reads` (unless `--no-floors`), then the allocation floor of `gi`
+/// (unless `--plan-only`).
+fn backward_floors<T: PoolFloat>(
+    reps: usize,
+    gi: &mut [T],
+    plane: usize,
+    reads: [&[u8]; 2],
+) -> [Option<f64>; 2] {
+    let t_floor = floors().then(|| floor(reps, gi, plane, reads));
+    let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(gi)));
+    [t_floor, t_alloc]
+}
+
+/// A forward row's floors, measured in this order: the allocation floor of its two outputs
+/// (unless `--plan-only`), then the memory floor of reading `input` once and writing them
+/// (unless `--no-floors`).
+fn forward_floors(reps: usize, input: &[u8], outputs: [&mut [u8]; 2]) -> [Option<f64>; 2] {
+    let t_alloc = (!plan_only()).then(|| alloc_floor(reps, outputs[0].len() + outputs[1].len()));
+    let t_floor = floors().then(|| forward_floor(reps, input, outputs));
+    [t_floor, t_alloc]
+}
+
+/// The fields of a row beside its plan's median: the free function's, and the floors.
+fn row_fields(t_fn: Option<f64>, [t_floor, t_alloc]: [Option<f64>; 2]) -> [(&'static str, Option<f64>); 3] {
+    [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)]
+}
+
 /// Reads every byte of `read` once (8 at a time where aligned), with no arithmetic worth the
 /// name: a wrapping sum, so that the reads cannot be optimised away.
 fn read_all(read: &[u8]) -> u64 {
@@ -420,9 +448,7 @@ fn run_case<T: PoolFloat>(
             bytemuck::cast_slice(g.as_slice().unwrap()),
             bytemuck::cast_slice(pooled.indices.as_slice().unwrap()),
         ];
-        let t_floor = floors().then(|| floor(reps, gi.as_slice_mut().unwrap(), plane, reads));
-        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(gi.as_slice().unwrap())));
-        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
+        let fields = row_fields(t_fn, backward_floors(reps, gi.as_slice_mut().unwrap(), plane, reads));
         report(name, threads, t, &fields, tmin::<T>(shape, out, 8.0));
     }
 
@@ -464,22 +490,14 @@ fn run_case<T: PoolFloat>(
                 std::hint::black_box(poolgrad::max_pool2d_with_indices(&x, &params(kind)).unwrap());
             }),
         });
-        let bytes = size_of_val(o.as_slice().unwrap()) + size_of_val(i.as_slice().unwrap());
-        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, bytes));
         let outputs = [
             bytemuck::cast_slice_mut(o.as_slice_mut().unwrap()),
             bytemuck::cast_slice_mut(i.as_slice_mut().unwrap()),
         ];
-        let t_floor =
-            floors().then(|| forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), outputs));
+        let fields =
+            row_fields(t_fn, forward_floors(reps, bytemuck::cast_slice(x.as_slice().unwrap()), outputs));
         // The forward reads the input once and writes values and indices.
-        report(
-            &fwd,
-            threads,
-            t,
-            &[("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)],
-            tmin::<T>(shape, out, 8.0),
-        );
+        report(&fwd, threads, t, &fields, tmin::<T>(shape, out, 8.0));
     }
 }
 
@@ -523,17 +541,15 @@ fn mask_case<T: PoolFloat, L: MaskLayout>(
                 std::hint::black_box(poolgrad::max_pool2d_with_mask(x, &p, L::default()).unwrap());
             })
         });
-        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(o.as_slice().unwrap()) + m.len()));
         let written = [
             bytemuck::cast_slice_mut(o.as_slice_mut().unwrap()),
             bytemuck::cast_slice_mut(m.as_slice_mut().unwrap()),
         ];
-        let t_floor =
-            floors().then(|| forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), written));
+        let fields =
+            row_fields(t_fn, forward_floors(reps, bytemuck::cast_slice(x.as_slice().unwrap()), written));
         // The forward writes the whole mask (zeros included).
         let outputs = g.len() as f64;
         let tmin = tmin::<T>(x.dim().into(), out, m.len() as f64 / outputs);
-        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
         report(&fwd, cpu.threads(), t, &fields, tmin);
     }
 }
@@ -572,10 +588,8 @@ fn mask_backward_case<T: PoolFloat, L: MaskLayout>(
     let mask_bytes: &[u8] = bytemuck::cast_slice(mask.as_array().as_slice().unwrap());
     let used = ((g.len() as f64 * index_bytes).ceil() as usize).min(mask_bytes.len());
     let reads = [bytemuck::cast_slice(g.as_slice().unwrap()), &mask_bytes[..used]];
-    let t_floor = floors().then(|| floor(reps, gi.as_slice_mut().unwrap(), plane, reads));
+    let fields = row_fields(t_fn, backward_floors(reps, gi.as_slice_mut().unwrap(), plane, reads));
     let out = [g.shape()[2], g.shape()[3]];
-    let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(gi.as_slice().unwrap())));
-    let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
     report(name, cpu.threads(), t, &fields, tmin::<T>(x.dim().into(), out, index_bytes));
 }
 
@@ -765,9 +779,7 @@ fn run_volume_case<T: PoolFloat>(
             bytemuck::cast_slice(g.as_slice().unwrap()),
             bytemuck::cast_slice(pooled.indices.as_slice().unwrap()),
         ];
-        let t_floor = floors().then(|| floor(reps, gi.as_slice_mut().unwrap(), volume, reads));
-        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(gi.as_slice().unwrap())));
-        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
+        let fields = row_fields(t_fn, backward_floors(reps, gi.as_slice_mut().unwrap(), volume, reads));
         report(name, threads, t, &fields, tmin);
     }
     if selected(&fwd) {
@@ -801,15 +813,12 @@ fn run_volume_case<T: PoolFloat>(
                 .unwrap();
             })
         });
-        let bytes = size_of_val(o.as_slice().unwrap()) + size_of_val(i.as_slice().unwrap());
-        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, bytes));
         let outputs = [
             bytemuck::cast_slice_mut(o.as_slice_mut().unwrap()),
             bytemuck::cast_slice_mut(i.as_slice_mut().unwrap()),
         ];
-        let t_floor =
-            floors().then(|| forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), outputs));
-        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
+        let fields =
+            row_fields(t_fn, forward_floors(reps, bytemuck::cast_slice(x.as_slice().unwrap()), outputs));
         report(&fwd, threads, t, &fields, tmin);
     }
 }
@@ -854,9 +863,7 @@ fn run_line_case(cpu: &Cpu, reps: usize, selected: &dyn Fn(&str) -> bool) {
             bytemuck::cast_slice(g.as_slice().unwrap()),
             bytemuck::cast_slice(pooled.indices.as_slice().unwrap()),
         ];
-        let t_floor = floors().then(|| floor(reps, gi.as_slice_mut().unwrap(), l, reads));
-        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(gi.as_slice().unwrap())));
-        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
+        let fields = row_fields(t_fn, backward_floors(reps, gi.as_slice_mut().unwrap(), l, reads));
         report(name, cpu.threads(), t, &fields, tmin);
     }
     if selected(&fwd) {
@@ -869,15 +876,12 @@ fn run_line_case(cpu: &Cpu, reps: usize, selected: &dyn Fn(&str) -> bool) {
                 std::hint::black_box(poolgrad::max_pool1d_with_indices(&x, &params)).unwrap();
             })
         });
-        let bytes = size_of_val(o.as_slice().unwrap()) + size_of_val(i.as_slice().unwrap());
-        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, bytes));
         let outputs = [
             bytemuck::cast_slice_mut(o.as_slice_mut().unwrap()),
             bytemuck::cast_slice_mut(i.as_slice_mut().unwrap()),
         ];
-        let t_floor =
-            floors().then(|| forward_floor(reps, bytemuck::cast_slice(x.as_slice().unwrap()), outputs));
-        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
+        let fields =
+            row_fields(t_fn, forward_floors(reps, bytemuck::cast_slice(x.as_slice().unwrap()), outputs));
         report(&fwd, cpu.threads(), t, &fields, tmin);
     }
 }
@@ -954,9 +958,7 @@ fn run_unpool_case(cpu: &Cpu, reps: usize, selected: &dyn Fn(&str) -> bool) {
         } else {
             reads_full
         };
-        let t_floor = floors().then(|| floor(reps, out.as_slice_mut().unwrap(), plane, reads));
-        let t_alloc = (!plan_only()).then(|| alloc_floor(reps, size_of_val(out.as_slice().unwrap())));
-        let fields = [("median_fn_s", t_fn), ("floor_s", t_floor), ("alloc_floor_s", t_alloc)];
+        let fields = row_fields(t_fn, backward_floors(reps, out.as_slice_mut().unwrap(), plane, reads));
         report(&row, cpu.threads(), t, &fields, tmin);
     }
 }
