@@ -372,12 +372,15 @@ macro_rules! with_index_type {
 /// and says nothing of what to do).
 macro_rules! gpu_storage_is_an_error {
     () => {
+        gpu_storage_is_an_error!("x");
+    };
+    ($arg:literal) => {
         fn cuda_fwd(&self, _: &CudaStorage, _: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
-            Err(not_on_cpu(self.name(), "x", "a CUDA device"))
+            Err(not_on_cpu(self.name(), $arg, "a CUDA device"))
         }
 
         fn metal_fwd(&self, _: &MetalStorage, _: &Layout) -> candle_core::Result<(MetalStorage, Shape)> {
-            Err(not_on_cpu(self.name(), "x", "a Metal device"))
+            Err(not_on_cpu(self.name(), $arg, "a Metal device"))
         }
     };
 }
@@ -408,10 +411,12 @@ impl CustomOp1 for IndexedOp {
     }
 }
 
-/// The backward of an [`IndexedOp`], recorded by candle on the gradient it maps: linear in
-/// `grad_output`, with the double backward as its own gradient ([`DoubleBackwardOp`]). candle
-/// detaches gradients unless `CANDLE_GRAD_DO_NOT_DETACH` is set; with it set, second-order
-/// gradients (a gradient penalty, a Hessian-vector product) flow through the pooling.
+/// The backward of a forward with indices, as an operation on the gradient it maps: what
+/// [`IndexedOp`]'s backward records (linear in `grad_output`, with the double backward as its
+/// own gradient, [`DoubleBackwardOp`]) and what the explicit backwards run unrecorded
+/// ([`backward_with_indices`]). candle detaches gradients unless `CANDLE_GRAD_DO_NOT_DETACH` is
+/// set; with it set, second-order gradients (a gradient penalty, a Hessian-vector product) flow
+/// through the pooling.
 struct GradientOp {
     op: &'static str,
     which: Unpooling,
@@ -429,7 +434,7 @@ impl CustomOp1 for GradientOp {
         let (x_storage, x_layout) = self.x.storage_and_layout();
         let (idx_storage, idx_layout) = self.indices.storage_and_layout();
         let (x_cpu, idx_cpu) = (cpu_storage(&x_storage, op, "x")?, cpu_storage(&idx_storage, op, "indices")?);
-        with_float_type!(storage.dtype(), op, "grad_output", T => {
+        with_float_type!(self.x.dtype(), op, "x", T => {
             with_index_type!(self.indices.dtype(), op, "indices", I => {
                 let grad = cpu_view::<T>(storage, layout, op, "grad_output")?;
                 let x = cpu_view::<T>(x_cpu, x_layout, op, "x")?;
@@ -439,7 +444,7 @@ impl CustomOp1 for GradientOp {
         })
     }
 
-    gpu_storage_is_an_error!();
+    gpu_storage_is_an_error!("grad_output");
 
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
         let double = DoubleBackwardOp { op: self.op, which: self.which, indices: self.indices.clone() };
@@ -474,7 +479,7 @@ impl CustomOp1 for DoubleBackwardOp {
         })
     }
 
-    gpu_storage_is_an_error!();
+    gpu_storage_is_an_error!("grad");
 }
 
 impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
@@ -504,6 +509,7 @@ impl<L: MaskLayout> CustomOp1 for MaskOp<L> {
 // ---------------------------------------------------------------------------------------------
 // One backward core per operation family, shared by the recorded ops and the public functions.
 
+/// The explicit backwards with indices: a [`GradientOp`] that candle does not record.
 fn backward_with_indices(
     op: &'static str,
     grad_output: &Tensor,
@@ -511,20 +517,7 @@ fn backward_with_indices(
     indices: &Tensor,
     which: Unpooling,
 ) -> candle_core::Result<Tensor> {
-    let (grad_storage, grad_layout) = grad_output.storage_and_layout();
-    let (x_storage, x_layout) = x.storage_and_layout();
-    let (idx_storage, idx_layout) = indices.storage_and_layout();
-    let grad_cpu = cpu_storage(&grad_storage, op, "grad_output")?;
-    let x_cpu = cpu_storage(&x_storage, op, "x")?;
-    let idx_cpu = cpu_storage(&idx_storage, op, "indices")?;
-    with_float_type!(x.dtype(), op, "x", T => {
-        with_index_type!(indices.dtype(), op, "indices", I => {
-            let grad = cpu_view::<T>(grad_cpu, grad_layout, op, "grad_output")?;
-            let x = cpu_view::<T>(x_cpu, x_layout, op, "x")?;
-            let idx = cpu_view::<I>(idx_cpu, idx_layout, op, "indices")?;
-            into_tensor(which.backward(op, &grad, &x, &idx).map_err(wrap)?)
-        })
-    })
+    grad_output.apply_op1_no_bwd(&GradientOp { op, which, x: x.clone(), indices: indices.clone() })
 }
 
 fn mask_backward<L: MaskLayout>(
