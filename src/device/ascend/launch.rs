@@ -265,7 +265,7 @@ pub(super) fn upload<E: Element>(
     stream.upload(buffer, bytemuck::cast_slice(&host))
 }
 
-fn download<E: Element>(
+pub(super) fn download<E: Element>(
     stream: &StreamGuard<'_>,
     arg: &'static str,
     buffer: &DeviceBuffer,

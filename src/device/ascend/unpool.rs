@@ -16,7 +16,7 @@
 use ndarray::ArrayView4;
 
 use super::ffi::{Call, IntArray};
-use super::launch::{AscendPrepared, Spec, Staged, Staging, first_outside, host_elements, upload};
+use super::launch::{AscendPrepared, Spec, Staged, Staging, download, first_outside, host_elements, upload};
 use super::soc::DeviceOp;
 use super::{Ascend, AscendMemory};
 use crate::alloc::{collect_exact, zeroed_vec};
@@ -181,7 +181,13 @@ impl Ascend {
     ) -> Result<()> {
         let Some(b) = self.device_work(prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
-        let idx: Vec<usize> = indices.iter().map(|v| v.to_usize_wrapping()).collect();
+        // INT64 for every operator (the 3-D backward takes no other); checked in phase 1.
+        let idx = collect_exact(
+            UNNAMED,
+            "indices",
+            indices.len(),
+            indices.iter().map(|&v| ArgmaxIndex::to_i64(v)),
+        )?;
         if kind == Kind::Unpool {
             let mut values = host_elements("input", source)?.into_owned();
             last_value_everywhere(&mut values, &idx, g);
@@ -189,15 +195,14 @@ impl Ascend {
         } else {
             upload(&stream, "grad_output", &b.source.buffer.0, source)?;
         }
-        let wide =
-            collect_exact(UNNAMED, "indices", idx.len(), indices.iter().map(|&v| ArgmaxIndex::to_i64(v)))?;
-        stream.upload(&b.indices.buffer.0, bytemuck::cast_slice(&wide))?;
+        stream.upload(&b.indices.buffer.0, bytemuck::cast_slice(&idx))?;
         self.execute_call(&stream, b.call(), memory)?;
-        let mut result = zeroed_vec::<T>(UNNAMED, "output", target.as_ref().view().len())?;
-        stream.download(&b.out.buffer.0, bytemuck::cast_slice_mut(&mut result))?;
-        if kind == Kind::UnpoolBackward {
-            zero_earlier_repeats(&mut result, &idx, g);
+        if kind != Kind::UnpoolBackward {
+            return download(&stream, "output", &b.out.buffer.0, target);
         }
+        let mut result = zeroed_vec::<T>(UNNAMED, "output", idx.len())?;
+        stream.download(&b.out.buffer.0, bytemuck::cast_slice_mut(&mut result))?;
+        zero_earlier_repeats(&mut result, &idx, g);
         let mut view = target.into_view();
         view.iter_mut().zip(result).for_each(|(d, s)| *d = s);
         Ok(())
@@ -206,14 +211,14 @@ impl Ascend {
 
 /// In each plane of `values` (the pooled side, row-major), gives every element whose index
 /// repeats later the value of the last element with that index.
-fn last_value_everywhere<T: Copy>(values: &mut [T], idx: &[usize], g: &IndexedGeometry) {
+fn last_value_everywhere<T: Copy>(values: &mut [T], idx: &[i64], g: &IndexedGeometry) {
     let mut last: Vec<Option<T>> = vec![None; g.full];
     for (values, idx) in values.chunks_mut(g.pooled.max(1)).zip(idx.chunks(g.pooled.max(1))) {
         last.fill(None);
         for (v, &j) in values.iter_mut().zip(idx).rev() {
-            match last[j] {
+            match last[j as usize] {
                 Some(winner) => *v = winner,
-                None => last[j] = Some(*v),
+                None => last[j as usize] = Some(*v),
             }
         }
     }
@@ -221,15 +226,15 @@ fn last_value_everywhere<T: Copy>(values: &mut [T], idx: &[usize], g: &IndexedGe
 
 /// In each plane of `grads` (the pooled side, row-major), zeroes every element whose index
 /// repeats later: only the last of equal indices was written by the unpooling.
-fn zero_earlier_repeats<T: PoolFloat>(grads: &mut [T], idx: &[usize], g: &IndexedGeometry) {
+fn zero_earlier_repeats<T: PoolFloat>(grads: &mut [T], idx: &[i64], g: &IndexedGeometry) {
     let mut seen = vec![false; g.full];
     for (grads, idx) in grads.chunks_mut(g.pooled.max(1)).zip(idx.chunks(g.pooled.max(1))) {
         seen.fill(false);
         for (v, &j) in grads.iter_mut().zip(idx).rev() {
-            if seen[j] {
+            if seen[j as usize] {
                 *v = T::zero();
             }
-            seen[j] = true;
+            seen[j as usize] = true;
         }
     }
 }
