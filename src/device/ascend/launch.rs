@@ -569,14 +569,14 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for A
         prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let Some(b) = self.device_work(&prepared, memory)? else { return Ok(()) };
-        let stream = self.session.stream()?;
-        upload(&stream, "input", &b.input.buffer.0, op.input.view())?;
-        self.execute_call(&stream, b.call(), memory)?;
-        download(&stream, "output", &b.output.buffer.0, op.output)?;
-        let mut indices = zeroed_vec::<i64>(UNNAMED, "indices", g.planes() * g.ho * g.wo)?;
-        stream.download(&b.argmax.buffer.0, bytemuck::cast_slice_mut(&mut indices))?;
-        indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(UNNAMED, "indices", e, v))
+        // aclnnAdaptiveMaxPool2d writes INT64 indices.
+        let error = |e, v| g.index_error(UNNAMED, "indices", e, v);
+        self.run_forward_with_indices::<T, I, i64>(
+            (&op.input, op.output, op.indices),
+            (g.h * g.w, error),
+            &prepared,
+            memory,
+        )
     }
 }
 
@@ -737,14 +737,13 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndices<'a, T, I>> fo
         prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let Some(b) = self.device_work(&prepared, memory)? else { return Ok(()) };
-        let stream = self.session.stream()?;
-        upload(&stream, "input", &b.input.buffer.0, op.input.view())?;
-        self.execute_call(&stream, b.call(), memory)?;
-        download(&stream, "output", &b.output.buffer.0, op.output)?;
-        let mut indices = zeroed_vec::<i32>(UNNAMED, "indices", g.planes() * g.positions())?;
-        stream.download(&b.argmax.buffer.0, bytemuck::cast_slice_mut(&mut indices))?;
-        indices_from_device(op.indices, &indices, g.h * g.w, |e, v| g.index_error(UNNAMED, "indices", e, v))
+        let error = |e, v| g.index_error(UNNAMED, "indices", e, v);
+        self.run_forward_with_indices::<T, I, i32>(
+            (&op.input, op.output, op.indices),
+            (g.h * g.w, error),
+            &prepared,
+            memory,
+        )
     }
 }
 
@@ -772,13 +771,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
         prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let Some(b) = self.device_work(&prepared, memory)? else { return Ok(()) };
-        let stream = self.session.stream()?;
-        upload(&stream, "grad_output", &b.grad_output.buffer.0, op.grad_output.view())?;
-        let indices = int32_indices("indices", op.indices.view())?;
-        stream.upload(&b.argmax.buffer.0, bytemuck::cast_slice(&indices))?;
-        self.execute_call(&stream, b.call(), memory)?;
-        download(&stream, "grad_input", &b.grad_input.buffer.0, op.grad_input)
+        self.run_int32_backward((&op.grad_output, &op.indices, op.grad_input), &prepared, memory)
     }
 }
 
@@ -846,30 +839,33 @@ impl Ascend {
         Ok(AscendPrepared::of(buffers))
     }
 
-    /// Runs a staged 3-D forward: uploads `input`, runs the operator, and writes back the values
-    /// and the indices (as `I`, each checked against the volume).
-    fn run_volume_forward<T: PoolFloat, I: ArgmaxIndex>(
+    /// Runs a staged forward with indices: uploads `input`, runs the operator, and writes back
+    /// the values and the indices (read as the device's `S`, written as `I`, each checked against
+    /// the `plane` they address, `error(element, value)` for one that is not).
+    fn run_forward_with_indices<T: PoolFloat, I: ArgmaxIndex, S>(
         &self,
-        sizes: &VolumeSizes,
         (input, output, indices): (&TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
+        (plane, error): (usize, impl Fn(usize, i64) -> Error),
         prepared: &AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
-    ) -> Result<()> {
+    ) -> Result<()>
+    where
+        S: IndexRepr + Into<i64> + bytemuck::Pod,
+    {
         let Some(b) = self.device_work(prepared, memory)? else { return Ok(()) };
         let stream = self.session.stream()?;
         upload(&stream, "input", &b.input.buffer.0, input.view())?;
         self.execute_call(&stream, b.call(), memory)?;
+        let count = output.as_ref().view().len();
         download(&stream, "output", &b.output.buffer.0, output)?;
-        let [od, oh, ow] = sizes.output;
-        let mut device = zeroed_vec::<i32>(UNNAMED, "indices", sizes.volumes() * od * oh * ow)?;
+        let mut device = zeroed_vec::<S>(UNNAMED, "indices", count)?;
         stream.download(&b.argmax.buffer.0, bytemuck::cast_slice_mut(&mut device))?;
-        let [d, h, w] = sizes.input;
-        indices_from_device(indices, &device, d * h * w, |e, v| sizes.index_error(UNNAMED, "indices", e, v))
+        indices_from_device(indices, &device, plane, error)
     }
 
-    /// Runs a staged 3-D backward: uploads `grad_output` and the indices as INT32, runs the
-    /// operator and writes back `grad_input`.
-    fn run_volume_backward<T: PoolFloat, I: ArgmaxIndex>(
+    /// Runs a staged backward that takes INT32 indices (the with-indices ones, 2-D and 3-D):
+    /// uploads `grad_output` and the indices, runs the operator and writes back `grad_input`.
+    fn run_int32_backward<T: PoolFloat, I: ArgmaxIndex>(
         &self,
         (grad_output, indices, grad_input): (&TensorRef<'_, T>, &TensorRef<'_, I>, TensorMut<'_, T>),
         prepared: &AscendPrepared<BackwardBuffers>,
@@ -908,7 +904,14 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool3dWithIndices<'a, T, I>> fo
         prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        self.run_volume_forward(&g.sizes, (&op.input, op.output, op.indices), &prepared, memory)
+        let [d, h, w] = g.sizes.input;
+        let error = |e, v| g.sizes.index_error(UNNAMED, "indices", e, v);
+        self.run_forward_with_indices::<T, I, i32>(
+            (&op.input, op.output, op.indices),
+            (d * h * w, error),
+            &prepared,
+            memory,
+        )
     }
 }
 
@@ -935,7 +938,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool3dWithIndicesBackward<'a, T
         prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        self.run_volume_backward((&op.grad_output, &op.indices, op.grad_input), &prepared, memory)
+        self.run_int32_backward((&op.grad_output, &op.indices, op.grad_input), &prepared, memory)
     }
 }
 
@@ -961,7 +964,14 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool3d<'a, T, I>> for A
         prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        self.run_volume_forward(&g.sizes, (&op.input, op.output, op.indices), &prepared, memory)
+        let [d, h, w] = g.sizes.input;
+        let error = |e, v| g.sizes.index_error(UNNAMED, "indices", e, v);
+        self.run_forward_with_indices::<T, I, i32>(
+            (&op.input, op.output, op.indices),
+            (d * h * w, error),
+            &prepared,
+            memory,
+        )
     }
 }
 
@@ -986,6 +996,6 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool3dBackward<'a, T, I
         prepared: AscendPrepared<BackwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        self.run_volume_backward((&op.grad_output, &op.indices, op.grad_input), &prepared, memory)
+        self.run_int32_backward((&op.grad_output, &op.indices, op.grad_input), &prepared, memory)
     }
 }
