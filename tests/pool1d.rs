@@ -249,16 +249,8 @@ fn torch_line<T: PoolFloat, const B: usize>(
     case: &LineTorchCase,
     from_le: fn([u8; B]) -> T,
 ) -> Result<(), String> {
-    let elems = |bytes: Vec<u8>| -> Vec<T> {
-        bytes.chunks_exact(B).map(|c| from_le(c.try_into().unwrap())).collect()
-    };
-    let bits = |v: &T| bytemuck::bytes_of(v).to_vec();
-    let same = |a: &[T], b: &[T]| {
-        a.len() == b.len()
-            && a.iter()
-                .zip(b)
-                .all(|(x, y)| (x.to_f64_exact().is_nan() && y.to_f64_exact().is_nan()) || bits(x) == bits(y))
-    };
+    let elems = |bytes: Vec<u8>| common::le_elements(&bytes, from_le);
+    let same = common::same_bits_nan_as_nan::<T>;
     let [k, s, p, d] = case.kspd;
     let params = MaxPool1dParams::new([k])
         .with_stride([s])
@@ -275,8 +267,7 @@ fn torch_line<T: PoolFloat, const B: usize>(
     if !same(pooled.output.as_slice().unwrap(), &elems(file("out"))) {
         return Err("values differ".into());
     }
-    let want_idx: Vec<i64> =
-        file("idx").chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+    let want_idx = common::le_indices(&file("idx"));
     if pooled.indices.as_slice().unwrap() != want_idx {
         return Err("indices differ".into());
     }

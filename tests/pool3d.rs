@@ -457,9 +457,7 @@ fn torch_case<T: PoolFloat, const B: usize>(
     size: [usize; 3],
     from_le: fn([u8; B]) -> T,
 ) -> Result<(), String> {
-    let elems = |bytes: Vec<u8>| -> Vec<T> {
-        bytes.chunks_exact(B).map(|c| from_le(c.try_into().unwrap())).collect()
-    };
+    let elems = |bytes: Vec<u8>| common::le_elements(&bytes, from_le);
     let x = Array5::from_shape_vec(shape, elems(file("x"))).unwrap();
     let p = if max {
         poolgrad::max_pool3d_with_indices(&x, params)
@@ -467,19 +465,12 @@ fn torch_case<T: PoolFloat, const B: usize>(
         poolgrad::adaptive_max_pool3d(&x, size)
     }
     .map_err(|e| e.to_string())?;
-    let bits = |a: &[T]| a.iter().map(|v| bytemuck::bytes_of(v).to_vec()).collect::<Vec<_>>();
     // A selected NaN is the input's, bit for bit; PyTorch's bf16 kernels give the canonical NaN
     // (its 2-D ones too), so NaNs compare as NaNs.
-    let want_out = elems(file("out"));
-    let nan = |v: &T| v.to_f64_exact().is_nan();
-    let same_values =
-        p.output.iter().zip(&want_out).all(|(a, b)| (nan(a) && nan(b)) || bits(&[*a]) == bits(&[*b]));
-    if p.output.len() != want_out.len() || !same_values {
+    if !common::same_bits_nan_as_nan(p.output.as_slice().unwrap(), &elems(file("out"))) {
         return Err("values differ".into());
     }
-    let want_idx: Vec<i64> =
-        file("idx").chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
-    if p.indices.as_slice().unwrap() != want_idx {
+    if p.indices.as_slice().unwrap() != common::le_indices(&file("idx")) {
         return Err("indices differ".into());
     }
     let go = Array5::from_shape_vec(p.output.raw_dim(), elems(file("go"))).unwrap();
@@ -489,7 +480,9 @@ fn torch_case<T: PoolFloat, const B: usize>(
         poolgrad::adaptive_max_pool3d_backward(&go, &x, &p.indices)
     }
     .map_err(|e| e.to_string())?;
-    if bits(gi.as_slice().unwrap()) != bits(&elems(file("gi"))) {
+    // The gradients hold no NaN: bit for bit.
+    let bytes = |a: &[T]| bytemuck::cast_slice::<T, u8>(a).to_vec();
+    if bytes(gi.as_slice().unwrap()) != bytes(&elems(file("gi"))) {
         return Err("gradients differ".into());
     }
     Ok(())

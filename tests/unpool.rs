@@ -226,19 +226,10 @@ fn torch_unpool<T: PoolFloat, const B: usize>(
     size: &[usize],
     from_le: fn([u8; B]) -> T,
 ) -> Result<usize, String> {
-    let elems = |bytes: Vec<u8>| -> Vec<T> {
-        bytes.chunks_exact(B).map(|c| from_le(c.try_into().unwrap())).collect()
-    };
-    let bits = |v: &T| bytemuck::bytes_of(v).to_vec();
-    let same = |a: &[T], b: &[T]| {
-        a.len() == b.len()
-            && a.iter()
-                .zip(b)
-                .all(|(x, y)| (x.to_f64_exact().is_nan() && y.to_f64_exact().is_nan()) || bits(x) == bits(y))
-    };
+    let elems = |bytes: Vec<u8>| common::le_elements(&bytes, from_le);
+    let same = common::same_bits_nan_as_nan::<T>;
     let spatial = shape.len() - 2;
-    let idx: Vec<i64> =
-        file("idx").chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+    let idx = common::le_indices(&file("idx"));
     let pooled_len = idx.len() / (shape[0] * shape[1]);
     // The pooled arrays as `[N, C, 1.., P]`: any shape of the pooled side's element count serves.
     let mut pooled_dims = shape[..2].to_vec();

@@ -23,29 +23,12 @@ PyTorch's double backward of the pooling (autograd through its backward).
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
-
-
-def raw(t):
-    t = t.contiguous()
-    if t.dtype in (torch.float16, torch.bfloat16):
-        return t.view(torch.int16).numpy().tobytes()
-    return t.numpy().tobytes()
-
-
-def values(shape, kind, g):
-    if kind == "randn":
-        return torch.randn(shape, generator=g, dtype=torch.float64)
-    if kind == "ties":
-        return torch.randint(0, 4, shape, generator=g).double()
-    x = torch.randint(0, 8, shape, generator=g).double()  # NaN and -inf among small integers
-    x[x == 0] = float("nan")
-    x[x == 1] = float("-inf")
-    return x
+# The 3-D cases' dtypes, raw files, values and half-type sums (any rank), from their script.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pool3d_cases import DTYPES, f32_sums, raw, values  # noqa: E402
 
 
 def write(out_dir, name, files):
@@ -64,16 +47,7 @@ def line_case(out_dir, manifest, name, dtype, shape, op, k=1, s=1, p=0, d=1, cei
         out, idx = F.adaptive_max_pool1d(x, size, return_indices=True)
     go = torch.randint(-64, 64, out.shape, generator=g).double().div(4).to(x.dtype)
     (gi_torch,) = torch.autograd.grad(out, x, go)
-    if dtype in ("f32", "f64"):
-        gi = gi_torch
-    else:
-        n, c, length = x.shape
-        sums = np.zeros((n * c, length), dtype=np.float32)
-        gs, ix = go.float().reshape(n * c, -1).numpy(), idx.reshape(n * c, -1).numpy()
-        for row in range(n * c):
-            for j in range(gs.shape[1]):
-                sums[row, ix[row, j]] = np.float32(sums[row, ix[row, j]] + gs[row, j])
-        gi = torch.from_numpy(sums.reshape(x.shape)).to(x.dtype)
+    gi = gi_torch if dtype in ("f32", "f64") else f32_sums(go, idx, x.shape)
     write(out_dir, name, {"x": x.detach(), "out": out.detach(), "idx": idx, "go": go, "gi": gi})
     manifest.write(" ".join(str(v) for v in [name, op, dtype, *shape, k, s, p, d, int(ceil), size]) + "\n")
 

@@ -32,30 +32,35 @@ def raw(t):
 
 
 def f32_sums(go, idx, shape):
-    """The half types' rule: f32 sums in row-major output order, rounded once."""
-    n, c = shape[0], shape[1]
-    vol = shape[2] * shape[3] * shape[4]
-    g = go.float().reshape(n * c, -1).numpy()
-    ix = idx.reshape(n * c, -1).numpy()
-    out = np.zeros((n * c, vol), dtype=np.float32)
-    for p in range(n * c):
+    """The half types' rule: f32 sums in row-major output order, rounded once (any rank: the
+    first two axes are the planes, the rest each plane's positions)."""
+    planes = shape[0] * shape[1]
+    g = go.float().reshape(planes, -1).numpy()
+    ix = idx.reshape(planes, -1).numpy()
+    out = np.zeros((planes, int(np.prod(shape[2:]))), dtype=np.float32)
+    for p in range(planes):
         for j in range(g.shape[1]):
             out[p, ix[p, j]] = np.float32(out[p, ix[p, j]] + g[p, j])
     return torch.from_numpy(out.reshape(shape)).to(go.dtype)
 
 
+def values(shape, kind, g):
+    """Input values in f64: normal ("randn"), small integers with ties ("ties"), or small
+    integers with NaN and -inf among them ("special")."""
+    if kind == "randn":
+        return torch.randn(shape, generator=g, dtype=torch.float64)
+    if kind == "ties":
+        return torch.randint(0, 4, shape, generator=g).double()
+    x = torch.randint(0, 8, shape, generator=g).double()
+    x[x == 0] = float("nan")
+    x[x == 1] = float("-inf")
+    return x
+
+
 def case(out_dir, manifest, name, dtype, shape, op, kernel=(1, 1, 1), stride=(1, 1, 1), padding=(0, 0, 0),
-         dilation=(1, 1, 1), ceil=False, size=(1, 1, 1), values="randn", seed=0):
+         dilation=(1, 1, 1), ceil=False, size=(1, 1, 1), kind="randn", seed=0):
     g = torch.Generator().manual_seed(seed)
-    if values == "randn":
-        x = torch.randn(shape, generator=g, dtype=torch.float64)
-    elif values == "ties":
-        x = torch.randint(0, 4, shape, generator=g).double()
-    else:  # NaN and -inf among small integers
-        x = torch.randint(0, 8, shape, generator=g).double()
-        x[x == 0] = float("nan")
-        x[x == 1] = float("-inf")
-    x = x.to(DTYPES[dtype]).requires_grad_(True)
+    x = values(shape, kind, g).to(DTYPES[dtype]).requires_grad_(True)
     if op == "max":
         out, idx = F.max_pool3d(x, kernel, stride, padding, dilation, ceil_mode=ceil, return_indices=True)
     else:
@@ -88,18 +93,18 @@ def main():
             # Ceil mode, dilation, ties, NaN and -inf.
             c(shape=(1, 2, 5, 7, 9), op="max", kernel=(2, 3, 2), stride=(2, 2, 3), ceil=True)
             c(shape=(2, 2, 9, 8, 7), op="max", kernel=(2, 2, 3), stride=(1, 2, 1), padding=(1, 1, 1),
-              dilation=(2, 3, 2), values="ties")
+              dilation=(2, 3, 2), kind="ties")
             c(shape=(1, 3, 6, 6, 6), op="max", kernel=(3, 3, 3), stride=(2, 2, 2), padding=(1, 1, 1),
-              ceil=True, values="special")
+              ceil=True, kind="special")
             # A video-like shape (the benchmark's, smaller).
             c(shape=(2, 8, 8, 28, 28), op="max", kernel=(3, 3, 3), stride=(2, 2, 2), padding=(1, 1, 1))
             # Slices of 56x56 (the benchmark's), which the blocked kernel takes, 8 at a time.
             c(shape=(1, 8, 6, 56, 56), op="max", kernel=(3, 3, 3), stride=(2, 2, 2), padding=(1, 1, 1))
-            c(shape=(1, 8, 16, 56, 56), op="adaptive", size=(4, 7, 7), values="ties")
+            c(shape=(1, 8, 16, 56, 56), op="adaptive", size=(4, 7, 7), kind="ties")
             # test_adaptive_max_pool3d*: sizes below, equal to and above the input.
             c(shape=(2, 3, 5, 6, 7), op="adaptive", size=(3, 4, 5))
-            c(shape=(1, 2, 7, 7, 7), op="adaptive", size=(1, 1, 1), values="ties")
-            c(shape=(1, 2, 3, 4, 5), op="adaptive", size=(5, 6, 7), values="special")
+            c(shape=(1, 2, 7, 7, 7), op="adaptive", size=(1, 1, 1), kind="ties")
+            c(shape=(1, 2, 3, 4, 5), op="adaptive", size=(5, 6, 7), kind="special")
             c(shape=(2, 4, 9, 10, 11), op="adaptive", size=(4, 3, 5))
 
 

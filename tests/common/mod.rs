@@ -156,3 +156,22 @@ where
     })();
     f(op.and_then(|op| poolgrad::Plan::new(&cpu, op)), &cpu)
 }
+
+/// The elements of a raw little-endian file written by the PyTorch case scripts
+/// (`benches/torch-anchor/*_cases.py`), `B` bytes each.
+pub fn le_elements<T, const B: usize>(bytes: &[u8], from_le: fn([u8; B]) -> T) -> Vec<T> {
+    bytes.chunks_exact(B).map(|c| from_le(c.try_into().expect("B bytes"))).collect()
+}
+
+/// The int64 indices of such a file.
+pub fn le_indices(bytes: &[u8]) -> Vec<i64> {
+    le_elements(bytes, i64::from_le_bytes)
+}
+
+/// The same elements bit for bit, NaNs compared as NaNs: a selected NaN is the input's in
+/// poolgrad, where PyTorch's bf16 kernels give the canonical NaN.
+pub fn same_bits_nan_as_nan<T: PoolFloat>(a: &[T], b: &[T]) -> bool {
+    let nan = |v: &T| v.to_f64_exact().is_nan();
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| (nan(x) && nan(y)) || bytemuck::bytes_of(x) == bytemuck::bytes_of(y))
+}
