@@ -24,10 +24,10 @@ use crate::{
 /// `aclnnMaxPool2dWithIndices.md` NCHW, ND (NHWC not on A2/A3); `aclnnMaxPool2dWithIndicesBackward.md`
 /// NCHW, ND.
 ///
-/// The 3-D operators check formats against each other and per architecture, not per tensor:
-/// every known format passes here, and `check` applies their rules.
+/// The 3-D poolings check formats against each other and per architecture, and the unpoolings
+/// not at all: every known format passes here, and `check` applies their rules.
 fn formats(job: &Job, rank: usize) -> &'static [i32] {
-    if job.is_3d() {
+    if job.checks_its_own_layout() {
         return &KNOWN_FORMATS;
     }
     let nchw = if rank == 3 { ACL_FORMAT_NCL } else { ACL_FORMAT_NCHW };
@@ -64,9 +64,9 @@ fn check_tensor(s: &State, job: &Job, name: &str, t: &TensorDesc, dtypes: &[i32]
             job.kind()
         )));
     }
-    // The 3-D operators take 4-D (CDHW) or 5-D (NCDHW) tensors; each op_api checks the ranks
-    // its own way (`check`).
-    if !job.is_3d() && t.dims.len() != 3 && t.dims.len() != 4 && name != "indices" {
+    // The 3-D poolings take 4-D (CDHW) or 5-D (NCDHW) tensors and the unpoolings ranks by their
+    // number of spatial axes; each op_api checks the ranks its own way (`check`).
+    if !job.checks_its_own_layout() && t.dims.len() != 3 && t.dims.len() != 4 && name != "indices" {
         return Err(invalid(format!("{name}: rank {} (expected 3 or 4)", t.dims.len())));
     }
     if t.dims.iter().any(|&d| d < 0) || t.offset < 0 || t.strides.len() != t.dims.len() {

@@ -235,7 +235,7 @@ impl Job {
 
     /// Whether the operator checks ranks and formats its own way (the 3-D poolings: 4-D or 5-D
     /// tensors; the unpoolings: any format, and ranks by their number of spatial axes).
-    pub fn is_3d(&self) -> bool {
+    pub fn checks_its_own_layout(&self) -> bool {
         matches!(
             self,
             Job::Pool3dForward { .. }
