@@ -5,7 +5,7 @@
 
 use super::Cpu;
 use super::interleave::{BLOCK, interleave};
-use super::schedule::{PlaneSplit, Planes, Planned, Taps, VolumeWindowed, Windowed, calling_thread};
+use super::schedule::{PlaneSplit, Planes, Planned, Taps, Windowed};
 use super::simd::{self, Isa};
 use super::{CacheLine, Carver, Sizer, task_share};
 
@@ -13,10 +13,7 @@ use crate::device::internal::Launch;
 use crate::element::{AccFloat, PoolFloat};
 use crate::error::{Result, UNNAMED};
 use crate::index::ArgmaxIndex;
-use crate::op::{
-    AdaptiveGeometry, AdaptiveGeometry3d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, MaxPool2dWithIndices,
-    MaxPool3dGeometry, MaxPool3dWithIndices, MaxPoolGeometry,
-};
+use crate::op::{AdaptiveGeometry, AdaptiveMaxPool2d, MaxPool2dWithIndices, MaxPoolGeometry};
 use crate::tensor::{TensorMut, TensorRef};
 
 /// Phase-1 state of a forward: the taps of every output row and column, and how the work is
@@ -205,271 +202,6 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool2d<'a, T, I>> for C
         memory: &mut Vec<CacheLine>,
     ) -> Result<()> {
         run_indexed(self, g, (op.input, op.output, op.indices), &p, memory)
-    }
-}
-
-/// Phase-1 state of a 3-D forward ([`VolumeWindowed`]): each task pools, with the 2-D forward,
-/// the `[H, W]` slices that its outputs read, into scratch, then takes for each output the best
-/// of those slices' results along its depth window, by the rule of every forward
-/// ([`replaces_best`]). This is the one scan of the whole window in row-major `(d, h, w)` order:
-/// a slice's result is its last NaN, or else its first maximum (its first tap when all are
-/// `-inf`), and meeting the slices' results in depth order with the same rule keeps the last
-/// slice with a NaN, or else the first slice that holds the largest value, so the last NaN of
-/// the window, or else its first maximum.
-#[derive(Debug)]
-pub struct VolumeForwardPrepared {
-    /// The 2-D forward of the slices one task pools, planned for the calling thread.
-    slices: ForwardPrepared,
-    /// The slices' plane sizes.
-    plane: Planes,
-    /// The slices each output depth reads.
-    depth: Vec<Taps>,
-    /// Runs of whole volumes, or bands of output depths of one volume.
-    split: PlaneSplit,
-    /// Scratch of each task: the slices' accumulators and the best values of one output depth
-    /// ([`pool_depth`]), the pooled values and flat indices of up to `D` slices, and which slice
-    /// holds each best value.
-    acc_per_task: usize,
-    pooled_per_task: usize,
-    chosen_per_task: usize,
-}
-
-impl VolumeForwardPrepared {
-    fn plan<T: PoolFloat, I: ArgmaxIndex>(
-        cpu: &Cpu,
-        g: &impl VolumeWindowed,
-        sizer: &mut Sizer,
-    ) -> Result<Self> {
-        let slices_g = g.slices();
-        let (rows, cols) = slices_g.taps()?;
-        let [d, _, _] = g.sizes().input;
-        let plane = Planes { count: d, ..slices_g.plane_sizes() };
-        // The slices of one task are pooled on its own thread, so planned for one.
-        let slices = ForwardPrepared::plan::<T>(calling_thread(cpu), rows, cols, plane, &mut Sizer::new())?;
-        let depth = g.depth_taps()?;
-        let split = PlaneSplit::of(cpu, g.sizes().volumes(), depth.len());
-        let ohw = plane.ho * plane.wo;
-        let acc_per_task = task_share::<T::Acc>(slices.acc_per_task() + ohw);
-        let pooled = d.saturating_mul(ohw);
-        let pooled_per_task = task_share::<T>(pooled).max(task_share::<I>(pooled));
-        let chosen_per_task = task_share::<i32>(ohw);
-        sizer.region::<T::Acc>(split.tasks() * acc_per_task)?;
-        sizer.region::<T>(split.tasks() * pooled_per_task)?;
-        sizer.region::<I>(split.tasks() * pooled_per_task)?;
-        sizer.region::<i32>(split.tasks() * chosen_per_task)?;
-        Ok(VolumeForwardPrepared {
-            slices,
-            plane,
-            depth,
-            split,
-            acc_per_task,
-            pooled_per_task,
-            chosen_per_task,
-        })
-    }
-}
-
-/// Phase 1 of a 3-D forward, on the device the call's size deserves ([`Planned`]).
-fn prepare_volumes<T: PoolFloat, I: ArgmaxIndex>(
-    cpu: &Cpu,
-    g: &impl VolumeWindowed,
-    (input, output, indices): (&TensorRef<'_, T>, &TensorMut<'_, T>, &TensorMut<'_, I>),
-) -> Result<(Planned<VolumeForwardPrepared>, usize)> {
-    Planned::of(cpu, g.forward_work(), |cpu| {
-        let mut sizer = Sizer::new();
-        sizer.stage(&input.view())?;
-        sizer.stage(&output.as_ref().view())?;
-        sizer.stage(&indices.as_ref().view())?;
-        let prepared = VolumeForwardPrepared::plan::<T, I>(cpu, g, &mut sizer)?;
-        Ok((prepared, sizer.total()))
-    })
-}
-
-/// One task of a 3-D forward: whole volumes, or output depths `row0..row0 + rows` of one.
-struct VolumeTask<'s, T: PoolFloat, I> {
-    x: &'s [T],
-    row0: usize,
-    rows: usize,
-    out: &'s mut [T],
-    idx: &'s mut [I],
-    acc: &'s mut [T::Acc],
-    pooled: (&'s mut [T], &'s mut [I]),
-    chosen: &'s mut [i32],
-}
-
-/// Phase 2 of [`prepare_volumes`].
-fn run_volumes<T: PoolFloat, I: ArgmaxIndex>(
-    cpu: &Cpu,
-    (input, output, indices): (TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
-    p: &Planned<VolumeForwardPrepared>,
-    memory: &mut [CacheLine],
-) -> Result<()> {
-    let plan = &p.plan;
-    let mut carver = Carver::new(memory);
-    let x = carver.stage(input.view())?;
-    let mut out = carver.output(output.into_view())?;
-    let mut idx = carver.output(indices.into_view())?;
-    let tasks = plan.split.tasks();
-    let acc = carver.region::<T::Acc>(tasks * plan.acc_per_task)?;
-    let values = carver.region::<T>(tasks * plan.pooled_per_task)?;
-    let flats = carver.region::<I>(tasks * plan.pooled_per_task)?;
-    let chosen = carver.region::<i32>(tasks * plan.chosen_per_task)?;
-    let (d, od) = (plan.plane.count, plan.depth.len());
-    let volume = d * plan.plane.h * plan.plane.w;
-    let pooled_len = od * plan.plane.ho * plan.plane.wo;
-    let PlaneSplit { planes_per_task: per, rows_per_band, bands, .. } = plan.split;
-    // (A share of 0 elements, as the accumulators of `f32` slices are, makes no chunks: those
-    // tasks take empty slices.)
-    let mut accs = acc.chunks_mut(plan.acc_per_task.max(1));
-    let mut pooled =
-        values.chunks_mut(plan.pooled_per_task.max(1)).zip(flats.chunks_mut(plan.pooled_per_task.max(1)));
-    let mut chosen = chosen.chunks_mut(plan.chosen_per_task.max(1));
-    let mut scratch = || {
-        let acc = accs.next().unwrap_or(&mut []);
-        let pooled = pooled.next().unwrap_or((&mut [], &mut []));
-        (acc, pooled, chosen.next().unwrap_or(&mut []))
-    };
-    let mut work = Vec::with_capacity(tasks);
-    let run = if bands == 1 { per } else { 1 };
-    let ohw = plan.plane.ho * plan.plane.wo;
-    for ((x, out), idx) in x
-        .chunks(run * volume)
-        .zip(out.slice().chunks_mut(run * pooled_len))
-        .zip(idx.slice().chunks_mut(run * pooled_len))
-    {
-        if bands == 1 {
-            let (acc, pooled, chosen) = scratch();
-            work.push(VolumeTask { x, row0: 0, rows: od, out, idx, acc, pooled, chosen });
-        } else {
-            let band = rows_per_band * ohw;
-            for (b, (out, idx)) in out.chunks_mut(band).zip(idx.chunks_mut(band)).enumerate() {
-                let (acc, pooled, chosen) = scratch();
-                let rows = out.len() / ohw.max(1);
-                work.push(VolumeTask { x, row0: b * rows_per_band, rows, out, idx, acc, pooled, chosen });
-            }
-        }
-    }
-    // Each task in the copy of the kernels for the instructions the plan found, as the 2-D
-    // forward's ([`pool_task`]).
-    p.device(cpu).for_each_task(work, |t| {
-        plan.slices.isa.enter(
-            #[inline(always)]
-            || pool_volumes(plan, t),
-        )
-    });
-    out.finish("output")?;
-    idx.finish("indices")
-}
-
-/// A task of [`run_volumes`]: for each of its volumes, the slices its output depths read, then
-/// the depth windows ([`pool_depth`]).
-#[inline(always)]
-fn pool_volumes<T: PoolFloat, I: ArgmaxIndex>(p: &VolumeForwardPrepared, t: VolumeTask<'_, T, I>) {
-    let Planes { count: d, h, w, ho, wo } = p.plane;
-    let (hw, ohw) = (h * w, ho * wo);
-    let depths = &p.depth[t.row0..t.row0 + t.rows];
-    // The slices the windows read: with dilation a window may start before the one ahead of it.
-    let (Some(start), Some(end)) =
-        (depths.iter().map(|t| t.start).min(), depths.iter().map(|t| t.span().end).max())
-    else {
-        return;
-    };
-    let slices = start..end;
-    let (values, flats) = t.pooled;
-    let (values, flats) = (&mut values[..slices.len() * ohw], &mut flats[..slices.len() * ohw]);
-    let chunk = (t.rows * ohw).max(1);
-    let (acc, best) = t.acc.split_at_mut(t.acc.len() - ohw);
-    let chosen = &mut t.chosen[..ohw];
-    for ((x, out), idx) in t.x.chunks(d * hw).zip(t.out.chunks_mut(chunk)).zip(t.idx.chunks_mut(chunk)) {
-        let x = &x[slices.start * hw..slices.end * hw];
-        pool_planes(Planes { count: slices.len(), ..p.plane }, &p.slices, x, values, flats, acc);
-        for (taps, (out, idx)) in depths.iter().zip(out.chunks_mut(ohw).zip(idx.chunks_mut(ohw))) {
-            pool_depth(taps, slices.start, hw, (values, flats), (best, chosen), (out, idx));
-        }
-    }
-}
-
-/// One output depth of a 3-D pooling: for each position of the output slice, the best of the
-/// pooled slices `taps` reads, met in depth order ([`VolumeForwardPrepared`]), as a value and a
-/// flat index in the volume. `values` and `flats` hold the pooled slices from slice `first` on,
-/// with flat indices in their `hw`-element slice. The scan keeps each position's best value
-/// (widened, in `best`) and the slice it came from (in `chosen`), both 32-bit lanes without
-/// branches, so that it vectorises; the values and indices are then read from the chosen slices.
-#[inline(always)]
-fn pool_depth<T: PoolFloat, I: ArgmaxIndex>(
-    taps: &Taps,
-    first: usize,
-    hw: usize,
-    (values, flats): (&[T], &[I]),
-    (best, chosen): (&mut [T::Acc], &mut [i32]),
-    (out, idx): (&mut [T], &mut [I]),
-) {
-    let ohw = out.len();
-    let at = |d: usize| (d - first) * ohw..(d - first + 1) * ohw;
-    for (b, &v) in best.iter_mut().zip(&values[at(taps.start)]) {
-        *b = v.to_acc();
-    }
-    // Slices within one volume's `D`, which the index type (at most `i32::MAX` positions for
-    // `i32`) holds.
-    chosen.fill((taps.start - first) as i32);
-    for k in 1..taps.count {
-        let d = taps.start + k * taps.step;
-        let slice = (d - first) as i32;
-        for ((b, c), &v) in best.iter_mut().zip(chosen.iter_mut()).zip(&values[at(d)]) {
-            let v = v.to_acc();
-            let take = replaces_best(v, *b);
-            *b = <T::Acc as AccFloat>::choose(take, v, *b);
-            *c = if take { slice } else { *c };
-        }
-    }
-    for (p, ((o, i), &c)) in out.iter_mut().zip(idx.iter_mut()).zip(chosen.iter()).enumerate() {
-        let at = c as usize * ohw + p;
-        *o = values[at];
-        *i = I::from_flat_checked((first + c as usize) * hw + flats[at].to_usize_wrapping());
-    }
-}
-
-impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool3dWithIndices<'a, T, I>> for Cpu {
-    type Prepared = Planned<VolumeForwardPrepared>;
-
-    fn prepare(
-        &self,
-        op: &MaxPool3dWithIndices<'a, T, I>,
-        g: &MaxPool3dGeometry,
-    ) -> Result<(Planned<VolumeForwardPrepared>, usize)> {
-        prepare_volumes(self, g, (&op.input, &op.output, &op.indices))
-    }
-
-    fn launch(
-        &self,
-        op: MaxPool3dWithIndices<'a, T, I>,
-        _: &MaxPool3dGeometry,
-        p: Planned<VolumeForwardPrepared>,
-        memory: &mut Vec<CacheLine>,
-    ) -> Result<()> {
-        run_volumes(self, (op.input, op.output, op.indices), &p, memory)
-    }
-}
-
-impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool3d<'a, T, I>> for Cpu {
-    type Prepared = Planned<VolumeForwardPrepared>;
-
-    fn prepare(
-        &self,
-        op: &AdaptiveMaxPool3d<'a, T, I>,
-        g: &AdaptiveGeometry3d,
-    ) -> Result<(Planned<VolumeForwardPrepared>, usize)> {
-        prepare_volumes(self, g, (&op.input, &op.output, &op.indices))
-    }
-
-    fn launch(
-        &self,
-        op: AdaptiveMaxPool3d<'a, T, I>,
-        _: &AdaptiveGeometry3d,
-        p: Planned<VolumeForwardPrepared>,
-        memory: &mut Vec<CacheLine>,
-    ) -> Result<()> {
-        run_volumes(self, (op.input, op.output, op.indices), &p, memory)
     }
 }
 
@@ -805,21 +537,33 @@ fn scan_alone<A: AccFloat>(lanes: &[[A; BLOCK]], w: usize, r: &Taps, c: &Taps) -
 /// it replaces its best. The tap is the same for every lane, so the loop vectorises.
 #[inline(always)]
 fn meet<A: AccFloat>(best: &mut [A; BLOCK], best_tap: &mut [u32; BLOCK], v: &[A; BLOCK], tap: usize) {
+    meet_lanes(best, best_tap, v, &[tap as u32; BLOCK]);
+}
+
+/// Each lane `l` meets value `v[l]` at position `at[l]` and takes both where the value replaces
+/// its best ([`replaces_best`]), without a branch, so that the loop vectorises.
+#[inline(always)]
+pub(super) fn meet_lanes<A: AccFloat, P: Copy>(
+    best: &mut [A; BLOCK],
+    best_at: &mut [P; BLOCK],
+    v: &[A; BLOCK],
+    at: &[P; BLOCK],
+) {
     for l in 0..BLOCK {
         let take = replaces_best(v[l], best[l]);
         best[l] = if take { v[l] } else { best[l] };
-        best_tap[l] = if take { tap as u32 } else { best_tap[l] };
+        best_at[l] = if take { at[l] } else { best_at[l] };
     }
 }
 
 /// Output columns computed together: independent windows whose compare-and-select chains the
 /// processor overlaps, and which vectorise when their columns are 1 or 2 apart.
-const LANES: usize = 8;
+pub(super) const LANES: usize = 8;
 
 /// How the output columns are computed: [`LANES`] at a time when their windows have the same taps
 /// and start 1 or 2 apart (so the loads vectorise), otherwise one at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ColumnGroup {
+pub(super) enum ColumnGroup {
     Lanes { first: usize, stride: usize },
     Single(usize),
 }
@@ -828,7 +572,7 @@ impl ColumnGroup {
     /// The groups of columns `cols`. Fewer than [`LANES`] columns left at the
     /// end go in one last group of the final [`LANES`] columns when those are regular: it
     /// overlaps the group before it, whose columns it computes again to the same values.
-    fn plan(cols: &[Taps]) -> Result<Vec<ColumnGroup>> {
+    pub(super) fn plan(cols: &[Taps]) -> Result<Vec<ColumnGroup>> {
         let mut groups =
             crate::alloc::collect_exact(UNNAMED, "column groups", cols.len(), core::iter::empty())?;
         let mut ow = 0;
@@ -881,14 +625,14 @@ fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
         for group in groups {
             match *group {
                 ColumnGroup::Lanes { first, stride } => {
-                    let taps = if stride == 1 {
+                    let found = if stride == 1 {
                         lanes::<T::Acc, 1>(xa, w, r, &cols[first])
                     } else {
                         lanes::<T::Acc, 2>(xa, w, r, &cols[first])
                     };
                     let (out, idx) = (&mut out[first..first + LANES], &mut idx[first..first + LANES]);
-                    match taps {
-                        Some(taps) => {
+                    match found {
+                        Some((_, taps)) => {
                             let origin = r.start * w + cols[first].start;
                             for (l, ((o, i), &tap)) in
                                 out.iter_mut().zip(idx.iter_mut()).zip(&taps).enumerate()
@@ -908,24 +652,31 @@ fn pool_plane<T: PoolFloat, I: ArgmaxIndex>(
                     }
                 }
                 ColumnGroup::Single(ow) => {
-                    let c = &cols[ow];
-                    let a = if reads_whole_rows(r, c, w) && r.count * w <= EXACT_POSITIONS {
-                        // Whole rows: one contiguous span.
-                        r.start * w + span(&xa[r.start * w..(r.start + r.count) * w])
-                    } else if c.step == 1 && c.count >= WIDE_LANES && xa.len() <= EXACT_POSITIONS {
-                        if wide && c.count >= 2 * WIDE_LANES {
-                            wide_window::<_, { 2 * WIDE_LANES }>(xa, w, r, c)
-                        } else {
-                            wide_window::<_, WIDE_LANES>(xa, w, r, c)
-                        }
-                    } else {
-                        window(xa, w, r, c)
-                    };
+                    let a = single_window(xa, w, r, &cols[ow], wide);
                     out[ow] = x[a];
                     idx[ow] = I::from_flat_checked(a);
                 }
             }
         }
+    }
+}
+
+/// The arg-max of a window of rows `r` and columns `c` that is scanned alone (a
+/// [`ColumnGroup::Single`]), with the rule of [`pool_plane`]: as one contiguous span when it
+/// reads whole rows, by lanes when its rows are wide ([`wide_window`], 8 columns at a time when
+/// `wide`: in the copy whose registers hold 8 `f32` or more), else tap by tap.
+#[inline(always)]
+pub(super) fn single_window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps, wide: bool) -> usize {
+    if reads_whole_rows(r, c, w) && r.count * w <= EXACT_POSITIONS {
+        r.start * w + span(&xa[r.start * w..(r.start + r.count) * w])
+    } else if c.step == 1 && c.count >= WIDE_LANES && xa.len() <= EXACT_POSITIONS {
+        if wide && c.count >= 2 * WIDE_LANES {
+            wide_window::<_, { 2 * WIDE_LANES }>(xa, w, r, c)
+        } else {
+            wide_window::<_, WIDE_LANES>(xa, w, r, c)
+        }
+    } else {
+        window(xa, w, r, c)
     }
 }
 
@@ -945,7 +696,7 @@ fn last_tap_offset(r: &Taps, c: &Taps, w: usize) -> usize {
 
 /// The arg-max of one window, scanning its taps in row-major order.
 #[inline(always)]
-fn window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
+pub(super) fn window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
     let mut best = A::neg_infinity();
     let mut best_at = r.start * w + c.start;
     for a in 0..r.count {
@@ -963,12 +714,17 @@ fn window<A: AccFloat>(xa: &[A], w: usize, r: &Taps, c: &Taps) -> usize {
 }
 
 /// The arg-max of [`LANES`] windows on rows `r` whose columns are those of `first` shifted by
-/// `S * lane`, as each lane's offset from its window's first tap (`r.start * w + first.start +
-/// S * lane`). Each lane keeps the offset of its best tap, the same for every lane at each step,
-/// so the loop vectorises (on 32-bit lanes: the offsets stay `u32` until the caller widens
-/// them). `None` when a window spans 2^32 positions or more.
+/// `S * lane`, as each lane's best value and its offset from its window's first tap
+/// (`r.start * w + first.start + S * lane`). Each lane keeps the offset of its best tap, the
+/// same for every lane at each step, so the loop vectorises (on 32-bit lanes: the offsets stay
+/// `u32` until the caller widens them). `None` when a window spans 2^32 positions or more.
 #[inline(always)]
-fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps) -> Option<[u32; LANES]> {
+pub(super) fn lanes<A: AccFloat, const S: usize>(
+    xa: &[A],
+    w: usize,
+    r: &Taps,
+    first: &Taps,
+) -> Option<([A; LANES], [u32; LANES])> {
     let origin = r.start * w + first.start;
     u32::try_from(last_tap_offset(r, first, w)).ok()?;
     let mut best = [A::neg_infinity(); LANES];
@@ -986,7 +742,7 @@ fn lanes<A: AccFloat, const S: usize>(xa: &[A], w: usize, r: &Taps, first: &Taps
             }
         }
     }
-    Some(best_tap)
+    Some((best, best_tap))
 }
 
 /// The arg-max of a contiguous span of at most [`EXACT_POSITIONS`] elements, with the rule of
@@ -1105,7 +861,7 @@ const EXACT_POSITIONS: usize = 1 << 24;
 /// later NaN replaces it). Without a branch: the two tests are never both true (a NaN compares
 /// false), so `|` is the `||` the loops can vectorise.
 #[inline(always)]
-fn replaces_best<A: AccFloat>(v: A, best: A) -> bool {
+pub(super) fn replaces_best<A: AccFloat>(v: A, best: A) -> bool {
     (v > best) | v.is_nan()
 }
 

@@ -62,6 +62,42 @@ fn transposed<A: AccFloat>(isa: Isa, rows: &[&[A]], out: &mut [A]) -> usize {
     count * 8
 }
 
+/// `outs[l][i] = lanes[i * BLOCK + l]` for every plane `l < outs.len()` (at most [`BLOCK`]) and
+/// column `i < lanes.len() / BLOCK` (every row at least that long): [`interleave`] undone. Values
+/// of 32 bits go 8 columns at a time through [`transpose8`] where `isa` has AVX, as there; the
+/// plain loop takes the rest.
+#[inline(always)]
+pub(super) fn deinterleave<X: bytemuck::Pod>(isa: Isa, lanes: &[X], outs: &mut [&mut [X]]) {
+    let done = detransposed(isa, lanes, outs);
+    for (l, out) in outs.iter_mut().enumerate() {
+        for (o, column) in out[done..].iter_mut().zip(lanes.chunks_exact(BLOCK).skip(done)) {
+            *o = column[l];
+        }
+    }
+}
+
+/// The first columns of [`deinterleave`], 8 at a time through [`transpose8`] for 32-bit values
+/// where `isa` has AVX; returns how many columns it did (a multiple of 8, or 0).
+#[inline(always)]
+fn detransposed<X: bytemuck::Pod>(isa: Isa, lanes: &[X], outs: &mut [&mut [X]]) -> usize {
+    if size_of::<X>() != size_of::<f32>() || outs.is_empty() {
+        return 0;
+    }
+    let lanes: &[f32] = bytemuck::cast_slice(lanes);
+    let (columns, _) = lanes.as_chunks::<{ 8 * BLOCK }>();
+    let mut count = 0;
+    for (c, column) in columns.iter().enumerate() {
+        let m: [[f32; 8]; 8] = bytemuck::cast(*column);
+        let Some(t) = transpose8(isa, m) else { break }; // no AVX
+        for (out, row) in outs.iter_mut().zip(&t) {
+            let out: &mut [f32] = bytemuck::cast_slice_mut(&mut out[c * 8..(c + 1) * 8]);
+            out.copy_from_slice(row);
+        }
+        count += 1;
+    }
+    count * 8
+}
+
 /// `t[i][l] = m[l][i]`: an 8 x 8 transpose of 32-bit values (bits moved, never changed) in AVX
 /// registers, where `isa` has them (x86-64-v3); else `None`. Inlined into the x86-64-v3 copy of
 /// a kernel, it is 8 loads, 24 shuffles and 8 stores.

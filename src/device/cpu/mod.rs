@@ -25,6 +25,7 @@ mod mask;
 mod scatter;
 mod schedule;
 mod simd;
+mod volume;
 
 /// How the CPU device spreads work over threads. Results are bit-identical for every setting.
 ///

@@ -1,0 +1,859 @@
+//! The 3-D forwards with flat indices (max pooling and adaptive max pooling), one axis at a time.
+//!
+//! A window of a 3-D pooling is the product of its taps along depth, rows and columns, and the
+//! rule of every forward ([`replaces_best`]: the last NaN of the window, or else its first
+//! maximum, in row-major `(d, h, w)` order) is lexicographic, so the window can be taken one axis
+//! at a time, from the last axis to the first: each input row's column windows
+//! ([`each_window`], the 2-D forward's column scans), then each slice's row windows among those,
+//! then the depth windows among those ([`meet_rows`]). Each pass meets its candidates in
+//! increasing order of its own axis, each candidate being the result of the axes after it. If
+//! the window holds a NaN, the last candidate holding one holds the window's last NaN there, and
+//! the pass takes it; if not, the first candidate holding the largest value holds the window's
+//! first maximum there, and the pass takes that. A window of `-inf` points at its first tap
+//! either way. So the result is that of one scan of the whole window in row-major order.
+//!
+//! Values are compared widened to the accumulator type (exact), positions are kept flat in the
+//! volume (32 bits when the volume allows), and each output's value is read back from the input
+//! at its position, so it keeps its bits. A window's taps along each axis are met once per
+//! candidate of that axis, rather than once per tap of the whole window: `3 + 3 / 2 + 3 / 4`
+//! comparisons per input position for kernel 3 and stride 2, each pass on contiguous rows but
+//! the first.
+
+use core::ops::Range;
+
+use super::forward::{ColumnGroup, LANES, lanes, meet_lanes, replaces_best, single_window, window};
+use super::interleave::{BLOCK, deinterleave, interleave};
+use super::schedule::{PlaneSplit, Planned, Taps, VolumeWindowed, Windowed};
+use super::simd::{self, Isa};
+use super::{CacheLine, Carver, Cpu, Sizer, task_share};
+
+use crate::device::internal::Launch;
+use crate::element::{AccFloat, PoolFloat};
+use crate::error::Result;
+use crate::index::ArgmaxIndex;
+use crate::op::{AdaptiveGeometry3d, AdaptiveMaxPool3d, MaxPool3dGeometry, MaxPool3dWithIndices};
+use crate::tensor::{TensorMut, TensorRef};
+
+/// Phase-1 state of a 3-D forward: the windows along each axis, and how the work is split.
+#[derive(Debug)]
+pub struct VolumeForwardPrepared {
+    /// The input rows of each output row of a slice, and the columns of each output column.
+    rows: Vec<Taps>,
+    cols: Vec<Taps>,
+    /// How the columns of one volume's rows are scanned ([`pool_columns`]).
+    groups: Vec<ColumnGroup>,
+    /// The input slices of each output depth.
+    depth: Vec<Taps>,
+    /// The input rows of a slice that the windows read, from the first to the last.
+    row_span: Range<usize>,
+    /// The input volume's `[D, H, W]`.
+    input: [usize; 3],
+    /// Runs of whole volumes, or bands of output depths of one volume.
+    split: PlaneSplit,
+    /// Whether positions in a volume need 64 bits (a volume of more than `i32::MAX` positions).
+    long_positions: bool,
+    /// Whether volumes are pooled [`BLOCK`] at a time ([`pool_block`]): in tasks of whole
+    /// volumes, with 32-bit positions, each task's runs of [`BLOCK`] volumes and a last run of
+    /// at least [`BLOCK_FROM`]; the other volumes one at a time ([`pool_volume`]).
+    blocked: bool,
+    /// Scratch of each task, in whole cache lines: accumulator-type values ([`Scratch`]), and
+    /// positions.
+    values_per_task: usize,
+    positions_per_task: usize,
+    /// The instructions the tasks run with, detected once, in phase 1.
+    isa: Isa,
+}
+
+/// The fewest volumes pooled as a block of their own ([`pool_block`]) rather than one at a time:
+/// a block costs about the same whatever the number of its volumes, and one volume at a time
+/// costs a few times a block's volume. A tuning decision: both give the same bits.
+const BLOCK_FROM: usize = BLOCK / 2;
+
+/// The scratch of one task, in elements, for `lanes` volumes pooled at a time ([`BLOCK`] or 1):
+/// the row being read, widened (half types only), and interleaved (a block's rows); the column
+/// pass of a slice's rows; the row pass of every slice the task's depth windows read (at most
+/// `D`); the depth pass of one output depth; and that taken apart by volume (a block's). The
+/// last four hold values and as many positions.
+struct Scratch {
+    widened: usize,
+    band: usize,
+    columns: usize,
+    slices: usize,
+    depth: usize,
+    lane: usize,
+}
+
+impl Scratch {
+    fn of<T: PoolFloat>(lanes: usize, [d, h, w]: [usize; 3], (ho, wo): (usize, usize)) -> Self {
+        let widened = if T::as_acc(&[]).is_some() { 0 } else { lanes * w };
+        let band = if lanes > 1 { lanes * w } else { 0 };
+        let ohw = ho * wo;
+        let lane = if lanes > 1 { lanes * ohw } else { 0 };
+        Scratch { widened, band, columns: lanes * h * wo, slices: lanes * d * ohw, depth: lanes * ohw, lane }
+    }
+
+    /// Values per task (accumulator type).
+    fn values(&self) -> usize {
+        self.widened + self.band + self.positions()
+    }
+
+    /// Positions per task.
+    fn positions(&self) -> usize {
+        self.columns + self.slices + self.depth + self.lane
+    }
+}
+
+/// A task's scratch, carved as [`Scratch`] says.
+struct Carved<'s, A, P> {
+    widened: &'s mut [A],
+    band: &'s mut [A],
+    columns: (&'s mut [A], &'s mut [P]),
+    slices: (&'s mut [A], &'s mut [P]),
+    depth: (&'s mut [A], &'s mut [P]),
+    lane: (&'s mut [A], &'s mut [P]),
+}
+
+impl Scratch {
+    fn carve<'s, A, P>(&self, values: &'s mut [A], positions: &'s mut [P]) -> Carved<'s, A, P> {
+        let (widened, values) = values.split_at_mut(self.widened);
+        let (band, values) = values.split_at_mut(self.band);
+        let (column_values, values) = values.split_at_mut(self.columns);
+        let (slice_values, values) = values.split_at_mut(self.slices);
+        let (column_positions, positions) = positions.split_at_mut(self.columns);
+        let (slice_positions, positions) = positions.split_at_mut(self.slices);
+        let (depth_values, values) = values.split_at_mut(self.depth);
+        let (depth_positions, positions) = positions.split_at_mut(self.depth);
+        Carved {
+            widened,
+            band,
+            columns: (column_values, column_positions),
+            slices: (slice_values, slice_positions),
+            depth: (depth_values, depth_positions),
+            lane: (&mut values[..self.lane], &mut positions[..self.lane]),
+        }
+    }
+}
+
+impl VolumeForwardPrepared {
+    fn plan<T: PoolFloat>(cpu: &Cpu, g: &impl VolumeWindowed, sizer: &mut Sizer) -> Result<Self> {
+        let (rows, cols) = g.slices().taps()?;
+        let sizes = g.sizes();
+        Self::of_taps::<T>(cpu, (g.depth_taps()?, rows, cols), (sizes.input, sizes.volumes()), sizer)
+    }
+
+    /// [`VolumeForwardPrepared::plan`] from the windows along each axis, over `volumes` volumes
+    /// of `input` (`[D, H, W]`).
+    fn of_taps<T: PoolFloat>(
+        cpu: &Cpu,
+        (depth, rows, cols): (Vec<Taps>, Vec<Taps>, Vec<Taps>),
+        (input, volumes): ([usize; 3], usize),
+        sizer: &mut Sizer,
+    ) -> Result<Self> {
+        let groups = ColumnGroup::plan(&cols)?;
+        let row_span = slices_read(&rows);
+        // (The volume's elements are in memory, so their count is a `usize`.)
+        let long_positions = input.iter().product::<usize>() > i32::MAX as usize;
+        let split = PlaneSplit::of(cpu, volumes, depth.len());
+        let blocked = !long_positions && split.bands == 1 && split.planes_per_task >= BLOCK_FROM;
+        let lanes = if blocked { BLOCK } else { 1 };
+        let scratch = Scratch::of::<T>(lanes, input, (rows.len(), cols.len()));
+        let values_per_task = task_share::<T::Acc>(scratch.values());
+        let positions = scratch.positions();
+        let positions_per_task =
+            if long_positions { task_share::<i64>(positions) } else { task_share::<i32>(positions) };
+        sizer.region::<T::Acc>(split.tasks() * values_per_task)?;
+        if long_positions {
+            sizer.region::<i64>(split.tasks() * positions_per_task)?;
+        } else {
+            sizer.region::<i32>(split.tasks() * positions_per_task)?;
+        }
+        Ok(VolumeForwardPrepared {
+            rows,
+            cols,
+            groups,
+            depth,
+            row_span,
+            input,
+            split,
+            long_positions,
+            blocked,
+            values_per_task,
+            positions_per_task,
+            isa: cpu.isa(),
+        })
+    }
+
+    /// The scratch of one task.
+    fn scratch<T: PoolFloat>(&self) -> Scratch {
+        let lanes = if self.blocked { BLOCK } else { 1 };
+        Scratch::of::<T>(lanes, self.input, (self.rows.len(), self.cols.len()))
+    }
+}
+
+/// Phase 1 of a 3-D forward, on the device the call's size deserves ([`Planned`]).
+fn prepare_volumes<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    g: &impl VolumeWindowed,
+    (input, output, indices): (&TensorRef<'_, T>, &TensorMut<'_, T>, &TensorMut<'_, I>),
+) -> Result<(Planned<VolumeForwardPrepared>, usize)> {
+    Planned::of(cpu, g.forward_work(), |cpu| {
+        let mut sizer = Sizer::new();
+        sizer.stage(&input.view())?;
+        sizer.stage(&output.as_ref().view())?;
+        sizer.stage(&indices.as_ref().view())?;
+        let prepared = VolumeForwardPrepared::plan::<T>(cpu, g, &mut sizer)?;
+        Ok((prepared, sizer.total()))
+    })
+}
+
+/// One task of a 3-D forward: whole volumes, or output depths `row0..row0 + rows` of one, with
+/// its scratch (`P`: positions in a volume).
+struct VolumeTask<'s, T: PoolFloat, I, P> {
+    x: &'s [T],
+    row0: usize,
+    rows: usize,
+    out: &'s mut [T],
+    idx: &'s mut [I],
+    values: &'s mut [T::Acc],
+    positions: &'s mut [P],
+}
+
+/// Phase 2 of [`prepare_volumes`]: positions in 32 bits where the volume allows.
+fn run_volumes<T: PoolFloat, I: ArgmaxIndex>(
+    cpu: &Cpu,
+    tensors: (TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
+    p: &Planned<VolumeForwardPrepared>,
+    memory: &mut [CacheLine],
+) -> Result<()> {
+    if p.plan.long_positions {
+        run_volumes_with::<T, I, i64>(cpu, tensors, p, memory)
+    } else {
+        run_volumes_with::<T, I, i32>(cpu, tensors, p, memory)
+    }
+}
+
+/// [`run_volumes`] with positions of type `P`.
+fn run_volumes_with<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
+    cpu: &Cpu,
+    (input, output, indices): (TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
+    p: &Planned<VolumeForwardPrepared>,
+    memory: &mut [CacheLine],
+) -> Result<()> {
+    let plan = &p.plan;
+    let mut carver = Carver::new(memory);
+    let x = carver.stage(input.view())?;
+    let mut out = carver.output(output.into_view())?;
+    let mut idx = carver.output(indices.into_view())?;
+    let tasks = plan.split.tasks();
+    let values = carver.region::<T::Acc>(tasks * plan.values_per_task)?;
+    let positions = carver.region::<P>(tasks * plan.positions_per_task)?;
+    let volume: usize = plan.input.iter().product();
+    let ohw = plan.rows.len() * plan.cols.len();
+    let pooled_len = plan.depth.len() * ohw;
+    let PlaneSplit { planes_per_task: per, rows_per_band, bands, .. } = plan.split;
+    // (A share of 0 elements makes no chunks: those tasks take empty slices.)
+    let mut values = values.chunks_mut(plan.values_per_task.max(1));
+    let mut positions = positions.chunks_mut(plan.positions_per_task.max(1));
+    let mut scratch = || (values.next().unwrap_or(&mut []), positions.next().unwrap_or(&mut []));
+    let mut work = Vec::with_capacity(tasks);
+    let run = if bands == 1 { per } else { 1 };
+    for ((x, out), idx) in x
+        .chunks(run * volume)
+        .zip(out.slice().chunks_mut(run * pooled_len))
+        .zip(idx.slice().chunks_mut(run * pooled_len))
+    {
+        if bands == 1 {
+            let (values, positions) = scratch();
+            work.push(VolumeTask { x, row0: 0, rows: plan.depth.len(), out, idx, values, positions });
+        } else {
+            let band = rows_per_band * ohw;
+            for (b, (out, idx)) in out.chunks_mut(band).zip(idx.chunks_mut(band)).enumerate() {
+                let (values, positions) = scratch();
+                let rows = out.len() / ohw.max(1);
+                work.push(VolumeTask { x, row0: b * rows_per_band, rows, out, idx, values, positions });
+            }
+        }
+    }
+    // Each task in the copy of the kernels for the instructions the plan found; the code is the
+    // same in every copy, and so are the results.
+    p.device(cpu).for_each_task(work, |t| {
+        if plan.isa.is_wide() {
+            plan.isa.enter(
+                #[inline(always)]
+                || pool_task::<T, I, P, true>(plan, t),
+            )
+        } else {
+            pool_task::<T, I, P, false>(plan, t)
+        }
+    });
+    out.finish("output")?;
+    idx.finish("indices")
+}
+
+/// A task of [`run_volumes`]: its volumes [`BLOCK`] at a time ([`pool_block`]) when the plan is
+/// blocked, the rest one at a time ([`pool_volume`]). `WIDE` in the copy whose registers hold 8
+/// `f32` or more.
+#[inline(always)]
+fn pool_task<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex, const WIDE: bool>(
+    p: &VolumeForwardPrepared,
+    t: VolumeTask<'_, T, I, P>,
+) {
+    let volume: usize = p.input.iter().product();
+    let ohw = p.rows.len() * p.cols.len();
+    if ohw == 0 || volume == 0 {
+        return;
+    }
+    let pooled = t.rows * ohw;
+    let mut scratch = p.scratch::<T>().carve(t.values, t.positions);
+    let count = t.x.len() / volume;
+    let in_blocks = match count % BLOCK {
+        _ if !p.blocked => 0,
+        rest if rest < BLOCK_FROM => count - rest,
+        _ => count,
+    };
+    let (xb, xr) = t.x.split_at(in_blocks * volume);
+    let (ob, or) = t.out.split_at_mut(in_blocks * pooled);
+    let (ib, ir) = t.idx.split_at_mut(in_blocks * pooled);
+    for ((x, out), idx) in
+        xb.chunks(BLOCK * volume).zip(ob.chunks_mut(BLOCK * pooled)).zip(ib.chunks_mut(BLOCK * pooled))
+    {
+        pool_block::<T, I, P>(p, x, (out, idx), &mut scratch);
+    }
+    let depths = t.row0..t.row0 + t.rows;
+    for ((x, out), idx) in xr.chunks(volume).zip(or.chunks_mut(pooled)).zip(ir.chunks_mut(pooled)) {
+        pool_volume::<T, I, P, WIDE>(p, x, depths.clone(), (out, idx), &mut scratch);
+    }
+}
+
+/// The inputs that the windows `windows` of one axis read, from the first to the last (with
+/// dilation a window may start before the one ahead of it).
+fn slices_read(windows: &[Taps]) -> Range<usize> {
+    match (windows.iter().map(|t| t.start).min(), windows.iter().map(|t| t.span().end).max()) {
+        (Some(start), Some(end)) => start..end,
+        _ => 0..0,
+    }
+}
+
+/// One volume `x`, output depths `depths` of it, by the module's rule: for each slice those
+/// read, the column pass of its rows ([`pool_columns`]) and its row pass ([`meet_rows`]); then
+/// each output depth's depth pass, and its values read at their positions.
+#[inline(always)]
+fn pool_volume<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex, const WIDE: bool>(
+    p: &VolumeForwardPrepared,
+    x: &[T],
+    depths: Range<usize>,
+    (out, idx): (&mut [T], &mut [I]),
+    scratch: &mut Carved<'_, T::Acc, P>,
+) {
+    let [_, h, w] = p.input;
+    let (wo, hw) = (p.cols.len(), h * w);
+    let depths = &p.depth[depths];
+    let slices = slices_read(depths);
+    for s in slices.clone() {
+        for row in p.row_span.clone() {
+            let at = s * hw + row * w;
+            let xs = &x[at..at + w];
+            let xa = match T::as_acc(xs) {
+                Some(xa) => xa,
+                None => {
+                    simd::widen(p.isa, xs, scratch.widened);
+                    &*scratch.widened
+                }
+            };
+            let columns = row * wo..(row + 1) * wo;
+            pool_columns::<_, _, WIDE>(
+                (xa, at),
+                (&p.cols, &p.groups),
+                (&mut scratch.columns.0[columns.clone()], &mut scratch.columns.1[columns]),
+            );
+        }
+        pool_rows(p, s - slices.start, wo, &scratch.columns, &mut scratch.slices);
+    }
+    let ohw = p.rows.len() * wo;
+    // (The scratch may be a block's, longer.)
+    let (best, at) = (&mut scratch.depth.0[..ohw], &mut scratch.depth.1[..ohw]);
+    for (taps, (out, idx)) in depths.iter().zip(out.chunks_mut(ohw).zip(idx.chunks_mut(ohw))) {
+        let taps = Taps { start: taps.start - slices.start, ..*taps };
+        meet_rows(&taps, (&scratch.slices.0[..], &scratch.slices.1[..]), (&mut *best, &mut *at));
+        write_outputs(p.isa, x, (best, at), (out, idx));
+    }
+}
+
+/// The row pass of slice `s` (counted from the first the task reads): each output row's input
+/// rows among the column pass `columns` (rows of `len` elements), into `slices`.
+#[inline(always)]
+fn pool_rows<A: AccFloat, P: Copy>(
+    p: &VolumeForwardPrepared,
+    s: usize,
+    len: usize,
+    columns: &(&mut [A], &mut [P]),
+    slices: &mut (&mut [A], &mut [P]),
+) {
+    let pooled = s * p.rows.len() * len..(s + 1) * p.rows.len() * len;
+    let values = slices.0[pooled.clone()].chunks_mut(len);
+    let positions = slices.1[pooled].chunks_mut(len);
+    for (r, (values, positions)) in p.rows.iter().zip(values.zip(positions)) {
+        meet_rows(r, (&columns.0[..], &columns.1[..]), (values, positions));
+    }
+}
+
+/// [`pool_volume`] for [`BLOCK`] volumes at once (or fewer, the last of a task): each input row
+/// of the volumes is interleaved into `band` (`band[c * BLOCK + l]` is column `c` of volume
+/// `l`, widened), so that every tap of a window is one vector of [`BLOCK`] lanes, and every pass
+/// goes a vector at a time, each lane keeping its best value and that value's position. Lanes
+/// without a volume hold whatever the scratch holds, and their results are not read.
+#[inline(always)]
+fn pool_block<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
+    p: &VolumeForwardPrepared,
+    x: &[T],
+    (out, idx): (&mut [T], &mut [I]),
+    scratch: &mut Carved<'_, T::Acc, P>,
+) {
+    let [_, h, w] = p.input;
+    let (wo, hw) = (p.cols.len(), h * w);
+    let volume = p.input[0] * hw;
+    let count = x.len() / volume;
+    let lanes = BLOCK * wo;
+    let slices = slices_read(&p.depth);
+    for s in slices.clone() {
+        for row in p.row_span.clone() {
+            let at = s * hw + row * w;
+            let mut rows: [&[T::Acc]; BLOCK] = [&[]; BLOCK];
+            match T::as_acc(x) {
+                Some(xa) => {
+                    for (r, xa) in rows.iter_mut().zip(xa.chunks_exact(volume)) {
+                        *r = &xa[at..at + w];
+                    }
+                }
+                None => {
+                    let widened = scratch.widened.chunks_exact_mut(w);
+                    for ((r, x), widened) in rows.iter_mut().zip(x.chunks_exact(volume)).zip(widened) {
+                        simd::widen(p.isa, &x[at..at + w], widened);
+                        *r = widened;
+                    }
+                }
+            }
+            interleave(p.isa, &rows[..count], scratch.band);
+            let columns = row * lanes..(row + 1) * lanes;
+            block_columns(
+                (scratch.band.as_chunks::<BLOCK>().0, at),
+                &p.cols,
+                (&mut scratch.columns.0[columns.clone()], &mut scratch.columns.1[columns]),
+            );
+        }
+        pool_rows(p, s - slices.start, lanes, &scratch.columns, &mut scratch.slices);
+    }
+    let ohw = p.rows.len() * wo;
+    let pooled = p.depth.len() * ohw;
+    let (best, at) = &mut scratch.depth;
+    for (d, taps) in p.depth.iter().enumerate() {
+        let taps = Taps { start: taps.start - slices.start, ..*taps };
+        meet_rows(&taps, (&scratch.slices.0[..], &scratch.slices.1[..]), (&mut best[..], &mut at[..]));
+        let (mut lane_best, mut lane_at) =
+            (scratch.lane.0.chunks_exact_mut(ohw), scratch.lane.1.chunks_exact_mut(ohw));
+        let mut lane_best: [&mut [T::Acc]; BLOCK] =
+            core::array::from_fn(|_| lane_best.next().unwrap_or(&mut []));
+        let mut lane_at: [&mut [P]; BLOCK] = core::array::from_fn(|_| lane_at.next().unwrap_or(&mut []));
+        deinterleave(p.isa, best, &mut lane_best[..count]);
+        deinterleave(p.isa, at, &mut lane_at[..count]);
+        for ((((x, out), idx), best), at) in x
+            .chunks_exact(volume)
+            .zip(out.chunks_exact_mut(pooled))
+            .zip(idx.chunks_exact_mut(pooled))
+            .zip(&lane_best[..count])
+            .zip(&lane_at[..count])
+        {
+            let (out, idx) = (&mut out[d * ohw..(d + 1) * ohw], &mut idx[d * ohw..(d + 1) * ohw]);
+            write_outputs(p.isa, x, (best, at), (out, idx));
+        }
+    }
+}
+
+/// The outputs of one output depth of volume `x`, from the depth pass's values `best` and their
+/// positions `at`: each value narrowed back to `T` (exact, as it is an input value widened), but
+/// a NaN read again from the input at its position (widening may have set its quiet bit), so
+/// every value keeps its bits; and each position as an index.
+#[inline(always)]
+fn write_outputs<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
+    isa: Isa,
+    x: &[T],
+    (best, at): (&[T::Acc], &[P]),
+    (out, idx): (&mut [T], &mut [I]),
+) {
+    simd::narrow(isa, best, out);
+    let mut nan = false;
+    for ((i, &a), &b) in idx.iter_mut().zip(at).zip(best) {
+        *i = I::from_flat_checked(a.to_usize_wrapping());
+        nan |= num_traits::Float::is_nan(b);
+    }
+    if nan {
+        for ((o, &a), &b) in out.iter_mut().zip(at).zip(best) {
+            if num_traits::Float::is_nan(b) {
+                *o = x[a.to_usize_wrapping()];
+            }
+        }
+    }
+}
+
+/// The column pass of one interleaved input row of a block (`band`, at `origin` in each volume):
+/// each output column's window, tap by tap, a vector of [`BLOCK`] volumes at a time ([`meet`]),
+/// as values and positions in the volumes.
+#[inline(always)]
+fn block_columns<A: AccFloat, P: ArgmaxIndex>(
+    (band, origin): (&[[A; BLOCK]], usize),
+    cols: &[Taps],
+    (values, positions): (&mut [A], &mut [P]),
+) {
+    let (values, positions) = (values.as_chunks_mut::<BLOCK>().0, positions.as_chunks_mut::<BLOCK>().0);
+    for ((c, v), q) in cols.iter().zip(values).zip(positions) {
+        // Windows of up to 4 columns (every max pooling's but the widest kernels) with their
+        // taps unrolled.
+        (*v, *q) = match c.count {
+            1 => (band[c.start], [P::from_flat_checked(origin + c.start); BLOCK]),
+            2 => block_window::<A, P, 2>(band, origin, c),
+            3 => block_window::<A, P, 3>(band, origin, c),
+            4 => block_window::<A, P, 4>(band, origin, c),
+            _ => block_window::<A, P, 0>(band, origin, c),
+        };
+    }
+}
+
+/// One window of columns `c` of an interleaved row, a vector of [`BLOCK`] volumes at a time: its
+/// taps met in order ([`meet_lanes`]), `N` of them when `N` is not 0 (the loop unrolled), else
+/// `c.count`.
+#[inline(always)]
+fn block_window<A: AccFloat, P: ArgmaxIndex, const N: usize>(
+    band: &[[A; BLOCK]],
+    origin: usize,
+    c: &Taps,
+) -> ([A; BLOCK], [P; BLOCK]) {
+    // Column offsets in a row: below 2^31, as the volume's positions are.
+    let at = |tap: usize| [P::from_flat_checked(origin + tap); BLOCK];
+    let (mut best, mut best_at) = (band[c.start], at(c.start));
+    let count = if N == 0 { c.count } else { N };
+    for b in 1..count {
+        let tap = c.start + b * c.step;
+        meet_lanes(&mut best, &mut best_at, &band[tap], &at(tap));
+    }
+    (best, best_at)
+}
+
+/// The column pass of one input row `xa` of a volume (at `origin` in it): each output column's
+/// window, as its value and position in the volume. Columns go as the 2-D forward plans them
+/// ([`ColumnGroup`]): [`LANES`] windows 1 or 2 apart at once ([`lanes`]), other windows one at a
+/// time.
+#[inline(always)]
+fn pool_columns<A: AccFloat, P: ArgmaxIndex, const WIDE: bool>(
+    (xa, origin): (&[A], usize),
+    (cols, groups): (&[Taps], &[ColumnGroup]),
+    (values, positions): (&mut [A], &mut [P]),
+) {
+    let w = xa.len();
+    let one = Taps { start: 0, count: 1, step: 1 };
+    for group in groups {
+        let (first, stride) = match *group {
+            ColumnGroup::Single(ow) => {
+                let a = single_window(xa, w, &one, &cols[ow], WIDE);
+                values[ow] = xa[a];
+                positions[ow] = P::from_flat_checked(origin + a);
+                continue;
+            }
+            ColumnGroup::Lanes { first, stride } => (first, stride),
+        };
+        let c = &cols[first];
+        let found = if stride == 1 { lanes::<A, 1>(xa, w, &one, c) } else { lanes::<A, 2>(xa, w, &one, c) };
+        match found {
+            Some((best, taps)) => {
+                values[first..first + LANES].copy_from_slice(&best);
+                let origin = origin + c.start;
+                for (l, (p, &tap)) in positions[first..first + LANES].iter_mut().zip(&taps).enumerate() {
+                    *p = P::from_flat_checked(origin + l * stride + tap as usize);
+                }
+            }
+            None => {
+                for ow in first..first + LANES {
+                    let a = window(xa, w, &one, &cols[ow]);
+                    values[ow] = xa[a];
+                    positions[ow] = P::from_flat_checked(origin + a);
+                }
+            }
+        }
+    }
+}
+
+/// One pass of the module's rule: each position of `best` and `at` takes the best of the rows
+/// `taps` picks among `values` and `positions` (row `i` at `i * best.len()`), met in increasing
+/// order ([`replaces_best`]), as a value and its position. Whole rows at a time, each position
+/// without a branch, so that the loop vectorises.
+#[inline(always)]
+fn meet_rows<A: AccFloat, P: Copy>(
+    taps: &Taps,
+    (values, positions): (&[A], &[P]),
+    (best, at): (&mut [A], &mut [P]),
+) {
+    let len = best.len();
+    let row = |i: usize| i * len..(i + 1) * len;
+    let second = taps.start + taps.step;
+    let first = (&values[row(taps.start)], &positions[row(taps.start)]);
+    if taps.count == 1 {
+        best.copy_from_slice(first.0);
+        at.copy_from_slice(first.1);
+        return;
+    }
+    // The first two rows met as the rows after them are, without copying the first.
+    for ((((b, a), (&u, &p)), &v), &q) in best
+        .iter_mut()
+        .zip(at.iter_mut())
+        .zip(first.0.iter().zip(first.1))
+        .zip(&values[row(second)])
+        .zip(&positions[row(second)])
+    {
+        let take = replaces_best(v, u);
+        *b = A::choose(take, v, u);
+        *a = if take { q } else { p };
+    }
+    for k in 2..taps.count {
+        let i = taps.start + k * taps.step;
+        for (((b, a), &v), &q) in
+            best.iter_mut().zip(at.iter_mut()).zip(&values[row(i)]).zip(&positions[row(i)])
+        {
+            let take = replaces_best(v, *b);
+            *b = A::choose(take, v, *b);
+            *a = if take { q } else { *a };
+        }
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool3dWithIndices<'a, T, I>> for Cpu {
+    type Prepared = Planned<VolumeForwardPrepared>;
+
+    fn prepare(
+        &self,
+        op: &MaxPool3dWithIndices<'a, T, I>,
+        g: &MaxPool3dGeometry,
+    ) -> Result<(Planned<VolumeForwardPrepared>, usize)> {
+        prepare_volumes(self, g, (&op.input, &op.output, &op.indices))
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool3dWithIndices<'a, T, I>,
+        _: &MaxPool3dGeometry,
+        p: Planned<VolumeForwardPrepared>,
+        memory: &mut Vec<CacheLine>,
+    ) -> Result<()> {
+        run_volumes(self, (op.input, op.output, op.indices), &p, memory)
+    }
+}
+
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool3d<'a, T, I>> for Cpu {
+    type Prepared = Planned<VolumeForwardPrepared>;
+
+    fn prepare(
+        &self,
+        op: &AdaptiveMaxPool3d<'a, T, I>,
+        g: &AdaptiveGeometry3d,
+    ) -> Result<(Planned<VolumeForwardPrepared>, usize)> {
+        prepare_volumes(self, g, (&op.input, &op.output, &op.indices))
+    }
+
+    fn launch(
+        &self,
+        op: AdaptiveMaxPool3d<'a, T, I>,
+        _: &AdaptiveGeometry3d,
+        p: Planned<VolumeForwardPrepared>,
+        memory: &mut Vec<CacheLine>,
+    ) -> Result<()> {
+        run_volumes(self, (op.input, op.output, op.indices), &p, memory)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::draws::Draws;
+
+    /// The taps of every output of an axis: adaptive from `input` to `output`, or max pooling
+    /// `[kernel, stride, padding, dilation]` (the crate's two window formulas).
+    fn axis(input: usize, output: usize, pooling: Option<[usize; 4]>) -> Vec<Taps> {
+        (0..output)
+            .map(|o| match pooling {
+                None => {
+                    let r = crate::geometry::adaptive_window(o, input, output);
+                    Taps { start: r.start, count: r.len(), step: 1 }
+                }
+                Some([k, s, p, d]) => {
+                    let (start, count) = crate::geometry::pool_window_taps(o, input, k, s, p, d);
+                    Taps { start, count, step: d }
+                }
+            })
+            .collect()
+    }
+
+    /// The reference: each output's window scanned tap by tap in row-major `(d, h, w)` order, a
+    /// value taking the place of the best so far when it is larger or NaN (the window's first
+    /// tap when all are `-inf`), compared as `f64`; the output is the input's element there,
+    /// its bits as they are.
+    fn reference<T: PoolFloat>(x: &[T], input: [usize; 3], axes: [&[Taps]; 3]) -> (Vec<u8>, Vec<i64>) {
+        let [_, h, w] = input;
+        let volume = input.iter().product::<usize>();
+        let (mut out, mut idx) = (Vec::new(), Vec::new());
+        for x in x.chunks(volume) {
+            for d in axes[0] {
+                for r in axes[1] {
+                    for c in axes[2] {
+                        let (mut best, mut at) = (f64::NEG_INFINITY, (d.start * h + r.start) * w + c.start);
+                        for a in 0..d.count {
+                            for b in 0..r.count {
+                                for e in 0..c.count {
+                                    let p = ((d.start + a * d.step) * h + r.start + b * r.step) * w
+                                        + c.start
+                                        + e * c.step;
+                                    let v = x[p].to_f64_exact();
+                                    if v > best || v.is_nan() {
+                                        (best, at) = (v, p);
+                                    }
+                                }
+                            }
+                        }
+                        out.extend_from_slice(bytemuck::bytes_of(&x[at]));
+                        idx.push(at as i64);
+                    }
+                }
+            }
+        }
+        (out, idx)
+    }
+
+    /// Where two results first differ (values as bytes, and indices), if they do.
+    fn first_difference(got: &(Vec<u8>, Vec<i64>), want: &(Vec<u8>, Vec<i64>)) -> Option<String> {
+        let value = got.0.iter().zip(&want.0).position(|(a, b)| a != b);
+        let index = got.1.iter().zip(&want.1).position(|(a, b)| a != b);
+        let lengths = (got.0.len(), got.1.len()) != (want.0.len(), want.1.len());
+        (value.is_some() || index.is_some() || lengths).then(|| {
+            format!(
+                "first value byte {value:?}, first index {index:?} (got {:?}, want {:?})",
+                index.map(|i| got.1[i]),
+                index.map(|i| want.1[i])
+            )
+        })
+    }
+
+    /// One task over all of `x` (output depths `depths` of each volume), its volumes in blocks
+    /// or one at a time, with positions of type `P`, in the dispatched copy or the baseline one.
+    fn run<T: PoolFloat, P: ArgmaxIndex>(
+        p: &VolumeForwardPrepared,
+        x: &[T],
+        depths: Range<usize>,
+        dispatched: bool,
+    ) -> (Vec<u8>, Vec<i64>) {
+        let scratch = p.scratch::<T>();
+        let mut values = vec![<T::Acc as num_traits::Zero>::zero(); scratch.values()];
+        let mut positions = vec![P::zero(); scratch.positions()];
+        let volumes = x.len() / p.input.iter().product::<usize>();
+        let outputs = volumes * depths.len() * p.rows.len() * p.cols.len();
+        let (mut out, mut idx) = (vec![T::default(); outputs], vec![0i64; outputs]);
+        let (row0, rows) = (depths.start, depths.len());
+        let t = VolumeTask {
+            x,
+            row0,
+            rows,
+            out: &mut out,
+            idx: &mut idx,
+            values: &mut values,
+            positions: &mut positions,
+        };
+        if dispatched {
+            p.isa.enter(|| pool_task::<T, i64, P, true>(p, t))
+        } else {
+            pool_task::<T, i64, P, false>(p, t)
+        }
+        (bytemuck::cast_slice(&out).to_vec(), idx)
+    }
+
+    /// Every way of the kernel (volumes in blocks, with a last block of fewer volumes, or one at
+    /// a time; a band of output depths; 32- and 64-bit positions; the copy for the processor's
+    /// vector instructions and the baseline copy) gives the reference's values, bit for bit,
+    /// and indices, in all four element types, on values with ties, both zeros, infinities,
+    /// NaNs with payloads (signalling ones in the half types, which widening quiets) and
+    /// subnormals, for max pooling (padding, dilation, ceil-mode windows) and adaptive pooling.
+    #[test]
+    fn every_path_equals_the_reference() {
+        fn check<T: PoolFloat>(bits: &[u64]) {
+            // (volumes, [D, H, W], [OD, OH, OW], pooling)
+            type Case = (usize, [usize; 3], [usize; 3], Option<[usize; 4]>);
+            let cases: [Case; 6] = [
+                (11, [5, 9, 12], [3, 5, 6], Some([3, 2, 1, 1])), // a block, then 3 alone
+                (6, [4, 7, 9], [2, 3, 4], Some([2, 2, 0, 1])),   // a block of 6
+                (3, [7, 11, 10], [3, 4, 3], Some([3, 2, 1, 2])), // dilated
+                (9, [3, 6, 20], [2, 3, 10], Some([2, 2, 0, 1])), // 8 columns 2 apart
+                (5, [6, 10, 17], [4, 3, 5], None),               // adaptive
+                (2, [4, 5, 40], [4, 5, 3], None),                // wide adaptive windows
+            ];
+            let mut draws = Draws::new(0x9E37_79B9_7F4A_7C15);
+            for (volumes, input, output, pooling) in cases {
+                let axes: Vec<Vec<Taps>> = (0..3).map(|a| axis(input[a], output[a], pooling)).collect();
+                let len = volumes * input.iter().product::<usize>();
+                let bytes: Vec<u8> = (0..len)
+                    .flat_map(|_| {
+                        let pick = bits[(draws.next_u64() % bits.len() as u64) as usize];
+                        pick.to_le_bytes().into_iter().take(size_of::<T>())
+                    })
+                    .collect();
+                let x: Vec<T> = bytemuck::pod_collect_to_vec(&bytes);
+                let cpu = Cpu::sequential();
+                let taps = (axes[0].clone(), axes[1].clone(), axes[2].clone());
+                let mut p =
+                    VolumeForwardPrepared::of_taps::<T>(&cpu, taps, (input, volumes), &mut Sizer::new())
+                        .unwrap();
+                p.isa = Isa::best();
+                let want = reference(&x, input, [&axes[0], &axes[1], &axes[2]]);
+                for blocked in [true, false] {
+                    p.blocked = blocked;
+                    for dispatched in [true, false] {
+                        let name = format!(
+                            "{} {volumes}x{input:?} to {output:?}, {pooling:?}, blocked {blocked}, dispatched {dispatched}",
+                            T::DTYPE
+                        );
+                        let all = 0..output[0];
+                        let narrow = run::<T, i32>(&p, &x, all.clone(), dispatched);
+                        assert_eq!(first_difference(&narrow, &want), None, "{name}");
+                        let long = run::<T, i64>(&p, &x, all, dispatched);
+                        assert_eq!(first_difference(&long, &want), None, "{name}, 64-bit positions");
+                    }
+                }
+                // A band of output depths of one volume, as a task of bands runs it.
+                p.blocked = false;
+                let one = &x[..input.iter().product::<usize>()];
+                let band = run::<T, i32>(&p, one, 1..output[0], true);
+                let ohw = output[1] * output[2];
+                let width = size_of::<T>();
+                let want_band = (
+                    want.0[ohw * width..output[0] * ohw * width].to_vec(),
+                    want.1[ohw..output[0] * ohw].to_vec(),
+                );
+                assert_eq!(first_difference(&band, &want_band), None, "band of {input:?}");
+            }
+        }
+        let f32_bits = [0.0f32, -0.0, 1.0, 1.0, 2.0, -3.5, f32::INFINITY, f32::NEG_INFINITY, 1e-40, 7.25]
+            .map(|v| u64::from(v.to_bits()));
+        let mut bits32 = f32_bits.to_vec();
+        bits32.extend([0x7FC0_1234, 0xFFA0_0003, 0x7F80_0001]);
+        check::<f32>(&bits32);
+        let bits64: Vec<u64> = f32_bits
+            .iter()
+            .map(|&b| f64::from(f32::from_bits(b as u32)).to_bits())
+            .chain([0x7FF8_0000_0000_1234, 0xFFF0_0000_0000_0003, 1])
+            .collect();
+        check::<f64>(&bits64);
+        // Zeros, subnormals, 1, 2, -3.5, the largest finite, infinities, quiet and signalling NaNs.
+        check::<half::f16>(&[
+            0x0000, 0x8000, 0x0001, 0x03FF, 0x3C00, 0x3C00, 0x4000, 0xC300, 0x7BFF, 0x7C00, 0xFC00, 0x7E01,
+            0x7C01, 0xFD55,
+        ]);
+        check::<half::bf16>(&[
+            0x0000, 0x8000, 0x0001, 0x007F, 0x3F80, 0x3F80, 0x4000, 0xC060, 0x7F7F, 0x7F80, 0xFF80, 0x7FC1,
+            0x7F81, 0xFFD5,
+        ]);
+    }
+}
