@@ -29,7 +29,7 @@ use super::{CacheLine, Carver, Cpu, Sizer, task_share};
 
 use crate::device::internal::Launch;
 use crate::element::{AccFloat, PoolFloat};
-use crate::error::Result;
+use crate::error::{Result, UNNAMED};
 use crate::index::ArgmaxIndex;
 use crate::op::{AdaptiveGeometry3d, AdaptiveMaxPool3d, MaxPool3dGeometry, MaxPool3dWithIndices};
 use crate::tensor::{TensorMut, TensorRef};
@@ -40,10 +40,14 @@ pub struct VolumeForwardPrepared {
     /// The input rows of each output row of a slice, and the columns of each output column.
     rows: Vec<Taps>,
     cols: Vec<Taps>,
-    /// How the columns of one volume's rows are scanned ([`pool_columns`]).
+    /// How the columns of one volume's rows are scanned ([`pool_columns`]), and of a block's
+    /// ([`block_columns`]).
     groups: Vec<ColumnGroup>,
+    runs: Vec<ColumnRun>,
     /// The input slices of each output depth.
     depth: Vec<Taps>,
+    /// The most slices a depth window spans: the pooled slices a task keeps ([`slices_to_pool`]).
+    ring: usize,
     /// The input rows of a slice that the windows read, from the first to the last.
     row_span: Range<usize>,
     /// The input volume's `[D, H, W]`.
@@ -71,8 +75,8 @@ const BLOCK_FROM: usize = BLOCK / 2;
 
 /// The scratch of one task, in elements, for `lanes` volumes pooled at a time ([`BLOCK`] or 1):
 /// the row being read, widened (half types only), and interleaved (a block's rows); the column
-/// pass of a slice's rows; the row pass of every slice the task's depth windows read (at most
-/// `D`); the depth pass of one output depth; and that taken apart by volume (a block's). The
+/// pass of a slice's rows; the row pass of the slices a depth window reads (`ring` of them,
+/// [`slices_to_pool`]); the depth pass of one output depth; and that taken apart by volume (a block's). The
 /// last four hold values and as many positions.
 struct Scratch {
     widened: usize,
@@ -84,12 +88,19 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn of<T: PoolFloat>(lanes: usize, [d, h, w]: [usize; 3], (ho, wo): (usize, usize)) -> Self {
+    fn of<T: PoolFloat>(lanes: usize, [ring, h, w]: [usize; 3], (ho, wo): (usize, usize)) -> Self {
         let widened = if T::as_acc(&[]).is_some() { 0 } else { lanes * w };
         let band = if lanes > 1 { lanes * w } else { 0 };
         let ohw = ho * wo;
         let lane = if lanes > 1 { lanes * ohw } else { 0 };
-        Scratch { widened, band, columns: lanes * h * wo, slices: lanes * d * ohw, depth: lanes * ohw, lane }
+        Scratch {
+            widened,
+            band,
+            columns: lanes * h * wo,
+            slices: lanes * ring * ohw,
+            depth: lanes * ohw,
+            lane,
+        }
     }
 
     /// Values per task (accumulator type).
@@ -150,13 +161,15 @@ impl VolumeForwardPrepared {
         sizer: &mut Sizer,
     ) -> Result<Self> {
         let groups = ColumnGroup::plan(&cols)?;
-        let row_span = slices_read(&rows);
+        let runs = ColumnRun::plan(&cols)?;
+        let ring = depth.iter().map(|t| t.span().len()).max().unwrap_or(0);
+        let row_span = span_of(&rows);
         // (The volume's elements are in memory, so their count is a `usize`.)
         let long_positions = input.iter().product::<usize>() > i32::MAX as usize;
         let split = PlaneSplit::of(cpu, volumes, depth.len());
         let blocked = !long_positions && split.bands == 1 && split.planes_per_task >= BLOCK_FROM;
         let lanes = if blocked { BLOCK } else { 1 };
-        let scratch = Scratch::of::<T>(lanes, input, (rows.len(), cols.len()));
+        let scratch = Scratch::of::<T>(lanes, [ring, input[1], input[2]], (rows.len(), cols.len()));
         let values_per_task = task_share::<T::Acc>(scratch.values());
         let positions = scratch.positions();
         let positions_per_task =
@@ -171,7 +184,9 @@ impl VolumeForwardPrepared {
             rows,
             cols,
             groups,
+            runs,
             depth,
+            ring,
             row_span,
             input,
             split,
@@ -186,7 +201,7 @@ impl VolumeForwardPrepared {
     /// The scratch of one task.
     fn scratch<T: PoolFloat>(&self) -> Scratch {
         let lanes = if self.blocked { BLOCK } else { 1 };
-        Scratch::of::<T>(lanes, self.input, (self.rows.len(), self.cols.len()))
+        Scratch::of::<T>(lanes, [self.ring, self.input[1], self.input[2]], (self.rows.len(), self.cols.len()))
     }
 }
 
@@ -327,16 +342,17 @@ fn pool_task<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex, const WIDE: bool>(
 
 /// The inputs that the windows `windows` of one axis read, from the first to the last (with
 /// dilation a window may start before the one ahead of it).
-fn slices_read(windows: &[Taps]) -> Range<usize> {
+fn span_of(windows: &[Taps]) -> Range<usize> {
     match (windows.iter().map(|t| t.start).min(), windows.iter().map(|t| t.span().end).max()) {
         (Some(start), Some(end)) => start..end,
         _ => 0..0,
     }
 }
 
-/// One volume `x`, output depths `depths` of it, by the module's rule: for each slice those
-/// read, the column pass of its rows ([`pool_columns`]) and its row pass ([`meet_rows`]); then
-/// each output depth's depth pass, and its values read at their positions.
+/// One volume `x`, output depths `depths` of it, by the module's rule, one output depth at a
+/// time: for each slice it reads that is not pooled yet ([`slices_to_pool`]), the column pass of
+/// its rows ([`pool_columns`]) and its row pass ([`pool_rows`]); then its depth pass
+/// ([`meet_rows`]) and its outputs.
 #[inline(always)]
 fn pool_volume<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex, const WIDE: bool>(
     p: &VolumeForwardPrepared,
@@ -347,36 +363,50 @@ fn pool_volume<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex, const WIDE: bool>(
 ) {
     let [_, h, w] = p.input;
     let (wo, hw) = (p.cols.len(), h * w);
-    let depths = &p.depth[depths];
-    let slices = slices_read(depths);
-    for s in slices.clone() {
-        for row in p.row_span.clone() {
-            let at = s * hw + row * w;
-            let xs = &x[at..at + w];
-            let xa = match T::as_acc(xs) {
-                Some(xa) => xa,
-                None => {
-                    simd::widen(p.isa, xs, scratch.widened);
-                    &*scratch.widened
-                }
-            };
-            let columns = row * wo..(row + 1) * wo;
-            pool_columns::<_, _, WIDE>(
-                (xa, at),
-                (&p.cols, &p.groups),
-                (&mut scratch.columns.0[columns.clone()], &mut scratch.columns.1[columns]),
-            );
-        }
-        pool_rows(p, s - slices.start, wo, &scratch.columns, &mut scratch.slices);
-    }
     let ohw = p.rows.len() * wo;
-    // (The scratch may be a block's, longer.)
-    let (best, at) = (&mut scratch.depth.0[..ohw], &mut scratch.depth.1[..ohw]);
-    for (taps, (out, idx)) in depths.iter().zip(out.chunks_mut(ohw).zip(idx.chunks_mut(ohw))) {
-        let taps = Taps { start: taps.start - slices.start, ..*taps };
-        meet_rows(&taps, (&scratch.slices.0[..], &scratch.slices.1[..]), (&mut *best, &mut *at));
+    let mut pooled = 0;
+    for (taps, (out, idx)) in p.depth[depths].iter().zip(out.chunks_mut(ohw).zip(idx.chunks_mut(ohw))) {
+        for s in slices_to_pool(taps, &mut pooled) {
+            for row in p.row_span.clone() {
+                let at = s * hw + row * w;
+                let xs = &x[at..at + w];
+                let xa = match T::as_acc(xs) {
+                    Some(xa) => xa,
+                    None => {
+                        simd::widen(p.isa, xs, scratch.widened);
+                        &*scratch.widened
+                    }
+                };
+                let columns = row * wo..(row + 1) * wo;
+                pool_columns::<_, _, WIDE>(
+                    (xa, at),
+                    (&p.cols, &p.groups),
+                    (&mut scratch.columns.0[columns.clone()], &mut scratch.columns.1[columns]),
+                );
+            }
+            pool_rows(p, s % p.ring, wo, &scratch.columns, &mut scratch.slices);
+        }
+        // (The scratch may be a block's, longer.)
+        let (best, at) = (&mut scratch.depth.0[..ohw], &mut scratch.depth.1[..ohw]);
+        let row_of = |k| (taps.start + k * taps.step) % p.ring;
+        meet_rows(
+            (taps.count, row_of),
+            (&scratch.slices.0[..], &scratch.slices.1[..]),
+            (&mut *best, &mut *at),
+        );
         write_outputs(p.isa, x, (best, at), (out, idx));
     }
+}
+
+/// The slices that depth window `taps` reads and that are not pooled yet, when the slices before
+/// `pooled` are (or are never read: windows start and end in increasing order); moves `pooled`
+/// past them. Each is pooled into slot `s % ring` of the scratch, where the slices of one window
+/// never meet (a window spans at most `ring` slices) and a slice stays until no window reads it.
+fn slices_to_pool(taps: &Taps, pooled: &mut usize) -> Range<usize> {
+    let span = taps.span();
+    let fresh = (*pooled).max(span.start)..span.end;
+    *pooled = (*pooled).max(span.end);
+    fresh
 }
 
 /// The row pass of slice `s` (counted from the first the task reads): each output row's input
@@ -393,7 +423,7 @@ fn pool_rows<A: AccFloat, P: Copy>(
     let values = slices.0[pooled.clone()].chunks_mut(len);
     let positions = slices.1[pooled].chunks_mut(len);
     for (r, (values, positions)) in p.rows.iter().zip(values.zip(positions)) {
-        meet_rows(r, (&columns.0[..], &columns.1[..]), (values, positions));
+        meet_rows((r.count, |k| r.start + k * r.step), (&columns.0[..], &columns.1[..]), (values, positions));
     }
 }
 
@@ -414,41 +444,45 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
     let volume = p.input[0] * hw;
     let count = x.len() / volume;
     let lanes = BLOCK * wo;
-    let slices = slices_read(&p.depth);
-    for s in slices.clone() {
-        for row in p.row_span.clone() {
-            let at = s * hw + row * w;
-            let mut rows: [&[T::Acc]; BLOCK] = [&[]; BLOCK];
-            match T::as_acc(x) {
-                Some(xa) => {
-                    for (r, xa) in rows.iter_mut().zip(xa.chunks_exact(volume)) {
-                        *r = &xa[at..at + w];
-                    }
-                }
-                None => {
-                    let widened = scratch.widened.chunks_exact_mut(w);
-                    for ((r, x), widened) in rows.iter_mut().zip(x.chunks_exact(volume)).zip(widened) {
-                        simd::widen(p.isa, &x[at..at + w], widened);
-                        *r = widened;
-                    }
-                }
-            }
-            interleave(p.isa, &rows[..count], scratch.band);
-            let columns = row * lanes..(row + 1) * lanes;
-            block_columns(
-                (scratch.band.as_chunks::<BLOCK>().0, at),
-                &p.cols,
-                (&mut scratch.columns.0[columns.clone()], &mut scratch.columns.1[columns]),
-            );
-        }
-        pool_rows(p, s - slices.start, lanes, &scratch.columns, &mut scratch.slices);
-    }
     let ohw = p.rows.len() * wo;
-    let pooled = p.depth.len() * ohw;
-    let (best, at) = &mut scratch.depth;
+    let pooled_len = p.depth.len() * ohw;
+    let mut pooled = 0;
     for (d, taps) in p.depth.iter().enumerate() {
-        let taps = Taps { start: taps.start - slices.start, ..*taps };
-        meet_rows(&taps, (&scratch.slices.0[..], &scratch.slices.1[..]), (&mut best[..], &mut at[..]));
+        for s in slices_to_pool(taps, &mut pooled) {
+            for row in p.row_span.clone() {
+                let at = s * hw + row * w;
+                let mut rows: [&[T::Acc]; BLOCK] = [&[]; BLOCK];
+                match T::as_acc(x) {
+                    Some(xa) => {
+                        for (r, xa) in rows.iter_mut().zip(xa.chunks_exact(volume)) {
+                            *r = &xa[at..at + w];
+                        }
+                    }
+                    None => {
+                        let widened = scratch.widened.chunks_exact_mut(w);
+                        for ((r, x), widened) in rows.iter_mut().zip(x.chunks_exact(volume)).zip(widened) {
+                            simd::widen(p.isa, &x[at..at + w], widened);
+                            *r = widened;
+                        }
+                    }
+                }
+                interleave(p.isa, &rows[..count], scratch.band);
+                let columns = row * lanes..(row + 1) * lanes;
+                block_columns(
+                    (scratch.band.as_chunks::<BLOCK>().0, at),
+                    &p.runs,
+                    (&mut scratch.columns.0[columns.clone()], &mut scratch.columns.1[columns]),
+                );
+            }
+            pool_rows(p, s % p.ring, lanes, &scratch.columns, &mut scratch.slices);
+        }
+        let (best, at) = &mut scratch.depth;
+        let row_of = |k| (taps.start + k * taps.step) % p.ring;
+        meet_rows(
+            (taps.count, row_of),
+            (&scratch.slices.0[..], &scratch.slices.1[..]),
+            (&mut best[..], &mut at[..]),
+        );
         let (mut lane_best, mut lane_at) =
             (scratch.lane.0.chunks_exact_mut(ohw), scratch.lane.1.chunks_exact_mut(ohw));
         let mut lane_best: [&mut [T::Acc]; BLOCK] =
@@ -458,8 +492,8 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
         deinterleave(p.isa, at, &mut lane_at[..count]);
         for ((((x, out), idx), best), at) in x
             .chunks_exact(volume)
-            .zip(out.chunks_exact_mut(pooled))
-            .zip(idx.chunks_exact_mut(pooled))
+            .zip(out.chunks_exact_mut(pooled_len))
+            .zip(idx.chunks_exact_mut(pooled_len))
             .zip(&lane_best[..count])
             .zip(&lane_at[..count])
         {
@@ -495,47 +529,95 @@ fn write_outputs<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
     }
 }
 
-/// The column pass of one interleaved input row of a block (`band`, at `origin` in each volume):
-/// each output column's window, tap by tap, a vector of [`BLOCK`] volumes at a time ([`meet`]),
-/// as values and positions in the volumes.
-#[inline(always)]
-fn block_columns<A: AccFloat, P: ArgmaxIndex>(
-    (band, origin): (&[[A; BLOCK]], usize),
-    cols: &[Taps],
-    (values, positions): (&mut [A], &mut [P]),
-) {
-    let (values, positions) = (values.as_chunks_mut::<BLOCK>().0, positions.as_chunks_mut::<BLOCK>().0);
-    for ((c, v), q) in cols.iter().zip(values).zip(positions) {
-        // Windows of up to 4 columns (every max pooling's but the widest kernels) with their
-        // taps unrolled.
-        (*v, *q) = match c.count {
-            1 => (band[c.start], [P::from_flat_checked(origin + c.start); BLOCK]),
-            2 => block_window::<A, P, 2>(band, origin, c),
-            3 => block_window::<A, P, 3>(band, origin, c),
-            4 => block_window::<A, P, 4>(band, origin, c),
-            _ => block_window::<A, P, 0>(band, origin, c),
-        };
+/// Output columns whose windows have the same number of taps and the same step, starting
+/// `stride` columns apart: `len` of them from output column `first`, the first window starting
+/// at input column `start`. [`block_columns`] takes a run a window at a time, its taps unrolled
+/// where there are few, each window's positions a vector step from the one before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ColumnRun {
+    first: usize,
+    len: usize,
+    start: usize,
+    stride: usize,
+    count: usize,
+    step: usize,
+}
+
+impl ColumnRun {
+    /// The runs of `cols`, each as long as it can be, in order.
+    fn plan(cols: &[Taps]) -> Result<Vec<ColumnRun>> {
+        let mut runs = crate::alloc::collect_exact(UNNAMED, "column runs", cols.len(), core::iter::empty())?;
+        let mut first = 0;
+        while let Some(c) = cols.get(first) {
+            let stride = cols.get(first + 1).map_or(0, |d| d.start.wrapping_sub(c.start));
+            let len = 1 + cols[first + 1..]
+                .iter()
+                .enumerate()
+                .take_while(|&(k, d)| {
+                    d.count == c.count
+                        && d.step == c.step
+                        && Some(d.start) == stride.checked_mul(k + 1).and_then(|o| c.start.checked_add(o))
+                })
+                .count();
+            runs.push(ColumnRun { first, len, start: c.start, stride, count: c.count, step: c.step });
+            first += len;
+        }
+        Ok(runs)
     }
 }
 
-/// One window of columns `c` of an interleaved row, a vector of [`BLOCK`] volumes at a time: its
-/// taps met in order ([`meet_lanes`]), `N` of them when `N` is not 0 (the loop unrolled), else
-/// `c.count`.
+/// The column pass of one interleaved input row of a block (`band`, at `origin` in each volume):
+/// each output column's window, tap by tap, a vector of [`BLOCK`] volumes at a time
+/// ([`meet_lanes`]), as values and positions in the volumes. Runs of windows of up to 4
+/// consecutive columns (every max pooling's without dilation, but the widest kernels) go with
+/// their taps unrolled ([`block_run`]), the rest tap by tap.
 #[inline(always)]
-fn block_window<A: AccFloat, P: ArgmaxIndex, const N: usize>(
+fn block_columns<A: AccFloat, P: ArgmaxIndex>(
+    (band, origin): (&[[A; BLOCK]], usize),
+    runs: &[ColumnRun],
+    (values, positions): (&mut [A], &mut [P]),
+) {
+    let (values, positions) = (values.as_chunks_mut::<BLOCK>().0, positions.as_chunks_mut::<BLOCK>().0);
+    for run in runs {
+        let at = run.first..run.first + run.len;
+        let found = (&mut values[at.clone()], &mut positions[at]);
+        match (run.count, run.step) {
+            (1, _) => block_run::<A, P, 1>(band, origin, run, found),
+            (2, 1) => block_run::<A, P, 2>(band, origin, run, found),
+            (3, 1) => block_run::<A, P, 3>(band, origin, run, found),
+            (4, 1) => block_run::<A, P, 4>(band, origin, run, found),
+            _ => block_run::<A, P, 0>(band, origin, run, found),
+        }
+    }
+}
+
+/// The windows of one run of columns ([`ColumnRun`]) of an interleaved row: `K` consecutive
+/// columns each when `K` is not 0 (the loop unrolled), else the run's taps, each met in order.
+/// Positions are kept as `u32` lanes (a volume's positions are below 2^31 in a block), each
+/// window's a vector step from the one before.
+#[inline(always)]
+fn block_run<A: AccFloat, P: ArgmaxIndex, const K: usize>(
     band: &[[A; BLOCK]],
     origin: usize,
-    c: &Taps,
-) -> ([A; BLOCK], [P; BLOCK]) {
-    // Column offsets in a row: below 2^31, as the volume's positions are.
-    let at = |tap: usize| [P::from_flat_checked(origin + tap); BLOCK];
-    let (mut best, mut best_at) = (band[c.start], at(c.start));
-    let count = if N == 0 { c.count } else { N };
-    for b in 1..count {
-        let tap = c.start + b * c.step;
-        meet_lanes(&mut best, &mut best_at, &band[tap], &at(tap));
+    run: &ColumnRun,
+    (values, positions): (&mut [[A; BLOCK]], &mut [[P; BLOCK]]),
+) {
+    let (count, step) = if K == 0 { (run.count, run.step) } else { (K, 1) };
+    let lanes = |v: usize| [v as u32; BLOCK];
+    let (stride, tap) = (lanes(run.stride), lanes(step));
+    let mut first_at = lanes(origin + run.start);
+    for (j, (v, q)) in values.iter_mut().zip(positions.iter_mut()).enumerate() {
+        let start = run.start + j * run.stride;
+        let window = &band[start..start + (count - 1) * step + 1];
+        let (mut best, mut best_at, mut at) = (window[0], first_at, first_at);
+        for b in 1..count {
+            at = core::array::from_fn(|l| at[l] + tap[l]);
+            meet_lanes(&mut best, &mut best_at, &window[b * step], &at);
+        }
+        *v = best;
+        *q = best_at.map(|a| P::from_flat_checked(a as usize));
+        first_at = core::array::from_fn(|l| first_at[l].wrapping_add(stride[l]));
     }
-    (best, best_at)
 }
 
 /// The column pass of one input row `xa` of a volume (at `origin` in it): each output column's
@@ -581,21 +663,20 @@ fn pool_columns<A: AccFloat, P: ArgmaxIndex, const WIDE: bool>(
     }
 }
 
-/// One pass of the module's rule: each position of `best` and `at` takes the best of the rows
-/// `taps` picks among `values` and `positions` (row `i` at `i * best.len()`), met in increasing
-/// order ([`replaces_best`]), as a value and its position. Whole rows at a time, each position
+/// One pass of the module's rule: each position of `best` and `at` takes the best of `count`
+/// rows among `values` and `positions` (the `k`-th is row `row_of(k)`, at `row_of(k) *
+/// best.len()`), met in that order ([`replaces_best`]), as a value and its position. Whole rows at a time, each position
 /// without a branch, so that the loop vectorises.
 #[inline(always)]
 fn meet_rows<A: AccFloat, P: Copy>(
-    taps: &Taps,
+    (count, row_of): (usize, impl Fn(usize) -> usize),
     (values, positions): (&[A], &[P]),
     (best, at): (&mut [A], &mut [P]),
 ) {
     let len = best.len();
-    let row = |i: usize| i * len..(i + 1) * len;
-    let second = taps.start + taps.step;
-    let first = (&values[row(taps.start)], &positions[row(taps.start)]);
-    if taps.count == 1 {
+    let row = |k: usize| row_of(k) * len..(row_of(k) + 1) * len;
+    let first = (&values[row(0)], &positions[row(0)]);
+    if count == 1 {
         best.copy_from_slice(first.0);
         at.copy_from_slice(first.1);
         return;
@@ -605,17 +686,16 @@ fn meet_rows<A: AccFloat, P: Copy>(
         .iter_mut()
         .zip(at.iter_mut())
         .zip(first.0.iter().zip(first.1))
-        .zip(&values[row(second)])
-        .zip(&positions[row(second)])
+        .zip(&values[row(1)])
+        .zip(&positions[row(1)])
     {
         let take = replaces_best(v, u);
         *b = A::choose(take, v, u);
         *a = if take { q } else { p };
     }
-    for k in 2..taps.count {
-        let i = taps.start + k * taps.step;
+    for k in 2..count {
         for (((b, a), &v), &q) in
-            best.iter_mut().zip(at.iter_mut()).zip(&values[row(i)]).zip(&positions[row(i)])
+            best.iter_mut().zip(at.iter_mut()).zip(&values[row(k)]).zip(&positions[row(k)])
         {
             let take = replaces_best(v, *b);
             *b = A::choose(take, v, *b);
