@@ -1,9 +1,9 @@
 //! Every kernel gives the same bits in the copy compiled for the processor's vector and
 //! conversion instructions (on x86-64: AVX2 with F16C)
 //! as in the baseline copy with the software conversions (`Cpu::with_vector_instructions`):
-//! all six operations, in all four element types, on every work split (whole planes, sparse
-//! planes, planes of one gradient, bands of rows; `Bitmask` blocks decoded, read bit by bit,
-//! gathered, and banded), on values chosen to break a conversion: NaNs with payloads, both
+//! all six operations and the 3-D poolings, in all four element types, on every work split
+//! (whole planes, sparse planes, planes of one gradient, bands of rows; `Bitmask` blocks
+//! decoded, read bit by bit, gathered, and banded; volumes in blocks and alone), on values chosen to break a conversion: NaNs with payloads, both
 //! infinities, `-0`, the smallest and largest subnormals, values that round across a power of
 //! two, and gradients whose sums fall into the subnormals.
 //!
@@ -11,9 +11,9 @@
 //! that the setting is harmless: CI also runs the suite without it.)
 
 use half::{bf16, f16};
-use ndarray::Array4;
+use ndarray::{Array4, Array5};
 use poolgrad::device::cpu::Cpu;
-use poolgrad::{Bitmask, I32Argmax, MaskLayout, MaxPool2dParams, PoolFloat, on};
+use poolgrad::{Bitmask, I32Argmax, MaskLayout, MaxPool2dParams, MaxPool3dParams, PoolFloat, on};
 
 /// Values that break a conversion, as the bits of each element type, cycled through a tensor in
 /// a scrambled order so that windows hold ties, NaNs and infinities side by side.
@@ -148,8 +148,49 @@ fn mask<T: Awkward, L: MaskLayout + Default>(
     assert_eq!(sum_bits(&ga), sum_bits(&gb), "{} backward {:?} on {vector:?}", L::NAME, x.dim());
 }
 
+/// A volume of `shape` drawn from `T::awkward()`, as [`tensor`] draws a plane.
+fn volume<T: Awkward>(shape: [usize; 5]) -> Array5<T> {
+    let values = T::awkward();
+    Array5::from_shape_fn(shape, |(n, c, d, h, w)| {
+        let k = (((n * 7 + c) * 37 + d) * 131 + h * 31 + w).wrapping_mul(2_654_435_761) >> 7;
+        values[k % values.len()]
+    })
+}
+
+/// The 3-D forwards (max pooling with `params`, and adaptive to `out`), and their backwards, on
+/// both copies.
+fn volumes<T: Awkward>(shape: [usize; 5], params: MaxPool3dParams, out: [usize; 3]) {
+    let x = volume::<T>(shape);
+    for (vector, baseline) in devices() {
+        let a = on(&vector).max_pool3d_with_indices(&x, &params).unwrap();
+        let b = on(&baseline).max_pool3d_with_indices(&x, &params).unwrap();
+        assert_eq!((bits(&a.output), &a.indices), (bits(&b.output), &b.indices), "3-D forward {shape:?}");
+        let go = volume::<T>(a.output.shape().try_into().unwrap());
+        let ga = on(&vector).max_pool3d_with_indices_backward(&go, &x, &a.indices, &params).unwrap();
+        let gb = on(&baseline).max_pool3d_with_indices_backward(&go, &x, &a.indices, &params).unwrap();
+        assert_eq!(sum_bits(&ga), sum_bits(&gb), "3-D backward {shape:?} on {vector:?}");
+        let a = on(&vector).adaptive_max_pool3d(&x, out).unwrap();
+        let b = on(&baseline).adaptive_max_pool3d(&x, out).unwrap();
+        assert_eq!(
+            (bits(&a.output), &a.indices),
+            (bits(&b.output), &b.indices),
+            "adaptive 3-D {shape:?} to {out:?}"
+        );
+    }
+}
+
 /// Every split of every operation, in one element type.
 fn every_path<T: Awkward>() {
+    // Volumes eight at a time with a last block of five, three alone (bands of output depths
+    // on two threads), dilated and ceil-mode windows.
+    let video = MaxPool3dParams::new([3, 3, 3]).with_stride([2, 2, 2]).with_padding([1, 1, 1]);
+    volumes::<T>([3, 7, 5, 9, 12], video, [2, 4, 5]);
+    volumes::<T>([1, 3, 6, 7, 9], video, [6, 3, 4]);
+    volumes::<T>(
+        [2, 5, 7, 8, 9],
+        MaxPool3dParams::new([2, 3, 2]).with_dilation([2, 1, 3]).with_ceil_mode(true),
+        [3, 8, 2],
+    );
     // Whole planes with overlapping windows (dense), sparse planes (more than 8 inputs per
     // gradient), planes of one gradient (global pooling), and one plane in bands.
     adaptive::<T>([2, 5, 9, 9], [4, 4]);

@@ -1,5 +1,6 @@
-//! Interleaving the planes of a block for the blocked forward: `out[i * BLOCK + l] = rows[l][i]`,
-//! so that element `i` of every plane is one vector of [`BLOCK`] lanes.
+//! Interleaving the planes of a block for the blocked forwards (2-D planes, or rows of 3-D
+//! volumes): `out[i * BLOCK + l] = rows[l][i]`, so that element `i` of every plane is one vector
+//! of [`BLOCK`] lanes; and taking such a block apart again ([`deinterleave`]).
 //!
 //! The plain loop ([`interleave_plain`]) is the reference and runs everywhere. Where the task runs
 //! in `pulp`'s AVX copy (x86-64-v3) and the values are `f32`, [`transposed`] first moves them 8
@@ -194,6 +195,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Taking a block apart gives every plane its column, through registers where the processor
+    /// has AVX and by the plain loop in the baseline copy, for every number of planes and
+    /// lengths around the 8-column steps; 64-bit values take the plain loop.
+    #[test]
+    fn taken_apart_columns_equal_the_definition() {
+        fn check<X: bytemuck::Pod + PartialEq + core::fmt::Debug>(of: impl Fn(usize) -> X) {
+            for planes in 1..=BLOCK {
+                for n in [0, 1, 7, 8, 9, 16, 23, 64, 81] {
+                    let lanes: Vec<X> = (0..n * BLOCK).map(&of).collect();
+                    for isa in [Isa::best(), Isa::Baseline] {
+                        let mut outs = vec![vec![of(0); n]; planes];
+                        let mut views: Vec<&mut [X]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+                        isa.enter(|| deinterleave(isa, &lanes, &mut views));
+                        for (l, out) in outs.iter().enumerate() {
+                            for (i, v) in out.iter().enumerate() {
+                                let want = bytemuck::bytes_of(&lanes[i * BLOCK + l]);
+                                assert_eq!(
+                                    bytemuck::bytes_of(v),
+                                    want,
+                                    "{isa:?}: planes {planes}, n {n}, column {i}, lane {l}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        check(|i| f32::from_bits(awkward(i)));
+        check(|i| awkward(i) as i32);
+        check(|i| f64::from_bits(u64::from(awkward(i)) << 29 | i as u64));
     }
 
     /// Where the task runs in AVX, the columns go through registers (and so the test above
