@@ -388,8 +388,9 @@ fn pool_volume<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex, const WIDE: bool>(
                 let xa = match T::as_acc(xs) {
                     Some(xa) => xa,
                     None => {
-                        simd::widen(p.isa, xs, scratch.widened);
-                        &*scratch.widened
+                        let widened = &mut scratch.widened[..w];
+                        simd::widen(p.isa, xs, widened);
+                        &*widened
                     }
                 };
                 let columns = row * wo..(row + 1) * wo;
@@ -432,17 +433,17 @@ fn slices_to_pool(
     fresh
 }
 
-/// The row pass of slice `s` (counted from the first the task reads): each output row's input
-/// rows among the column pass `columns` (rows of `len` elements), into `slices`.
+/// The row pass of one slice: each output row's input rows among the column pass `columns`
+/// (rows of `len` elements), into slot `slot` of `slices` ([`slices_to_pool`]).
 #[inline(always)]
 fn pool_rows<A: AccFloat, P: Copy>(
     p: &VolumeForwardPrepared,
-    s: usize,
+    slot: usize,
     len: usize,
     columns: &(&mut [A], &mut [P]),
     slices: &mut (&mut [A], &mut [P]),
 ) {
-    let pooled = s * p.rows.len() * len..(s + 1) * p.rows.len() * len;
+    let pooled = slot * p.rows.len() * len..(slot + 1) * p.rows.len() * len;
     let values = slices.0[pooled.clone()].chunks_mut(len);
     let positions = slices.1[pooled].chunks_mut(len);
     for (r, (values, positions)) in p.rows.iter().zip(values.zip(positions)) {
