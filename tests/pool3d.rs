@@ -366,6 +366,33 @@ fn nan_and_negative_infinity_across_slices() {
 }
 
 /// Errors name the operation, the argument and what was expected.
+/// Depth windows that start before the one ahead of them: kernel 3, dilation 3 and padding 1
+/// read slices 2 and 5 for output depth 0, then 0, 3 and 6 for output depth 1. Against the
+/// reference loops in every element type, on one thread (volumes eight at a time) and on
+/// threads that split the volumes' output depths into bands (one volume).
+#[test]
+fn depth_windows_out_of_order() {
+    let k = Axis::Max { k: 3, s: 1, p: 1, d: 3 };
+    let rows = Axis::Max { k: 2, s: 1, p: 1, d: 2 };
+    let params = MaxPool3dParams::new([3, 2, 2])
+        .with_stride([1, 1, 1])
+        .with_padding([1, 1, 1])
+        .with_dilation([3, 2, 2]);
+    for (volumes, seed) in [(9, 3), (1, 5)] {
+        for kind in 0..3 {
+            let x =
+                Array5::from_shape_vec((1, volumes, 9, 5, 6), values_of(volumes * 270, seed, kind)).unwrap();
+            let case = Case { x, axes: [k, rows, rows], ceil: false, params: Some(params), seed };
+            for cpu in [&Cpu::sequential(), common::cpu_with_threads(2)] {
+                check::<f32, i64>(&case, cpu).unwrap();
+                check::<f64, i32>(&case, cpu).unwrap();
+                check::<half::f16, i64>(&case, cpu).unwrap();
+                check::<half::bf16, i32>(&case, cpu).unwrap();
+            }
+        }
+    }
+}
+
 #[test]
 fn errors_name_what_is_wrong() {
     let x = Array5::<f32>::zeros((1, 2, 3, 4, 4));
