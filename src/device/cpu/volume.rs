@@ -378,39 +378,71 @@ fn pool_volume<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex, const WIDE: bool>(
     let [_, h, w] = p.input;
     let (wo, hw) = (p.cols.len(), h * w);
     let ohw = p.rows.len() * wo;
+    let (mut out, mut idx) = (out.chunks_mut(ohw), idx.chunks_mut(ohw));
+    each_output_depth(
+        p,
+        (&p.depth[depths], 1),
+        scratch,
+        #[inline(always)]
+        |scratch, s, row| {
+            let at = s * hw + row * w;
+            let xs = &x[at..at + w];
+            let xa = match T::as_acc(xs) {
+                Some(xa) => xa,
+                None => {
+                    let widened = &mut scratch.widened[..w];
+                    simd::widen(p.isa, xs, widened);
+                    &*widened
+                }
+            };
+            let columns = row * wo..(row + 1) * wo;
+            pool_columns::<_, _, WIDE>(
+                (xa, at),
+                (&p.cols, &p.groups),
+                (&mut scratch.columns.0[columns.clone()], &mut scratch.columns.1[columns]),
+            );
+        },
+        #[inline(always)]
+        |(best, at), _, _| {
+            if let (Some(out), Some(idx)) = (out.next(), idx.next()) {
+                write_outputs(p.isa, x, (best, at), (out, idx));
+            }
+        },
+    );
+}
+
+/// The passes of the module's rule over output depths `depths` (the `k`-th of them in order), for
+/// `lanes` volumes at a time (the rows of the scratch are `lanes` times as long): for each slice
+/// a depth window reads that is not pooled yet ([`slices_to_pool`]), `columns(scratch, s, row)`
+/// fills the column pass of each of its rows and the row pass follows ([`pool_rows`]); then the
+/// depth pass ([`meet_rows`]) and `finish((values, positions), lane, k)` with its result and
+/// the scratch that takes it apart by volume.
+#[inline(always)]
+fn each_output_depth<A: AccFloat, P: ArgmaxIndex>(
+    p: &VolumeForwardPrepared,
+    (depths, lanes): (&[Taps], usize),
+    scratch: &mut Carved<'_, A, P>,
+    mut columns: impl FnMut(&mut Carved<'_, A, P>, usize, usize),
+    mut finish: impl FnMut((&[A], &[P]), &mut (&mut [A], &mut [P]), usize),
+) {
+    let (len, ohw) = (lanes * p.cols.len(), lanes * p.rows.len() * p.cols.len());
     let mut pooled = 0;
-    let depths = &p.depth[depths];
-    for (taps, (out, idx)) in depths.iter().zip(out.chunks_mut(ohw).zip(idx.chunks_mut(ohw))) {
+    for (k, taps) in depths.iter().enumerate() {
         for s in slices_to_pool(p, depths, taps, &mut pooled) {
             for row in p.row_span.clone() {
-                let at = s * hw + row * w;
-                let xs = &x[at..at + w];
-                let xa = match T::as_acc(xs) {
-                    Some(xa) => xa,
-                    None => {
-                        let widened = &mut scratch.widened[..w];
-                        simd::widen(p.isa, xs, widened);
-                        &*widened
-                    }
-                };
-                let columns = row * wo..(row + 1) * wo;
-                pool_columns::<_, _, WIDE>(
-                    (xa, at),
-                    (&p.cols, &p.groups),
-                    (&mut scratch.columns.0[columns.clone()], &mut scratch.columns.1[columns]),
-                );
+                columns(scratch, s, row);
             }
-            pool_rows(p, s % p.ring, wo, &scratch.columns, &mut scratch.slices);
+            pool_rows(p, s % p.ring, len, &scratch.columns, &mut scratch.slices);
         }
-        // (The scratch may be a block's, longer.)
+        // (A volume alone may use a block's scratch, longer.)
         let (best, at) = (&mut scratch.depth.0[..ohw], &mut scratch.depth.1[..ohw]);
-        let row_of = |k| (taps.start + k * taps.step) % p.ring;
+        let row_of = |j| (taps.start + j * taps.step) % p.ring;
         meet_rows(
             (taps.count, row_of),
             (&scratch.slices.0[..], &scratch.slices.1[..]),
             (&mut *best, &mut *at),
         );
-        write_outputs(p.isa, x, (best, at), (out, idx));
+        finish((best, at), &mut scratch.lane, k);
     }
 }
 
@@ -470,61 +502,57 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
     let lanes = BLOCK * wo;
     let ohw = p.rows.len() * wo;
     let pooled_len = p.depth.len() * ohw;
-    let mut pooled = 0;
-    for (d, taps) in p.depth.iter().enumerate() {
-        for s in slices_to_pool(p, &p.depth, taps, &mut pooled) {
-            for row in p.row_span.clone() {
-                let at = s * hw + row * w;
-                let mut rows: [&[T::Acc]; BLOCK] = [&[]; BLOCK];
-                match T::as_acc(x) {
-                    Some(xa) => {
-                        for (r, xa) in rows.iter_mut().zip(xa.chunks_exact(volume)) {
-                            *r = &xa[at..at + w];
-                        }
-                    }
-                    None => {
-                        let widened = scratch.widened.chunks_exact_mut(w);
-                        for ((r, x), widened) in rows.iter_mut().zip(x.chunks_exact(volume)).zip(widened) {
-                            simd::widen(p.isa, &x[at..at + w], widened);
-                            *r = widened;
-                        }
+    each_output_depth(
+        p,
+        (&p.depth, BLOCK),
+        scratch,
+        #[inline(always)]
+        |scratch, s, row| {
+            let at = s * hw + row * w;
+            let mut rows: [&[T::Acc]; BLOCK] = [&[]; BLOCK];
+            match T::as_acc(x) {
+                Some(xa) => {
+                    for (r, xa) in rows.iter_mut().zip(xa.chunks_exact(volume)) {
+                        *r = &xa[at..at + w];
                     }
                 }
-                interleave(p.isa, &rows[..count], scratch.band);
-                let columns = row * lanes..(row + 1) * lanes;
-                block_columns(
-                    (scratch.band.as_chunks::<BLOCK>().0, at),
-                    &p.runs,
-                    (&mut scratch.columns.0[columns.clone()], &mut scratch.columns.1[columns]),
-                );
+                None => {
+                    let widened = scratch.widened.chunks_exact_mut(w);
+                    for ((r, x), widened) in rows.iter_mut().zip(x.chunks_exact(volume)).zip(widened) {
+                        simd::widen(p.isa, &x[at..at + w], widened);
+                        *r = widened;
+                    }
+                }
             }
-            pool_rows(p, s % p.ring, lanes, &scratch.columns, &mut scratch.slices);
-        }
-        let (best, at) = &mut scratch.depth;
-        let row_of = |k| (taps.start + k * taps.step) % p.ring;
-        meet_rows(
-            (taps.count, row_of),
-            (&scratch.slices.0[..], &scratch.slices.1[..]),
-            (&mut best[..], &mut at[..]),
-        );
-        let (mut lane_best, mut lane_at) =
-            (scratch.lane.0.chunks_exact_mut(ohw), scratch.lane.1.chunks_exact_mut(ohw));
-        let mut lane_best: [&mut [T::Acc]; BLOCK] =
-            core::array::from_fn(|_| lane_best.next().unwrap_or(&mut []));
-        let mut lane_at: [&mut [P]; BLOCK] = core::array::from_fn(|_| lane_at.next().unwrap_or(&mut []));
-        deinterleave(p.isa, best, &mut lane_best[..count]);
-        deinterleave(p.isa, at, &mut lane_at[..count]);
-        for ((((x, out), idx), best), at) in x
-            .chunks_exact(volume)
-            .zip(out.chunks_exact_mut(pooled_len))
-            .zip(idx.chunks_exact_mut(pooled_len))
-            .zip(&lane_best[..count])
-            .zip(&lane_at[..count])
-        {
-            let (out, idx) = (&mut out[d * ohw..(d + 1) * ohw], &mut idx[d * ohw..(d + 1) * ohw]);
-            write_outputs(p.isa, x, (best, at), (out, idx));
-        }
-    }
+            interleave(p.isa, &rows[..count], scratch.band);
+            let columns = row * lanes..(row + 1) * lanes;
+            block_columns(
+                (scratch.band.as_chunks::<BLOCK>().0, at),
+                &p.runs,
+                (&mut scratch.columns.0[columns.clone()], &mut scratch.columns.1[columns]),
+            );
+        },
+        #[inline(always)]
+        |(best, at), (lane_best, lane_at), d| {
+            let (mut lane_best, mut lane_at) =
+                (lane_best.chunks_exact_mut(ohw), lane_at.chunks_exact_mut(ohw));
+            let mut lane_best: [&mut [T::Acc]; BLOCK] =
+                core::array::from_fn(|_| lane_best.next().unwrap_or(&mut []));
+            let mut lane_at: [&mut [P]; BLOCK] = core::array::from_fn(|_| lane_at.next().unwrap_or(&mut []));
+            deinterleave(p.isa, best, &mut lane_best[..count]);
+            deinterleave(p.isa, at, &mut lane_at[..count]);
+            for ((((x, out), idx), best), at) in x
+                .chunks_exact(volume)
+                .zip(out.chunks_exact_mut(pooled_len))
+                .zip(idx.chunks_exact_mut(pooled_len))
+                .zip(&lane_best[..count])
+                .zip(&lane_at[..count])
+            {
+                let (out, idx) = (&mut out[d * ohw..(d + 1) * ohw], &mut idx[d * ohw..(d + 1) * ohw]);
+                write_outputs(p.isa, x, (best, at), (out, idx));
+            }
+        },
+    );
 }
 
 /// The outputs of one output depth of volume `x`, from the depth pass's values `best` and their
