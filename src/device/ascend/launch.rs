@@ -810,6 +810,20 @@ impl Ascend {
         Ok(AscendPrepared::of(ForwardBuffers { attrs: attrs()?, input: x, output: out, argmax: idx }))
     }
 
+    /// Runs a 3-D forward staged by [`Ascend::plan_volume_forward`]: its INT32 indices are
+    /// flat in each volume.
+    fn run_volume_forward<T: PoolFloat, I: ArgmaxIndex>(
+        &self,
+        tensors: (&TensorRef<'_, T>, TensorMut<'_, T>, TensorMut<'_, I>),
+        sizes: &VolumeSizes,
+        prepared: &AscendPrepared<ForwardBuffers>,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        let [d, h, w] = sizes.input;
+        let error = |e, v| sizes.index_error(UNNAMED, "indices", e, v);
+        self.run_forward_with_indices::<T, I, i32>(tensors, (d * h * w, error), prepared, memory)
+    }
+
     /// Stages a 3-D backward whose checks have passed, after checking every index against the
     /// volume: `grad_output`, `self_`, INT32 indices and `grad_input`.
     fn plan_volume_backward<I: ArgmaxIndex>(
@@ -904,14 +918,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool3dWithIndices<'a, T, I>> fo
         prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let [d, h, w] = g.sizes.input;
-        let error = |e, v| g.sizes.index_error(UNNAMED, "indices", e, v);
-        self.run_forward_with_indices::<T, I, i32>(
-            (&op.input, op.output, op.indices),
-            (d * h * w, error),
-            &prepared,
-            memory,
-        )
+        self.run_volume_forward((&op.input, op.output, op.indices), &g.sizes, &prepared, memory)
     }
 }
 
@@ -964,14 +971,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<AdaptiveMaxPool3d<'a, T, I>> for A
         prepared: AscendPrepared<ForwardBuffers>,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let [d, h, w] = g.sizes.input;
-        let error = |e, v| g.sizes.index_error(UNNAMED, "indices", e, v);
-        self.run_forward_with_indices::<T, I, i32>(
-            (&op.input, op.output, op.indices),
-            (d * h * w, error),
-            &prepared,
-            memory,
-        )
+        self.run_volume_forward((&op.input, op.output, op.indices), &g.sizes, &prepared, memory)
     }
 }
 
