@@ -28,13 +28,7 @@ import torch.nn.functional as F
 
 # The 3-D cases' dtypes, raw files, values and half-type sums (any rank), from their script.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pool3d_cases import DTYPES, f32_sums, raw, values  # noqa: E402
-
-
-def write(out_dir, name, files):
-    for ext, t in files.items():
-        with open(os.path.join(out_dir, f"{name}.{ext}"), "wb") as f:
-            f.write(raw(t))
+from pool3d_cases import DTYPES, f32_sums, values, write  # noqa: E402
 
 
 def line_case(out_dir, manifest, name, dtype, shape, op, k=1, s=1, p=0, d=1, ceil=False, size=1, kind="randn",

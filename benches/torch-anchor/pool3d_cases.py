@@ -31,6 +31,13 @@ def raw(t):
     return t.numpy().tobytes()
 
 
+def write(out_dir, name, files):
+    """Each tensor of `files` as `out_dir/name.ext`, its raw bytes (`raw`)."""
+    for ext, t in files.items():
+        with open(os.path.join(out_dir, f"{name}.{ext}"), "wb") as f:
+            f.write(raw(t))
+
+
 def f32_sums(go, idx, shape):
     """The half types' rule: f32 sums in row-major output order, rounded once (any rank: the
     first two axes are the planes, the rest each plane's positions)."""
@@ -68,10 +75,7 @@ def case(out_dir, manifest, name, dtype, shape, op, kernel=(1, 1, 1), stride=(1,
     go = torch.randint(-64, 64, out.shape, generator=g).double().div(4).to(x.dtype)
     (gi_torch,) = torch.autograd.grad(out, x, go)
     gi = gi_torch if dtype in ("f32", "f64") else f32_sums(go, idx, x.shape)
-    files = {"x": x.detach(), "out": out.detach(), "idx": idx, "go": go, "gi": gi, "gi_torch": gi_torch}
-    for ext, t in files.items():
-        with open(os.path.join(out_dir, f"{name}.{ext}"), "wb") as f:
-            f.write(raw(t))
+    write(out_dir, name, {"x": x.detach(), "out": out.detach(), "idx": idx, "go": go, "gi": gi, "gi_torch": gi_torch})
     fields = [name, op, dtype, *shape, *kernel, *stride, *padding, *dilation, int(ceil), *size]
     manifest.write(" ".join(str(v) for v in fields) + "\n")
 
