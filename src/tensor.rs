@@ -80,7 +80,7 @@ impl Memory for Host {
 pub(crate) const RANKS: &str = "3 (C, H, W) or 4 (N, C, H, W)";
 
 /// The ranks the views themselves accept (each operation then asks for its own).
-const VIEW_RANKS: &str = "3, 4 or 5 (N, C, D, H, W)";
+pub(crate) const VIEW_RANKS: &str = "3, 4 or 5 (N, C, D, H, W)";
 
 /// The caller's shape of a view: up to 5 dimensions, kept inline (no allocation per view).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -282,7 +282,8 @@ fn as_nchw<S: RawData, D: Dimension>(
     Ok((nchw.map_err(|e| Error::from_shape(UNNAMED, arg, e))?, dims))
 }
 
-fn as_4d(shape: &[usize]) -> [usize; 4] {
+/// A shape of rank 3, 4 or 5 seen as `[N, C, H, W]` (see the module documentation).
+pub(crate) fn as_4d(shape: &[usize]) -> [usize; 4] {
     match *shape {
         [c, h, w] => [1, c, h, w],
         [n, c, h, w] => [n, c, h, w],
@@ -594,11 +595,12 @@ impl<'a, E: Element> TensorRef<'a, E> {
 }
 
 impl<'a, E: Element, M: Memory> TensorRef<'a, E, M> {
-    /// A view of `data`, whose 4-D shape was checked by its constructor, in rank `ndim`.
+    /// A view of `data`, whose 4-D shape was checked by its constructor, with the caller's
+    /// shape `dims` (rank 3, 4 or 5, seen as `data`'s shape by [`as_4d`]).
     #[cfg_attr(not(feature = "ascend"), allow(dead_code))] // the device memory's views
-    pub(crate) fn from_parts(view: M::Ref<'a, E>, ndim: usize) -> Self {
-        let dims = Dims::of(&M::ref_shape(&view)[4 - ndim..]);
-        TensorRef { view, dims }
+    pub(crate) fn from_parts(view: M::Ref<'a, E>, dims: &[usize]) -> Self {
+        debug_assert_eq!(M::ref_shape(&view), as_4d(dims));
+        TensorRef { view, dims: Dims::of(dims) }
     }
 
     /// The memory-specific view underneath.
@@ -722,11 +724,12 @@ impl<'a, E: Element> TensorMut<'a, E> {
 }
 
 impl<'a, E: Element, M: Memory> TensorMut<'a, E, M> {
-    /// A writable view of `data`, whose 4-D shape was checked by its constructor, in rank `ndim`.
+    /// A writable view of `data`, whose 4-D shape was checked by its constructor, with the
+    /// caller's shape `dims` (as [`TensorRef::from_parts`]).
     #[cfg_attr(not(feature = "ascend"), allow(dead_code))] // the device memory's views
-    pub(crate) fn from_parts(view: M::Mut<'a, E>, ndim: usize) -> Self {
-        let dims = Dims::of(&M::mut_shape(&view)[4 - ndim..]);
-        TensorMut { view, dims, zeroed: false }
+    pub(crate) fn from_parts(view: M::Mut<'a, E>, dims: &[usize]) -> Self {
+        debug_assert_eq!(M::mut_shape(&view), as_4d(dims));
+        TensorMut { view, dims: Dims::of(dims), zeroed: false }
     }
 
     /// The memory-specific view underneath.

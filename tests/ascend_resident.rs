@@ -6,15 +6,15 @@
 mod ascend;
 
 use ascend::Double;
-use ndarray::{Array4, ArrayD};
+use ndarray::{Array4, Array5, ArrayD, Axis};
 use poolgrad::device::ascend::{Ascend, AscendStream, Npu, NpuTensor};
 use poolgrad::op::{
     AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
     MaxPool2dWithMask, MaxPool2dWithMaskBackward,
 };
 use poolgrad::{
-    Bitmask, Error, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef, MaxPool2dParams, Plan, TensorMut,
-    TensorRef, Workspace,
+    Bitmask, Error, I32Argmax, Mask, MaskLayout, MaskMut, MaskRef, MaxPool2dParams, MaxPool3dParams, Plan,
+    TensorMut, TensorRef, Workspace,
 };
 
 const SHAPE: [usize; 4] = [2, 3, 7, 6];
@@ -443,6 +443,11 @@ fn device_calls(session: &ascend::Session) -> u64 {
         "aclrtMemsetAsync",
         "aclrtSynchronizeStream",
     ];
+    runtime.iter().map(|f| session.calls(f)).sum::<u64>() + operator_calls(session)
+}
+
+/// Calls of any operator's phase 1 or 2.
+fn operator_calls(session: &ascend::Session) -> u64 {
     let ops = [
         "aclnnAdaptiveMaxPool2d",
         "aclnnAdaptiveMaxPool2dBackward",
@@ -450,10 +455,17 @@ fn device_calls(session: &ascend::Session) -> u64 {
         "aclnnMaxPool2dWithIndicesBackward",
         "aclnnMaxPool2dWithMask",
         "aclnnMaxPool2dWithMaskBackward",
+        "aclnnMaxPool3dWithArgmax",
+        "aclnnMaxPool3dWithArgmaxBackward",
+        "aclnnAdaptiveMaxPool3d",
+        "aclnnAdaptiveMaxPool3dBackward",
+        "aclnnMaxUnpool2d",
+        "aclnnMaxUnpool3d",
+        "aclnnMaxUnpool2dBackward",
+        "aclnnMaxUnpool3dBackward",
     ];
     let phase1 = ops.map(|op| format!("{op}GetWorkspaceSize"));
-    runtime.iter().chain(&ops).map(|f| session.calls(f)).sum::<u64>()
-        + phase1.iter().map(|f| session.calls(f)).sum::<u64>()
+    ops.iter().map(|f| session.calls(f)).sum::<u64>() + phase1.iter().map(|f| session.calls(f)).sum::<u64>()
 }
 
 #[test]
@@ -546,8 +558,7 @@ fn workspaces_on_a_callers_stream_are_not_freed_under_queued_work() {
         NpuTensor::<i32>::zeros(&npu, &[1, 1, 1, 1]).unwrap(),
     );
     let a = [SHAPE[0], SHAPE[1], ADAPTIVE[0], ADAPTIVE[1]];
-    let (mut out, mut idx) =
-        (NpuTensor::<f32>::zeros(&npu, &a).unwrap(), NpuTensor::<i64>::zeros(&npu, &a).unwrap());
+    let (mut out, mut idx) = (NpuTensor::<f32>::zeros(&npu, &a).unwrap(), NpuTensor::<i64>::zeros(&npu, &a).unwrap());
     let frees = session.calls("aclrtFree");
     {
         let stream = caller.stream(&npu);
@@ -1075,4 +1086,222 @@ fn device_resident_results_match_the_cpu_on_every_device() {
         stream.synchronize().unwrap();
         tensors.check_against_cpu();
     });
+}
+
+const VOLUME: [usize; 5] = [2, 3, 5, 6, 7];
+const ADAPTIVE3D: [usize; 3] = [2, 3, 4];
+
+/// A 5-D input whose values are distinct inside every volume (37 is a unit modulo 631, and a
+/// volume has 210 elements), so that every arg-max is unambiguous.
+fn volume_input() -> Array5<f32> {
+    Array5::from_shape_fn(VOLUME, |(n, c, d, h, w)| {
+        ((((n * 3 + c) * 5 + d) * 42 + h * 7 + w) * 37 % 631) as f32 - 300.0
+    })
+}
+
+fn volume_ramp(shape: &[usize]) -> Array5<f32> {
+    let dims: [usize; 5] = shape.try_into().unwrap();
+    Array5::from_shape_fn(dims, |(n, c, d, h, w)| {
+        1.0 + ((((n * 7 + c) * 7 + d) * 7 + h) * 7 + w) as f32 % 19.0 / 8.0
+    })
+}
+
+fn volume_params() -> MaxPool3dParams {
+    MaxPool3dParams::new([3, 3, 3]).with_stride([2, 2, 2]).with_padding([1, 1, 1]).with_ceil_mode(true)
+}
+
+/// The 3-D poolings and both double backwards on device tensors, queued on poolgrad's stream and
+/// on a caller's: 5-D tensors (and a 4-D `[C, D, H, W]` one) described as NCDHW, indices a
+/// forward wrote feeding its backward on the device, no copy and no wait in between, and every
+/// result equal to the CPU's.
+#[test]
+fn the_3d_poolings_and_the_double_backwards_run_on_device_tensors_on_either_stream() {
+    let session = Double::session();
+    let caller = Caller::new(&session);
+    let npu = session.open();
+    let h = volume_input();
+    let p = volume_params();
+    let cpu = poolgrad::max_pool3d_with_indices_i32(&h, &p).unwrap();
+    let cpu_adaptive = poolgrad::adaptive_max_pool3d_i32(&h, ADAPTIVE3D).unwrap();
+    let (g, g_adaptive) = (volume_ramp(cpu.output.shape()), volume_ramp(cpu_adaptive.output.shape()));
+    let want_gx = poolgrad::max_pool3d_with_indices_backward(&g, &h, &cpu.indices, &p).unwrap();
+    let want_adaptive_gx =
+        poolgrad::adaptive_max_pool3d_backward(&g_adaptive, &h, &cpu_adaptive.indices).unwrap();
+    // The double backwards: a 3-D one on i64 indices (the only type its operator takes), a 2-D
+    // one on the i32 indices a device forward writes.
+    let ggi = volume_ramp(&VOLUME);
+    let idx64 = cpu.indices.mapv(i64::from);
+    let want_ggo = poolgrad::max_pool3d_double_backward(&ggi, &idx64).unwrap();
+    let (h2, p2) = (input(), pool_params());
+    let cpu2 = poolgrad::max_pool2d_with_indices_i32(&h2, &p2).unwrap();
+    let ggi2 = ramp(SHAPE);
+    let want_ggo2 = poolgrad::max_pool2d_double_backward(&ggi2, &cpu2.indices).unwrap();
+    // An unbatched `[C, D, H, W]` volume.
+    let unbatched = h.index_axis(Axis(0), 1).to_owned();
+    let want_unbatched = poolgrad::max_pool3d_with_indices_i32(&unbatched, &p).unwrap();
+    for theirs in [false, true] {
+        let upload = |a: &Array5<f32>| NpuTensor::from_array(&npu, a).unwrap();
+        let x = NpuTensor::from_array(&npu, &h).unwrap();
+        let (g_dev, g_adaptive_dev, ggi_dev) = (upload(&g), upload(&g_adaptive), upload(&ggi));
+        let idx64_dev = NpuTensor::from_array(&npu, &idx64).unwrap();
+        let (x2, ggi2_dev) =
+            (NpuTensor::from_array(&npu, &h2).unwrap(), NpuTensor::from_array(&npu, &ggi2).unwrap());
+        let x_unbatched = NpuTensor::from_array(&npu, &unbatched).unwrap();
+        let before = Traffic::of(&session);
+        let results = {
+            let stream = if theirs { caller.stream(&npu) } else { npu.stream() };
+            let pooled = stream.max_pool3d_with_indices(&x, &p).unwrap();
+            let gx = stream.max_pool3d_with_indices_backward(&g_dev, &x, &pooled.indices, &p).unwrap();
+            let adaptive = stream.adaptive_max_pool3d(&x, ADAPTIVE3D).unwrap();
+            let adaptive_gx =
+                stream.adaptive_max_pool3d_backward(&g_adaptive_dev, &x, &adaptive.indices).unwrap();
+            let ggo = stream.max_pool3d_double_backward(&ggi_dev, &idx64_dev).unwrap();
+            let pooled2 = stream.max_pool2d_with_indices(&x2, &p2).unwrap();
+            let ggo2 = stream.max_pool2d_double_backward(&ggi2_dev, &pooled2.indices).unwrap();
+            let pooled_unbatched = stream.max_pool3d_with_indices(&x_unbatched, &p).unwrap();
+            assert_eq!(Traffic::of(&session), before, "no copy and no wait inside poolgrad");
+            if theirs {
+                caller.synchronize();
+            }
+            (pooled, gx, adaptive, adaptive_gx, ggo, ggo2, pooled_unbatched)
+        };
+        let (pooled, gx, adaptive, adaptive_gx, ggo, ggo2, pooled_unbatched) = results;
+        assert_eq!(pooled.output.dims(), cpu.output.shape());
+        assert_eq!(pooled.output.to_array().unwrap(), cpu.output.clone().into_dyn());
+        assert_eq!(pooled.indices.to_array().unwrap(), cpu.indices.clone().into_dyn());
+        assert_eq!(gx.to_array().unwrap(), want_gx.clone().into_dyn());
+        assert_eq!(adaptive.output.to_array().unwrap(), cpu_adaptive.output.clone().into_dyn());
+        assert_eq!(adaptive.indices.to_array().unwrap(), cpu_adaptive.indices.clone().into_dyn());
+        assert_eq!(adaptive_gx.to_array().unwrap(), want_adaptive_gx.clone().into_dyn());
+        assert_eq!(ggo.to_array().unwrap(), want_ggo.clone().into_dyn());
+        assert_eq!(ggo2.to_array().unwrap(), want_ggo2.clone().into_dyn());
+        assert_eq!(pooled_unbatched.output.dims(), want_unbatched.output.shape());
+        assert_eq!(pooled_unbatched.output.to_array().unwrap(), want_unbatched.output.clone().into_dyn());
+        assert_eq!(pooled_unbatched.indices.to_array().unwrap(), want_unbatched.indices.clone().into_dyn());
+    }
+    drop(npu);
+    caller.close();
+    session.assert_clean();
+}
+
+/// The indices of the 3-D backwards and of the double backwards on the device: uploaded ones are
+/// read on the way and one outside the volume (or plane) is named; ones a forward wrote over a
+/// larger volume are refused; and the 3-D gather's dtypes hold, all before any operator runs.
+/// (The stream's methods allocate their output first: the plan that refuses sees it.)
+#[test]
+fn device_indices_of_the_3d_and_double_backwards_are_checked_before_any_operator_runs() {
+    let session = Double::session();
+    let npu = session.open();
+    let stream = npu.stream();
+    let p = MaxPool3dParams::new([2, 2, 2]).with_stride([2, 2, 2]).with_ceil_mode(true);
+    // A 2 x 2 x 3 volume (12 positions) pools to 1 x 1 x 2.
+    let x = NpuTensor::<f32>::zeros(&npu, &[1, 1, 2, 2, 3]).unwrap();
+    let g = NpuTensor::from_array(&npu, &Array5::<f32>::ones((1, 1, 1, 1, 2))).unwrap();
+    let outside =
+        NpuTensor::from_array(&npu, &Array5::from_shape_vec((1, 1, 1, 1, 2), vec![11i32, 12]).unwrap())
+            .unwrap();
+    // A 2 x 2 x 4 volume (16 positions) pools to the same 1 x 1 x 2.
+    let big = NpuTensor::<f32>::zeros(&npu, &[1, 1, 2, 2, 4]).unwrap();
+    let written = stream.max_pool3d_with_indices(&big, &p).unwrap();
+    let ggi = NpuTensor::<f32>::zeros(&npu, &[1, 1, 2, 2, 3]).unwrap();
+    let outside64 =
+        NpuTensor::from_array(&npu, &Array5::from_shape_vec((1, 1, 1, 1, 2), vec![0i64, 12]).unwrap())
+            .unwrap();
+    let calls = operator_calls(&session);
+    let e = stream.max_pool3d_with_indices_backward(&g, &x, &outside, &p).unwrap_err();
+    assert!(
+        matches!(&e, Error::IndexOutOfRange { arg: "indices", position, value: 12, plane: 12, .. } if position == &[0, 0, 0, 0, 1]),
+        "{e}"
+    );
+    let e = stream.adaptive_max_pool3d_backward(&g, &x, &outside).unwrap_err();
+    assert!(matches!(&e, Error::IndexOutOfRange { value: 12, plane: 12, .. }), "{e}");
+    let e = stream.max_pool3d_with_indices_backward(&g, &x, &written.indices, &p).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidParameter { arg: "indices", got, .. } if got.contains("planes of 16 elements")),
+        "{e}"
+    );
+    let e = stream.max_pool3d_double_backward(&ggi, &outside64).unwrap_err();
+    assert!(
+        matches!(&e, Error::IndexOutOfRange { arg: "indices", op, value: 12, plane: 12, .. } if *op == "max_pool3d_double_backward"),
+        "{e}"
+    );
+    // The 2-D double backward on the 2 x 3 planes of `[1, 2, 2, 3]`, given the 1 x 2 indices.
+    let ggi2 = NpuTensor::<f32>::zeros(&npu, &[1, 2, 2, 3]).unwrap();
+    let idx2 =
+        NpuTensor::from_array(&npu, &Array4::from_shape_vec((1, 2, 1, 2), vec![0i32, 5, 6, 1]).unwrap())
+            .unwrap();
+    let e = stream.max_pool2d_double_backward(&ggi2, &idx2).unwrap_err();
+    assert!(
+        matches!(&e, Error::IndexOutOfRange { position, value: 6, plane: 6, .. } if position == &[0, 1, 0, 0]),
+        "{e}"
+    );
+    // `aclnnMaxUnpool3dBackward` takes f32, f16 and f64, not bf16.
+    let ggi_bf16 = NpuTensor::<half::bf16>::zeros(&npu, &[1, 1, 2, 2, 3]).unwrap();
+    let zeros64 = NpuTensor::<i64>::zeros(&npu, &[1, 1, 1, 1, 2]).unwrap();
+    let e = stream.max_pool3d_double_backward(&ggi_bf16, &zeros64).unwrap_err();
+    assert!(matches!(&e, Error::DeviceLimit { about: poolgrad::DeviceLimitKind::DType, .. }), "{e}");
+    assert_eq!(operator_calls(&session), calls, "no operator runs for a refused operation");
+    drop((x, g, outside, big, written, ggi, outside64, ggi2, idx2, ggi_bf16, zeros64));
+    drop(stream);
+    drop(npu);
+    session.assert_clean();
+}
+
+/// Views of a caller's memory take the 5-D shapes of the 3-D operators, and a 3-D pooling runs
+/// on them; a rank past 5 is refused.
+#[test]
+#[allow(unsafe_code)] // `from_device_ptr` over an `NpuTensor`'s memory, which outlives the views
+fn views_of_a_callers_memory_take_volumes() {
+    let session = Double::session();
+    let npu = session.open();
+    let h = volume_input();
+    let x = NpuTensor::from_array(&npu, &h).unwrap();
+    let p = volume_params();
+    let cpu = poolgrad::max_pool3d_with_indices_i32(&h, &p).unwrap();
+    let dims = cpu.output.shape().to_vec();
+    let (out, idx) =
+        (NpuTensor::<f32>::zeros(&npu, &dims).unwrap(), NpuTensor::<i32>::zeros(&npu, &dims).unwrap());
+    let strides = |d: &[usize]| (0..d.len()).map(|i| d[i + 1..].iter().product()).collect::<Vec<usize>>();
+    {
+        let stream = npu.stream();
+        // SAFETY: each pointer is an `NpuTensor` of the shape given, alive and not otherwise used
+        // until the stream is synchronised by `to_array` below.
+        let op = unsafe {
+            poolgrad::op::MaxPool3dWithIndices {
+                input: TensorRef::<f32, Npu>::from_device_ptr(
+                    &npu,
+                    x.device_ptr(),
+                    &VOLUME,
+                    &strides(&VOLUME),
+                )
+                .unwrap(),
+                params: p,
+                output: TensorMut::from_device_ptr(&npu, out.device_ptr().cast_mut(), &dims, &strides(&dims))
+                    .unwrap(),
+                indices: TensorMut::from_device_ptr(
+                    &npu,
+                    idx.device_ptr().cast_mut(),
+                    &dims,
+                    &strides(&dims),
+                )
+                .unwrap(),
+            }
+        };
+        assert_eq!(op.input.dims(), VOLUME);
+        assert_eq!(op.input.shape(), [2, 3, 30, 7]);
+        Plan::new(&stream, op).unwrap().run_in(&mut Workspace::new(&stream, 0).unwrap()).unwrap();
+    }
+    assert_eq!(out.to_array().unwrap(), cpu.output.into_dyn());
+    assert_eq!(idx.to_array().unwrap(), cpu.indices.into_dyn());
+    // SAFETY: refused before any view is made.
+    let e =
+        unsafe { TensorRef::<f32, Npu>::from_device_ptr(&npu, x.device_ptr(), &[1, 2, 3, 5, 6, 7], &[0; 6]) }
+            .unwrap_err();
+    assert!(
+        matches!(&e, Error::Rank { got: 6, expected, .. } if expected.contains("5 (N, C, D, H, W)")),
+        "{e}"
+    );
+    drop((x, out, idx));
+    drop(npu);
+    session.assert_clean();
 }

@@ -1,4 +1,4 @@
-//! The six operations as methods of [`AscendStream`] on [`NpuTensor`]s: the device forms of the
+//! The pooling operations as methods of [`AscendStream`] on [`NpuTensor`]s: the device forms of the
 //! free functions, allocating their outputs on the device and running with the stream's own
 //! reusable workspace. Each builds the operation's descriptor and runs it through the same
 //! [`Plan`] as any other caller.
@@ -13,19 +13,21 @@ use crate::error::Result;
 use crate::index::ArgmaxIndex;
 use crate::mask::{MaskLayout, MaskMut, MaskRef};
 use crate::op::{
-    self, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward,
-    MaxPool2dWithMask, MaxPool2dWithMaskBackward, Operation, name,
+    self, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, AdaptiveMaxPool3d, AdaptiveMaxPool3dBackward,
+    MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward,
+    MaxPool3dWithIndices, MaxPool3dWithIndicesBackward, MaxPoolDoubleBackward, Operation, name,
 };
-use crate::params::MaxPool2dParams;
+use crate::params::{MaxPool2dParams, MaxPool3dParams};
 use crate::plan::Plan;
 
 /// The outputs of a forward with indices on the device ([`AscendStream::adaptive_max_pool2d`],
-/// [`AscendStream::max_pool2d_with_indices`]).
+/// [`AscendStream::max_pool2d_with_indices`] and their 3-D forms).
 #[derive(Debug)]
 pub struct NpuPooled<T: Element, I: Element> {
     /// Pooled values.
     pub output: NpuTensor<T>,
-    /// Flat index `ih * W + iw` of each value inside its `(n, c)` plane.
+    /// Flat index of each value inside its `(n, c)` plane: `ih * W + iw`, or
+    /// `(id * H + ih) * W + iw` in a volume.
     pub indices: NpuTensor<I>,
 }
 
@@ -208,5 +210,162 @@ impl<'d> AscendStream<'d> {
             grad_input: grad_input.view_mut(),
         })?;
         Ok(grad_input)
+    }
+
+    /// 3-D max pooling with flat `i32` indices, queued on this stream (the device form of
+    /// [`max_pool3d_with_indices`](crate::max_pool3d_with_indices)): int32 is what the device's
+    /// 3-D operators take and write on A2/A3.
+    ///
+    /// # Errors
+    /// As [`max_pool3d_with_indices`](crate::max_pool3d_with_indices), and the plan's.
+    pub fn max_pool3d_with_indices<T: PoolFloat>(
+        &self,
+        input: &NpuTensor<T>,
+        params: &MaxPool3dParams,
+    ) -> Result<NpuPooled<T, i32>> {
+        const OP: &str = name::MAX_POOL3D_WITH_INDICES;
+        let dims = op::max_pool3d_forward_shapes::<T, i32, Npu>(&input.view(), params)?.sizes.pooled_dims();
+        let mut output = NpuTensor::alloc(self.device(), &dims, Values::Unknown).map_err(|e| e.named(OP))?;
+        let mut indices = NpuTensor::alloc(self.device(), &dims, Values::Unknown).map_err(|e| e.named(OP))?;
+        self.run(MaxPool3dWithIndices {
+            input: input.view(),
+            params: *params,
+            output: output.view_mut(),
+            indices: indices.view_mut(),
+        })?;
+        Ok(NpuPooled { output, indices })
+    }
+
+    /// The gradient of [`AscendStream::max_pool3d_with_indices`], queued on this stream.
+    ///
+    /// # Errors
+    /// As [`max_pool3d_with_indices_backward`](crate::max_pool3d_with_indices_backward), with
+    /// index values checked against the volume as for
+    /// [`AscendStream::adaptive_max_pool2d_backward`].
+    pub fn max_pool3d_with_indices_backward<T: PoolFloat>(
+        &self,
+        grad_output: &NpuTensor<T>,
+        self_: &NpuTensor<T>,
+        indices: &NpuTensor<i32>,
+        params: &MaxPool3dParams,
+    ) -> Result<NpuTensor<T>> {
+        const OP: &str = name::MAX_POOL3D_WITH_INDICES_BACKWARD;
+        let (go, x, idx) = (grad_output.view(), self_.view(), indices.view());
+        op::max_pool3d_backward_shapes(&go, &x, &idx, params)?;
+        let mut grad_input =
+            NpuTensor::alloc(self.device(), &self_.dims(), Values::Unknown).map_err(|e| e.named(OP))?;
+        self.run(MaxPool3dWithIndicesBackward {
+            grad_output: go,
+            self_: x,
+            indices: idx,
+            params: *params,
+            grad_input: grad_input.view_mut(),
+        })?;
+        Ok(grad_input)
+    }
+
+    /// Adaptive 3-D max pooling of `input` to `output_size`, queued on this stream (the device
+    /// form of [`adaptive_max_pool3d`](crate::adaptive_max_pool3d)); `i32` indices, as for
+    /// [`AscendStream::max_pool3d_with_indices`].
+    ///
+    /// # Errors
+    /// As [`adaptive_max_pool3d`](crate::adaptive_max_pool3d), and the plan's.
+    pub fn adaptive_max_pool3d<T: PoolFloat>(
+        &self,
+        input: &NpuTensor<T>,
+        output_size: [usize; 3],
+    ) -> Result<NpuPooled<T, i32>> {
+        const OP: &str = name::ADAPTIVE_MAX_POOL3D;
+        let dims =
+            op::adaptive3d_forward_shapes::<T, i32, Npu>(&input.view(), output_size)?.sizes.pooled_dims();
+        let mut output = NpuTensor::alloc(self.device(), &dims, Values::Unknown).map_err(|e| e.named(OP))?;
+        let mut indices = NpuTensor::alloc(self.device(), &dims, Values::Unknown).map_err(|e| e.named(OP))?;
+        self.run(AdaptiveMaxPool3d {
+            input: input.view(),
+            output_size,
+            output: output.view_mut(),
+            indices: indices.view_mut(),
+        })?;
+        Ok(NpuPooled { output, indices })
+    }
+
+    /// The gradient of [`AscendStream::adaptive_max_pool3d`], queued on this stream.
+    ///
+    /// # Errors
+    /// As [`adaptive_max_pool3d_backward`](crate::adaptive_max_pool3d_backward), with index
+    /// values checked as for [`AscendStream::max_pool3d_with_indices_backward`].
+    pub fn adaptive_max_pool3d_backward<T: PoolFloat>(
+        &self,
+        grad_output: &NpuTensor<T>,
+        self_: &NpuTensor<T>,
+        indices: &NpuTensor<i32>,
+    ) -> Result<NpuTensor<T>> {
+        const OP: &str = name::ADAPTIVE_MAX_POOL3D_BACKWARD;
+        let (go, x, idx) = (grad_output.view(), self_.view(), indices.view());
+        op::adaptive3d_backward_shapes(&go, &x, &idx)?;
+        let mut grad_input =
+            NpuTensor::alloc(self.device(), &self_.dims(), Values::Unknown).map_err(|e| e.named(OP))?;
+        self.run(AdaptiveMaxPool3dBackward {
+            grad_output: go,
+            self_: x,
+            indices: idx,
+            grad_input: grad_input.view_mut(),
+        })?;
+        Ok(grad_input)
+    }
+
+    /// The gradient of a 2-D max pooling's backward with respect to its `grad_output`, queued on
+    /// this stream (the device form of
+    /// [`max_pool2d_double_backward`](crate::max_pool2d_double_backward)): the gather
+    /// `grad_grad_input[n, c, indices[n, c, o]]`, run on `aclnnMaxUnpool2dBackward`.
+    ///
+    /// # Errors
+    /// As [`max_pool2d_double_backward`](crate::max_pool2d_double_backward), with index values
+    /// checked against the plane of `grad_grad_input` as for
+    /// [`AscendStream::adaptive_max_pool2d_backward`].
+    pub fn max_pool2d_double_backward<T: PoolFloat, I: ArgmaxIndex>(
+        &self,
+        grad_grad_input: &NpuTensor<T>,
+        indices: &NpuTensor<I>,
+    ) -> Result<NpuTensor<T>> {
+        self.run_double_backward::<T, I, 2>(name::MAX_POOL2D_DOUBLE_BACKWARD, grad_grad_input, indices)
+    }
+
+    /// The 3-D form of [`AscendStream::max_pool2d_double_backward`], on
+    /// `aclnnMaxUnpool3dBackward`, which takes INT64 indices only (so `i64` here, while the
+    /// device's 3-D forwards write `i32`: upload indices as `i64`, or convert them in the
+    /// caller's framework).
+    ///
+    /// # Errors
+    /// As [`max_pool3d_double_backward`](crate::max_pool3d_double_backward), with index values
+    /// checked as for [`AscendStream::max_pool2d_double_backward`].
+    pub fn max_pool3d_double_backward<T: PoolFloat>(
+        &self,
+        grad_grad_input: &NpuTensor<T>,
+        indices: &NpuTensor<i64>,
+    ) -> Result<NpuTensor<T>> {
+        self.run_double_backward::<T, i64, 3>(name::MAX_POOL3D_DOUBLE_BACKWARD, grad_grad_input, indices)
+    }
+
+    /// Runs the double backward `op` on `N` spatial axes into a new tensor of the indices' shape
+    /// (which the plan then checks, with everything else).
+    fn run_double_backward<T: PoolFloat, I: ArgmaxIndex, const N: usize>(
+        &self,
+        op: &'static str,
+        grad_grad_input: &NpuTensor<T>,
+        indices: &NpuTensor<I>,
+    ) -> Result<NpuTensor<T>>
+    where
+        Self: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, N, Npu>>,
+        crate::op::Axes<N>: crate::op::SpatialAxes,
+    {
+        let mut grad_grad_output =
+            NpuTensor::alloc(self.device(), &indices.dims(), Values::Unknown).map_err(|e| e.named(op))?;
+        self.run(MaxPoolDoubleBackward {
+            grad_grad_input: grad_grad_input.view(),
+            indices: indices.view(),
+            grad_grad_output: grad_grad_output.view_mut(),
+        })?;
+        Ok(grad_grad_output)
     }
 }

@@ -329,7 +329,7 @@ impl Ascend {
     }
 
     /// Refuses a dilation other than 1 where the SoC's kernels take none (all but the 950).
-    fn check_dilation(&self, dilation: &[usize]) -> Result<()> {
+    pub(super) fn check_dilation(&self, dilation: &[usize]) -> Result<()> {
         if self.cann_decides || self.family.supports_dilation() || dilation.iter().all(|&d| d == 1) {
             return Ok(());
         }
@@ -777,14 +777,14 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool2dWithIndicesBackward<'a, T
 
 /// `[N, C, D, H, W]` of a 3-D operation's input and output: 5-D NCDHW descriptors whatever the
 /// caller's rank (`N = 1` for `[C, D, H, W]`, as the op_apis themselves unsqueeze CDHW inputs).
-fn volume_dims(s: &VolumeSizes) -> ([usize; 5], [usize; 5]) {
+pub(super) fn volume_dims(s: &VolumeSizes) -> ([usize; 5], [usize; 5]) {
     let ([d, h, w], [od, oh, ow]) = (s.input, s.output);
     ([s.n, s.c, d, h, w], [s.n, s.c, od, oh, ow])
 }
 
 /// Refuses a volume whose flat indices do not fit the INT32 indices poolgrad passes to the 3-D
 /// operators (the only type A2/A3 take; the 950 also takes INT64, which poolgrad does not use).
-fn int32_volume(s: &VolumeSizes) -> Result<()> {
+pub(super) fn int32_volume(s: &VolumeSizes) -> Result<()> {
     let [d, h, w] = s.input;
     DeviceLimits::default().with_max_plane(INT32_PLANE).check_plane(d * h, w, "ascend")
 }

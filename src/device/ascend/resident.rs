@@ -1,14 +1,15 @@
-//! The six operators on tensors already in the NPU's memory ([`Npu`] descriptors), queued on an
-//! [`AscendStream`]: phase-1 checks and descriptors over the caller's device addresses, then
+//! The pooling operators on tensors already in the NPU's memory ([`Npu`] descriptors), queued on
+//! an [`AscendStream`]: phase-1 checks and descriptors over the caller's device addresses, then
 //! CANN's two phases on the stream. Nothing is copied to or from the host and nothing waits.
 
 use super::ffi::{Call, DeviceAddr};
 use super::launch::{
     AscendPrepared, BackwardAttrs, BackwardBuffers, ForwardAttrs, ForwardBuffers, PoolArgmax, Staged,
-    acl_dtype, int32_plane,
+    acl_dtype, int32_plane, int32_volume, volume_dims,
 };
 use super::soc::DeviceOp;
 use super::tensor::{DeviceMut, DeviceRef, Values};
+use super::unpool::{IndexedBuffers, Kind, UnpoolAttrs, full_size, unpooled_size};
 use super::{AscendMemory, AscendStream, Npu, Replaced};
 use crate::device::internal::Launch;
 use crate::element::{DType, Element, PoolFloat};
@@ -16,9 +17,12 @@ use crate::error::{Result, UNNAMED};
 use crate::index::ArgmaxIndex;
 use crate::mask::MaskLayout;
 use crate::op::{
-    AdaptiveGeometry, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, MaxPool2dWithIndices,
-    MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward, MaxPoolGeometry,
+    AdaptiveGeometry, AdaptiveGeometry3d, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, AdaptiveMaxPool3d,
+    AdaptiveMaxPool3dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask,
+    MaxPool2dWithMaskBackward, MaxPool3dGeometry, MaxPool3dWithIndices, MaxPool3dWithIndicesBackward,
+    MaxPoolDoubleBackward, MaxPoolGeometry,
 };
+use crate::shape::{IndexedGeometry, VolumeSizes, spatial_dims};
 use crate::tensor::{TensorMut, TensorRef};
 
 /// The device address and placement of one tensor of a call, for its descriptor.
@@ -28,18 +32,43 @@ struct Arg {
     addr: DeviceAddr,
     device_id: i32,
     dtype: DType,
-    dims: [usize; 4],
+    /// The descriptor's dims: the first `rank`.
+    dims: [usize; 5],
+    rank: usize,
 }
 
 impl Arg {
+    /// An input, described as 4-D `[N, C, H, W]` (see [`Arg::in_volume`] for 5-D).
     fn input<E: Element>(name: &'static str, t: &TensorRef<'_, E, Npu>) -> Self {
         let data: DeviceRef<'_, E> = t.data();
-        Arg { name, addr: data.addr(), device_id: data.device_id(), dtype: E::DTYPE, dims: t.shape() }
+        Self::new(name, (data.addr(), data.device_id()), E::DTYPE, t.shape())
     }
 
+    /// An output, described as [`Arg::input`].
     fn output<E: Element>(name: &'static str, t: &TensorMut<'_, E, Npu>) -> Self {
         let data: &DeviceMut<'_, E> = t.data_ref();
-        Arg { name, addr: data.addr(), device_id: data.device_id(), dtype: E::DTYPE, dims: t.shape() }
+        Self::new(name, (data.addr(), data.device_id()), E::DTYPE, t.shape())
+    }
+
+    fn new(
+        name: &'static str,
+        (addr, device_id): (DeviceAddr, i32),
+        dtype: DType,
+        [n, c, h, w]: [usize; 4],
+    ) -> Self {
+        Arg { name, addr, device_id, dtype, dims: [n, c, h, w, 0], rank: 4 }
+    }
+
+    /// The same tensor described with `dims` (4-D, or the 5-D `[N, C, D, H, W]` of a 3-D
+    /// operator), whose element count is the tensor's: the operation's checks have passed.
+    fn in_dims(self, dims: &[usize]) -> Self {
+        let mut all = [0; 5];
+        all[..dims.len()].copy_from_slice(dims);
+        Arg { dims: all, rank: dims.len(), ..self }
+    }
+
+    fn dims(&self) -> &[usize] {
+        &self.dims[..self.rank]
     }
 }
 
@@ -54,8 +83,10 @@ impl AscendStream<'_> {
         let session = &self.device().session;
         let mut staged = Vec::with_capacity(K);
         for a in args {
-            staged
-                .push(Staged { tensor: session.tensor_at(&a.dims, acl_dtype(a.dtype), a.addr)?, buffer: () });
+            staged.push(Staged {
+                tensor: session.tensor_at(a.dims(), acl_dtype(a.dtype), a.addr)?,
+                buffer: (),
+            });
         }
         Ok(staged.try_into().unwrap_or_else(|_| unreachable!("one descriptor per argument")))
     }
@@ -131,6 +162,89 @@ impl AscendStream<'_> {
         let params = self.device().pool_params(&g.params)?;
         let attrs = BackwardAttrs::Pool { op: argmax.backward(), params };
         Ok(AscendPrepared::of(BackwardBuffers { attrs, grad_output, self_, argmax: argmax_t, grad_input }))
+    }
+
+    /// Phase 1 of a 3-D forward whose checks have passed: `input`, `output` and INT32 `indices`
+    /// described as 5-D, with the operator's attributes.
+    fn volume_forward(
+        &self,
+        sizes: &VolumeSizes,
+        [input, output, indices]: [Arg; 3],
+        attrs: impl FnOnce() -> Result<ForwardAttrs>,
+    ) -> Result<(AscendPrepared<ForwardBuffers<()>>, usize)> {
+        self.place(&[input, output, indices])?;
+        if sizes.volumes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        int32_volume(sizes)?;
+        let (full, pooled) = volume_dims(sizes);
+        let args = [input.in_dims(&full), output.in_dims(&pooled), indices.in_dims(&pooled)];
+        let [input, output, argmax] = self.describe(args)?;
+        Ok(AscendPrepared::of(ForwardBuffers { attrs: attrs()?, input, output, argmax }))
+    }
+
+    /// Phase 1 of a 3-D backward whose checks have passed, after checking what is known of the
+    /// index values (`indices`) against the volume: the four tensors described as 5-D.
+    fn volume_backward(
+        &self,
+        sizes: &VolumeSizes,
+        [grad_output, self_, indices, grad_input]: [Arg; 4],
+        values: Values,
+        attrs: impl FnOnce() -> Result<BackwardAttrs>,
+    ) -> Result<(AscendPrepared<BackwardBuffers<()>>, usize)> {
+        self.place(&[grad_output, self_, indices, grad_input])?;
+        let [d, h, w] = sizes.input;
+        values.check("indices", d * h * w, |e, v| sizes.index_error(UNNAMED, "indices", e, v))?;
+        if sizes.volumes() == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        int32_volume(sizes)?;
+        let (full, pooled) = volume_dims(sizes);
+        let args = [
+            grad_output.in_dims(&pooled),
+            self_.in_dims(&full),
+            indices.in_dims(&pooled),
+            grad_input.in_dims(&full),
+        ];
+        let [grad_output, self_, argmax, grad_input] = self.describe(args)?;
+        Ok(AscendPrepared::of(BackwardBuffers { attrs: attrs()?, grad_output, self_, argmax, grad_input }))
+    }
+    /// Phase 1 of a double backward on `N` spatial axes (the gather of `aclnnMaxUnpool2dBackward`
+    /// or `aclnnMaxUnpool3dBackward`), after checking what is known of the index values against
+    /// the full plane.
+    ///
+    /// The gather's `self` is described over `grad_grad_output`'s memory: it has the pooled
+    /// shape and the element type the operator asks of `self`, whose values neither operator
+    /// reads (ops-nn `index/gather_elements/op_api/aclnn_max_unpool2d_backward.cpp` l.184-200
+    /// and `aclnn_max_unpool3d_backward.cpp` l.75-135 read its shape; both gather from
+    /// `gradOutput` at `indices`, l.203-228 and l.217-242). `full` is the spatial size of
+    /// `grad_grad_input`.
+    fn plan_double_backward<const N: usize>(
+        &self,
+        g: &IndexedGeometry,
+        (dtype, full): (DType, [usize; N]),
+        [grad_grad_input, indices, grad_grad_output]: [Arg; 3],
+        values: Values,
+    ) -> Result<(AscendPrepared<IndexedBuffers<()>>, usize)> {
+        let op = Kind::DoubleBackward.op(N);
+        self.device().check_support(op, dtype)?;
+        self.place(&[grad_grad_input, indices, grad_grad_output])?;
+        values.check("indices", g.full, |e, v| g.index_error(UNNAMED, e, v))?;
+        unpooled_size(op, g)?;
+        if g.planes == 0 {
+            return Ok(AscendPrepared::nothing());
+        }
+        let (n, c, pooled) = spatial_dims::<N>(UNNAMED, "indices", &g.index_dims)?;
+        let (full_dims, pooled_dims) = ([&[n, c][..], &full].concat(), [&[n, c][..], &pooled].concat());
+        let args = [
+            grad_grad_input.in_dims(&full_dims),
+            grad_grad_output.in_dims(&pooled_dims),
+            indices.in_dims(&pooled_dims),
+            grad_grad_output.in_dims(&pooled_dims),
+        ];
+        let [source, self_, indices, out] = self.describe(args)?;
+        let attrs = UnpoolAttrs::new(&self.device().session, op, &full)?;
+        Ok(AscendPrepared::of(IndexedBuffers { attrs, source, self_: Some(self_), indices, out }))
     }
 }
 
@@ -349,5 +463,200 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMaskBackward<'a, T, L,
         memory: &mut AscendMemory,
     ) -> Result<()> {
         self.queue_backward(&prepared, memory)
+    }
+}
+
+/// On A2/A3 the 3-D operators take and write INT32 indices only (the 950 also INT64), so their
+/// device forms take `i32` indices.
+impl<'a, T: PoolFloat> Launch<MaxPool3dWithIndices<'a, T, i32, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<ForwardBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &MaxPool3dWithIndices<'a, T, i32, Npu>,
+        g: &MaxPool3dGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        let device = self.device();
+        device.check_support(DeviceOp::Pool3dForward, T::DTYPE)?;
+        device.check_dilation(&g.params.dilation())?;
+        let args = [
+            Arg::input("input", &op.input),
+            Arg::output("output", &op.output),
+            Arg::output("indices", &op.indices),
+        ];
+        self.volume_forward(&g.sizes, args, || {
+            Ok(ForwardAttrs::Pool { op: DeviceOp::Pool3dForward, params: device.pool_params(&g.params)? })
+        })
+    }
+
+    fn launch(
+        &self,
+        op: MaxPool3dWithIndices<'a, T, i32, Npu>,
+        g: &MaxPool3dGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        let [d, h, w] = g.sizes.input;
+        self.queue_indexed_forward(&prepared, memory, op.indices, d * h * w)
+    }
+}
+
+impl<'a, T: PoolFloat> Launch<MaxPool3dWithIndicesBackward<'a, T, i32, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<BackwardBuffers<()>>;
+
+    /// No dilation check, as on the host path: the operator takes any dilation.
+    fn prepare(
+        &self,
+        op: &MaxPool3dWithIndicesBackward<'a, T, i32, Npu>,
+        g: &MaxPool3dGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        let device = self.device();
+        device.check_support(DeviceOp::Pool3dBackward, T::DTYPE)?;
+        let args = [
+            Arg::input("grad_output", &op.grad_output),
+            Arg::input("self_", &op.self_),
+            Arg::input("indices", &op.indices),
+            Arg::output("grad_input", &op.grad_input),
+        ];
+        self.volume_backward(&g.sizes, args, op.indices.data().values(), || {
+            Ok(BackwardAttrs::Pool { op: DeviceOp::Pool3dBackward, params: device.pool_params(&g.params)? })
+        })
+    }
+
+    fn launch(
+        &self,
+        _op: MaxPool3dWithIndicesBackward<'a, T, i32, Npu>,
+        _g: &MaxPool3dGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        self.queue_backward(&prepared, memory)
+    }
+}
+
+impl<'a, T: PoolFloat> Launch<AdaptiveMaxPool3d<'a, T, i32, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<ForwardBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &AdaptiveMaxPool3d<'a, T, i32, Npu>,
+        g: &AdaptiveGeometry3d,
+    ) -> Result<(Self::Prepared, usize)> {
+        let device = self.device();
+        device.check_support(DeviceOp::Adaptive3dForward, T::DTYPE)?;
+        let args = [
+            Arg::input("input", &op.input),
+            Arg::output("output", &op.output),
+            Arg::output("indices", &op.indices),
+        ];
+        self.volume_forward(&g.sizes, args, || {
+            let output_size = device.session.int_array(&g.sizes.output.map(|o| o as i64))?;
+            Ok(ForwardAttrs::Adaptive { op: DeviceOp::Adaptive3dForward, output_size })
+        })
+    }
+
+    fn launch(
+        &self,
+        op: AdaptiveMaxPool3d<'a, T, i32, Npu>,
+        g: &AdaptiveGeometry3d,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        let [d, h, w] = g.sizes.input;
+        self.queue_indexed_forward(&prepared, memory, op.indices, d * h * w)
+    }
+}
+
+impl<'a, T: PoolFloat> Launch<AdaptiveMaxPool3dBackward<'a, T, i32, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<BackwardBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &AdaptiveMaxPool3dBackward<'a, T, i32, Npu>,
+        g: &AdaptiveGeometry3d,
+    ) -> Result<(Self::Prepared, usize)> {
+        self.device().check_support(DeviceOp::Adaptive3dBackward, T::DTYPE)?;
+        let args = [
+            Arg::input("grad_output", &op.grad_output),
+            Arg::input("self_", &op.self_),
+            Arg::input("indices", &op.indices),
+            Arg::output("grad_input", &op.grad_input),
+        ];
+        self.volume_backward(&g.sizes, args, op.indices.data().values(), || {
+            Ok(BackwardAttrs::Adaptive(DeviceOp::Adaptive3dBackward))
+        })
+    }
+
+    fn launch(
+        &self,
+        _op: AdaptiveMaxPool3dBackward<'a, T, i32, Npu>,
+        _g: &AdaptiveGeometry3d,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        self.queue_backward(&prepared, memory)
+    }
+}
+
+/// The 2-D double backward runs on `aclnnMaxUnpool2dBackward`, which takes INT32 and INT64
+/// indices (`aclnn_max_unpool2d_backward.cpp` `CheckDtypeValid`, l.44-45 and l.66).
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPoolDoubleBackward<'a, T, I, 2, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<IndexedBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &MaxPoolDoubleBackward<'a, T, I, 2, Npu>,
+        g: &IndexedGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        let args = [
+            Arg::input("grad_grad_input", &op.grad_grad_input),
+            Arg::input("indices", &op.indices),
+            Arg::output("grad_grad_output", &op.grad_grad_output),
+        ];
+        let full = full_size::<2>(op.grad_grad_input.user_shape());
+        self.plan_double_backward(g, (T::DTYPE, full), args, op.indices.data().values())
+    }
+
+    fn launch(
+        &self,
+        _op: MaxPoolDoubleBackward<'a, T, I, 2, Npu>,
+        _g: &IndexedGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
+        self.queue_call(memory, &[], b.call())
+    }
+}
+
+/// The 3-D double backward runs on `aclnnMaxUnpool3dBackward`, which takes INT64 indices only
+/// (`aclnn_max_unpool3d_backward.cpp` `CheckDtypeValid`, l.71), so its device form takes `i64`
+/// indices (the device's 3-D forwards write `i32`: converting would take a copy).
+impl<'a, T: PoolFloat> Launch<MaxPoolDoubleBackward<'a, T, i64, 3, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<IndexedBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &MaxPoolDoubleBackward<'a, T, i64, 3, Npu>,
+        g: &IndexedGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        let args = [
+            Arg::input("grad_grad_input", &op.grad_grad_input),
+            Arg::input("indices", &op.indices),
+            Arg::output("grad_grad_output", &op.grad_grad_output),
+        ];
+        let full = full_size::<3>(op.grad_grad_input.user_shape());
+        self.plan_double_backward(g, (T::DTYPE, full), args, op.indices.data().values())
+    }
+
+    fn launch(
+        &self,
+        _op: MaxPoolDoubleBackward<'a, T, i64, 3, Npu>,
+        _g: &IndexedGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
+        self.queue_call(memory, &[], b.call())
     }
 }

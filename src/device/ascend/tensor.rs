@@ -17,7 +17,7 @@ use super::ffi::{DeviceAddr, DeviceBuffer, Session};
 use crate::alloc::{collect_exact, zeroed_vec};
 use crate::element::{DType, Element};
 use crate::error::{Error, Result, UNNAMED};
-use crate::tensor::{Memory, PoolDim, RANKS, TensorMut, TensorRef, memory};
+use crate::tensor::{Memory, TensorMut, TensorRef, VIEW_RANKS, ViewDim, as_4d, memory};
 
 /// The memory of an Ascend device: the `M` of an operation descriptor whose tensors live on the
 /// NPU, for plans on an [`AscendStream`](super::AscendStream).
@@ -139,7 +139,7 @@ impl Values {
             Values::Written { below } => Err(Error::InvalidParameter {
                 op: UNNAMED,
                 arg,
-                expected: format!("device values in [0, {plane}), the H * W plane of `self_`"),
+                expected: format!("device values in [0, {plane}), the positions of a plane of `self_`"),
                 got: format!("values written by a pooling over planes of {below} elements"),
             }),
             Values::Unknown => Err(Error::InvalidParameter {
@@ -239,25 +239,22 @@ impl<E: Element> DeviceMut<'_, E> {
     }
 }
 
-/// A 3-D `[C, H, W]` or 4-D `[N, C, H, W]` shape as 4-D, with its rank; another rank, or an
-/// element count (in bytes) past `isize::MAX`, is an error naming `arg`.
-fn device_shape<E: Element>(arg: &'static str, shape: &[usize]) -> Result<([usize; 4], usize)> {
-    let shape4 = match *shape {
-        [c, h, w] => [1, c, h, w],
-        [n, c, h, w] => [n, c, h, w],
-        _ => {
-            return Err(Error::Rank {
-                op: UNNAMED,
-                arg,
-                expected: RANKS,
-                got: shape.len(),
-                shape: shape.to_vec(),
-            });
-        }
-    };
-    let bytes = shape4.iter().try_fold(size_of::<E>(), |a, &d| a.checked_mul(d));
+/// A 3-D `[C, H, W]`, 4-D `[N, C, H, W]` (or `[C, D, H, W]`) or 5-D `[N, C, D, H, W]` shape as
+/// 4-D (a 5-D shape with `D` and `H` merged, as host views see it); another rank, or an element
+/// count (in bytes) past `isize::MAX`, is an error naming `arg`.
+fn device_shape<E: Element>(arg: &'static str, shape: &[usize]) -> Result<[usize; 4]> {
+    if !(3..=5).contains(&shape.len()) {
+        return Err(Error::Rank {
+            op: UNNAMED,
+            arg,
+            expected: VIEW_RANKS,
+            got: shape.len(),
+            shape: shape.to_vec(),
+        });
+    }
+    let bytes = shape.iter().try_fold(size_of::<E>(), |a, &d| a.checked_mul(d));
     match bytes {
-        Some(b) if b <= isize::MAX as usize => Ok((shape4, shape.len())),
+        Some(b) if b <= isize::MAX as usize => Ok(as_4d(shape)),
         _ => Err(Error::Overflow {
             op: UNNAMED,
             arg,
@@ -329,11 +326,12 @@ impl<'a, E: Element> TensorRef<'a, E, super::Npu> {
     ///   run: until the stream it was queued on has been synchronised (or its completion otherwise
     ///   waited for) after the last such operator;
     /// - when the view is passed as indices or as an `I32Argmax` mask to a backward, every value
-    ///   lies in `[0, H * W)` of that backward's input plane: CANN does not check them, and
-    ///   poolgrad cannot without copying them to the host.
+    ///   lies in `[0, H * W)` of that backward's input plane (`[0, D * H * W)` of its volume for
+    ///   the 3-D operators): CANN does not check them, and poolgrad cannot without copying them
+    ///   to the host.
     ///
     /// # Errors
-    /// [`Error::Rank`] for a rank other than 3 or 4; [`Error::InvalidParameter`] (`ptr`) for a
+    /// [`Error::Rank`] for a rank other than 3, 4 or 5; [`Error::InvalidParameter`] (`ptr`) for a
     /// null or misaligned address; [`Error::Layout`] for strides that are not row-major
     /// contiguous; [`Error::Overflow`] for a byte count past `isize::MAX`.
     // `unsafe` by contract only: the body has no unsafe operation.
@@ -345,7 +343,7 @@ impl<'a, E: Element> TensorRef<'a, E, super::Npu> {
         strides: &[usize],
     ) -> Result<Self> {
         const OP: &str = "TensorRef::from_device_ptr";
-        let (shape4, ndim) = device_shape::<E>("shape", shape)
+        let shape4 = device_shape::<E>("shape", shape)
             .and_then(|dims| check_device_ptr::<E>(ptr, shape, strides).map(|()| dims))
             .map_err(|e| e.named(OP))?;
         let data = DeviceRef {
@@ -355,7 +353,7 @@ impl<'a, E: Element> TensorRef<'a, E, super::Npu> {
             values: Values::Promised,
             life: PhantomData,
         };
-        Ok(TensorRef::from_parts(data, ndim))
+        Ok(TensorRef::from_parts(data, shape))
     }
 }
 
@@ -379,7 +377,7 @@ impl<'a, E: Element> TensorMut<'a, E, super::Npu> {
         strides: &[usize],
     ) -> Result<Self> {
         const OP: &str = "TensorMut::from_device_ptr";
-        let (shape4, ndim) = device_shape::<E>("shape", shape)
+        let shape4 = device_shape::<E>("shape", shape)
             .and_then(|dims| check_device_ptr::<E>(ptr, shape, strides).map(|()| dims))
             .map_err(|e| e.named(OP))?;
         let data = DeviceMut {
@@ -389,12 +387,13 @@ impl<'a, E: Element> TensorMut<'a, E, super::Npu> {
             values: None,
             life: PhantomData,
         };
-        Ok(TensorMut::from_parts(data, ndim))
+        Ok(TensorMut::from_parts(data, shape))
     }
 }
 
 /// A tensor in an Ascend device's memory, owned by poolgrad: allocated with `aclrtMalloc`, freed
-/// on drop, shape `[C, H, W]` or `[N, C, H, W]`, row-major, elements `E`.
+/// on drop, shape `[C, H, W]`, `[N, C, H, W]` (or `[C, D, H, W]`) or `[N, C, D, H, W]`, row-major,
+/// elements `E`.
 ///
 /// It is the input or output of any operation whose descriptor's memory is [`Npu`], on an
 /// [`AscendStream`](super::AscendStream) of its device; `(&tensor).into()` and
@@ -411,8 +410,10 @@ pub struct NpuTensor<E: Element> {
     buffer: Option<DeviceBuffer>,
     session: Arc<Session>,
     device_id: i32,
+    /// The shape seen as 4-D (`D` and `H` of a 5-D shape merged), as in its views.
     shape: [usize; 4],
-    ndim: usize,
+    /// The shape in the rank it was made with.
+    dims: Vec<usize>,
     values: Mutex<Values>,
     element: PhantomData<E>,
 }
@@ -430,15 +431,15 @@ impl<E: Element> fmt::Debug for NpuTensor<E> {
 impl<E: Element> NpuTensor<E> {
     /// Device memory for `shape` on `device`, not yet written.
     pub(super) fn alloc(device: &Ascend, shape: &[usize], values: Values) -> Result<Self> {
-        let (shape4, ndim) = device_shape::<E>("shape", shape)?;
+        let shape4 = device_shape::<E>("shape", shape)?;
         let bytes = shape4.iter().product::<usize>() * size_of::<E>();
         let session = Arc::clone(&device.session);
         let buffer = if bytes == 0 { None } else { Some(session.alloc(bytes)?) };
         let (device_id, values, element) = (device.device_id(), Mutex::new(values), PhantomData);
-        Ok(NpuTensor { buffer, session, device_id, shape: shape4, ndim, values, element })
+        Ok(NpuTensor { buffer, session, device_id, shape: shape4, dims: shape.to_vec(), values, element })
     }
 
-    /// A tensor of zeros of `shape` (3-D or 4-D) on `device` (`aclrtMalloc`, then `aclrtMemset`).
+    /// A tensor of zeros of `shape` (rank 3, 4 or 5) on `device` (`aclrtMalloc`, then `aclrtMemset`).
     ///
     /// # Errors
     /// [`Error::Rank`], [`Error::Overflow`], and [`AscendError::Cann`](crate::AscendError::Cann)
@@ -452,7 +453,7 @@ impl<E: Element> NpuTensor<E> {
         Ok(t)
     }
 
-    /// A copy of `array` (3-D or 4-D, any strides) on `device` (`aclrtMalloc`, then one
+    /// A copy of `array` (rank 3, 4 or 5, any strides) on `device` (`aclrtMalloc`, then one
     /// `aclrtMemcpy`; a non-contiguous array is gathered on the host first). Index values are
     /// read on the way, so that a backward can refuse one outside its plane before the device
     /// sees it.
@@ -462,7 +463,7 @@ impl<E: Element> NpuTensor<E> {
     pub fn from_array<S, D>(device: &Ascend, array: &ArrayBase<S, D>) -> Result<Self>
     where
         S: Data<Elem = E>,
-        D: PoolDim,
+        D: ViewDim,
     {
         const OP: &str = "NpuTensor::from_array";
         let owned;
@@ -505,7 +506,7 @@ impl<E: Element> NpuTensor<E> {
             values,
             life: PhantomData,
         };
-        TensorRef::from_parts(data, self.ndim)
+        TensorRef::from_parts(data, &self.dims)
     }
 
     /// A writable view, for an operation descriptor's output.
@@ -517,7 +518,7 @@ impl<E: Element> NpuTensor<E> {
             values: Some(&self.values),
             life: PhantomData,
         };
-        TensorMut::from_parts(data, self.ndim)
+        TensorMut::from_parts(data, &self.dims)
     }
 
     fn addr(&self) -> DeviceAddr {
@@ -532,7 +533,7 @@ impl<E: Element> NpuTensor<E> {
 
     /// The shape in the rank the tensor was made with.
     pub fn dims(&self) -> Vec<usize> {
-        self.shape[4 - self.ndim..].to_vec()
+        self.dims.clone()
     }
 
     /// The device the memory is on.

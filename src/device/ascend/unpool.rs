@@ -15,8 +15,10 @@
 
 use ndarray::ArrayView4;
 
-use super::ffi::{Call, IntArray};
-use super::launch::{AscendPrepared, Spec, Staged, Staging, download, first_outside, host_elements, upload};
+use super::ffi::{Call, IntArray, Session};
+use super::launch::{
+    AscendPrepared, Spec, Staged, StagedBuffer, Staging, download, first_outside, host_elements, upload,
+};
 use super::soc::DeviceOp;
 use super::{Ascend, AscendMemory};
 use crate::alloc::{collect_exact, zeroed_vec};
@@ -36,25 +38,36 @@ pub(super) struct UnpoolAttrs {
     stride_padding: Option<[IntArray; 2]>,
 }
 
-/// The staged tensors of an unpooling (`backward: false`: `source` is `self`, and `self_` is
-/// absent) or of a gather (`source` is `gradOutput`, `self_` the pooled-shape tensor the
-/// operator reads the shape of). Fields drop in declaration order, CANN's teardown order.
-pub struct IndexedBuffers {
-    attrs: UnpoolAttrs,
-    source: Staged,
-    self_: Option<Staged>,
-    indices: Staged,
-    out: Staged,
+impl UnpoolAttrs {
+    /// The attributes of `op` unpooling to (or gathering from) the spatial size `full`.
+    pub(super) fn new(session: &Session, op: DeviceOp, full: &[usize]) -> Result<Self> {
+        let int_array = |v: &[usize]| session.int_array(&v.iter().map(|&x| x as i64).collect::<Vec<_>>());
+        let stride_padding = (full.len() == 3)
+            .then(|| Ok::<_, Error>([int_array(&[1; 3])?, int_array(&[0; 3])?]))
+            .transpose()?;
+        Ok(UnpoolAttrs { op, output_size: int_array(full)?, stride_padding })
+    }
 }
 
-impl core::fmt::Debug for IndexedBuffers {
+/// The staged tensors of an unpooling (`source` is `self`, and `self_` is absent) or of a
+/// gather (`source` is `gradOutput`, `self_` the pooled-shape tensor the operator reads the
+/// shape of); `B` as for [`Staged`]. Fields drop in declaration order, CANN's teardown order.
+pub struct IndexedBuffers<B = StagedBuffer> {
+    pub(super) attrs: UnpoolAttrs,
+    pub(super) source: Staged<B>,
+    pub(super) self_: Option<Staged<B>>,
+    pub(super) indices: Staged<B>,
+    pub(super) out: Staged<B>,
+}
+
+impl<B> core::fmt::Debug for IndexedBuffers<B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("IndexedBuffers").field("op", &self.attrs.op).finish_non_exhaustive()
     }
 }
 
-impl IndexedBuffers {
-    fn call(&self) -> Call<'_> {
+impl<B> IndexedBuffers<B> {
+    pub(super) fn call(&self) -> Call<'_> {
         let UnpoolAttrs { op, ref output_size, ref stride_padding } = self.attrs;
         let stride_padding = stride_padding.as_ref().map(|[s, p]| [s, p]);
         let (indices, out) = (&self.indices.tensor, &self.out.tensor);
@@ -77,7 +90,7 @@ impl IndexedBuffers {
 
 /// Which of the three operations, on `N` spatial axes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Unpool,
     UnpoolBackward,
     DoubleBackward,
@@ -85,7 +98,7 @@ enum Kind {
 
 impl Kind {
     /// The CANN operator that runs it on `n` spatial axes.
-    fn op(self, n: usize) -> DeviceOp {
+    pub(super) fn op(self, n: usize) -> DeviceOp {
         match (self, n) {
             (Kind::Unpool, 2) => DeviceOp::Unpool2d,
             (Kind::Unpool, _) => DeviceOp::Unpool3d,
@@ -93,6 +106,22 @@ impl Kind {
             _ => DeviceOp::Unpool3dBackward,
         }
     }
+}
+
+/// aclnn_max_unpool2d.cpp `CheckOutputSize` and level2_base.h `CheckIntArrayShapeMaxUnPool3D`
+/// (the 3-D forward and backward): the full plane at least as large as the pooled one. The 2-D
+/// backward does not check it.
+pub(super) fn unpooled_size(op: DeviceOp, g: &IndexedGeometry) -> Result<()> {
+    if op != DeviceOp::Unpool2dBackward && g.full < g.pooled {
+        return Err(Error::DeviceLimit {
+            device: "ascend",
+            op: UNNAMED,
+            about: DeviceLimitKind::PlaneSize,
+            limit: format!("{}: an unpooled plane of at least the pooled plane's positions", op.symbol()),
+            got: format!("{} positions unpooled, {} pooled", g.full, g.pooled),
+        });
+    }
+    Ok(())
 }
 
 /// A device tensor of `[n, c, spatial..]` (4-D for two spatial axes, 5-D for three).
@@ -121,31 +150,12 @@ impl Ascend {
         if let Some((e, v)) = first_outside(indices, g.full) {
             return Err(g.index_error(UNNAMED, e, v));
         }
-        // aclnn_max_unpool2d.cpp `CheckOutputSize` and level2_base.h
-        // `CheckIntArrayShapeMaxUnPool3D` (the 3-D forward and backward): the full plane at least
-        // as large as the pooled one. The 2-D backward does not check it.
-        if op != DeviceOp::Unpool2dBackward && g.full < g.pooled {
-            return Err(Error::DeviceLimit {
-                device: "ascend",
-                op: UNNAMED,
-                about: DeviceLimitKind::PlaneSize,
-                limit: format!("{}: an unpooled plane of at least the pooled plane's positions", op.symbol()),
-                got: format!("{} positions unpooled, {} pooled", g.full, g.pooled),
-            });
-        }
+        unpooled_size(op, g)?;
         if g.planes == 0 {
             return Ok(AscendPrepared::nothing());
         }
         let (n, c, pooled) = spatial_dims::<N>(UNNAMED, "indices", &g.index_dims)?;
-        let int_array =
-            |v: &[usize]| self.session.int_array(&v.iter().map(|&x| x as i64).collect::<Vec<_>>());
-        let attrs = UnpoolAttrs {
-            op,
-            output_size: int_array(&full)?,
-            stride_padding: (N == 3)
-                .then(|| Ok::<_, Error>([int_array(&[1; 3])?, int_array(&[0; 3])?]))
-                .transpose()?,
-        };
+        let attrs = UnpoolAttrs::new(&self.session, op, &full)?;
         let idx = spec("indices", n, c, &pooled, DType::I64);
         let (source, self_, out) = match kind {
             Kind::Unpool => (spec("input", n, c, &pooled, dtype), None, spec("output", n, c, &full, dtype)),
@@ -262,7 +272,7 @@ where
 }
 
 /// The full side's spatial size from its caller's shape.
-fn full_size<const N: usize>(dims: &[usize]) -> [usize; N] {
+pub(super) fn full_size<const N: usize>(dims: &[usize]) -> [usize; N] {
     core::array::from_fn(|i| dims[dims.len() - N + i])
 }
 
