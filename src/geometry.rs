@@ -60,8 +60,14 @@ fn quotient(a: i128, b: i128) -> i128 {
 
 /// Whether adaptive pooling from `input` to `output` uses equal, non-overlapping windows on
 /// both axes (`H % Ho == 0` and `W % Wo == 0`).
-pub fn adaptive_is_divisible([h, w]: [usize; 2], [ho, wo]: [usize; 2]) -> bool {
-    ho != 0 && wo != 0 && h % ho == 0 && w % wo == 0
+pub fn adaptive_is_divisible(input: [usize; 2], output: [usize; 2]) -> bool {
+    adaptive_divides(input, output)
+}
+
+/// [`adaptive_is_divisible`] on any number of axes: every window is `input / output` long and
+/// starts where the one before ends, so no two windows share an input.
+pub(crate) fn adaptive_divides<const N: usize>(input: [usize; N], output: [usize; N]) -> bool {
+    input.iter().zip(&output).all(|(&i, &o)| o != 0 && i % o == 0)
 }
 
 /// The number of max-pooling outputs along one axis, or `None` when it is below 1 (or the
@@ -155,6 +161,22 @@ pub(crate) fn mask_block_planes(c: usize, b: usize) -> Range<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `adaptive_divides` against the windows themselves: it holds exactly when no input is in
+    /// two windows, for inputs and outputs of 1 to 12 on one axis.
+    #[test]
+    fn dividing_adaptive_sizes_are_the_disjoint_windows() {
+        for input in 1..=12 {
+            for output in 1..=12 {
+                let mut readers = vec![0; input];
+                (0..output).flat_map(|i| adaptive_window(i, input, output)).for_each(|x| readers[x] += 1);
+                let disjoint = readers.iter().all(|&r| r <= 1);
+                assert_eq!(adaptive_divides([input], [output]), disjoint, "{input} -> {output}");
+            }
+        }
+        assert!(adaptive_divides([4, 6, 9], [2, 3, 3]));
+        assert!(!adaptive_divides([4, 6, 9], [2, 3, 4]));
+    }
 
     /// A zero kernel, stride or dilation alone, the others valid, has no output.
     #[test]

@@ -124,6 +124,14 @@ impl<const N: usize> MaxPoolParams<N> {
         self.dilation[axis] as u128 * (self.kernel[axis] as u128).saturating_sub(1) + 1
     }
 
+    /// Whether no two windows share an input: on every axis each window starts at least a span
+    /// after the one before. (Two outputs differ on some axis, where their windows are then
+    /// apart; padding and ceil mode only clip windows.)
+    #[cfg_attr(not(feature = "ascend"), allow(dead_code))] // the device's unpooling
+    pub(crate) fn windows_disjoint(&self) -> bool {
+        (0..N).all(|axis| self.stride[axis] as u128 >= self.window_span(axis))
+    }
+
     /// The longest window that still gives one output along `axis` of length `n`: the input
     /// with its padding on both sides, plus `stride − 1` in ceil mode.
     pub(crate) fn longest_window(&self, axis: usize, n: usize) -> u128 {
@@ -298,6 +306,41 @@ impl MaxPool2dParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `windows_disjoint` against the windows themselves: when it holds, no input is read by
+    /// two windows (taps `o·s − p + j·d` inside the input, every output of lengths 1 to 12), for
+    /// every 1-D pooling of kernel, stride and dilation 1 to 4; and it fails for windows that do
+    /// share one.
+    #[test]
+    fn disjoint_windows_share_no_input() {
+        for (k, s, d) in (1..=4).flat_map(|k| (1..=4).flat_map(move |s| (1..=4).map(move |d| (k, s, d)))) {
+            for pad in 0..=k / 2 {
+                let p = MaxPoolParams::new([k]).with_stride([s]).with_padding([pad]).with_dilation([d]);
+                for len in 1..=12usize {
+                    let Ok([outputs]) = p.output_size([len]) else { continue };
+                    let mut readers = vec![0; len];
+                    for o in 0..outputs {
+                        for j in 0..k {
+                            let tap = (o * s + j * d) as isize - pad as isize;
+                            if (0..len as isize).contains(&tap) {
+                                readers[tap as usize] += 1;
+                            }
+                        }
+                    }
+                    if p.windows_disjoint() {
+                        assert!(readers.iter().all(|&r| r <= 1), "k {k} s {s} d {d} p {pad} len {len}");
+                    }
+                }
+            }
+        }
+        // Kernel 3, stride 2 (the ResNet stem): windows share their edge.
+        assert!(!MaxPool2dParams::new([3, 3]).with_stride([2, 2]).windows_disjoint());
+        // Kernel 2 dilated by 2 spans 3: a stride of 3 keeps windows apart, 2 does not.
+        assert!(MaxPoolParams::new([2]).with_stride([3]).with_dilation([2]).windows_disjoint());
+        assert!(!MaxPoolParams::new([2]).with_stride([2]).with_dilation([2]).windows_disjoint());
+        // Every axis must keep its windows apart.
+        assert!(!MaxPool3dParams::new([2, 2, 2]).with_stride([2, 1, 2]).windows_disjoint());
+    }
 
     #[test]
     fn ceil_mode_example_of_the_ascend_notes() {

@@ -558,7 +558,8 @@ fn workspaces_on_a_callers_stream_are_not_freed_under_queued_work() {
         NpuTensor::<i32>::zeros(&npu, &[1, 1, 1, 1]).unwrap(),
     );
     let a = [SHAPE[0], SHAPE[1], ADAPTIVE[0], ADAPTIVE[1]];
-    let (mut out, mut idx) = (NpuTensor::<f32>::zeros(&npu, &a).unwrap(), NpuTensor::<i64>::zeros(&npu, &a).unwrap());
+    let (mut out, mut idx) =
+        (NpuTensor::<f32>::zeros(&npu, &a).unwrap(), NpuTensor::<i64>::zeros(&npu, &a).unwrap());
     let frees = session.calls("aclrtFree");
     {
         let stream = caller.stream(&npu);
@@ -1302,6 +1303,100 @@ fn views_of_a_callers_memory_take_volumes() {
         "{e}"
     );
     drop((x, out, idx));
+    drop(npu);
+    session.assert_clean();
+}
+
+/// Max unpooling and its backward on device tensors: indices a forward with windows that share no
+/// input wrote (2-D, adaptive 2-D with sizes that divide, 3-D) and indices uploaded without
+/// repeats run with no copy and no wait, and equal the CPU's.
+#[test]
+fn unpooling_runs_on_device_indices_that_repeat_no_position() {
+    let session = Double::session();
+    let npu = session.open();
+    let (h, v) = (input(), volume_input());
+    let p2 = MaxPool2dParams::new([2, 2]).with_stride([2, 2]).with_ceil_mode(true);
+    let p3 = MaxPool3dParams::new([2, 2, 2]).with_stride([2, 2, 2]);
+    let cpu2 = poolgrad::max_pool2d_with_indices_i32(&h, &p2).unwrap();
+    let cpu_adaptive = poolgrad::adaptive_max_pool2d(&h, [7, 3]).unwrap();
+    let cpu3 = poolgrad::max_pool3d_with_indices(&v, &p3).unwrap();
+    let want2 = poolgrad::max_unpool2d(&cpu2.output, &cpu2.indices, [7, 6]).unwrap();
+    let want_adaptive = poolgrad::max_unpool2d(&cpu_adaptive.output, &cpu_adaptive.indices, [7, 6]).unwrap();
+    let want3 = poolgrad::max_unpool3d(&cpu3.output, &cpu3.indices, [5, 6, 7]).unwrap();
+    let (g2, g3) = (ramp(SHAPE), volume_ramp(&VOLUME));
+    let want_gx2 = poolgrad::max_unpool2d_backward(&g2, &cpu2.indices).unwrap();
+    let want_gx3 = poolgrad::max_unpool3d_backward(&g3, &cpu3.indices).unwrap();
+    let (x2, x3) = (NpuTensor::from_array(&npu, &h).unwrap(), NpuTensor::from_array(&npu, &v).unwrap());
+    let (g2_dev, g3_dev) =
+        (NpuTensor::from_array(&npu, &g2).unwrap(), NpuTensor::from_array(&npu, &g3).unwrap());
+    // Uploaded i64 indices: read on the way, no position twice in any volume.
+    let idx3_dev = NpuTensor::from_array(&npu, &cpu3.indices).unwrap();
+    let before = Traffic::of(&session);
+    let stream = npu.stream();
+    let pooled2 = stream.max_pool2d_with_indices(&x2, &p2).unwrap();
+    let unpooled2 = stream.max_unpool2d(&pooled2.output, &pooled2.indices, [7, 6]).unwrap();
+    let gx2 = stream.max_unpool2d_backward(&g2_dev, &pooled2.indices).unwrap();
+    let adaptive = stream.adaptive_max_pool2d(&x2, [7, 3]).unwrap();
+    let unpooled_adaptive = stream.max_unpool2d(&adaptive.output, &adaptive.indices, [7, 6]).unwrap();
+    let pooled3 = stream.max_pool3d_with_indices(&x3, &p3).unwrap();
+    let unpooled3 = stream.max_unpool3d(&pooled3.output, &pooled3.indices, [5, 6, 7]).unwrap();
+    let gx3 = stream.max_unpool3d_backward(&g3_dev, &idx3_dev).unwrap();
+    assert_eq!(Traffic::of(&session), before, "no copy and no wait inside poolgrad");
+    assert_eq!(unpooled2.to_array().unwrap(), want2.into_dyn());
+    assert_eq!(gx2.to_array().unwrap(), want_gx2.into_dyn());
+    assert_eq!(unpooled_adaptive.to_array().unwrap(), want_adaptive.into_dyn());
+    assert_eq!(unpooled3.to_array().unwrap(), want3.into_dyn());
+    assert_eq!(gx3.to_array().unwrap(), want_gx3.into_dyn());
+    drop((x2, x3, g2_dev, g3_dev, idx3_dev, pooled2, unpooled2, gx2, adaptive, unpooled_adaptive));
+    drop((pooled3, unpooled3, gx3));
+    drop(stream);
+    drop(npu);
+    session.assert_clean();
+}
+
+/// Indices that may repeat a position in a plane are refused by the device's unpooling and its
+/// backward before any operator runs (the device's scatter keeps one of equal indices, not
+/// defined which, so poolgrad's rule needs the host): written by a forward whose windows
+/// overlap, uploaded with a repeat, or zeroed; the double backward, a plain gather, takes them.
+#[test]
+fn device_unpooling_refuses_indices_that_may_repeat_a_position() {
+    let session = Double::session();
+    let npu = session.open();
+    let stream = npu.stream();
+    let x = NpuTensor::from_array(&npu, &input()).unwrap();
+    let overlapping = stream.max_pool2d_with_indices(&x, &pool_params()).unwrap(); // kernel 3, stride 2
+    let repeated =
+        NpuTensor::from_array(&npu, &Array4::from_shape_vec((1, 1, 2, 2), vec![0i64, 3, 0, 1]).unwrap())
+            .unwrap();
+    let values = NpuTensor::from_array(&npu, &Array4::<f32>::ones((1, 1, 2, 2))).unwrap();
+    let zeros = NpuTensor::<i64>::zeros(&npu, &[1, 1, 2, 2]).unwrap();
+    // The same values in two planes of two: no repeat inside a plane.
+    let apart =
+        NpuTensor::from_array(&npu, &Array4::from_shape_vec((1, 2, 1, 2), vec![0i64, 3, 0, 3]).unwrap())
+            .unwrap();
+    let apart_values = NpuTensor::from_array(&npu, &Array4::<f32>::ones((1, 2, 1, 2))).unwrap();
+    let full = NpuTensor::from_array(&npu, &Array4::<f32>::ones((1, 1, 2, 2))).unwrap();
+    let calls = operator_calls(&session);
+    let may_repeat = |e: &Error| matches!(e, Error::InvalidParameter { arg: "indices", got, .. } if got.contains("may repeat"));
+    let e = stream.max_unpool2d(&overlapping.output, &overlapping.indices, [7, 6]).unwrap_err();
+    assert!(may_repeat(&e), "{e}");
+    let g = NpuTensor::from_array(&npu, &ramp(SHAPE)).unwrap();
+    let e = stream.max_unpool2d_backward(&g, &overlapping.indices).unwrap_err();
+    assert!(may_repeat(&e), "{e}");
+    let e = stream.max_unpool2d(&values, &repeated, [2, 2]).unwrap_err();
+    assert!(may_repeat(&e), "{e}");
+    let e = stream.max_unpool2d(&values, &zeros, [2, 2]).unwrap_err();
+    assert!(may_repeat(&e), "{e}");
+    assert_eq!(operator_calls(&session), calls, "no operator runs for refused indices");
+    let out = stream.max_unpool2d(&apart_values, &apart, [2, 2]).unwrap();
+    assert_eq!(
+        out.to_array().unwrap(),
+        Array4::from_shape_vec((1, 2, 2, 2), vec![1.0f32, 0., 0., 1., 1., 0., 0., 1.]).unwrap().into_dyn()
+    );
+    let gathered = stream.max_pool2d_double_backward(&full, &repeated).unwrap();
+    assert_eq!(gathered.to_array().unwrap(), Array4::<f32>::ones((1, 1, 2, 2)).into_dyn());
+    drop((x, overlapping, repeated, values, zeros, apart, apart_values, full, g, out, gathered));
+    drop(stream);
     drop(npu);
     session.assert_clean();
 }

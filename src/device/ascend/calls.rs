@@ -15,7 +15,8 @@ use crate::mask::{MaskLayout, MaskMut, MaskRef};
 use crate::op::{
     self, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, AdaptiveMaxPool3d, AdaptiveMaxPool3dBackward,
     MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask, MaxPool2dWithMaskBackward,
-    MaxPool3dWithIndices, MaxPool3dWithIndicesBackward, MaxPoolDoubleBackward, Operation, name,
+    MaxPool3dWithIndices, MaxPool3dWithIndicesBackward, MaxPoolDoubleBackward, MaxUnpool, MaxUnpoolBackward,
+    Operation, name,
 };
 use crate::params::{MaxPool2dParams, MaxPool3dParams};
 use crate::plan::Plan;
@@ -367,5 +368,119 @@ impl<'d> AscendStream<'d> {
             grad_grad_output: grad_grad_output.view_mut(),
         })?;
         Ok(grad_grad_output)
+    }
+
+    /// Max unpooling of `input` to `output_size`, queued on this stream (the device form of
+    /// [`max_unpool2d`](crate::max_unpool2d)), on `aclnnMaxUnpool2d`.
+    ///
+    /// poolgrad's rule for repeated indices (the last of equal indices in a plane wins) needs
+    /// the values on the host, so on the device the indices must be known to repeat no position
+    /// in a plane: uploaded without repeats ([`NpuTensor::from_array`] reads them), or written by
+    /// a forward whose windows share no input (stride at least the window's span on every axis;
+    /// adaptive sizes that divide). Memory of the caller's is covered by
+    /// [`TensorRef::from_device_ptr`](crate::TensorRef::from_device_ptr)'s contract.
+    ///
+    /// # Errors
+    /// As [`max_unpool2d`](crate::max_unpool2d); [`Error::InvalidParameter`](crate::Error)
+    /// (`indices`) for indices that may repeat a position, with index values checked against
+    /// the output plane as for [`AscendStream::adaptive_max_pool2d_backward`].
+    pub fn max_unpool2d<T: PoolFloat, I: ArgmaxIndex>(
+        &self,
+        input: &NpuTensor<T>,
+        indices: &NpuTensor<I>,
+        output_size: [usize; 2],
+    ) -> Result<NpuTensor<T>> {
+        self.run_unpool(name::MAX_UNPOOL2D, input, indices, output_size)
+    }
+
+    /// The gradient of [`AscendStream::max_unpool2d`], queued on this stream (the device form of
+    /// [`max_unpool2d_backward`](crate::max_unpool2d_backward)): a gather on
+    /// `aclnnMaxUnpool2dBackward`, with the indices known not to repeat as for the unpooling.
+    ///
+    /// # Errors
+    /// As [`max_unpool2d_backward`](crate::max_unpool2d_backward), and as
+    /// [`AscendStream::max_unpool2d`] for the indices.
+    pub fn max_unpool2d_backward<T: PoolFloat, I: ArgmaxIndex>(
+        &self,
+        grad_output: &NpuTensor<T>,
+        indices: &NpuTensor<I>,
+    ) -> Result<NpuTensor<T>> {
+        self.run_unpool_backward::<T, I, 2>(name::MAX_UNPOOL2D_BACKWARD, grad_output, indices)
+    }
+
+    /// The 3-D form of [`AscendStream::max_unpool2d`], on `aclnnMaxUnpool3d`.
+    ///
+    /// # Errors
+    /// As [`max_unpool3d`](crate::max_unpool3d), and as [`AscendStream::max_unpool2d`] for the
+    /// indices.
+    pub fn max_unpool3d<T: PoolFloat, I: ArgmaxIndex>(
+        &self,
+        input: &NpuTensor<T>,
+        indices: &NpuTensor<I>,
+        output_size: [usize; 3],
+    ) -> Result<NpuTensor<T>> {
+        self.run_unpool(name::MAX_UNPOOL3D, input, indices, output_size)
+    }
+
+    /// The gradient of [`AscendStream::max_unpool3d`], on `aclnnMaxUnpool3dBackward`, which takes
+    /// INT64 indices only (as [`AscendStream::max_pool3d_double_backward`]).
+    ///
+    /// # Errors
+    /// As [`max_unpool3d_backward`](crate::max_unpool3d_backward), and as
+    /// [`AscendStream::max_unpool2d`] for the indices.
+    pub fn max_unpool3d_backward<T: PoolFloat>(
+        &self,
+        grad_output: &NpuTensor<T>,
+        indices: &NpuTensor<i64>,
+    ) -> Result<NpuTensor<T>> {
+        self.run_unpool_backward::<T, i64, 3>(name::MAX_UNPOOL3D_BACKWARD, grad_output, indices)
+    }
+
+    /// Runs the unpooling `op` on `N` spatial axes into a new tensor of `input`'s batch and
+    /// channels and spatial size `output_size`.
+    fn run_unpool<T: PoolFloat, I: ArgmaxIndex, const N: usize>(
+        &self,
+        op: &'static str,
+        input: &NpuTensor<T>,
+        indices: &NpuTensor<I>,
+        output_size: [usize; N],
+    ) -> Result<NpuTensor<T>>
+    where
+        Self: for<'a> Runs<MaxUnpool<'a, T, I, N, Npu>>,
+        crate::op::Axes<N>: crate::op::SpatialAxes,
+    {
+        let dims = input.dims();
+        op::unpool_shapes::<I, N>(&dims, &indices.dims(), output_size)?;
+        let full = op::unpooled_dims(&dims, output_size);
+        let mut output = NpuTensor::alloc(self.device(), &full, Values::Unknown).map_err(|e| e.named(op))?;
+        self.run(MaxUnpool {
+            input: input.view(),
+            indices: indices.view(),
+            output_size,
+            output: output.view_mut(),
+        })?;
+        Ok(output)
+    }
+
+    /// Runs the unpooling's backward `op` on `N` spatial axes into a new tensor of the indices'
+    /// shape (which the plan then checks, with everything else).
+    fn run_unpool_backward<T: PoolFloat, I: ArgmaxIndex, const N: usize>(
+        &self,
+        op: &'static str,
+        grad_output: &NpuTensor<T>,
+        indices: &NpuTensor<I>,
+    ) -> Result<NpuTensor<T>>
+    where
+        Self: for<'a> Runs<MaxUnpoolBackward<'a, T, I, N, Npu>>,
+        crate::op::Axes<N>: crate::op::SpatialAxes,
+    {
+        let mut grad_input =
+            NpuTensor::alloc(self.device(), &indices.dims(), Values::Unknown).map_err(|e| e.named(op))?;
+        self.run(MaxUnpoolBackward {
+            grad_output: grad_output.view(),
+            indices: indices.view(),
+            grad_input: grad_input.view_mut(),
+        })?;
+        Ok(grad_input)
     }
 }

@@ -14,13 +14,14 @@ use super::{AscendMemory, AscendStream, Npu, Replaced};
 use crate::device::internal::Launch;
 use crate::element::{DType, Element, PoolFloat};
 use crate::error::{Result, UNNAMED};
+use crate::geometry::adaptive_divides;
 use crate::index::ArgmaxIndex;
 use crate::mask::MaskLayout;
 use crate::op::{
     AdaptiveGeometry, AdaptiveGeometry3d, AdaptiveMaxPool2d, AdaptiveMaxPool2dBackward, AdaptiveMaxPool3d,
-    AdaptiveMaxPool3dBackward, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask,
+    AdaptiveMaxPool3dBackward, Axes, MaxPool2dWithIndices, MaxPool2dWithIndicesBackward, MaxPool2dWithMask,
     MaxPool2dWithMaskBackward, MaxPool3dGeometry, MaxPool3dWithIndices, MaxPool3dWithIndicesBackward,
-    MaxPoolDoubleBackward, MaxPoolGeometry,
+    MaxPoolDoubleBackward, MaxPoolGeometry, MaxUnpool, MaxUnpoolBackward, SpatialAxes,
 };
 use crate::shape::{IndexedGeometry, VolumeSizes, spatial_dims};
 use crate::tensor::{TensorMut, TensorRef};
@@ -38,7 +39,7 @@ struct Arg {
 }
 
 impl Arg {
-    /// An input, described as 4-D `[N, C, H, W]` (see [`Arg::in_volume`] for 5-D).
+    /// An input, described as 4-D `[N, C, H, W]` (see [`Arg::in_dims`] for others).
     fn input<E: Element>(name: &'static str, t: &TensorRef<'_, E, Npu>) -> Self {
         let data: DeviceRef<'_, E> = t.data();
         Self::new(name, (data.addr(), data.device_id()), E::DTYPE, t.shape())
@@ -106,18 +107,30 @@ impl AscendStream<'_> {
     }
 
     /// Queues the forward with indices phase 1 staged (nothing for an empty batch), after which
-    /// `indices` hold values below `plane`.
+    /// `indices` hold values below `plane`, with no position twice in a pooled plane of
+    /// `pooled` indices when `disjoint` (the forward's windows share no input).
     fn queue_indexed_forward<E: Element>(
         &self,
         prepared: &AscendPrepared<ForwardBuffers<()>>,
         memory: &mut AscendMemory,
         indices: TensorMut<'_, E, Npu>,
-        plane: usize,
+        (plane, pooled, disjoint): (usize, usize, bool),
     ) -> Result<()> {
         let Some(b) = self.device().device_work(prepared, memory)? else { return Ok(()) };
         self.queue_call(memory, &[], b.call())?;
-        indices.into_data().set_values(Values::Written { below: plane as u64 });
+        let distinct_in = if disjoint { pooled as u64 } else { 0 };
+        indices.into_data().set_values(Values::Written { below: plane as u64, distinct_in });
         Ok(())
+    }
+
+    /// Queues the unpooling or gather phase 1 staged (nothing for an empty batch).
+    fn queue_indexed(
+        &self,
+        prepared: &AscendPrepared<IndexedBuffers<()>>,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        let Some(b) = self.device().device_work(prepared, memory)? else { return Ok(()) };
+        self.queue_call(memory, &[], b.call())
     }
 
     /// Queues the backward phase 1 staged (nothing for an empty batch).
@@ -209,42 +222,50 @@ impl AscendStream<'_> {
         let [grad_output, self_, argmax, grad_input] = self.describe(args)?;
         Ok(AscendPrepared::of(BackwardBuffers { attrs: attrs()?, grad_output, self_, argmax, grad_input }))
     }
-    /// Phase 1 of a double backward on `N` spatial axes (the gather of `aclnnMaxUnpool2dBackward`
-    /// or `aclnnMaxUnpool3dBackward`), after checking what is known of the index values against
-    /// the full plane.
+
+    /// Phase 1 of an unpooling, its backward or a double backward (`kind`) on `N` spatial axes,
+    /// after checking what is known of the index values: inside the full plane, and for the
+    /// unpooling and its backward, no position twice in a plane (poolgrad's rule for repeated
+    /// indices is then the device's result). `args` are the source (`input` or the gradient on
+    /// the full side), the indices and the output; `full` is the full side's spatial size.
     ///
-    /// The gather's `self` is described over `grad_grad_output`'s memory: it has the pooled
-    /// shape and the element type the operator asks of `self`, whose values neither operator
-    /// reads (ops-nn `index/gather_elements/op_api/aclnn_max_unpool2d_backward.cpp` l.184-200
-    /// and `aclnn_max_unpool3d_backward.cpp` l.75-135 read its shape; both gather from
-    /// `gradOutput` at `indices`, l.203-228 and l.217-242). `full` is the spatial size of
-    /// `grad_grad_input`.
-    fn plan_double_backward<const N: usize>(
+    /// A gather's `self` is described over the output's memory: it has the pooled shape and the
+    /// element type the operator asks of `self`, whose values neither operator reads (ops-nn
+    /// `index/gather_elements/op_api/aclnn_max_unpool2d_backward.cpp` l.184-200 and
+    /// `aclnn_max_unpool3d_backward.cpp` l.75-135 read its shape; both gather from `gradOutput`
+    /// at `indices`, l.203-228 and l.217-242).
+    fn plan_indexed<const N: usize>(
         &self,
-        g: &IndexedGeometry,
+        (kind, g): (Kind, &IndexedGeometry),
         (dtype, full): (DType, [usize; N]),
-        [grad_grad_input, indices, grad_grad_output]: [Arg; 3],
+        [source, indices, out]: [Arg; 3],
         values: Values,
     ) -> Result<(AscendPrepared<IndexedBuffers<()>>, usize)> {
-        let op = Kind::DoubleBackward.op(N);
+        let op = kind.op(N);
         self.device().check_support(op, dtype)?;
-        self.place(&[grad_grad_input, indices, grad_grad_output])?;
+        self.place(&[source, indices, out])?;
         values.check("indices", g.full, |e, v| g.index_error(UNNAMED, e, v))?;
+        if kind != Kind::DoubleBackward {
+            values.check_distinct("indices", g.pooled)?;
+        }
         unpooled_size(op, g)?;
         if g.planes == 0 {
             return Ok(AscendPrepared::nothing());
         }
         let (n, c, pooled) = spatial_dims::<N>(UNNAMED, "indices", &g.index_dims)?;
-        let (full_dims, pooled_dims) = ([&[n, c][..], &full].concat(), [&[n, c][..], &pooled].concat());
-        let args = [
-            grad_grad_input.in_dims(&full_dims),
-            grad_grad_output.in_dims(&pooled_dims),
-            indices.in_dims(&pooled_dims),
-            grad_grad_output.in_dims(&pooled_dims),
-        ];
-        let [source, self_, indices, out] = self.describe(args)?;
-        let attrs = UnpoolAttrs::new(&self.device().session, op, &full)?;
-        Ok(AscendPrepared::of(IndexedBuffers { attrs, source, self_: Some(self_), indices, out }))
+        let (full, pooled) = ([&[n, c][..], &full].concat(), [&[n, c][..], &pooled].concat());
+        let attrs = UnpoolAttrs::new(&self.device().session, op, &full[2..])?;
+        let buffers = if kind == Kind::Unpool {
+            let [source, indices, out] =
+                self.describe([source.in_dims(&pooled), indices.in_dims(&pooled), out.in_dims(&full)])?;
+            IndexedBuffers { attrs, source, self_: None, indices, out }
+        } else {
+            let args =
+                [source.in_dims(&full), out.in_dims(&pooled), indices.in_dims(&pooled), out.in_dims(&pooled)];
+            let [source, self_, indices, out] = self.describe(args)?;
+            IndexedBuffers { attrs, source, self_: Some(self_), indices, out }
+        };
+        Ok(AscendPrepared::of(buffers))
     }
 }
 
@@ -281,7 +302,8 @@ impl<'a, T: PoolFloat> Launch<AdaptiveMaxPool2d<'a, T, i64, Npu>> for AscendStre
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        self.queue_indexed_forward(&prepared, memory, op.indices, g.h * g.w)
+        let disjoint = adaptive_divides([g.h, g.w], [g.ho, g.wo]);
+        self.queue_indexed_forward(&prepared, memory, op.indices, (g.h * g.w, g.ho * g.wo, disjoint))
     }
 }
 
@@ -351,7 +373,8 @@ impl<'a, T: PoolFloat> Launch<MaxPool2dWithIndices<'a, T, i32, Npu>> for AscendS
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        self.queue_indexed_forward(&prepared, memory, op.indices, g.h * g.w)
+        let disjoint = g.params.windows_disjoint();
+        self.queue_indexed_forward(&prepared, memory, op.indices, (g.h * g.w, g.ho * g.wo, disjoint))
     }
 }
 
@@ -421,7 +444,7 @@ impl<'a, T: PoolFloat, L: MaskLayout> Launch<MaxPool2dWithMask<'a, T, L, Npu>> f
         // rest is zeroed first, on the stream, as the host path and the CPU backend leave it.
         self.queue_call(memory, &[(mask.addr(), mask.bytes())], b.call())?;
         mask.set_values(if L::I32_VALUES {
-            Values::Written { below: (g.h * g.w) as u64 }
+            Values::Written { below: (g.h * g.w) as u64, distinct_in: 0 }
         } else {
             Values::Unknown
         });
@@ -496,8 +519,9 @@ impl<'a, T: PoolFloat> Launch<MaxPool3dWithIndices<'a, T, i32, Npu>> for AscendS
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let [d, h, w] = g.sizes.input;
-        self.queue_indexed_forward(&prepared, memory, op.indices, d * h * w)
+        let ([d, h, w], [od, oh, ow]) = (g.sizes.input, g.sizes.output);
+        let disjoint = g.params.windows_disjoint();
+        self.queue_indexed_forward(&prepared, memory, op.indices, (d * h * w, od * oh * ow, disjoint))
     }
 }
 
@@ -562,8 +586,9 @@ impl<'a, T: PoolFloat> Launch<AdaptiveMaxPool3d<'a, T, i32, Npu>> for AscendStre
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let [d, h, w] = g.sizes.input;
-        self.queue_indexed_forward(&prepared, memory, op.indices, d * h * w)
+        let ([d, h, w], [od, oh, ow]) = (g.sizes.input, g.sizes.output);
+        let disjoint = adaptive_divides(g.sizes.input, g.sizes.output);
+        self.queue_indexed_forward(&prepared, memory, op.indices, (d * h * w, od * oh * ow, disjoint))
     }
 }
 
@@ -614,7 +639,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPoolDoubleBackward<'a, T, I, 2,
             Arg::output("grad_grad_output", &op.grad_grad_output),
         ];
         let full = full_size::<2>(op.grad_grad_input.user_shape());
-        self.plan_double_backward(g, (T::DTYPE, full), args, op.indices.data().values())
+        self.plan_indexed((Kind::DoubleBackward, g), (T::DTYPE, full), args, op.indices.data().values())
     }
 
     fn launch(
@@ -624,8 +649,7 @@ impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPoolDoubleBackward<'a, T, I, 2,
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
-        self.queue_call(memory, &[], b.call())
+        self.queue_indexed(&prepared, memory)
     }
 }
 
@@ -646,7 +670,7 @@ impl<'a, T: PoolFloat> Launch<MaxPoolDoubleBackward<'a, T, i64, 3, Npu>> for Asc
             Arg::output("grad_grad_output", &op.grad_grad_output),
         ];
         let full = full_size::<3>(op.grad_grad_input.user_shape());
-        self.plan_double_backward(g, (T::DTYPE, full), args, op.indices.data().values())
+        self.plan_indexed((Kind::DoubleBackward, g), (T::DTYPE, full), args, op.indices.data().values())
     }
 
     fn launch(
@@ -656,7 +680,102 @@ impl<'a, T: PoolFloat> Launch<MaxPoolDoubleBackward<'a, T, i64, 3, Npu>> for Asc
         prepared: Self::Prepared,
         memory: &mut AscendMemory,
     ) -> Result<()> {
-        let Some(b) = self.device().device_work(&prepared, memory)? else { return Ok(()) };
-        self.queue_call(memory, &[], b.call())
+        self.queue_indexed(&prepared, memory)
+    }
+}
+
+/// `aclnnMaxUnpool2d` and `aclnnMaxUnpool3d` take INT32 and INT64 indices
+/// (`index/scatter_elements/op_api/aclnn_max_unpool2d.cpp` l.48-49, `aclnn_max_unpool3d.cpp`
+/// l.45-46). On the device the unpooling runs only on indices known to repeat no position in a
+/// plane ([`Values::check_distinct`]): the device's scatter keeps one of equal indices, not
+/// defined which.
+impl<'a, T: PoolFloat, I: ArgmaxIndex, const N: usize> Launch<MaxUnpool<'a, T, I, N, Npu>>
+    for AscendStream<'_>
+where
+    Axes<N>: SpatialAxes,
+{
+    type Prepared = AscendPrepared<IndexedBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &MaxUnpool<'a, T, I, N, Npu>,
+        g: &IndexedGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        let args = [
+            Arg::input("input", &op.input),
+            Arg::input("indices", &op.indices),
+            Arg::output("output", &op.output),
+        ];
+        self.plan_indexed((Kind::Unpool, g), (T::DTYPE, op.output_size), args, op.indices.data().values())
+    }
+
+    fn launch(
+        &self,
+        _op: MaxUnpool<'a, T, I, N, Npu>,
+        _g: &IndexedGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        self.queue_indexed(&prepared, memory)
+    }
+}
+
+/// The 2-D unpooling's backward, `aclnnMaxUnpool2dBackward`: INT32 or INT64 indices, known not to
+/// repeat (as for the unpooling).
+impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxUnpoolBackward<'a, T, I, 2, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<IndexedBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &MaxUnpoolBackward<'a, T, I, 2, Npu>,
+        g: &IndexedGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        let args = [
+            Arg::input("grad_output", &op.grad_output),
+            Arg::input("indices", &op.indices),
+            Arg::output("grad_input", &op.grad_input),
+        ];
+        let full = full_size::<2>(op.grad_output.user_shape());
+        self.plan_indexed((Kind::UnpoolBackward, g), (T::DTYPE, full), args, op.indices.data().values())
+    }
+
+    fn launch(
+        &self,
+        _op: MaxUnpoolBackward<'a, T, I, 2, Npu>,
+        _g: &IndexedGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        self.queue_indexed(&prepared, memory)
+    }
+}
+
+/// The 3-D unpooling's backward, `aclnnMaxUnpool3dBackward`: INT64 indices only (as the 3-D
+/// double backward), known not to repeat.
+impl<'a, T: PoolFloat> Launch<MaxUnpoolBackward<'a, T, i64, 3, Npu>> for AscendStream<'_> {
+    type Prepared = AscendPrepared<IndexedBuffers<()>>;
+
+    fn prepare(
+        &self,
+        op: &MaxUnpoolBackward<'a, T, i64, 3, Npu>,
+        g: &IndexedGeometry,
+    ) -> Result<(Self::Prepared, usize)> {
+        let args = [
+            Arg::input("grad_output", &op.grad_output),
+            Arg::input("indices", &op.indices),
+            Arg::output("grad_input", &op.grad_input),
+        ];
+        let full = full_size::<3>(op.grad_output.user_shape());
+        self.plan_indexed((Kind::UnpoolBackward, g), (T::DTYPE, full), args, op.indices.data().values())
+    }
+
+    fn launch(
+        &self,
+        _op: MaxUnpoolBackward<'a, T, i64, 3, Npu>,
+        _g: &IndexedGeometry,
+        prepared: Self::Prepared,
+        memory: &mut AscendMemory,
+    ) -> Result<()> {
+        self.queue_indexed(&prepared, memory)
     }
 }

@@ -77,50 +77,70 @@ impl Memory for Npu {
 
 /// What is known of the values of an index tensor (or of the int32 words of an `I32Argmax`
 /// mask) on the device, so that a backward never hands CANN an index outside the plane (CANN
-/// does not check them; a device kernel would write outside `grad_input`).
+/// does not check them; a device kernel would write outside `grad_input`), and an unpooling
+/// runs only where poolgrad's rule for repeated indices holds.
+///
+/// `distinct_in` is a run length `K` such that no `K` consecutive elements from the start (the
+/// elements `[jK, (j+1)K)`) hold a value twice, or 0 when none is known. Runs of `K` without a
+/// repeat have none in runs of any `P` dividing `K`, so indices whose planes of `P` positions
+/// divide `K` repeat no position in any plane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Values {
     /// Memory the caller owns: [`TensorRef::from_device_ptr`]'s contract covers the values.
     Promised,
     /// Every value lies in `[0, below)`: written by a forward over planes of `below` elements,
-    /// or zeroed (`below` 1).
-    Written { below: u64 },
+    /// or zeroed (`below` 1, `distinct_in` 1).
+    Written { below: u64, distinct_in: u64 },
     /// Copied from the host, where every value was read: all lie in `[0, below)` when `below` is
     /// not `u64::MAX`; `witness` is the first negative value, or else the first largest one, as
     /// `(element, value)`.
-    Scanned { below: u64, witness: (usize, i64) },
+    Scanned { below: u64, witness: (usize, i64), distinct_in: u64 },
     /// Nothing is known (a `Bitmask` mask's words, or element types that are not indices).
     Unknown,
 }
 
 impl Values {
-    /// What a scan of `host` (the elements of a tensor of type `E`) shows.
-    fn scan<E: Element>(host: &[E]) -> Values {
+    /// What a scan of `host` (the elements of a tensor of type `E` and shape `shape`) shows.
+    fn scan<E: Element>(host: &[E], shape: &[usize]) -> Values {
         match E::DTYPE {
-            DType::I64 => Self::scan_values(bytemuck::cast_slice::<E, i64>(host).iter().copied()),
-            DType::I32 => Self::scan_values(bytemuck::cast_slice::<E, i32>(host).iter().map(|&v| v as i64)),
+            DType::I64 => Self::scan_values(bytemuck::cast_slice::<E, i64>(host).iter().copied(), shape),
+            DType::I32 => {
+                Self::scan_values(bytemuck::cast_slice::<E, i32>(host).iter().map(|&v| v as i64), shape)
+            }
             // An `I32Argmax` mask's values are native-endian int32 words of its bytes (a mask's
-            // rows are whole words: 32 bytes and more).
+            // rows are whole words: 32 bytes and more); no unpooling reads them (no shape: no
+            // planes to find repeats in).
             DType::I8 => Self::scan_values(
                 bytemuck::cast_slice::<E, u8>(host)
                     .chunks_exact(4)
                     .map(|w| i32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as i64),
+                &[],
             ),
             _ => Values::Unknown,
         }
     }
 
-    fn scan_values(values: impl Iterator<Item = i64>) -> Values {
+    /// The bounds of `values` and, for the planes of an unpooling of a tensor of `shape` (its
+    /// last two axes, or its last three), the longest of those plane sizes in which no value
+    /// repeats.
+    fn scan_values(values: impl Iterator<Item = i64> + Clone, shape: &[usize]) -> Values {
         let mut witness = (0, 0i64);
-        for (e, v) in values.enumerate() {
+        for (e, v) in values.clone().enumerate() {
             if v < 0 {
-                return Values::Scanned { below: u64::MAX, witness: (e, v) };
+                return Values::Scanned { below: u64::MAX, witness: (e, v), distinct_in: 0 };
             }
             if v > witness.1 {
                 witness = (e, v);
             }
         }
-        Values::Scanned { below: witness.1 as u64 + 1, witness }
+        let planes =
+            |axes: usize| (shape.len() > axes).then(|| shape[shape.len() - axes..].iter().product::<usize>());
+        let distinct_in = [planes(3), planes(2)]
+            .into_iter()
+            .flatten()
+            .find(|&plane| plane > 0 && no_repeat_in_runs(values.clone(), plane))
+            .unwrap_or(0);
+        Values::Scanned { below: witness.1 as u64 + 1, witness, distinct_in: distinct_in as u64 }
     }
 
     /// Refuses values not known to lie in `[0, plane)`; `index_error(element, value)` makes the
@@ -134,12 +154,12 @@ impl Values {
         let plane = plane as u64;
         match self {
             Values::Promised => Ok(()),
-            Values::Written { below } | Values::Scanned { below, .. } if below <= plane => Ok(()),
+            Values::Written { below, .. } | Values::Scanned { below, .. } if below <= plane => Ok(()),
             Values::Scanned { witness: (e, v), .. } => Err(index_error(e, v)),
-            Values::Written { below } => Err(Error::InvalidParameter {
+            Values::Written { below, .. } => Err(Error::InvalidParameter {
                 op: UNNAMED,
                 arg,
-                expected: format!("device values in [0, {plane}), the positions of a plane of `self_`"),
+                expected: format!("device values in [0, {plane}), the positions of a plane they index"),
                 got: format!("values written by a pooling over planes of {below} elements"),
             }),
             Values::Unknown => Err(Error::InvalidParameter {
@@ -152,6 +172,47 @@ impl Values {
             }),
         }
     }
+
+    /// Refuses indices not known to repeat no position within each plane of `plane` indices:
+    /// where indices repeat, which value the device's scatter keeps is not defined, and poolgrad's
+    /// rule (the last one wins, and alone gets the gradient) takes the values on the host.
+    pub(crate) fn check_distinct(self, arg: &'static str, plane: usize) -> Result<()> {
+        let known = match self {
+            Values::Promised => return Ok(()),
+            Values::Written { distinct_in, .. } | Values::Scanned { distinct_in, .. } => distinct_in,
+            Values::Unknown => 0,
+        };
+        if plane == 0 || (known != 0 && known.is_multiple_of(plane as u64)) {
+            return Ok(());
+        }
+        Err(Error::InvalidParameter {
+            op: UNNAMED,
+            arg,
+            expected: format!(
+                "device indices known to repeat no position within a plane of {plane} (uploaded \
+                 without repeats, or written by a forward whose windows do not overlap)"
+            ),
+            got: "indices that may repeat a position: unpool them on the host, where poolgrad \
+                  keeps the last of equal indices"
+                .to_string(),
+        })
+    }
+}
+
+/// Whether no run `[jK, (j+1)K)` of `values` (`K` = `run`, the last run possibly shorter) holds a
+/// value twice.
+fn no_repeat_in_runs(values: impl Iterator<Item = i64>, run: usize) -> bool {
+    let mut scratch = Vec::with_capacity(run);
+    let mut values = values.peekable();
+    while values.peek().is_some() {
+        scratch.clear();
+        scratch.extend(values.by_ref().take(run));
+        scratch.sort_unstable();
+        if scratch.windows(2).any(|w| w[0] == w[1]) {
+            return false;
+        }
+    }
+    true
 }
 
 /// A read-only view of elements in an Ascend device's memory: what a [`TensorRef`]`<E, Npu>`
@@ -329,6 +390,10 @@ impl<'a, E: Element> TensorRef<'a, E, super::Npu> {
     ///   lies in `[0, H * W)` of that backward's input plane (`[0, D * H * W)` of its volume for
     ///   the 3-D operators): CANN does not check them, and poolgrad cannot without copying them
     ///   to the host.
+    /// - when the view is passed as indices to an unpooling or its backward, no position repeats
+    ///   within a plane: poolgrad's rule for repeated indices (the last one wins) needs the
+    ///   values on the host, and the device's scatter keeps one of equal indices, not defined
+    ///   which.
     ///
     /// # Errors
     /// [`Error::Rank`] for a rank other than 3, 4 or 5; [`Error::InvalidParameter`] (`ptr`) for a
@@ -445,7 +510,7 @@ impl<E: Element> NpuTensor<E> {
     /// [`Error::Rank`], [`Error::Overflow`], and [`AscendError::Cann`](crate::AscendError::Cann)
     /// if the memory cannot be had.
     pub fn zeros(device: &Ascend, shape: &[usize]) -> Result<Self> {
-        let t = Self::alloc(device, shape, Values::Written { below: 1 })
+        let t = Self::alloc(device, shape, Values::Written { below: 1, distinct_in: 1 })
             .map_err(|e| e.named("NpuTensor::zeros"))?;
         if let Some(b) = &t.buffer {
             t.session.zero(b)?;
@@ -474,7 +539,8 @@ impl<E: Element> NpuTensor<E> {
                 &owned
             }
         };
-        let t = Self::alloc(device, array.shape(), Values::scan(host)).map_err(|e| e.named(OP))?;
+        let t =
+            Self::alloc(device, array.shape(), Values::scan(host, array.shape())).map_err(|e| e.named(OP))?;
         if let Some(b) = &t.buffer {
             t.session.copy_in(b, bytemuck::cast_slice(host))?;
         }
@@ -551,5 +617,42 @@ impl<'a, E: Element> From<&'a NpuTensor<E>> for TensorRef<'a, E, Npu> {
 impl<'a, E: Element> From<&'a mut NpuTensor<E>> for TensorMut<'a, E, Npu> {
     fn from(t: &'a mut NpuTensor<E>) -> Self {
         t.view_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The run without repeats found on upload: the volume (last three axes) when no volume
+    /// repeats a value, else the plane (last two), else none; and what `check_distinct` then
+    /// lets through.
+    #[test]
+    fn uploads_record_the_planes_without_repeats() {
+        let distinct_in = |values: &[i64], shape: &[usize]| match Values::scan(values, shape) {
+            Values::Scanned { distinct_in, .. } => distinct_in,
+            other => panic!("{other:?}"),
+        };
+        // Two volumes of 1 x 2 x 2: [0, 1, 2, 3] and [3, 2, 1, 0].
+        assert_eq!(distinct_in(&[0, 1, 2, 3, 3, 2, 1, 0], &[1, 2, 1, 2, 2]), 4);
+        // The volume [0, 1, 0, 1] repeats; its planes [0, 1] do not.
+        assert_eq!(distinct_in(&[0, 1, 0, 1], &[1, 1, 2, 1, 2]), 2);
+        // A plane repeats.
+        assert_eq!(distinct_in(&[0, 1, 1, 2], &[1, 1, 2, 2]), 0);
+        let i32s = [0i32, 1, 0, 1];
+        assert!(matches!(
+            Values::scan(&i32s, &[1, 2, 1, 2]),
+            Values::Scanned { distinct_in: 2, below: 2, .. }
+        ));
+        // A negative value bounds nothing.
+        assert!(matches!(Values::scan(&[0i64, -1], &[1, 1, 2]), Values::Scanned { distinct_in: 0, .. }));
+        let planes_of_two = Values::Scanned { below: 2, witness: (1, 1), distinct_in: 2 };
+        assert!(planes_of_two.check_distinct("indices", 2).is_ok());
+        assert!(planes_of_two.check_distinct("indices", 1).is_ok());
+        assert!(planes_of_two.check_distinct("indices", 4).is_err());
+        assert!(Values::Written { below: 1, distinct_in: 1 }.check_distinct("indices", 2).is_err());
+        assert!(Values::Unknown.check_distinct("indices", 2).is_err());
+        assert!(Values::Unknown.check_distinct("indices", 0).is_ok(), "no plane, nothing to repeat");
+        assert!(Values::Promised.check_distinct("indices", 9).is_ok(), "the caller's contract");
     }
 }
