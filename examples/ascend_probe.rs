@@ -640,7 +640,63 @@ fn lifecycle(d: &Devices, outcomes: &[Outcome]) -> Vec<(&'static str, String)> {
             || "no run failed in CANN (nothing poolgrad refused was refused by CANN too)".to_string(),
             |failure| format!("{failure}; then {}", check(&d.raw)),
         );
-    vec![("dropped_plan", dropped), ("failed_run", failed), ("device_resident", device_resident(&d.npu))]
+    vec![
+        ("dropped_plan", dropped),
+        ("failed_run", failed),
+        ("device_resident", device_resident(&d.npu)),
+        ("device_resident_family", device_resident_family(&d.npu)),
+    ]
+}
+
+/// The 3-D poolings, the double backwards and max unpooling on tensors uploaded once and queued
+/// back to back on poolgrad's stream: 5-D descriptors over device memory, indices a forward wrote
+/// feeding the next operator without a copy, and the gathers' `self` described over their output.
+fn device_resident_family(npu: &Ascend) -> String {
+    let run = || -> poolgrad::Result<Vec<&'static str>> {
+        let sequential = Cpu::sequential();
+        let cpu = poolgrad::on(&sequential);
+        let x = volume::<f32>("plain");
+        // Kernel 2, stride 2: windows share no input, so the indices repeat no position and the
+        // device may unpool them.
+        let p = MaxPool3dParams::new([2, 2, 2]).with_stride([2, 2, 2]);
+        let want = cpu.max_pool3d_with_indices_i32(&x, &p)?;
+        let g = want.output.mapv(|v| v * 0.5 + 1.0);
+        let want_g = cpu.max_pool3d_with_indices_backward(&g, &x, &want.indices, &p)?;
+        let want_adaptive = cpu.adaptive_max_pool3d_i32(&x, [2, 5, 3])?;
+        let want_unpooled = cpu.max_unpool3d(&want.output, &want.indices, [4, 5, 6])?;
+        let ggi = x.mapv(|v| v - 3.0);
+        let indices64 = want.indices.mapv(i64::from);
+        let want_gg = cpu.max_pool3d_double_backward(&ggi, &indices64)?;
+        let stream = npu.stream();
+        let (x_dev, g_dev) = (NpuTensor::from_array(npu, &x)?, NpuTensor::from_array(npu, &g)?);
+        let (ggi_dev, indices64_dev) =
+            (NpuTensor::from_array(npu, &ggi)?, NpuTensor::from_array(npu, &indices64)?);
+        let pooled = stream.max_pool3d_with_indices(&x_dev, &p)?;
+        let grad = stream.max_pool3d_with_indices_backward(&g_dev, &x_dev, &pooled.indices, &p)?;
+        let adaptive = stream.adaptive_max_pool3d(&x_dev, [2, 5, 3])?;
+        let unpooled = stream.max_unpool3d(&pooled.output, &pooled.indices, [4, 5, 6])?;
+        let gg = stream.max_pool3d_double_backward(&ggi_dev, &indices64_dev)?;
+        let mut differ = Vec::new();
+        let checks: [(&'static str, bool); 6] = [
+            ("max_pool3d_with_indices output", pooled.output.to_array()? == want.output),
+            ("max_pool3d_with_indices indices", pooled.indices.to_array()? == want.indices),
+            ("max_pool3d_with_indices_backward", grad.to_array()? == want_g),
+            ("adaptive_max_pool3d indices", adaptive.indices.to_array()? == want_adaptive.indices),
+            ("max_unpool3d", unpooled.to_array()? == want_unpooled),
+            ("max_pool3d_double_backward", gg.to_array()? == want_gg),
+        ];
+        differ.extend(checks.iter().filter(|(_, same)| !same).map(|(name, _)| *name));
+        Ok(differ)
+    };
+    match run() {
+        Ok(differ) if differ.is_empty() => {
+            "the 3-D poolings, their backwards, the 3-D unpooling and double backward \
+                                            on device tensors, queued on one stream, match the CPU"
+                .to_string()
+        }
+        Ok(differ) => format!("differs from the CPU: {}", differ.join(", ")),
+        Err(e) => format!("error: {e}"),
+    }
 }
 
 /// Forward and backward of both seed operators on tensors uploaded once and queued back to back

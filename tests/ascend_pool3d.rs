@@ -241,3 +241,38 @@ fn indices_outside_the_volume_never_reach_the_device() {
     drop(npu);
     session.assert_clean();
 }
+
+/// The 1-D poolings run on the NPU through the 2-D operators on planes one row high, as on the
+/// CPU: forwards and backwards equal the CPU's, `[N, C, L]` and `[C, L]`, f32 and f16.
+#[test]
+fn lines_match_the_cpu_through_the_2d_operators() {
+    on_every_device("lines_match_the_cpu_through_the_2d_operators", |npu| {
+        let cpu = Cpu::sequential();
+        let (dev, host) = (poolgrad::on(npu), poolgrad::on(&cpu));
+        let p = poolgrad::MaxPool1dParams::new([3]).with_stride([2]).with_padding([1]).with_ceil_mode(true);
+        let x = volume::<f32, _>(ndarray::Dim([2, 3, 17]), 11, 2);
+        let (a, b) = (
+            dev.max_pool1d_with_indices_i32(&x, &p).unwrap(),
+            host.max_pool1d_with_indices_i32(&x, &p).unwrap(),
+        );
+        assert_eq!((bits(&a.output), &a.indices), (bits(&b.output), &b.indices));
+        let g = volume::<f32, _>(a.output.raw_dim(), 13, 1);
+        let (ga, gb) = (
+            dev.max_pool1d_with_indices_backward(&g, &x, &a.indices, &p).unwrap(),
+            host.max_pool1d_with_indices_backward(&g, &x, &b.indices, &p).unwrap(),
+        );
+        assert_eq!(bits(&ga), bits(&gb));
+        let unbatched = x.slice(s![1, .., ..]).mapv(f16::from_f32);
+        let (a, b) = (
+            dev.adaptive_max_pool1d(&unbatched, 5).unwrap(),
+            host.adaptive_max_pool1d(&unbatched, 5).unwrap(),
+        );
+        assert_eq!((bits(&a.output), &a.indices), (bits(&b.output), &b.indices));
+        let g = volume::<f16, _>(a.output.raw_dim(), 17, 1);
+        let (ga, gb) = (
+            dev.adaptive_max_pool1d_backward(&g, &unbatched, &a.indices).unwrap(),
+            host.adaptive_max_pool1d_backward(&g, &unbatched, &b.indices).unwrap(),
+        );
+        assert_eq!(bits(&ga), bits(&gb));
+    });
+}

@@ -15,7 +15,9 @@
 //! `aclnnMaxPool3dWithArgmax`, `aclnnAdaptiveMaxPool3d` and their backwards, on 5-D
 //! `ACL_FORMAT_NCDHW` tensors with int32 indices (Atlas A2/A3 and the 950; f32, f16, bf16); and
 //! max unpooling with its backward and the double backwards on `aclnnMaxUnpool2d`,
-//! `aclnnMaxUnpool3d` and their backwards (module `unpool`).
+//! `aclnnMaxUnpool3d` and their backwards (module `unpool`). Every one of them also runs on
+//! tensors that stay in device memory ([`NpuTensor`], views of a caller's memory), queued on an
+//! [`AscendStream`] (module `resident`; the stream's methods in module `calls`).
 //! [`Plan::new`](crate::Plan::new) checks everything this crate knows about the device before any
 //! device call (the SoC's operators and dtypes, dilation, the ceil-mode strides of the legacy kernel (310P and Atlas training), the mask
 //! layout, `H*W <= i32::MAX`, the adaptive backward's 2^24 limit on non-divisible shapes, index
