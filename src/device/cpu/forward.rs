@@ -949,23 +949,6 @@ mod tests {
         assert_eq!(last_tap_offset(&taps(5, 1, 2), &taps(1, 1, 3), 10), 0);
     }
 
-    /// The taps of every output of an axis: adaptive from `input` to `output`, or max pooling
-    /// `[kernel, stride, padding, dilation]` (from the crate's two window formulas).
-    fn axis(input: usize, output: usize, pooling: Option<[usize; 4]>) -> Vec<Taps> {
-        (0..output)
-            .map(|o| match pooling {
-                None => {
-                    let r = crate::geometry::adaptive_window(o, input, output);
-                    taps(r.start, r.len(), 1)
-                }
-                Some([k, s, p, d]) => {
-                    let (start, count) = crate::geometry::pool_window_taps(o, input, k, s, p, d);
-                    taps(start, count, d)
-                }
-            })
-            .collect()
-    }
-
     /// Which kernel a plan takes, worked from the rules of the fields' docs: [`BLOCK`] planes a
     /// task of at most [`BLOCK_PLANE_MAX`] elements (45² = 2025, 46² = 2116; twice that for
     /// windows that share rows or are scanned one at a time: 64² = 4096, 65² = 4225), windows narrower
@@ -977,7 +960,7 @@ mod tests {
         let plan = |threads: usize, count: usize, [h, w]: [usize; 2], [ho, wo]: [usize; 2]| {
             let cpu = Cpu::with_threads(threads).unwrap();
             let planes = Planes { count, h, w, ho, wo };
-            let (rows, cols) = (axis(h, ho, None), axis(w, wo, None));
+            let (rows, cols) = (Taps::of_axis(h, ho, None), Taps::of_axis(w, wo, None));
             let p = ForwardPrepared::plan::<f32>(&cpu, rows, cols, planes, &mut Sizer::new()).unwrap();
             (p.blocked, p.whole_plane)
         };
@@ -1017,17 +1000,17 @@ mod tests {
     fn partial_blocks_follow_the_measured_rule() {
         let from = |cols: Vec<Taps>| partial_blocks_from(&cols, &groups(&cols));
         // k3 s2 p1 on 9 columns: 5 windows of at most 3 columns, too few for a group.
-        assert_eq!(from(axis(9, 5, Some([3, 2, 1, 1]))), 1);
+        assert_eq!(from(Taps::of_axis(9, 5, Some([3, 2, 1, 1]))), 1);
         // Adaptive 9 to 3, and dilated k3 s2 d2 on 12 columns: alone too.
-        assert_eq!(from(axis(9, 3, None)), 1);
-        assert_eq!(from(axis(12, 4, Some([3, 2, 2, 2]))), 1);
+        assert_eq!(from(Taps::of_axis(9, 3, None)), 1);
+        assert_eq!(from(Taps::of_axis(12, 4, Some([3, 2, 2, 2]))), 1);
         // k3 s2 p1 on 32 columns: groups of 8 columns 2 apart.
-        assert_eq!(from(axis(32, 16, Some([3, 2, 1, 1]))), BLOCK / 2);
+        assert_eq!(from(Taps::of_axis(32, 16, Some([3, 2, 1, 1]))), BLOCK / 2);
         // k2 s1 on 20 columns: groups of 8 columns 1 apart.
-        assert_eq!(from(axis(20, 19, Some([2, 1, 0, 1]))), BLOCK + 1);
+        assert_eq!(from(Taps::of_axis(20, 19, Some([2, 1, 0, 1]))), BLOCK + 1);
         // Adaptive 10 to 3 (windows 4 wide) and 32 to 3 (11 wide): wide windows.
-        assert_eq!(from(axis(10, 3, None)), BLOCK + 1);
-        assert_eq!(from(axis(32, 3, None)), BLOCK + 1);
+        assert_eq!(from(Taps::of_axis(10, 3, None)), BLOCK + 1);
+        assert_eq!(from(Taps::of_axis(32, 3, None)), BLOCK + 1);
     }
 
     /// A task's whole blocks go to the blocked kernel, and the planes after them too when there
@@ -1077,7 +1060,7 @@ mod tests {
             for ((most, h, w, ho, wo, pooling), values) in
                 cases.into_iter().flat_map(|case| [(case, &values[..]), (case, &no_nan[..])])
             {
-                let (rows, cols) = (axis(h, ho, pooling), axis(w, wo, pooling));
+                let (rows, cols) = (Taps::of_axis(h, ho, pooling), Taps::of_axis(w, wo, pooling));
                 for count in 1..=most {
                     let x: Vec<T> = (0..count * h * w)
                         .map(|_| T::round_from_f64(values[(draws.next_u64() % values.len() as u64) as usize]))
@@ -1214,7 +1197,7 @@ mod tests {
                         })
                         .collect();
                     let planes = Planes { count, h, w, ho, wo };
-                    let (rows, cols) = (axis(h, ho, pooling), axis(w, wo, pooling));
+                    let (rows, cols) = (Taps::of_axis(h, ho, pooling), Taps::of_axis(w, wo, pooling));
                     let want = forward(false, planes, &rows, &cols, &x);
                     let got = forward(true, planes, &rows, &cols, &x);
                     assert_eq!(

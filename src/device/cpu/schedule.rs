@@ -54,6 +54,25 @@ pub(super) struct Taps {
 }
 
 impl Taps {
+    /// The taps of every output of an axis, for the kernels' tests: adaptive from `input` to
+    /// `output`, or max pooling `[kernel, stride, padding, dilation]` (the crate's two window
+    /// formulas).
+    #[cfg(test)]
+    pub(super) fn of_axis(input: usize, output: usize, pooling: Option<[usize; 4]>) -> Vec<Taps> {
+        (0..output)
+            .map(|o| match pooling {
+                None => {
+                    let r = adaptive_window(o, input, output);
+                    Taps { start: r.start, count: r.len(), step: 1 }
+                }
+                Some([k, s, p, d]) => {
+                    let (start, count) = pool_window_taps(o, input, k, s, p, d);
+                    Taps { start, count, step: d }
+                }
+            })
+            .collect()
+    }
+
     /// The input positions from the first tap to the last (empty without taps).
     pub(super) fn span(&self) -> core::ops::Range<usize> {
         match self.count {

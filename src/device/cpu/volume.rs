@@ -805,23 +805,6 @@ mod tests {
     use super::*;
     use crate::draws::Draws;
 
-    /// The taps of every output of an axis: adaptive from `input` to `output`, or max pooling
-    /// `[kernel, stride, padding, dilation]` (the crate's two window formulas).
-    fn axis(input: usize, output: usize, pooling: Option<[usize; 4]>) -> Vec<Taps> {
-        (0..output)
-            .map(|o| match pooling {
-                None => {
-                    let r = crate::geometry::adaptive_window(o, input, output);
-                    Taps { start: r.start, count: r.len(), step: 1 }
-                }
-                Some([k, s, p, d]) => {
-                    let (start, count) = crate::geometry::pool_window_taps(o, input, k, s, p, d);
-                    Taps { start, count, step: d }
-                }
-            })
-            .collect()
-    }
-
     /// The reference: each output's window scanned tap by tap in row-major `(d, h, w)` order, a
     /// value taking the place of the best so far when it is larger or NaN (the window's first
     /// tap when all are `-inf`), compared as `f64`; the output is the input's element there,
@@ -925,7 +908,8 @@ mod tests {
             ];
             let mut draws = Draws::new(0x9E37_79B9_7F4A_7C15);
             for (volumes, input, output, pooling) in cases {
-                let axes: Vec<Vec<Taps>> = (0..3).map(|a| axis(input[a], output[a], pooling)).collect();
+                let axes: Vec<Vec<Taps>> =
+                    (0..3).map(|a| Taps::of_axis(input[a], output[a], pooling)).collect();
                 let len = volumes * input.iter().product::<usize>();
                 let bytes: Vec<u8> = (0..len)
                     .flat_map(|_| {
