@@ -82,7 +82,9 @@ impl Pooling {
 impl Unpooling {
     /// The gradient of a backward with respect to its `grad_output`, given the gradient `gg` of
     /// its result (shaped as `x`): `gg` read at each output's arg-max (the double backwards; a
-    /// line is a plane one row high). Errors named for the bridge function `op`.
+    /// line is a plane one row high). Errors named for the bridge function `op`. Only candle
+    /// records it: burn's autodiff has no second order.
+    #[cfg(feature = "candle")]
     pub(crate) fn double_backward<T: PoolFloat, I: ArgmaxIndex>(
         self,
         op: &'static str,
