@@ -164,6 +164,25 @@ mod findings {
         assert_eq!(gx.shape(), &[0, 1, 1, 1 << 40]);
     }
 
+    /// An empty batch through the adaptive 3-D forward (whose window tables are skipped when
+    /// there are no volumes, so that a volume's output has no elements) panicked as its work was
+    /// cut into tasks (found by `random_bytes_through_the_volumes_target`). Every 3-D and 1-D
+    /// forward now returns the empty results PyTorch does.
+    #[test]
+    fn empty_batches_of_volumes_have_empty_results() {
+        let _serial = super::serial();
+        let x = ndarray::Array5::<f32>::zeros([0, 3, 4, 5, 6]);
+        let p = poolgrad::adaptive_max_pool3d(&x, [1, 2, 1]).unwrap();
+        assert_eq!((p.output.shape(), p.indices.shape()), (&[0, 3, 1, 2, 1][..], &[0, 3, 1, 2, 1][..]));
+        let params = poolgrad::MaxPool3dParams::new([2, 2, 2]);
+        let p = poolgrad::max_pool3d_with_indices(&x, &params).unwrap();
+        assert_eq!(p.output.shape(), &[0, 3, 2, 2, 3]);
+        let xh = ndarray::Array5::<half::f16>::zeros([0, 1, 1, 1, 1]);
+        assert_eq!(poolgrad::adaptive_max_pool3d(&xh, [1, 1, 1]).unwrap().output.shape(), &[0, 1, 1, 1, 1]);
+        let x1 = ndarray::Array3::<f32>::zeros([0, 2, 5]);
+        assert_eq!(poolgrad::adaptive_max_pool1d(&x1, 3).unwrap().output.shape(), &[0, 2, 3]);
+    }
+
     /// The check that no dilated window reads only padding walked every output window (a hang on
     /// huge broadcast inputs); it now only looks where a window can miss the input.
     #[test]

@@ -286,10 +286,11 @@ fn run_volumes_with<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
     let mut scratch = || (values.next().unwrap_or(&mut []), positions.next().unwrap_or(&mut []));
     let mut work = Vec::with_capacity(tasks);
     let run = if bands == 1 { per } else { 1 };
+    // (An empty batch has no windows, and no output to chunk.)
     for ((x, out), idx) in x
-        .chunks(run * volume)
-        .zip(out.slice().chunks_mut(run * pooled_len))
-        .zip(idx.slice().chunks_mut(run * pooled_len))
+        .chunks((run * volume).max(1))
+        .zip(out.slice().chunks_mut((run * pooled_len).max(1)))
+        .zip(idx.slice().chunks_mut((run * pooled_len).max(1)))
     {
         if bands == 1 {
             let (values, positions) = scratch();
