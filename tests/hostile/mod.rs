@@ -317,24 +317,30 @@ fn too_slow(dims: &[usize]) -> bool {
     count(dims).is_some_and(|n| n > 1 << 20 && n as u64 <= 1 << 40)
 }
 
+/// Whether an adaptive pooling of `in_dims` to `out` (its last axes) is [`too_slow`]: its output,
+/// or its work, which grows like `N*C*(H+Ho)*(W+Wo)` (its windows overlap where the output is
+/// larger than the input). An output size is the caller's choice, so a small input can ask for
+/// an allocatable but huge result.
+fn adaptive_too_slow(in_dims: &[usize], out: &[usize]) -> bool {
+    let (r, k) = (in_dims.len(), out.len());
+    if r < k {
+        return false;
+    }
+    let out_dims: Vec<usize> = in_dims[..r - k].iter().chain(out).copied().collect();
+    let work = (r > k).then(|| {
+        in_dims[r - k..]
+            .iter()
+            .zip(out)
+            .try_fold(count(&in_dims[..r - k])?, |n, (&i, &o)| n.checked_mul(i.checked_add(o)?))
+    });
+    too_slow(&out_dims) || work.flatten().is_some_and(|n| too_slow(&[n]))
+}
+
 fn adaptive<T: PoolFloat, I: ArgmaxIndex>(op: u8, b: &mut Bytes) {
     let in_dims = dims(b);
     let out = [b.size(), b.size()];
     let one = [T::round_from_f64(1.0)];
-    let mut out_dims = in_dims.clone();
-    if out_dims.len() >= 2 {
-        let r = out_dims.len();
-        (out_dims[r - 2], out_dims[r - 1]) = (out[0], out[1]);
-    }
-    // The work of an adaptive pooling grows like N*C*(H+Ho)*(W+Wo).
-    let r = in_dims.len();
-    let work = (r >= 3).then(|| {
-        let planes = count(&in_dims[..r - 2])?;
-        planes
-            .checked_mul(in_dims[r - 2].checked_add(out[0])?)?
-            .checked_mul(in_dims[r - 1].checked_add(out[1])?)
-    });
-    if too_slow(&out_dims) || work.flatten().is_some_and(|n| too_slow(&[n])) {
+    if adaptive_too_slow(&in_dims, &out) {
         return;
     }
     if op == 0 {
@@ -869,6 +875,9 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
     match which {
         // 3-D forwards, against the loop when the input is small.
         0 => {
+            if adaptive && adaptive_too_slow(&in_dims, &three) {
+                return;
+            }
             let Some(x) = array::<T>(b, &in_dims) else {
                 if let Some(x) = broadcast(&one, &in_dims) {
                     if adaptive {
@@ -998,6 +1007,9 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
         2 => {
             let lines: Vec<usize> = in_dims.iter().copied().take(3).collect();
             let Some(x) = array::<T>(b, &lines) else { return };
+            if adaptive && adaptive_too_slow(&lines, &three[..1]) {
+                return;
+            }
             let p1 = poolgrad::MaxPool1dParams::new([three[0]])
                 .with_stride([strides[0]])
                 .with_padding([pads[0]])
