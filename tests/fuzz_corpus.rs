@@ -183,6 +183,31 @@ mod findings {
         assert_eq!(poolgrad::adaptive_max_pool1d(&x1, 3).unwrap().output.shape(), &[0, 2, 3]);
     }
 
+    /// A half-type forward whose planes go in blocks but leave a few planes over (10 planes: a
+    /// block of 8, then 2 one at a time) widened each leftover plane into scratch sized for a
+    /// block's band of input rows only: with a kernel one row high over 128 x 5 planes, 96
+    /// values for a 640-value plane, an out-of-bounds panic (found by `random_bytes_never_panic`).
+    /// The scratch now holds a whole widened plane as well; the results equal the reference.
+    #[test]
+    fn half_type_planes_left_over_from_blocks_have_scratch() {
+        use poolgrad::testing::{Tolerance, compare, compare_indices};
+        fn check<T: poolgrad::PoolFloat>() {
+            let x = ndarray::Array4::<T>::from_shape_fn([2, 5, 128, 5], |(n, c, h, w)| {
+                T::round_from_f64(((n * 7 + c * 5 + h * 3 + w * 11) % 17) as f64 - 8.0)
+            });
+            let p = MaxPool2dParams::new([1, 4]).with_stride([1, 1]);
+            let got = poolgrad::max_pool2d_with_indices(&x, &p).unwrap();
+            let (v, i) = reference::max_pool2d_with_indices(&x.view().into_dyn(), &p).unwrap();
+            compare("output", v.view(), got.output.view().into_dyn(), Tolerance::exact()).unwrap();
+            compare_indices("indices", i.view(), got.indices.view().into_dyn()).unwrap();
+            let masked = poolgrad::max_pool2d_with_mask(&x, &p, poolgrad::Bitmask).unwrap();
+            compare("mask output", v.view(), masked.output.view().into_dyn(), Tolerance::exact()).unwrap();
+        }
+        let _serial = super::serial();
+        check::<half::f16>();
+        check::<half::bf16>();
+    }
+
     /// The check that no dilated window reads only padding walked every output window (a hang on
     /// huge broadcast inputs); it now only looks where a window can miss the input.
     #[test]

@@ -103,14 +103,20 @@ impl ForwardPrepared {
 }
 
 /// Accumulator-type scratch per task ([`ForwardPrepared::acc_per_task`]), in whole cache lines:
-/// for the blocked kernel over bands of `band_rows` input rows, the band of [`BLOCK`]
-/// interleaved planes, a row of offsets and (half types) the band of every plane widened; else
-/// (`None`) one widened input plane for the half types, else nothing.
+/// for the half types, one widened input plane, for the planes pooled one at a time (every plane
+/// of a kernel that is not blocked, and a blocked task's planes too few for a block of their
+/// own, [`planes_in_blocks`]); and for the blocked kernel over bands of `band_rows` input rows,
+/// at least the band of [`BLOCK`] interleaved planes, a row of offsets and (half types) the band
+/// of every plane widened.
 fn acc_per_task<T: PoolFloat>(band_rows: Option<usize>, planes: Planes) -> usize {
     let widened = |len| if T::as_acc(&[]).is_some() { 0 } else { len };
+    let one_plane = widened(planes.h * planes.w);
     task_share::<T::Acc>(match band_rows {
-        Some(rows) => BLOCK * rows * planes.w + BLOCK * planes.wo + widened(BLOCK * rows * planes.w),
-        None => widened(planes.h * planes.w),
+        Some(rows) => {
+            let band = BLOCK * rows * planes.w;
+            (band + BLOCK * planes.wo + widened(band)).max(one_plane)
+        }
+        None => one_plane,
     })
 }
 
