@@ -718,8 +718,15 @@ fn pool_columns<A: AccFloat, P: ArgmaxIndex, const WIDE: bool>(
 
 /// One pass of the module's rule: each position of `best` and `at` takes the best of `count`
 /// rows among `values` and `positions` (the `k`-th is row `row_of(k)`, at `row_of(k) *
-/// best.len()`), met in that order ([`replaces_best`]), as a value and its position. Whole rows at a time, each position
-/// without a branch, so that the loop vectorises.
+/// best.len()`), met in that order ([`replaces_best`]), as a value and its position. Whole rows
+/// at a time, each position without a branch, so that the loops vectorise.
+///
+/// The first loop meets the first two rows, or three when `count` is odd, and writes `best`
+/// without reading it; each loop after it meets two more rows into `best`. No loop meets a single
+/// row into `best` in place: on x86 the compiler makes that a masked store (of the lanes that
+/// changed), which AMD's processors run several times slower than a plain store
+/// (`benches/README.md`). The rows are met in the same order whatever the grouping, so the
+/// results are the same.
 #[inline(always)]
 fn meet_rows<A: AccFloat, P: Copy>(
     (count, row_of): (usize, impl Fn(usize) -> usize),
@@ -727,34 +734,49 @@ fn meet_rows<A: AccFloat, P: Copy>(
     (best, at): (&mut [A], &mut [P]),
 ) {
     let len = best.len();
-    let row = |k: usize| row_of(k) * len..(row_of(k) + 1) * len;
-    let first = (&values[row(0)], &positions[row(0)]);
-    if count == 1 {
-        best.copy_from_slice(first.0);
-        at.copy_from_slice(first.1);
-        return;
-    }
-    // The first two rows met as the rows after them are, without copying the first.
-    for ((((b, a), (&u, &p)), &v), &q) in best
-        .iter_mut()
-        .zip(at.iter_mut())
-        .zip(first.0.iter().zip(first.1))
-        .zip(&values[row(1)])
-        .zip(&positions[row(1)])
-    {
-        let take = replaces_best(v, u);
-        *b = A::choose(take, v, u);
-        *a = if take { q } else { p };
-    }
-    for k in 2..count {
-        for (((b, a), &v), &q) in
-            best.iter_mut().zip(at.iter_mut()).zip(&values[row(k)]).zip(&positions[row(k)])
-        {
-            let take = replaces_best(v, *b);
-            *b = A::choose(take, v, *b);
-            *a = if take { q } else { *a };
+    let row = |k: usize| {
+        let r = row_of(k) * len..(row_of(k) + 1) * len;
+        (&values[r.clone()], &positions[r])
+    };
+    let ((u, p), (v, q)) = (row(0), row(1.min(count - 1)));
+    let best_at = best.iter_mut().zip(at.iter_mut());
+    match count {
+        1 => {
+            best.copy_from_slice(u);
+            at.copy_from_slice(p);
+            return;
+        }
+        _ if count % 2 == 0 => {
+            for ((b, a), (((&u, &p), &v), &q)) in best_at.zip(u.iter().zip(p).zip(v).zip(q)) {
+                (*b, *a) = met((u, p), (v, q));
+            }
+        }
+        _ => {
+            let (w, s) = row(2);
+            for ((b, a), (((((&u, &p), &v), &q), &w), &s)) in
+                best_at.zip(u.iter().zip(p).zip(v).zip(q).zip(w).zip(s))
+            {
+                (*b, *a) = met(met((u, p), (v, q)), (w, s));
+            }
         }
     }
+    for k in (2 + count % 2..count).step_by(2) {
+        let ((v, q), (w, s)) = (row(k), row(k + 1));
+        for ((b, a), (((&v, &q), &w), &s)) in
+            best.iter_mut().zip(at.iter_mut()).zip(v.iter().zip(q).zip(w).zip(s))
+        {
+            (*b, *a) = met(met((*b, *a), (v, q)), (w, s));
+        }
+    }
+}
+
+/// One step of the module's rule: the best so far, `(b, a)`, and a value met after it with its
+/// position, `(v, q)`: the value and position that the pair keeps ([`replaces_best`]), without a
+/// branch.
+#[inline(always)]
+fn met<A: AccFloat, P: Copy>((b, a): (A, P), (v, q): (A, P)) -> (A, P) {
+    let take = replaces_best(v, b);
+    (A::choose(take, v, b), if take { q } else { a })
 }
 
 impl<'a, T: PoolFloat, I: ArgmaxIndex> Launch<MaxPool3dWithIndices<'a, T, I>> for Cpu {
@@ -898,7 +920,7 @@ mod tests {
         fn check<T: PoolFloat>(bits: &[u64]) {
             // (volumes, [D, H, W], [OD, OH, OW], pooling)
             type Case = (usize, [usize; 3], [usize; 3], Option<[usize; 4]>);
-            let cases: [Case; 7] = [
+            let cases: [Case; 9] = [
                 (11, [5, 9, 12], [3, 5, 6], Some([3, 2, 1, 1])), // a block, then 3 alone
                 (6, [4, 7, 9], [2, 3, 4], Some([2, 2, 0, 1])),   // a block of 6
                 (3, [7, 11, 10], [3, 4, 3], Some([3, 2, 1, 2])), // dilated
@@ -906,6 +928,8 @@ mod tests {
                 (9, [3, 6, 20], [2, 3, 10], Some([2, 2, 0, 1])), // 8 columns 2 apart
                 (5, [6, 10, 17], [4, 3, 5], None),               // adaptive
                 (2, [4, 5, 40], [4, 5, 3], None),                // wide adaptive windows
+                (3, [9, 9, 9], [5, 5, 5], Some([7, 2, 3, 1])),   // 7 rows met: 3, then pairs
+                (9, [9, 11, 7], [2, 2, 2], None),                // 5 and 6 rows met
             ];
             let mut draws = Draws::new(0x9E37_79B9_7F4A_7C15);
             for (volumes, input, output, pooling) in cases {
