@@ -54,10 +54,12 @@ fn corpus_replays_without_a_finding() {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, failure_persistence: None, ..ProptestConfig::default() })]
+    /// Every target, with the heap budget of a corpus input (as the fuzzer's `-malloc_limit_mb`),
+    /// so that a call allocating beyond its result fails here rather than exhausting the machine.
     #[test]
     fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
         let _serial = serial();
-        hostile::run(&data);
+        within(ENTRY_BUDGET, || hostile::run(&data));
     }
 
     /// The `volumes` target alone (3-D and 1-D pooling, unpooling, double backwards), whose corpus
