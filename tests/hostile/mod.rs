@@ -1006,10 +1006,10 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
         // 1-D: the forward against the loop.
         2 => {
             let lines: Vec<usize> = in_dims.iter().copied().take(3).collect();
-            let Some(x) = array::<T>(b, &lines) else { return };
             if adaptive && adaptive_too_slow(&lines, &three[..1]) {
                 return;
             }
+            let Some(x) = array::<T>(b, &lines) else { return };
             let p1 = poolgrad::MaxPool1dParams::new([three[0]])
                 .with_stride([strides[0]])
                 .with_padding([pads[0]])

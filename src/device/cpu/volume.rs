@@ -738,26 +738,24 @@ fn meet_rows<A: AccFloat, P: Copy>(
         let r = row_of(k) * len..(row_of(k) + 1) * len;
         (&values[r.clone()], &positions[r])
     };
-    let ((u, p), (v, q)) = (row(0), row(1.min(count - 1)));
+    let (u, p) = row(0);
+    if count == 1 {
+        best.copy_from_slice(u);
+        at.copy_from_slice(p);
+        return;
+    }
+    let (v, q) = row(1);
     let best_at = best.iter_mut().zip(at.iter_mut());
-    match count {
-        1 => {
-            best.copy_from_slice(u);
-            at.copy_from_slice(p);
-            return;
+    if count % 2 == 0 {
+        for ((b, a), (((&u, &p), &v), &q)) in best_at.zip(u.iter().zip(p).zip(v).zip(q)) {
+            (*b, *a) = met((u, p), (v, q));
         }
-        _ if count % 2 == 0 => {
-            for ((b, a), (((&u, &p), &v), &q)) in best_at.zip(u.iter().zip(p).zip(v).zip(q)) {
-                (*b, *a) = met((u, p), (v, q));
-            }
-        }
-        _ => {
-            let (w, s) = row(2);
-            for ((b, a), (((((&u, &p), &v), &q), &w), &s)) in
-                best_at.zip(u.iter().zip(p).zip(v).zip(q).zip(w).zip(s))
-            {
-                (*b, *a) = met(met((u, p), (v, q)), (w, s));
-            }
+    } else {
+        let (w, s) = row(2);
+        for ((b, a), (((((&u, &p), &v), &q), &w), &s)) in
+            best_at.zip(u.iter().zip(p).zip(v).zip(q).zip(w).zip(s))
+        {
+            (*b, *a) = met(met((u, p), (v, q)), (w, s));
         }
     }
     for k in (2 + count % 2..count).step_by(2) {
