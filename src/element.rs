@@ -88,6 +88,24 @@ pub(crate) mod internal {
         /// Rounds an accumulated value to this type (round to nearest, ties to even).
         fn from_acc(acc: Self::Acc) -> Self;
 
+        /// Widens to the accumulator type for comparing alone: every number to the value that
+        /// [`Accumulate::to_acc`] gives, every NaN to a NaN (its payload and quiet bit
+        /// unspecified). The forwards only compare widened values and take a NaN's bits from
+        /// the input, so this is all they need, and for `bf16` it is one shift: `to_acc` also
+        /// sets a NaN's quiet bit.
+        #[inline(always)]
+        fn to_acc_compared(self) -> Self::Acc {
+            self.to_acc()
+        }
+
+        /// The value of this type that `acc` is, when it is one (a value of this type widened,
+        /// not a NaN); for any other `acc` the result is unspecified. Nothing is rounded, so for
+        /// `bf16` it is one shift: [`Accumulate::from_acc`] also tests for NaN and rounds.
+        #[inline(always)]
+        fn from_acc_exact(acc: Self::Acc) -> Self {
+            Self::from_acc(acc)
+        }
+
         /// Rounds `acc` like [`Accumulate::from_acc`] when it is a sum of values widened by
         /// [`Accumulate::to_acc`] (or zero), as gradients are summed; may be cheaper. `bf16` skips
         /// its NaN test, which such sums do not need: a NaN among them is quiet (arithmetic quiets
@@ -308,6 +326,14 @@ impl Accumulate for bf16 {
         bf16::from_bits(f32_bits_to_bf16_bits(acc.to_bits()))
     }
     #[inline(always)]
+    fn to_acc_compared(self) -> f32 {
+        f32::from_bits(u32::from(self.to_bits()) << 16)
+    }
+    #[inline(always)]
+    fn from_acc_exact(acc: f32) -> bf16 {
+        bf16::from_bits((acc.to_bits() >> 16) as u16)
+    }
+    #[inline(always)]
     fn from_acc_sum(acc: f32) -> bf16 {
         bf16::from_bits(sum_f32_bits_to_bf16_bits(acc.to_bits()))
     }
@@ -486,6 +512,33 @@ mod tests {
         bf16::to_acc_slice(&dst, &mut back);
         assert_eq!(&back[..3], &[1.0, 256.0, -3.5]);
         assert!(back[3].is_nan() && back[4] == f32::INFINITY);
+    }
+
+    /// The conversions for comparing, against `half`'s: every `f16` and `bf16` widens to the
+    /// value `half` gives (a NaN to a NaN) and comes back to its own bits if it is not a NaN;
+    /// `f32` and `f64` are left as they are.
+    #[test]
+    fn compared_widening_and_exact_narrowing_keep_every_value() {
+        fn check<T: PoolFloat>(value: T, wide: f64) {
+            let compared = value.to_acc_compared();
+            if wide.is_nan() {
+                assert!(num_traits::Float::is_nan(compared), "{value:?}");
+                return;
+            }
+            let back = num_traits::ToPrimitive::to_f64(&compared).unwrap_or(f64::NAN);
+            assert_eq!(back.to_bits(), wide.to_bits(), "{value:?} widened");
+            assert_eq!(T::from_acc_exact(compared), value, "{value:?} narrowed");
+            assert_eq!(bytemuck::bytes_of(&T::from_acc_exact(compared)), bytemuck::bytes_of(&value));
+        }
+        for b in 0..=u16::MAX {
+            let (h, g) = (f16::from_bits(b), bf16::from_bits(b));
+            check(h, h.to_f64());
+            check(g, g.to_f64());
+        }
+        for v in [0.0f32, -0.0, 1.5, -3.25e-39, f32::MAX, f32::NEG_INFINITY, f32::NAN] {
+            check(v, f64::from(v));
+            check(f64::from(v) / 3.0, f64::from(v) / 3.0);
+        }
     }
 
     /// `half`'s conversion (F16C where the processor has it) and its software one, which must

@@ -4,7 +4,7 @@
 //! for the widest vector instructions the processor has ([`pool_task`]).
 
 use super::Cpu;
-use super::interleave::{BLOCK, interleave};
+use super::interleave::{BLOCK, interleave_widened};
 use super::schedule::{PlaneSplit, Planes, Planned, Taps, Windowed};
 use super::simd::{self, Isa};
 use super::{CacheLine, Carver, Sizer, task_share};
@@ -318,7 +318,7 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex, const WIDE: bool>(
             let xa = match T::as_acc(x) {
                 Some(xa) => xa,
                 None => {
-                    simd::widen(p.isa, x, &mut t.acc[..hw]);
+                    simd::widen_compared(p.isa, x, &mut t.acc[..hw]);
                     &t.acc[..hw]
                 }
             };
@@ -335,7 +335,7 @@ fn pool_task_body<T: PoolFloat, I: ArgmaxIndex, const WIDE: bool>(
             Some(xa) => pool_plane(x, xa, planes.w, (rows, &p.cols, &p.groups), (out, idx), wide),
             None => {
                 let xa = &mut t.acc[..hw];
-                simd::widen(p.isa, x, xa);
+                simd::widen_compared(p.isa, x, xa);
                 pool_plane(x, xa, planes.w, (rows, &p.cols, &p.groups), (out, idx), wide);
             }
         }
@@ -428,23 +428,12 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex>(
         let fresh = &mut band[(kept - need.start) * w * BLOCK..(need.end - need.start) * w * BLOCK];
         let columns = (need.end - kept) * w;
         if columns > 0 {
-            let mut rows: [&[T::Acc]; BLOCK] = [&[]; BLOCK];
+            let mut rows: [&[T]; BLOCK] = [&[]; BLOCK];
             let count = x.len() / hw;
-            match T::as_acc(x) {
-                Some(xa) => {
-                    for (row, plane) in rows.iter_mut().zip(xa.chunks_exact(hw)) {
-                        *row = &plane[kept * w..need.end * w];
-                    }
-                }
-                None => {
-                    let widened = widened[..count * columns].chunks_exact_mut(columns);
-                    for ((row, plane), dst) in rows.iter_mut().zip(x.chunks_exact(hw)).zip(widened) {
-                        simd::widen(p.isa, &plane[kept * w..need.end * w], dst);
-                        *row = dst;
-                    }
-                }
+            for (row, plane) in rows.iter_mut().zip(x.chunks_exact(hw)) {
+                *row = &plane[kept * w..need.end * w];
             }
-            interleave(p.isa, &rows[..count], fresh);
+            interleave_widened(p.isa, &rows[..count], widened, fresh);
         }
         held = need;
         let (lanes, _) = band.as_chunks::<BLOCK>();

@@ -8,9 +8,13 @@
 //! wrappers of the intrinsics: 8 loads, 24 shuffles and 8 stores for 64 values, where the plain
 //! loop pays a load and a store for each), and the plain loop takes the columns left. Shuffles
 //! move bits, so both give the same bits; the tests hold them to it.
+//!
+//! The half types are widened for comparing on the way in ([`interleave_widened`]): `bf16` in the
+//! same registers (a widening of each 16-bit value and a shift, before the transpose), `f16` a
+//! row at a time through F16C first.
 
-use super::simd::Isa;
-use crate::element::AccFloat;
+use super::simd::{self, Isa};
+use crate::element::{AccFloat, DType, PoolFloat};
 
 /// Planes pooled together by the blocked kernel: the lanes of its vectors.
 pub(super) const BLOCK: usize = 8;
@@ -25,15 +29,91 @@ pub(super) fn interleave<A: AccFloat>(isa: Isa, rows: &[&[A]], out: &mut [A]) {
     interleave_plain(rows, &mut out[done * BLOCK..], done);
 }
 
+/// [`interleave`] of rows of `T`, widened for comparing on the way ([`to_acc_compared`](crate::element::Accumulate::to_acc_compared)):
+/// `out[i * BLOCK + l] = rows[l][i].to_acc_compared()`, with the same conditions on the lengths
+/// and the lanes without a plane. `f32` and `f64` rows are interleaved as they are; `bf16` rows
+/// 8 columns at a time in registers where `isa` has AVX2 ([`transposed_bf16`]: the 8 values of
+/// a row zero-extended to 32 bits and shifted into place, which is the widening, then
+/// [`transpose8`]), the rest by the plain loop; `f16` rows are widened into `widened` first (a
+/// row at a time, [`simd::widen_compared`]; `widened` holds `rows.len()` of them), then
+/// interleaved.
+#[inline(always)]
+pub(super) fn interleave_widened<T: PoolFloat>(
+    isa: Isa,
+    rows: &[&[T]],
+    widened: &mut [T::Acc],
+    out: &mut [T::Acc],
+) {
+    let mut acc: [&[T::Acc]; BLOCK] = [&[]; BLOCK];
+    if T::as_acc(&[]).is_some() {
+        for (row, acc) in rows.iter().zip(&mut acc) {
+            *acc = T::as_acc(row).unwrap_or_default();
+        }
+        return interleave(isa, &acc[..rows.len()], out);
+    }
+    if T::DTYPE == DType::BF16 {
+        let done = transposed_bf16(isa, rows, out);
+        return interleave_plain_with(rows, &mut out[done * BLOCK..], done, T::to_acc_compared);
+    }
+    let columns = out.len() / BLOCK;
+    for ((row, acc), widened) in rows.iter().zip(&mut acc).zip(widened.chunks_exact_mut(columns.max(1))) {
+        simd::widen_compared(isa, &row[..columns], widened);
+        *acc = widened;
+    }
+    interleave(isa, &acc[..rows.len()], out);
+}
+
 /// The reference: column by column from `from` (`out` starts at that column), one value at a
 /// time.
 #[inline(always)]
 fn interleave_plain<A: Copy>(rows: &[&[A]], out: &mut [A], from: usize) {
+    interleave_plain_with(rows, out, from, |v| v);
+}
+
+/// [`interleave_plain`], each value converted by `convert` on the way.
+#[inline(always)]
+fn interleave_plain_with<S: Copy, A>(rows: &[&[S]], out: &mut [A], from: usize, convert: impl Fn(S) -> A) {
     for (l, row) in rows.iter().enumerate() {
         for (lanes, &v) in out.chunks_exact_mut(BLOCK).zip(&row[from..]) {
-            lanes[l] = v;
+            lanes[l] = convert(v);
         }
     }
+}
+
+/// The first columns of [`interleave_widened`] for `bf16` rows (`T` is `bf16` and `A` is
+/// `f32`), 8 at a time, when `isa` has AVX2: each row's 8 values zero-extended to 32 bits and
+/// shifted left by 16 (`bf16`'s widening for comparing, bit for bit), then [`transpose8`].
+/// Returns how many columns it did (a multiple of 8, or 0).
+#[inline(always)]
+fn transposed_bf16<T: PoolFloat, A: AccFloat>(isa: Isa, rows: &[&[T]], out: &mut [A]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if let (Isa::V3(simd), 2, 4) = (isa, size_of::<T>(), size_of::<A>()) {
+        let avx2 = simd.avx2;
+        let out: &mut [f32] = bytemuck::cast_slice_mut(out);
+        let (columns, _) = out.as_chunks_mut::<{ 8 * BLOCK }>();
+        let Some(&first) = rows.first() else { return 0 };
+        // Lanes without a plane take plane 0's values; they are never read.
+        let sources: [&[[u16; 8]]; BLOCK] = core::array::from_fn(|l| {
+            let row: &[u16] = bytemuck::cast_slice(rows.get(l).copied().unwrap_or(first));
+            row.as_chunks::<8>().0
+        });
+        let widen = |bits: &[u16; 8]| -> [f32; 8] {
+            let wide = avx2._mm256_cvtepu16_epi32(pulp::cast(*bits));
+            pulp::cast(avx2._mm256_slli_epi32::<16>(wide))
+        };
+        let [s0, s1, s2, s3, s4, s5, s6, s7] = sources;
+        let zipped = s0.iter().zip(s1).zip(s2).zip(s3).zip(s4).zip(s5).zip(s6).zip(s7);
+        let mut count = 0;
+        for (dst, (((((((a, b), c), d), e), f), g), h)) in columns.iter_mut().zip(zipped) {
+            let m = [widen(a), widen(b), widen(c), widen(d), widen(e), widen(f), widen(g), widen(h)];
+            let Some(t) = transpose8(isa, m) else { break };
+            *dst = bytemuck::cast(t);
+            count += 1;
+        }
+        return count * 8;
+    }
+    let _ = (isa, rows, out);
+    0
 }
 
 /// Interleaves the first columns of `rows` into `out` 8 at a time through [`transpose8`] when
@@ -193,6 +273,64 @@ mod tests {
                         assert_eq!(p, rows[l][i].to_bits(), "the plain loop itself");
                     }
                 }
+            }
+        }
+    }
+
+    /// Rows of every element type interleaved with their widening ([`interleave_widened`]) give
+    /// each value widened for comparing, bit for bit (signalling NaNs included: `bf16` widens
+    /// them without the quiet bit in both paths), in the baseline copy and in the processor's
+    /// best, for every number of planes and lengths around the 8-column steps.
+    #[test]
+    fn widened_columns_equal_the_definition() {
+        fn check<T: PoolFloat>(of: impl Fn(usize) -> T) {
+            for planes in 1..=BLOCK {
+                for n in [0, 1, 7, 8, 9, 16, 23, 64, 81] {
+                    let rows: Vec<Vec<T>> =
+                        (0..planes).map(|l| (0..n).map(|i| of(l * 131 + i)).collect()).collect();
+                    let rows: Vec<&[T]> = rows.iter().map(Vec::as_slice).collect();
+                    for isa in [Isa::Baseline, Isa::best()] {
+                        let zero = T::default().to_acc();
+                        let mut widened = vec![zero; planes * n];
+                        let mut out = vec![zero; n * BLOCK];
+                        isa.enter(|| interleave_widened(isa, &rows, &mut widened, &mut out));
+                        for i in 0..n {
+                            for l in 0..planes {
+                                let want = rows[l][i].to_acc_compared();
+                                assert_eq!(
+                                    bytemuck::bytes_of(&out[i * BLOCK + l]),
+                                    bytemuck::bytes_of(&want),
+                                    "{} {isa:?}: planes {planes}, n {n}, column {i}, lane {l}",
+                                    T::DTYPE
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let bits16 = |i: usize| (awkward(i) >> 16) as u16 ^ (i as u16);
+        check(|i| half::bf16::from_bits(bits16(i)));
+        check(|i| half::f16::from_bits(bits16(i)));
+        check(|i| f32::from_bits(awkward(i)));
+        check(|i| f64::from_bits(u64::from(awkward(i)) << 29 | i as u64));
+    }
+
+    /// `bf16` widened through registers is a zero extension and a shift: every `bf16` bit pattern
+    /// (signalling NaNs too) lands as its bits shifted into the top half, which is also what the
+    /// plain loop's conversion gives.
+    #[test]
+    fn bf16_widened_in_registers_is_a_shift() {
+        let isa = Isa::best();
+        let all: Vec<half::bf16> = (0..=u16::MAX).map(half::bf16::from_bits).collect();
+        let rows: Vec<&[half::bf16]> = all.chunks(1 << 13).collect();
+        let mut out = vec![0.0f32; (1 << 13) * BLOCK];
+        let done = isa.enter(|| transposed_bf16(isa, &rows, &mut out));
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(done, if std::is_x86_feature_detected!("avx2") { 1 << 13 } else { 0 });
+        for i in 0..done {
+            for (l, row) in rows.iter().enumerate() {
+                assert_eq!(out[i * BLOCK + l].to_bits(), u32::from(row[i].to_bits()) << 16, "{i} {l}");
             }
         }
     }

@@ -140,6 +140,35 @@ pub(super) fn widen<T: PoolFloat>(isa: Isa, src: &[T], dst: &mut [T::Acc]) {
     T::to_acc_slice(src, dst)
 }
 
+/// Widens `src` into `dst` for comparing alone ([`Accumulate::to_acc_compared`]: every number
+/// to its value, every NaN to a NaN), for the forwards (both slices the same length; extra
+/// elements of the longer one are left alone). `f16` widens as in [`widen`] (F16C in the
+/// x86-64-v3 copy); the other types one value at a time, which for `bf16` is a shift that the
+/// compiler vectorises.
+#[inline(always)]
+pub(super) fn widen_compared<T: PoolFloat>(isa: Isa, src: &[T], dst: &mut [T::Acc]) {
+    if T::DTYPE == crate::element::DType::F16 {
+        return widen(isa, src, dst);
+    }
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = s.to_acc_compared();
+    }
+}
+
+/// Narrows `src`, values of `T` widened, into `dst` ([`Accumulate::from_acc_exact`]: nothing
+/// rounded, each number to its own bits, a NaN to bits unspecified), for the forwards (both slices the same length; extra elements of the longer
+/// one are left alone). `f16` narrows as in [`narrow`] (F16C in the x86-64-v3 copy, exact on
+/// such values); the other types one value at a time, which for `bf16` is a shift.
+#[inline(always)]
+pub(super) fn narrow_exact<T: PoolFloat>(isa: Isa, src: &[T::Acc], dst: &mut [T]) {
+    if T::DTYPE == crate::element::DType::F16 {
+        return narrow(isa, src, dst);
+    }
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = T::from_acc_exact(s);
+    }
+}
+
 /// The bits `src` of `f16` values widened into `dst` with `vcvtph2ps` (exact, subnormals
 /// included; a NaN keeps its payload and gets the quiet bit, as the software conversion does),
 /// 8 at a time, the last few by the software conversion.

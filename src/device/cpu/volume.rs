@@ -21,15 +21,16 @@
 //! finished as soon as the slices it reads are pooled, which are kept only while a window reads
 //! them ([`slices_to_pool`]).
 //!
-//! Values are compared widened to the accumulator type (exact) and narrowed back (exact, as each
-//! is an input value); a NaN is read again from the input at its position, as widening may set
-//! its quiet bit, so every output keeps its input's bits. Positions are kept flat in the volume,
-//! in 32 bits where the volume allows.
+//! Values are compared widened to the accumulator type and narrowed back, both exact for numbers
+//! (each is an input value) and neither caring for a NaN's bits (`bf16` is then a shift each
+//! way, [`simd::widen_compared`]); a NaN is read again from the input at its position, so every
+//! output keeps its input's bits. Positions are kept flat in the volume, in 32 bits where the
+//! volume allows.
 
 use core::ops::Range;
 
 use super::forward::{ColumnGroup, LANES, lanes, meet_lanes, replaces_best, single_window, window};
-use super::interleave::{BLOCK, deinterleave, interleave};
+use super::interleave::{BLOCK, deinterleave, interleave_widened};
 use super::schedule::{PlaneSplit, Planned, Taps, VolumeWindowed, Windowed};
 use super::simd::{self, Isa};
 use super::{CacheLine, Carver, Cpu, Sizer, task_share};
@@ -85,7 +86,8 @@ pub struct VolumeForwardPrepared {
 const BLOCK_FROM: usize = BLOCK / 2;
 
 /// The scratch of one task, in elements, for `lanes` volumes pooled at a time ([`BLOCK`] or 1):
-/// the row being read, widened (half types only), and interleaved (a block's); the column pass of
+/// the row being read, widened (half types only), and interleaved (a block's, with a column more
+/// that no window reads, [`windows_apart`]); the column pass of
 /// a slice's rows; the row pass of the slices a depth window reads (`ring` of them,
 /// [`slices_to_pool`]); the depth pass of one output depth; and that taken apart by volume (a
 /// block's). The last four hold values and as many positions.
@@ -101,7 +103,7 @@ struct Scratch {
 impl Scratch {
     fn of<T: PoolFloat>(lanes: usize, [ring, h, w]: [usize; 3], (ho, wo): (usize, usize)) -> Self {
         let widened = if T::as_acc(&[]).is_some() { 0 } else { lanes * w };
-        let band = if lanes > 1 { lanes * w } else { 0 };
+        let band = if lanes > 1 { lanes * (w + 1) } else { 0 };
         let ohw = ho * wo;
         let lane = if lanes > 1 { lanes * ohw } else { 0 };
         Scratch {
@@ -330,7 +332,7 @@ fn pool_task<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex, const WIDE: bool>(
 ) {
     let volume: usize = p.input.iter().product();
     let ohw = p.rows.len() * p.cols.len();
-    if ohw == 0 || volume == 0 {
+    if ohw == 0 || volume == 0 || t.rows == 0 {
         return;
     }
     let pooled = t.rows * ohw;
@@ -392,7 +394,7 @@ fn pool_volume<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex, const WIDE: bool>(
                 Some(xa) => xa,
                 None => {
                     let widened = &mut scratch.widened[..w];
-                    simd::widen(p.isa, xs, widened);
+                    simd::widen_compared(p.isa, xs, widened);
                     &*widened
                 }
             };
@@ -510,24 +512,14 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
         #[inline(always)]
         |scratch, s, row| {
             let at = s * hw + row * w;
-            let mut rows: [&[T::Acc]; BLOCK] = [&[]; BLOCK];
-            match T::as_acc(x) {
-                Some(xa) => {
-                    for (r, xa) in rows.iter_mut().zip(xa.chunks_exact(volume)) {
-                        *r = &xa[at..at + w];
-                    }
-                }
-                None => {
-                    let widened = scratch.widened.chunks_exact_mut(w);
-                    for ((r, x), widened) in rows.iter_mut().zip(x.chunks_exact(volume)).zip(widened) {
-                        simd::widen(p.isa, &x[at..at + w], widened);
-                        *r = widened;
-                    }
-                }
+            let mut rows: [&[T]; BLOCK] = [&[]; BLOCK];
+            for (r, x) in rows.iter_mut().zip(x.chunks_exact(volume)) {
+                *r = &x[at..at + w];
             }
-            interleave(p.isa, &rows[..count], scratch.band);
+            interleave_widened(p.isa, &rows[..count], scratch.widened, &mut scratch.band[..BLOCK * w]);
             let columns = row * lanes..(row + 1) * lanes;
             block_columns(
+                p.isa,
                 (scratch.band.as_chunks::<BLOCK>().0, at),
                 &p.runs,
                 (&mut scratch.columns.0[columns.clone()], &mut scratch.columns.1[columns]),
@@ -558,7 +550,7 @@ fn pool_block<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
 
 /// The outputs of one output depth of volume `x`, from the depth pass's values `best` and their
 /// positions `at`: each value narrowed back to `T` (exact, as it is an input value widened), but
-/// a NaN read again from the input at its position (widening may have set its quiet bit), so
+/// a NaN read again from the input at its position (its widened bits are unspecified), so
 /// every value keeps its bits; and each position as an index.
 #[inline(always)]
 fn write_outputs<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
@@ -567,7 +559,7 @@ fn write_outputs<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
     (best, at): (&[T::Acc], &[P]),
     (out, idx): (&mut [T], &mut [I]),
 ) {
-    simd::narrow(isa, best, out);
+    simd::narrow_exact(isa, best, out);
     let mut nan = false;
     for ((i, &a), &b) in idx.iter_mut().zip(at).zip(best) {
         *i = I::from_flat_checked(a.to_usize_wrapping());
@@ -583,9 +575,11 @@ fn write_outputs<T: PoolFloat, I: ArgmaxIndex, P: ArgmaxIndex>(
 }
 
 /// Output columns whose windows have the same number of taps and the same step, starting
-/// `stride` columns apart: `len` of them from output column `first`, the first window starting
-/// at input column `start`. [`block_columns`] takes a run a window at a time, its taps unrolled
-/// where there are few, each window's positions a vector step from the one before.
+/// `stride` columns apart (at least 1, when `len` is more than 1: windows that start together,
+/// as padding and ceil mode make them at an edge, are runs of their own): `len` of them from
+/// output column `first`, the first window starting at input column `start`. [`block_columns`]
+/// takes a run a window at a time, its taps unrolled where there are few, each window's
+/// positions a vector step from the one before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ColumnRun {
     first: usize,
@@ -607,7 +601,8 @@ impl ColumnRun {
                 .iter()
                 .enumerate()
                 .take_while(|&(k, d)| {
-                    d.count == c.count
+                    stride > 0
+                        && d.count == c.count
                         && d.step == c.step
                         && Some(d.start) == stride.checked_mul(k + 1).and_then(|o| c.start.checked_add(o))
                 })
@@ -626,6 +621,7 @@ impl ColumnRun {
 /// their taps unrolled ([`block_run`]), the rest tap by tap.
 #[inline(always)]
 fn block_columns<A: AccFloat, P: ArgmaxIndex>(
+    isa: Isa,
     (band, origin): (&[[A; BLOCK]], usize),
     runs: &[ColumnRun],
     (values, positions): (&mut [A], &mut [P]),
@@ -635,11 +631,11 @@ fn block_columns<A: AccFloat, P: ArgmaxIndex>(
         let at = run.first..run.first + run.len;
         let found = (&mut values[at.clone()], &mut positions[at]);
         match (run.count, run.step) {
-            (1, _) => block_run::<A, P, 1>(band, origin, run, found),
-            (2, 1) => block_run::<A, P, 2>(band, origin, run, found),
-            (3, 1) => block_run::<A, P, 3>(band, origin, run, found),
-            (4, 1) => block_run::<A, P, 4>(band, origin, run, found),
-            _ => block_run::<A, P, 0>(band, origin, run, found),
+            (1, _) => block_run::<A, P, 1>(isa, band, origin, run, found),
+            (2, 1) => block_run::<A, P, 2>(isa, band, origin, run, found),
+            (3, 1) => block_run::<A, P, 3>(isa, band, origin, run, found),
+            (4, 1) => block_run::<A, P, 4>(isa, band, origin, run, found),
+            _ => block_run::<A, P, 0>(isa, band, origin, run, found),
         }
     }
 }
@@ -650,18 +646,26 @@ fn block_columns<A: AccFloat, P: ArgmaxIndex>(
 /// window's a vector step from the one before.
 #[inline(always)]
 fn block_run<A: AccFloat, P: ArgmaxIndex, const K: usize>(
+    isa: Isa,
     band: &[[A; BLOCK]],
     origin: usize,
     run: &ColumnRun,
     (values, positions): (&mut [[A; BLOCK]], &mut [[P; BLOCK]]),
 ) {
+    if block_run_avx::<A, P, K>(isa, band, origin, run, (values, positions)) {
+        return;
+    }
     let (count, step) = if K == 0 { (run.count, run.step) } else { (K, 1) };
     let lanes = |v: usize| [v as u32; BLOCK];
     let (stride, tap) = (lanes(run.stride), lanes(step));
     let mut first_at = lanes(origin + run.start);
-    for (j, (v, q)) in values.iter_mut().zip(positions.iter_mut()).enumerate() {
-        let start = run.start + j * run.stride;
-        let window = &band[start..start + (count - 1) * step + 1];
+    // The windows as the band's windows of their span, a stride apart: no index is tested in
+    // the loop (the plan keeps every window inside the row), and the compiler keeps a window a
+    // vector step rather than spreading the loop across windows.
+    let windows = band.get(run.start..).unwrap_or_default().windows((count - 1) * step + 1);
+    for ((v, q), window) in
+        values.iter_mut().zip(positions.iter_mut()).zip(windows.step_by(run.stride.max(1)))
+    {
         let (mut best, mut best_at, mut at) = (window[0], first_at, first_at);
         for b in 1..count {
             at = core::array::from_fn(|l| at[l] + tap[l]);
@@ -671,6 +675,125 @@ fn block_run<A: AccFloat, P: ArgmaxIndex, const K: usize>(
         *q = best_at.map(|a| P::from_flat_checked(a as usize));
         first_at = core::array::from_fn(|l| first_at[l].wrapping_add(stride[l]));
     }
+}
+
+/// [`block_run`] in AVX registers, for `f32` values, 32-bit positions and `K` taps (not 0), where
+/// `isa` has AVX2; returns whether it ran. Each window is one vector of [`BLOCK`] lanes per tap
+/// ([`ColumnMeet`]). Written with `pulp`'s wrappers of the intrinsics, so that each window stays
+/// one vector step (left to itself, the compiler spreads the loop across windows, lane by lane,
+/// which costs more). Windows 1 or 2 columns apart go through [`windows_apart`], with no index
+/// tested in the loop; the rest, and any window that ends in the columns after the last whole
+/// step, one by one.
+#[inline(always)]
+fn block_run_avx<A: AccFloat, P: ArgmaxIndex, const K: usize>(
+    isa: Isa,
+    band: &[[A; BLOCK]],
+    origin: usize,
+    run: &ColumnRun,
+    (values, positions): (&mut [[A; BLOCK]], &mut [[P; BLOCK]]),
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if let (Isa::V3(simd), 4, 4, 1..) = (isa, size_of::<A>(), size_of::<P>(), K) {
+        let band: &[[f32; BLOCK]] = bytemuck::cast_slice::<A, f32>(band.as_flattened()).as_chunks().0;
+        let values: &mut [[f32; BLOCK]] =
+            bytemuck::cast_slice_mut::<A, f32>(values.as_flattened_mut()).as_chunks_mut().0;
+        let positions: &mut [[u32; BLOCK]] =
+            bytemuck::cast_slice_mut::<P, u32>(positions.as_flattened_mut()).as_chunks_mut().0;
+        let mut meet = ColumnMeet::<K>::new(simd, origin + run.start, run.stride);
+        let band = band.get(run.start..).unwrap_or_default();
+        let done = match run.stride {
+            1 => windows_apart::<K, 1>(band, (values, positions), &mut meet),
+            2 => windows_apart::<K, 2>(band, (values, positions), &mut meet),
+            _ => 0,
+        };
+        let (values, positions) =
+            (values.get_mut(done..).unwrap_or_default(), positions.get_mut(done..).unwrap_or_default());
+        let rest = band.get(done * run.stride..).unwrap_or_default().windows(K).step_by(run.stride.max(1));
+        for (found, taps) in values.iter_mut().zip(positions.iter_mut()).zip(rest) {
+            meet.window(core::array::from_fn(|b| taps[b]), found);
+        }
+        return true;
+    }
+    let _ = (isa, band, origin, run, values, positions);
+    false
+}
+
+/// A window's value and position in [`block_run_avx`].
+#[cfg(target_arch = "x86_64")]
+type Found<'f> = (&'f mut [f32; BLOCK], &'f mut [u32; BLOCK]);
+
+/// The windows of `K` taps (at least 1) of a run in [`block_run_avx`], one after the other: in
+/// each lane, a tap's value is taken where it is larger than the best or NaN ([`replaces_best`]:
+/// `best < v`, ordered, or `v` unordered with itself) with its tap number, and the position is
+/// the window's first tap's plus that number, the first tap's moving a stride each window.
+#[cfg(target_arch = "x86_64")]
+struct ColumnMeet<const K: usize> {
+    simd: simd::V3,
+    /// `taps[b]` holds `b` in every lane.
+    taps: [core::arch::x86_64::__m256i; K],
+    stride: core::arch::x86_64::__m256i,
+    first_at: core::arch::x86_64::__m256i,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<const K: usize> ColumnMeet<K> {
+    #[inline(always)]
+    fn new(simd: simd::V3, first_at: usize, stride: usize) -> Self {
+        let lanes = |v: usize| simd.avx._mm256_set1_epi32(v as i32);
+        ColumnMeet {
+            simd,
+            taps: core::array::from_fn(lanes),
+            stride: lanes(stride),
+            first_at: lanes(first_at),
+        }
+    }
+
+    /// The next window, its `K` columns `column`, into `found`.
+    #[inline(always)]
+    fn window(&mut self, column: [[f32; BLOCK]; K], (v, q): Found<'_>) {
+        use core::arch::x86_64::{__m256, _CMP_LT_OQ, _CMP_UNORD_Q};
+        let (avx, avx2) = (self.simd.avx, self.simd.avx2);
+        let mut best: __m256 = pulp::cast(column[0]);
+        let mut tap = avx._mm256_setzero_si256();
+        for (&x, &tap_number) in column[1..].iter().zip(&self.taps[1..]) {
+            let x: __m256 = pulp::cast(x);
+            let take = avx._mm256_or_ps(
+                avx._mm256_cmp_ps::<_CMP_LT_OQ>(best, x),
+                avx._mm256_cmp_ps::<_CMP_UNORD_Q>(x, x),
+            );
+            best = avx._mm256_blendv_ps(best, x, take);
+            tap = avx2._mm256_blendv_epi8(tap, tap_number, avx._mm256_castps_si256(take));
+        }
+        *v = pulp::cast(best);
+        *q = pulp::cast(avx2._mm256_add_epi32(self.first_at, tap));
+        self.first_at = avx2._mm256_add_epi32(self.first_at, self.stride);
+    }
+}
+
+/// The first windows of `K` columns of a run whose windows start `S` columns apart, from the
+/// run's first column (`band[0]`), each by `meet`; returns how many. The band is taken `S`
+/// columns at a time, zipped with itself a step or more ahead for windows wider than a step, so
+/// the loop's only test is its count. A window's last column may be the first of a step whose
+/// second is past the row: the blocks' band holds a column more than a row ([`Scratch`]), never
+/// a tap, so every window of a row is in whole steps.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn windows_apart<const K: usize, const S: usize>(
+    band: &[[f32; BLOCK]],
+    (values, positions): (&mut [[f32; BLOCK]], &mut [[u32; BLOCK]]),
+    meet: &mut ColumnMeet<K>,
+) -> usize {
+    let steps = band.as_chunks::<S>().0;
+    // Steps `i` ahead, for the windows that reach them (`K <= 4`); the others zip the band
+    // with itself, unread.
+    let ahead = |i: usize| steps.get(if (K - 1) / S >= i { i } else { 0 }..).unwrap_or_default();
+    let zipped = steps.iter().zip(ahead(1)).zip(ahead(2)).zip(ahead(3));
+    let mut done = 0;
+    for (found, (((s0, s1), s2), s3)) in values.iter_mut().zip(positions.iter_mut()).zip(zipped) {
+        meet.window(core::array::from_fn(|b| [s0, s1, s2, s3][b / S][b % S]), found);
+        done += 1;
+    }
+    done
 }
 
 /// The column pass of one input row `xa` of a volume (at `origin` in it): each output column's
@@ -918,7 +1041,7 @@ mod tests {
         fn check<T: PoolFloat>(bits: &[u64]) {
             // (volumes, [D, H, W], [OD, OH, OW], pooling)
             type Case = (usize, [usize; 3], [usize; 3], Option<[usize; 4]>);
-            let cases: [Case; 9] = [
+            let cases: [Case; 15] = [
                 (11, [5, 9, 12], [3, 5, 6], Some([3, 2, 1, 1])), // a block, then 3 alone
                 (6, [4, 7, 9], [2, 3, 4], Some([2, 2, 0, 1])),   // a block of 6
                 (3, [7, 11, 10], [3, 4, 3], Some([3, 2, 1, 2])), // dilated
@@ -928,6 +1051,12 @@ mod tests {
                 (2, [4, 5, 40], [4, 5, 3], None),                // wide adaptive windows
                 (3, [9, 9, 9], [5, 5, 5], Some([7, 2, 3, 1])),   // 7 rows met: 3, then pairs
                 (9, [9, 11, 7], [2, 2, 2], None),                // 5 and 6 rows met
+                (9, [3, 4, 1], [4, 5, 2], Some([2, 1, 1, 1])),   // columns that start together
+                (9, [5, 3, 2], [5, 3, 2], Some([3, 1, 1, 1])),   // ... with 2 taps each
+                (9, [4, 6, 14], [1, 2, 5], Some([2, 3, 0, 1])),  // windows 3 columns apart
+                (9, [4, 6, 13], [1, 2, 5], Some([4, 2, 0, 1])),  // 4 taps 2 apart
+                (9, [4, 5, 9], [1, 2, 6], Some([4, 1, 0, 1])),   // 4 taps 1 apart
+                (9, [3, 4, 9], [2, 2, 5], Some([1, 2, 0, 1])),   // 1 tap
             ];
             let mut draws = Draws::new(0x9E37_79B9_7F4A_7C15);
             for (volumes, input, output, pooling) in cases {
