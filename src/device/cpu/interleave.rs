@@ -73,6 +73,9 @@ fn interleave_plain<A: Copy>(rows: &[&[A]], out: &mut [A], from: usize) {
 /// [`interleave_plain`], each value converted by `convert` on the way.
 #[inline(always)]
 fn interleave_plain_with<S: Copy, A>(rows: &[&[S]], out: &mut [A], from: usize, convert: impl Fn(S) -> A) {
+    if out.len() < BLOCK {
+        return; // no column left (a row's whole columns went through registers)
+    }
     for (l, row) in rows.iter().enumerate() {
         for (lanes, &v) in out.chunks_exact_mut(BLOCK).zip(&row[from..]) {
             lanes[l] = convert(v);

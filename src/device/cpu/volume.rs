@@ -706,6 +706,9 @@ fn block_run_avx<A: AccFloat, P: ArgmaxIndex, const K: usize>(
             2 => windows_apart::<K, 2>(band, (values, positions), &mut meet),
             _ => 0,
         };
+        if done == values.len() {
+            return true;
+        }
         let (values, positions) =
             (values.get_mut(done..).unwrap_or_default(), positions.get_mut(done..).unwrap_or_default());
         let rest = band.get(done * run.stride..).unwrap_or_default().windows(K).step_by(run.stride.max(1));
