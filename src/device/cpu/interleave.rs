@@ -29,7 +29,8 @@ pub(super) fn interleave<A: AccFloat>(isa: Isa, rows: &[&[A]], out: &mut [A]) {
     interleave_plain(rows, &mut out[done * BLOCK..], done);
 }
 
-/// [`interleave`] of rows of `T`, widened for comparing on the way ([`to_acc_compared`](crate::element::Accumulate::to_acc_compared)):
+/// [`interleave`] of rows of `T`, widened for comparing on the way
+/// ([`to_acc_compared`](crate::element::Accumulate::to_acc_compared)):
 /// `out[i * BLOCK + l] = rows[l][i].to_acc_compared()`, with the same conditions on the lengths
 /// and the lanes without a plane. `f32` and `f64` rows are interleaved as they are; `bf16` rows
 /// 8 columns at a time in registers where `isa` has AVX2 ([`transposed_bf16`]: the 8 values of
@@ -92,28 +93,14 @@ fn transposed_bf16<T: PoolFloat, A: AccFloat>(isa: Isa, rows: &[&[T]], out: &mut
     #[cfg(target_arch = "x86_64")]
     if let (Isa::V3(simd), 2, 4) = (isa, size_of::<T>(), size_of::<A>()) {
         let avx2 = simd.avx2;
-        let out: &mut [f32] = bytemuck::cast_slice_mut(out);
-        let (columns, _) = out.as_chunks_mut::<{ 8 * BLOCK }>();
-        let Some(&first) = rows.first() else { return 0 };
-        // Lanes without a plane take plane 0's values; they are never read.
-        let sources: [&[[u16; 8]]; BLOCK] = core::array::from_fn(|l| {
-            let row: &[u16] = bytemuck::cast_slice(rows.get(l).copied().unwrap_or(first));
-            row.as_chunks::<8>().0
-        });
+        let planes = rows.len().min(BLOCK);
+        let rows: [&[u16]; BLOCK] =
+            core::array::from_fn(|l| bytemuck::cast_slice(rows.get(l).copied().unwrap_or_default()));
         let widen = |bits: &[u16; 8]| -> [f32; 8] {
             let wide = avx2._mm256_cvtepu16_epi32(pulp::cast(*bits));
             pulp::cast(avx2._mm256_slli_epi32::<16>(wide))
         };
-        let [s0, s1, s2, s3, s4, s5, s6, s7] = sources;
-        let zipped = s0.iter().zip(s1).zip(s2).zip(s3).zip(s4).zip(s5).zip(s6).zip(s7);
-        let mut count = 0;
-        for (dst, (((((((a, b), c), d), e), f), g), h)) in columns.iter_mut().zip(zipped) {
-            let m = [widen(a), widen(b), widen(c), widen(d), widen(e), widen(f), widen(g), widen(h)];
-            let Some(t) = transpose8(isa, m) else { break };
-            *dst = bytemuck::cast(t);
-            count += 1;
-        }
-        return count * 8;
+        return transposed_with(isa, &rows[..planes], bytemuck::cast_slice_mut(out), widen);
     }
     let _ = (isa, rows, out);
     0
@@ -124,22 +111,37 @@ fn transposed_bf16<T: PoolFloat, A: AccFloat>(isa: Isa, rows: &[&[T]], out: &mut
 /// or 0).
 #[inline(always)]
 fn transposed<A: AccFloat>(isa: Isa, rows: &[&[A]], out: &mut [A]) -> usize {
-    if size_of::<A>() != size_of::<f32>() || rows.is_empty() {
+    if size_of::<A>() != size_of::<f32>() {
         return 0; // `f64` (a column of 8 fills two registers) keeps the plain loop
     }
-    let out: &mut [f32] = bytemuck::cast_slice_mut(out);
+    let planes = rows.len().min(BLOCK);
+    let rows: [&[f32]; BLOCK] =
+        core::array::from_fn(|l| bytemuck::cast_slice(rows.get(l).copied().unwrap_or_default()));
+    transposed_with(isa, &rows[..planes], bytemuck::cast_slice_mut(out), |column| *column)
+}
+
+/// The first columns of `rows` (`S`: 32-bit values, or `bf16` bits) into `out` 8 at a time: each
+/// row's 8 values as `f32` by `load`, then [`transpose8`] where `isa` has AVX. Returns how many
+/// columns it did (a multiple of 8, or 0).
+#[inline(always)]
+fn transposed_with<S: bytemuck::Pod>(
+    isa: Isa,
+    rows: &[&[S]],
+    out: &mut [f32],
+    load: impl Fn(&[S; 8]) -> [f32; 8],
+) -> usize {
+    let Some(&first) = rows.first() else { return 0 };
     let (columns, _) = out.as_chunks_mut::<{ 8 * BLOCK }>();
     // Lanes without a plane take plane 0's values; they are never read.
-    let sources: [&[[f32; 8]]; BLOCK] = core::array::from_fn(|l| {
-        let row: &[f32] = bytemuck::cast_slice(rows.get(l).unwrap_or(&rows[0]));
-        row.as_chunks::<8>().0
-    });
+    let sources: [&[[S; 8]]; BLOCK] =
+        core::array::from_fn(|l| rows.get(l).copied().unwrap_or(first).as_chunks().0);
     // The eight sources zipped (indexing them would test each index).
     let [s0, s1, s2, s3, s4, s5, s6, s7] = sources;
     let zipped = s0.iter().zip(s1).zip(s2).zip(s3).zip(s4).zip(s5).zip(s6).zip(s7);
     let mut count = 0;
     for (dst, (((((((a, b), c), d), e), f), g), h)) in columns.iter_mut().zip(zipped) {
-        let Some(t) = transpose8(isa, [*a, *b, *c, *d, *e, *f, *g, *h]) else { break }; // no AVX
+        let m = [load(a), load(b), load(c), load(d), load(e), load(f), load(g), load(h)];
+        let Some(t) = transpose8(isa, m) else { break }; // no AVX
         *dst = bytemuck::cast(t);
         count += 1;
     }
