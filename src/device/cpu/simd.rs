@@ -156,9 +156,10 @@ pub(super) fn widen_compared<T: PoolFloat>(isa: Isa, src: &[T], dst: &mut [T::Ac
 }
 
 /// Narrows `src`, values of `T` widened, into `dst` ([`Accumulate::from_acc_exact`]: nothing
-/// rounded, each number to its own bits, a NaN to bits unspecified), for the forwards (both slices the same length; extra elements of the longer
-/// one are left alone). `f16` narrows as in [`narrow`] (F16C in the x86-64-v3 copy, exact on
-/// such values); the other types one value at a time, which for `bf16` is a shift.
+/// rounded, each number to its own bits, a NaN to bits unspecified), for the forwards (both
+/// slices the same length; extra elements of the longer one are left alone). `f16` narrows as in
+/// [`narrow`] (F16C in the x86-64-v3 copy, exact on such values); the other types one value at a
+/// time, which for `bf16` is a shift.
 #[inline(always)]
 pub(super) fn narrow_exact<T: PoolFloat>(isa: Isa, src: &[T::Acc], dst: &mut [T]) {
     if T::DTYPE == crate::element::DType::F16 {

@@ -87,10 +87,10 @@ const BLOCK_FROM: usize = BLOCK / 2;
 
 /// The scratch of one task, in elements, for `lanes` volumes pooled at a time ([`BLOCK`] or 1):
 /// the row being read, widened (half types only), and interleaved (a block's, with a column more
-/// that no window reads, [`windows_apart`]); the column pass of
-/// a slice's rows; the row pass of the slices a depth window reads (`ring` of them,
-/// [`slices_to_pool`]); the depth pass of one output depth; and that taken apart by volume (a
-/// block's). The last four hold values and as many positions.
+/// that no window reads, [`windows_apart`]); the column pass of a slice's rows; the row pass of
+/// the slices a depth window reads (`ring` of them, [`slices_to_pool`]); the depth pass of one
+/// output depth; and that taken apart by volume (a block's). The last four hold values and as
+/// many positions.
 struct Scratch {
     widened: usize,
     band: usize,
