@@ -217,20 +217,55 @@ fn volume_planes(s: &VolumeSizes) -> Planes {
     Planes { count: s.volumes(), h: d * h, w, ho: od * oh, wo: ow }
 }
 
-/// The taps of [`Windowed::taps`] for a 3-D pooling: the rows of output row `(od, oh)` of the
-/// volume's plane of `D·H` rows are every row of the slices of depth window `od` (a superset of
-/// the rows it reads, whose starts and ends never go back, as the flat-index backward needs),
-/// and the columns are the slices'.
+/// The taps of [`Windowed::taps`] for a 3-D pooling: the columns are the slices', and the rows
+/// of output row `(od, oh)` in the volume's plane of `D·H` rows are the hull of the rows it
+/// reads (row window `oh` in each slice of depth window `od`, which are not one run of rows):
+/// from the first row it reads to the last, widened where needed so that starts and ends never
+/// go back ([`monotone_windows`]), as the flat-index backward needs.
+///
+/// The hull rather than the depth window's whole slices is a tuning decision: the backward
+/// zeroes a plane up to the end of each output row's window just before adding its gradients,
+/// so a window that ends at the last row it reads keeps the zeroing a few rows ahead of the
+/// additions, in cache, where whole slices zero a slice or two at a time. Any superset whose
+/// bounds never go back adds the same sums (`add_by_rows` zeroes the rest of a plane before an
+/// index past what it has zeroed).
 fn volume_taps(g: &impl VolumeWindowed) -> Result<(Vec<Taps>, Vec<Taps>)> {
     let (rows, cols) = g.slices().taps()?;
     let h = g.sizes().input[1];
     let depth = if rows.is_empty() { Vec::new() } else { g.depth_taps()? };
     let len = depth.len() * rows.len();
-    let flat = depth.iter().flat_map(|d| {
-        let span = d.span();
-        rows.iter().map(move |_| Taps { start: span.start * h, count: span.len() * h, step: 1 })
+    let hulls = depth.iter().flat_map(|d| {
+        let slices = d.span();
+        rows.iter().map(move |r| {
+            let rows = r.span();
+            let start = slices.start * h + rows.start;
+            let end = match slices.end.checked_sub(1) {
+                Some(last) if !rows.is_empty() => last * h + rows.end,
+                _ => start,
+            };
+            Taps { start, count: end - start, step: 1 }
+        })
     });
-    Ok((collect_exact(UNNAMED, "windows", len, flat)?, cols))
+    let mut windows = collect_exact(UNNAMED, "windows", len, hulls)?;
+    monotone_windows(&mut windows);
+    Ok((windows, cols))
+}
+
+/// Widens runs of rows (`step` 1) so that neither their starts nor their ends ever go back: each
+/// end becomes the largest end up to it, each start the smallest start from it on. Each run
+/// only grows, so it still holds every row it held.
+fn monotone_windows(windows: &mut [Taps]) {
+    let mut end = 0;
+    for w in windows.iter_mut() {
+        end = end.max(w.start + w.count);
+        w.count = end - w.start;
+    }
+    let mut start = usize::MAX;
+    for w in windows.iter_mut().rev() {
+        let end = w.start + w.count;
+        start = start.min(w.start);
+        *w = Taps { start, count: end - start, step: 1 };
+    }
 }
 
 /// The forward work of a 3-D pooling: each output reads at most the slices' taps times the
@@ -576,6 +611,65 @@ impl InputBands {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The 3-D backward's windows, rows of a volume's plane of `D·H` rows: window `(od, oh)` is
+    /// the smallest run of rows that holds every row read by it and by the output rows before it
+    /// (its end) and after it (its start), so that it holds its own and never goes back. The rows
+    /// read come from PyTorch's window rules, written out here: kernel 3 stride 2 padding 1
+    /// (the video case), ceil mode, a stride wider than the kernel (rows read by no window),
+    /// dilation, windows that start together at the edge (padding 2, stride 1), adaptive windows
+    /// that overlap and that repeat (fewer inputs than outputs).
+    #[test]
+    fn volume_windows_are_the_monotone_hulls_of_the_rows_read() {
+        fn pooled(len: usize, out: usize, [k, s, p, dil]: [usize; 4]) -> Vec<Vec<usize>> {
+            let taps = |o: usize| (0..k).map(move |i| (o * s + i * dil).checked_sub(p));
+            (0..out).map(|o| taps(o).flatten().filter(|&x| x < len).collect()).collect()
+        }
+        fn adaptive(len: usize, out: usize) -> Vec<Vec<usize>> {
+            (0..out).map(|o| (o * len / out..((o + 1) * len).div_ceil(out)).collect()).collect()
+        }
+        fn check(what: &str, windows: &[Taps], h: usize, depths: &[Vec<usize>], rows: &[Vec<usize>]) {
+            let mut read = Vec::new();
+            for ds in depths {
+                for rs in rows {
+                    read.push(ds.iter().flat_map(|d| rs.iter().map(move |r| d * h + r)).collect::<Vec<_>>());
+                }
+            }
+            assert_eq!(windows.len(), read.len(), "{what}");
+            for (o, w) in windows.iter().enumerate() {
+                let first = read[o..].iter().flatten().min().unwrap();
+                let last = read[..=o].iter().flatten().max().unwrap();
+                assert_eq!((w.step, w.span()), (1, *first..last + 1), "{what}: window {o}");
+            }
+        }
+        let cases: [([usize; 3], [usize; 4], bool); 6] = [
+            ([5, 6, 7], [3, 2, 1, 1], false),
+            ([5, 6, 7], [3, 2, 1, 1], true),
+            ([7, 8, 3], [2, 3, 0, 1], false),
+            ([6, 7, 4], [2, 1, 1, 2], false),
+            ([4, 5, 3], [5, 1, 2, 1], false),
+            ([1, 4, 2], [1, 1, 0, 1], false),
+        ];
+        for (input @ [d, h, w], [k, s, p, dil], ceil) in cases {
+            let params = crate::MaxPool3dParams::new([k; 3])
+                .with_stride([s; 3])
+                .with_padding([p; 3])
+                .with_dilation([dil; 3])
+                .with_ceil_mode(ceil);
+            let g = MaxPool3dGeometry::checked("t", "x", &params, &[1, 2, d, h, w]).unwrap();
+            let [od, oh, _] = g.sizes.output;
+            let (windows, _) = volume_taps(&g).unwrap();
+            let what = format!("{input:?} pooled by {:?}, ceil {ceil}", [k, s, p, dil]);
+            check(&what, &windows, h, &pooled(d, od, [k, s, p, dil]), &pooled(h, oh, [k, s, p, dil]));
+        }
+        for (input @ [d, h, w], output @ [od, oh, ow]) in [([7, 5, 4], [3, 2, 2]), ([3, 2, 5], [5, 4, 2])] {
+            let sizes = VolumeSizes { n: 1, c: 2, input, output, ndim: 5 };
+            let (windows, _) = volume_taps(&AdaptiveGeometry3d { sizes }).unwrap();
+            let what = format!("{input:?} to {output:?}");
+            check(&what, &windows, h, &adaptive(d, od), &adaptive(h, oh));
+            let _ = (w, ow);
+        }
+    }
 
     /// Hand-counted: 2 planes of 10x10 pooled to 5x5.
     #[test]
