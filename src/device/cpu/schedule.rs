@@ -612,13 +612,14 @@ impl InputBands {
 mod tests {
     use super::*;
 
-    /// The 3-D backward's windows, rows of a volume's plane of `D·H` rows: window `(od, oh)` is
-    /// the smallest run of rows that holds every row read by it and by the output rows before it
-    /// (its end) and after it (its start), so that it holds its own and never goes back. The rows
-    /// read come from PyTorch's window rules, written out here: kernel 3 stride 2 padding 1
-    /// (the video case), ceil mode, a stride wider than the kernel (rows read by no window),
-    /// dilation, windows that start together at the edge (padding 2, stride 1), adaptive windows
-    /// that overlap and that repeat (fewer inputs than outputs).
+    /// The 3-D backward's windows, rows of a volume's plane of `D·H` rows: window `(od, oh)`
+    /// starts at the first row read by it or by any output row after it, and ends after the last
+    /// row read by it or by any output row before it (the smallest runs that hold the rows read
+    /// and never go back). The rows read come from PyTorch's window rules, written out here:
+    /// kernel 3 stride 2 padding 1 (the video case), ceil mode, a stride wider than the kernel
+    /// (rows read by no window), dilation, windows that start together at the edge (padding 2,
+    /// stride 1), a single slice, adaptive windows that overlap and that repeat (fewer inputs
+    /// than outputs).
     #[test]
     fn volume_windows_are_the_monotone_hulls_of_the_rows_read() {
         fn pooled(len: usize, out: usize, [k, s, p, dil]: [usize; 4]) -> Vec<Vec<usize>> {
@@ -662,12 +663,11 @@ mod tests {
             let what = format!("{input:?} pooled by {:?}, ceil {ceil}", [k, s, p, dil]);
             check(&what, &windows, h, &pooled(d, od, [k, s, p, dil]), &pooled(h, oh, [k, s, p, dil]));
         }
-        for (input @ [d, h, w], output @ [od, oh, ow]) in [([7, 5, 4], [3, 2, 2]), ([3, 2, 5], [5, 4, 2])] {
+        for (input @ [d, h, _], output @ [od, oh, _]) in [([7, 5, 4], [3, 2, 2]), ([3, 2, 5], [5, 4, 2])] {
             let sizes = VolumeSizes { n: 1, c: 2, input, output, ndim: 5 };
             let (windows, _) = volume_taps(&AdaptiveGeometry3d { sizes }).unwrap();
             let what = format!("{input:?} to {output:?}");
             check(&what, &windows, h, &adaptive(d, od), &adaptive(h, oh));
-            let _ = (w, ow);
         }
     }
 
