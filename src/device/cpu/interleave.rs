@@ -93,14 +93,11 @@ fn transposed_bf16<T: PoolFloat, A: AccFloat>(isa: Isa, rows: &[&[T]], out: &mut
     #[cfg(target_arch = "x86_64")]
     if let (Isa::V3(simd), 2, 4) = (isa, size_of::<T>(), size_of::<A>()) {
         let avx2 = simd.avx2;
-        let planes = rows.len().min(BLOCK);
-        let rows: [&[u16]; BLOCK] =
-            core::array::from_fn(|l| bytemuck::cast_slice(rows.get(l).copied().unwrap_or_default()));
         let widen = |bits: &[u16; 8]| -> [f32; 8] {
             let wide = avx2._mm256_cvtepu16_epi32(pulp::cast(*bits));
             pulp::cast(avx2._mm256_slli_epi32::<16>(wide))
         };
-        return transposed_with(isa, &rows[..planes], bytemuck::cast_slice_mut(out), widen);
+        return transposed_with::<T, u16>(isa, rows, bytemuck::cast_slice_mut(out), widen);
     }
     let _ = (isa, rows, out);
     0
@@ -114,27 +111,26 @@ fn transposed<A: AccFloat>(isa: Isa, rows: &[&[A]], out: &mut [A]) -> usize {
     if size_of::<A>() != size_of::<f32>() {
         return 0; // `f64` (a column of 8 fills two registers) keeps the plain loop
     }
-    let planes = rows.len().min(BLOCK);
-    let rows: [&[f32]; BLOCK] =
-        core::array::from_fn(|l| bytemuck::cast_slice(rows.get(l).copied().unwrap_or_default()));
-    transposed_with(isa, &rows[..planes], bytemuck::cast_slice_mut(out), |column| *column)
+    transposed_with::<A, f32>(isa, rows, bytemuck::cast_slice_mut(out), |column| *column)
 }
 
-/// The first columns of `rows` (`S`: 32-bit values, or `bf16` bits) into `out` 8 at a time: each
-/// row's 8 values as `f32` by `load`, then [`transpose8`] where `isa` has AVX. Returns how many
-/// columns it did (a multiple of 8, or 0).
+/// The first columns of `rows` into `out` 8 at a time: each row read as `S` (its own bits:
+/// 32-bit values as `f32`, or `bf16` as `u16`), its 8 values made `f32` by `load`, then
+/// [`transpose8`] where `isa` has AVX. Returns how many columns it did (a multiple of 8, or 0).
 #[inline(always)]
-fn transposed_with<S: bytemuck::Pod>(
+fn transposed_with<R: bytemuck::Pod, S: bytemuck::Pod>(
     isa: Isa,
-    rows: &[&[S]],
+    rows: &[&[R]],
     out: &mut [f32],
     load: impl Fn(&[S; 8]) -> [f32; 8],
 ) -> usize {
     let Some(&first) = rows.first() else { return 0 };
     let (columns, _) = out.as_chunks_mut::<{ 8 * BLOCK }>();
     // Lanes without a plane take plane 0's values; they are never read.
-    let sources: [&[[S; 8]]; BLOCK] =
-        core::array::from_fn(|l| rows.get(l).copied().unwrap_or(first).as_chunks().0);
+    let sources: [&[[S; 8]]; BLOCK] = core::array::from_fn(|l| {
+        let row: &[S] = bytemuck::cast_slice(rows.get(l).copied().unwrap_or(first));
+        row.as_chunks().0
+    });
     // The eight sources zipped (indexing them would test each index).
     let [s0, s1, s2, s3, s4, s5, s6, s7] = sources;
     let zipped = s0.iter().zip(s1).zip(s2).zip(s3).zip(s4).zip(s5).zip(s6).zip(s7);
