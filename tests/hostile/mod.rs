@@ -613,8 +613,10 @@ fn views<T: PoolFloat>(b: &mut Bytes) {
 
 /// Bytes a `Mask` conversion may allocate for its result here (zeroed memory is not touched until
 /// written). The fuzzer runs with `-malloc_limit_mb=64`, so that a copy of the input or a
-/// reservation well beyond the result, which the conversions must not make, is a finding.
-const RESULT_BUDGET: usize = 48 << 20;
+/// reservation well beyond the result, which the conversions must not make, is a finding. The
+/// harness holds at most two such results at once: one, and the result of another layout or
+/// conversion that it is compared with.
+pub const RESULT_BUDGET: usize = 48 << 20;
 
 /// Values a conversion may visit here (larger cases only run where an early error is certain).
 const WORK_BUDGET: usize = 1 << 24;
