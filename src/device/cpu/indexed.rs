@@ -38,7 +38,7 @@ impl Move {
     }
 }
 
-/// Phase-1 state: the runs of planes, and the marks each task keeps (a bit per position of a
+/// Phase-1 state: the runs of planes, and the marks each task keeps (a byte per position of a
 /// plane, for [`Move::GatherLast`]).
 #[derive(Debug)]
 pub struct IndexedPrepared {
@@ -59,8 +59,8 @@ fn prepare<E: PoolFloat, I: ArgmaxIndex>(
         sizer.stage(&indices.view())?;
         sizer.stage(&target.as_ref().view())?;
         let tasks = task_count(cpu, g.planes);
-        let marks_per_task = if how == Move::GatherLast { task_share::<i64>(g.full.div_ceil(64)) } else { 0 };
-        sizer.region::<i64>(tasks * marks_per_task)?;
+        let marks_per_task = if how == Move::GatherLast { task_share::<i8>(g.full) } else { 0 };
+        sizer.region::<i8>(tasks * marks_per_task)?;
         Ok((IndexedPrepared { tasks, marks_per_task }, sizer.total()))
     })
 }
@@ -77,7 +77,7 @@ fn run<E: PoolFloat, I: ArgmaxIndex>(
     let src = carver.stage(source.view())?;
     let idx = carver.stage(indices.view())?;
     let mut dst = carver.output(target.into_view())?;
-    let marks = carver.region::<i64>(p.plan.tasks * p.plan.marks_per_task)?;
+    let marks = carver.region::<i8>(p.plan.tasks * p.plan.marks_per_task)?;
     let (src_len, dst_len) = how.lengths(g);
     let per = runs(g.planes, p.plan.tasks).next().map_or(1, |r| r.len().max(1));
     let mut marks = marks.chunks_mut(p.plan.marks_per_task.max(1));
@@ -104,7 +104,7 @@ fn move_planes<E: PoolFloat, I: ArgmaxIndex>(
     how: Move,
     first: usize,
     (src, idx, dst): (&[E], &[I], &mut [E]),
-    marks: &mut [i64],
+    marks: &mut [i8],
 ) -> core::result::Result<(), (usize, i64)> {
     let (src_len, dst_len) = how.lengths(g);
     for (plane, idx) in idx.chunks(g.pooled.max(1)).enumerate() {
@@ -130,8 +130,10 @@ fn move_planes<E: PoolFloat, I: ArgmaxIndex>(
             Move::GatherLast => {
                 // From the last index back: one that a later equal index already marked was
                 // overwritten in the forward, and gets nothing. Scanning backwards, the bad
-                // index reported is the earliest one met.
-                let marks = &mut marks[..g.full.div_ceil(64)];
+                // index reported is the earliest one met. A mark is a byte per position of
+                // `s`, as many as it has, so that `s`'s index check is the marks' too (a bit
+                // would take a check and a shift of its own).
+                let marks = &mut marks[..s.len()];
                 marks.fill(0);
                 let mut earliest = None;
                 for (i, (v, j)) in d.iter_mut().zip(idx).enumerate().rev() {
@@ -140,9 +142,8 @@ fn move_planes<E: PoolFloat, I: ArgmaxIndex>(
                         earliest = Some(bad(i, j));
                         continue;
                     };
-                    let (word, bit) = (at / 64, 1i64 << (at % 64));
-                    *v = if marks[word] & bit != 0 { E::zero() } else { read };
-                    marks[word] |= bit;
+                    *v = if marks[at] != 0 { E::zero() } else { read };
+                    marks[at] = 1;
                 }
                 if let Some(e) = earliest {
                     return Err(e);
