@@ -81,9 +81,9 @@ impl Pooling {
 
 impl Unpooling {
     /// The gradient of a backward with respect to its `grad_output`, given the gradient `gg` of
-    /// its result (shaped as `x`): `gg` read at each output's arg-max (the double backwards; a
-    /// line is a plane one row high). Errors named for the bridge function `op`. Only candle
-    /// records it: burn's autodiff has no second order.
+    /// its result (shaped as `x`): `gg` read at each output's arg-max (the double backwards).
+    /// Errors named for the bridge function `op`. Only candle records it: burn's autodiff has no
+    /// second order.
     #[cfg(feature = "candle")]
     pub(crate) fn double_backward<T: PoolFloat, I: ArgmaxIndex>(
         self,
@@ -94,19 +94,7 @@ impl Unpooling {
         match self {
             Unpooling::MaxPool(_) | Unpooling::Adaptive => crate::max_pool2d_double_backward(gg, indices),
             Unpooling::MaxPool3d(_) | Unpooling::Adaptive3d => crate::max_pool3d_double_backward(gg, indices),
-            Unpooling::MaxPool1d(_) | Unpooling::Adaptive1d => {
-                // `[N, C, L]` as `[N, C, 1, L]` (`[C, L]` as `[C, 1, L]`), and back.
-                let row = |ndim: usize| ndim.checked_sub(1).map(ndarray::Axis);
-                match (row(gg.ndim()), row(indices.ndim())) {
-                    (Some(ga), Some(ia)) => crate::max_pool2d_double_backward(
-                        &gg.clone().insert_axis(ga),
-                        &indices.clone().insert_axis(ia),
-                    )
-                    .map(|g| g.remove_axis(ga)),
-                    // A rank-0 array: the 2-D function's own rank error.
-                    _ => crate::max_pool2d_double_backward(gg, indices),
-                }
-            }
+            Unpooling::MaxPool1d(_) | Unpooling::Adaptive1d => crate::max_pool1d_double_backward(gg, indices),
         }
         .map_err(in_terms_of(op))
     }

@@ -1130,3 +1130,143 @@ pub fn max_pool3d_double_backward_into<T: PoolFloat, I: ArgmaxIndex, D: VolumeDi
 ) -> Result<()> {
     on(&Cpu::default()).max_pool3d_double_backward_into(grad_grad_input, indices, grad_grad_output)
 }
+
+/// Max unpooling over one axis (PyTorch's `max_unpool1d`, with its `output_size`): an output of
+/// `input`'s batch and channels and length `output_size`, zero but at `indices` (positions along
+/// the output's length), where `input`'s values go. Where indices of a line repeat, the last
+/// wins, and [`max_unpool1d_backward`] gives the gradient to that one alone, as in
+/// [`max_unpool2d`], which this is on planes one row high.
+///
+/// ```
+/// let x = ndarray::array![[[5.0f32, 7.0]]];
+/// let idx = ndarray::array![[[3i64, 3]]];
+/// let y = poolgrad::max_unpool1d(&x, &idx, 4)?;
+/// assert_eq!(y, ndarray::array![[[0.0, 0.0, 0.0, 7.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::InvalidParameter`] for an
+/// `output_size` of 0, [`Error::ShapeMismatch`] when `indices` and `input` differ,
+/// [`Error::IndexTypeTooNarrow`], [`Error::IndexOutOfRange`] for the first index (row-major)
+/// outside the output line (the output is then zero), [`Error::Overflow`] /
+/// [`Error::Allocation`].
+pub fn max_unpool1d<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    output_size: usize,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_unpool1d(input, indices, output_size)
+}
+
+/// [`max_unpool1d`] into an array the caller owns.
+///
+/// ```
+/// let x = ndarray::array![[[5.0f32, 7.0]]];
+/// let idx = ndarray::array![[[0i32, 2]]];
+/// let mut y = ndarray::Array3::from_elem((1, 1, 3), 1.0f32);
+/// poolgrad::max_unpool1d_into(&x, &idx, 3, &mut y)?;
+/// assert_eq!(y, ndarray::array![[[5.0, 0.0, 7.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool1d`], and [`Error::ShapeMismatch`] for an output of another shape.
+pub fn max_unpool1d_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    output_size: usize,
+    output: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_unpool1d_into(input, indices, output_size, output)
+}
+
+/// Backward of [`max_unpool1d`]: `grad_input[n, c, i] = grad_output[n, c, indices[n, c, i]]`
+/// for the last `i` of each index in row-major order, zero for the earlier ones.
+///
+/// ```
+/// let g = ndarray::array![[[1.0f32, 2.0, 3.0, 4.0]]];
+/// let idx = ndarray::array![[[3i64, 3]]];
+/// let gx = poolgrad::max_unpool1d_backward(&g, &idx)?;
+/// assert_eq!(gx, ndarray::array![[[0.0, 4.0]]]); // the first was overwritten
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::ShapeMismatch`] when `grad_output`'s
+/// batch or channels differ from `indices`', [`Error::IndexOutOfRange`] for the first index
+/// outside the output line.
+pub fn max_unpool1d_backward<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    grad_output: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_unpool1d_backward(grad_output, indices)
+}
+
+/// [`max_unpool1d_backward`] into an array the caller owns.
+///
+/// ```
+/// let g = ndarray::array![[[1.0f32, 2.0, 3.0, 4.0]]];
+/// let idx = ndarray::array![[[1i64, 2]]];
+/// let mut gx = ndarray::Array3::<f32>::zeros((1, 1, 2));
+/// poolgrad::max_unpool1d_backward_into(&g, &idx, &mut gx)?;
+/// assert_eq!(gx, ndarray::array![[[2.0, 3.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool1d_backward`], and [`Error::ShapeMismatch`] for a `grad_input` of another
+/// shape than `indices`.
+pub fn max_unpool1d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    grad_output: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    grad_input: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_unpool1d_backward_into(grad_output, indices, grad_input)
+}
+
+/// The gradient of a 1-D max pooling's backward (adaptive or not) with respect to its
+/// `grad_output`: `grad_grad_output[n, c, o] = grad_grad_input[n, c, indices[n, c, o]]`, for
+/// second-order autodiff. Repeated indices each read the same element: the backward adds every
+/// gradient at its index, so this is its exact derivative.
+///
+/// ```
+/// let ggi = ndarray::array![[[1.0f32, 2.0, 3.0, 4.0]]];
+/// let idx = ndarray::array![[[3i64, 3]]];
+/// let ggo = poolgrad::max_pool1d_double_backward(&ggi, &idx)?;
+/// assert_eq!(ggo, ndarray::array![[[4.0, 4.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Rank`], [`Error::EmptyDimension`], [`Error::ShapeMismatch`] when the batch or
+/// channels of `grad_grad_input` and `indices` differ, [`Error::IndexOutOfRange`] for the first
+/// index outside the input line.
+pub fn max_pool1d_double_backward<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    grad_grad_input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    on(&Cpu::default()).max_pool1d_double_backward(grad_grad_input, indices)
+}
+
+/// [`max_pool1d_double_backward`] into an array the caller owns.
+///
+/// ```
+/// let ggi = ndarray::array![[[1.0f32, 2.0, 3.0, 4.0]]];
+/// let idx = ndarray::array![[[0i32, 2]]];
+/// let mut ggo = ndarray::Array3::<f32>::zeros((1, 1, 2));
+/// poolgrad::max_pool1d_double_backward_into(&ggi, &idx, &mut ggo)?;
+/// assert_eq!(ggo, ndarray::array![[[1.0, 3.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_pool1d_double_backward`], and [`Error::ShapeMismatch`] for an output of another
+/// shape than `indices`.
+pub fn max_pool1d_double_backward_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    grad_grad_input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    grad_grad_output: &mut ArrayRef<T, D>,
+) -> Result<()> {
+    on(&Cpu::default()).max_pool1d_double_backward_into(grad_grad_input, indices, grad_grad_output)
+}

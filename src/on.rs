@@ -1023,6 +1023,139 @@ impl<Dev: Device> On<'_, Dev> {
     }
 }
 
+/// Max unpooling over one axis, its backward and the 1-D max poolings' double backward: arrays
+/// `[N, C, L]` or `[C, L]`, checked in their own terms, then run as the 2-D operations on planes
+/// one row high, as the 1-D poolings are (their flat indices are positions along `L`).
+impl<Dev: Device> On<'_, Dev> {
+    /// [`max_unpool1d`](crate::max_unpool1d) on this device.
+    pub fn max_unpool1d<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        output_size: usize,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxUnpool<'a, T, I, 2>>,
+    {
+        const OP: &str = name::MAX_UNPOOL1D;
+        op::unpool_shapes_of::<I, 1>(OP, input.shape(), indices.shape(), [output_size])?;
+        let output = self
+            .max_unpool2d(&as_plane(input), &as_plane(indices), [1, output_size])
+            .map_err(|e| from_plane(e, OP))?;
+        to_line(OP, "output", output)
+    }
+
+    /// [`max_unpool1d_into`](crate::max_unpool1d_into) on this device.
+    pub fn max_unpool1d_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        output_size: usize,
+        output: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxUnpool<'a, T, I, 2>>,
+    {
+        const OP: &str = name::MAX_UNPOOL1D;
+        op::unpool_shapes_of::<I, 1>(OP, input.shape(), indices.shape(), [output_size])?;
+        let unpooled = op::unpooled_dims(input.shape(), [output_size]);
+        shape::same_shape(OP, "output", output.shape(), &unpooled)?;
+        self.max_unpool2d_into(
+            &as_plane(input),
+            &as_plane(indices),
+            [1, output_size],
+            &mut as_plane_mut(output),
+        )
+        .map_err(|e| from_plane(e, OP))
+    }
+
+    /// [`max_unpool1d_backward`](crate::max_unpool1d_backward) on this device.
+    pub fn max_unpool1d_backward<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, 2>>,
+    {
+        const OP: &str = name::MAX_UNPOOL1D_BACKWARD;
+        Self::gather1d_shapes::<I>(OP, ("grad_output", grad_output.shape()), indices.shape())?;
+        let grad_input = self
+            .max_unpool2d_backward(&as_plane(grad_output), &as_plane(indices))
+            .map_err(|e| from_plane(e, OP))?;
+        to_line(OP, "grad_input", grad_input)
+    }
+
+    /// [`max_unpool1d_backward_into`](crate::max_unpool1d_backward_into) on this device.
+    pub fn max_unpool1d_backward_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        grad_output: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        grad_input: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxUnpoolBackward<'a, T, I, 2>>,
+    {
+        const OP: &str = name::MAX_UNPOOL1D_BACKWARD;
+        Self::gather1d_shapes::<I>(OP, ("grad_output", grad_output.shape()), indices.shape())?;
+        shape::same_shape(OP, "grad_input", grad_input.shape(), indices.shape())?;
+        self.max_unpool2d_backward_into(
+            &as_plane(grad_output),
+            &as_plane(indices),
+            &mut as_plane_mut(grad_input),
+        )
+        .map_err(|e| from_plane(e, OP))
+    }
+
+    /// [`max_pool1d_double_backward`](crate::max_pool1d_double_backward) on this device.
+    pub fn max_pool1d_double_backward<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        grad_grad_input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+    ) -> Result<Array<T, D>>
+    where
+        Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, 2>>,
+    {
+        const OP: &str = name::MAX_POOL1D_DOUBLE_BACKWARD;
+        Self::gather1d_shapes::<I>(OP, ("grad_grad_input", grad_grad_input.shape()), indices.shape())?;
+        let grad_grad_output = self
+            .max_pool2d_double_backward(&as_plane(grad_grad_input), &as_plane(indices))
+            .map_err(|e| from_plane(e, OP))?;
+        to_line(OP, "grad_grad_output", grad_grad_output)
+    }
+
+    /// [`max_pool1d_double_backward_into`](crate::max_pool1d_double_backward_into) on this device.
+    pub fn max_pool1d_double_backward_into<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+        &self,
+        grad_grad_input: &ArrayRef<T, D>,
+        indices: &ArrayRef<I, D>,
+        grad_grad_output: &mut ArrayRef<T, D>,
+    ) -> Result<()>
+    where
+        Dev: for<'a> Runs<MaxPoolDoubleBackward<'a, T, I, 2>>,
+    {
+        const OP: &str = name::MAX_POOL1D_DOUBLE_BACKWARD;
+        Self::gather1d_shapes::<I>(OP, ("grad_grad_input", grad_grad_input.shape()), indices.shape())?;
+        shape::same_shape(OP, "grad_grad_output", grad_grad_output.shape(), indices.shape())?;
+        self.max_pool2d_double_backward_into(
+            &as_plane(grad_grad_input),
+            &as_plane(indices),
+            &mut as_plane_mut(grad_grad_output),
+        )
+        .map_err(|e| from_plane(e, OP))
+    }
+
+    /// The checks of a 1-D gather in its own terms: `indices` (`[N, C, Lp]` or `[C, Lp]`) read
+    /// the positions of `full` (the same `N` and `C`, any length), within the index type.
+    fn gather1d_shapes<I: ArgmaxIndex>(
+        op: &'static str,
+        full: (&'static str, &[usize]),
+        indices: &[usize],
+    ) -> Result<()> {
+        op::indexed_shapes::<I, 1>(op, ("indices", indices), indices, full).map(drop)
+    }
+}
+
 /// An array's view as argument `arg` of an operation over `N` spatial axes (2 or 3).
 fn read_axes<'a, E: Element, D: Dimension, const N: usize>(
     op: &'static str,

@@ -38,6 +38,9 @@ pub(crate) mod name {
     pub(crate) const MAX_UNPOOL3D_BACKWARD: &str = "max_unpool3d_backward";
     pub(crate) const MAX_POOL2D_DOUBLE_BACKWARD: &str = "max_pool2d_double_backward";
     pub(crate) const MAX_POOL3D_DOUBLE_BACKWARD: &str = "max_pool3d_double_backward";
+    pub(crate) const MAX_UNPOOL1D: &str = "max_unpool1d";
+    pub(crate) const MAX_UNPOOL1D_BACKWARD: &str = "max_unpool1d_backward";
+    pub(crate) const MAX_POOL1D_DOUBLE_BACKWARD: &str = "max_pool1d_double_backward";
 
     /// The name of an `n`-axis operation of the two given.
     pub(crate) const fn of_axes(n: usize, two: &'static str, three: &'static str) -> &'static str {
@@ -725,7 +728,9 @@ impl SpatialAxes for Axes<3> {}
 
 /// The checks every indexed operation shares: `indices` and the pooled side `pooled` of one
 /// shape, the full side `full` of the same `N` and `C`, its positions within the index type.
-fn indexed_shapes<I: ArgmaxIndex, const N: usize>(
+/// Over 1, 2 or 3 spatial axes (1: the 1-D operations, checked in their own terms before they
+/// run as the 2-D ones).
+pub(crate) fn indexed_shapes<I: ArgmaxIndex, const N: usize>(
     op: &'static str,
     (pooled_arg, pooled): (&'static str, &[usize]),
     indices: &[usize],
@@ -834,7 +839,22 @@ pub(crate) fn unpool_shapes<I: ArgmaxIndex, const N: usize>(
     indices: &[usize],
     output_size: [usize; N],
 ) -> Result<IndexedGeometry> {
-    let op = name::of_axes(N, name::MAX_UNPOOL2D, name::MAX_UNPOOL3D);
+    unpool_shapes_of::<I, N>(
+        name::of_axes(N, name::MAX_UNPOOL2D, name::MAX_UNPOOL3D),
+        input,
+        indices,
+        output_size,
+    )
+}
+
+/// [`unpool_shapes`] for the operation named `op`, over 1, 2 or 3 spatial axes (1: the 1-D
+/// unpooling, checked in its own terms before it runs as the 2-D one).
+pub(crate) fn unpool_shapes_of<I: ArgmaxIndex, const N: usize>(
+    op: &'static str,
+    input: &[usize],
+    indices: &[usize],
+    output_size: [usize; N],
+) -> Result<IndexedGeometry> {
     if output_size.contains(&0) {
         return Err(Error::InvalidParameter {
             op,

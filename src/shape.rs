@@ -428,8 +428,8 @@ pub(crate) fn with_length(dims: &[usize], len: usize) -> Vec<usize> {
     pooled
 }
 
-/// `[N, C]` and the `N` spatial sizes of a pooling array given in the caller's rank: 2 + `N`, or
-/// 1 + `N` without the batch; C and every spatial size non-empty.
+/// `[N, C]` and the `N` spatial sizes (1, 2 or 3) of a pooling array given in the caller's rank:
+/// 2 + `N`, or 1 + `N` without the batch; C and every spatial size non-empty.
 pub(crate) fn spatial_dims<const N: usize>(
     op: &'static str,
     arg: &'static str,
@@ -438,6 +438,9 @@ pub(crate) fn spatial_dims<const N: usize>(
     if N == 3 {
         let [n, c, d, h, w] = volume_dims(op, arg, dims)?;
         Ok((n, c, core::array::from_fn(|i| [d, h, w][i])))
+    } else if N == 1 {
+        let [n, c, l] = line_dims(op, arg, dims)?;
+        Ok((n, c, core::array::from_fn(|_| l)))
     } else {
         let [n, c, h, w] = pooling_dims(op, arg, dims)?;
         Ok((n, c, core::array::from_fn(|i| [h, w][i])))

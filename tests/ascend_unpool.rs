@@ -9,7 +9,7 @@ mod ascend;
 
 use ascend::{Double, on_every_device};
 use half::f16;
-use ndarray::{Array, Array4, Array5, ArrayD, Dimension, IxDyn, s};
+use ndarray::{Array, Array2, Array3, Array4, Array5, ArrayD, Dimension, IxDyn, s};
 use poolgrad::device::ascend::Ascend;
 use poolgrad::device::cpu::Cpu;
 use poolgrad::{
@@ -44,7 +44,7 @@ fn crowded<I: ArgmaxIndex, D: Dimension>(dims: D, full: usize, seed: u64) -> Arr
     Array::from_shape_vec(dims, v.collect()).unwrap()
 }
 
-/// The unpooling pair and the double backward on `npu` equal the CPU's bit for bit, 2-D and 3-D,
+/// The unpooling pair and the double backward on `npu` equal the CPU's bit for bit, 1-D, 2-D and 3-D,
 /// with indices from overlapping max poolings (repeats of equal values) and crowded ones
 /// (repeats of different values).
 fn matches_cpu<T: PoolFloat, I: ArgmaxIndex>(npu: &Ascend, backward: bool) {
@@ -94,6 +94,29 @@ fn matches_cpu<T: PoolFloat, I: ArgmaxIndex>(npu: &Ascend, backward: bool) {
             let want = host.max_pool3d_double_backward(&g, &idx).unwrap();
             let got = dev.max_pool3d_double_backward(&g, &idx).unwrap();
             assert_eq!(bits(&got), bits(&want), "double backward 3-D, seed {seed}");
+        }
+        // 1-D (the 2-D operators on lines one row high): a k3 s2 p1 pooling of [2, 3, 11]
+        // (overlapping), and unbatched crowded indices.
+        let x = values::<T, _>(ndarray::Dim([2, 3, 11]), seed + 17);
+        let p = poolgrad::MaxPool1dParams::new([3]).with_stride([2]).with_padding([1]);
+        let pooled = host.max_pool1d_with_indices(&x, &p).unwrap();
+        let idx: Array3<I> = pooled.indices.mapv(|i| I::try_from_flat(i as usize).unwrap());
+        let want = host.max_unpool1d(&pooled.output, &idx, 11).unwrap();
+        let got = dev.max_unpool1d(&pooled.output, &idx, 11).unwrap();
+        assert_eq!(bits(&got), bits(&want), "unpool1d, seed {seed}");
+        let unbatched = pooled.output.slice(s![0, .., ..]).to_owned();
+        let crowded1: Array2<I> = crowded(unbatched.raw_dim(), 4, seed);
+        let want = host.max_unpool1d(&unbatched, &crowded1, 11).unwrap();
+        let got = dev.max_unpool1d(&unbatched, &crowded1, 11).unwrap();
+        assert_eq!(bits(&got), bits(&want), "unpool1d crowded, seed {seed}");
+        if backward {
+            let g = values::<T, _>(x.raw_dim(), seed + 90);
+            let want = host.max_unpool1d_backward(&g, &idx).unwrap();
+            let got = dev.max_unpool1d_backward(&g, &idx).unwrap();
+            assert_eq!(bits(&got), bits(&want), "unpool1d backward, seed {seed}");
+            let want = host.max_pool1d_double_backward(&g, &idx).unwrap();
+            let got = dev.max_pool1d_double_backward(&g, &idx).unwrap();
+            assert_eq!(bits(&got), bits(&want), "double backward 1-D, seed {seed}");
         }
     }
 }

@@ -1,11 +1,11 @@
-//! Max unpooling (2-D and 3-D), its backward, and the max poolings' double backward: against
+//! Max unpooling (1-D, 2-D and 3-D), its backward, and the max poolings' double backward: against
 //! plain loops, and against each other through the adjoint identity `<F x, g> = <x, Fᵀ g>` (each
 //! pair is linear: unpooling and its backward, a pooling's backward and its double backward),
 //! on drawn indices with repeats, in every element and index type and several thread counts.
 
 mod common;
 
-use ndarray::{Array4, Array5, ArrayD, IxDyn};
+use ndarray::{Array2, Array3, Array4, Array5, ArrayD, IxDyn};
 use poolgrad::device::cpu::Cpu;
 use poolgrad::{ArgmaxIndex, Error, PoolFloat, on};
 use proptest::prelude::*;
@@ -66,7 +66,10 @@ fn check<T: PoolFloat, I: ArgmaxIndex>(c: &Case, cpu: &Cpu) -> Result<(), TestCa
     let g = arr(&c.full, c.gradient.iter().map(|&v| common::cast::<T>(v)).collect());
     let dev = on(cpu);
     let axes = c.pooled.len() - 2;
-    let (y, gx, ggo) = if axes == 2 {
+    let (y, gx, ggo) = if axes == 1 {
+        let y = dev.max_unpool1d(&x, &idx, c.full[2]).unwrap();
+        (y, dev.max_unpool1d_backward(&g, &idx).unwrap(), dev.max_pool1d_double_backward(&g, &idx).unwrap())
+    } else if axes == 2 {
         let size = [c.full[2], c.full[3]];
         let y = dev.max_unpool2d(&x, &idx, size).unwrap();
         (y, dev.max_unpool2d_backward(&g, &idx).unwrap(), dev.max_pool2d_double_backward(&g, &idx).unwrap())
@@ -94,6 +97,10 @@ fn check<T: PoolFloat, I: ArgmaxIndex>(c: &Case, cpu: &Cpu) -> Result<(), TestCa
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #[test]
+    fn unpool1d_f32_i32(c in cases(1)) { check::<f32, i32>(&c, &Cpu::sequential())?; }
+    #[test]
+    fn unpool1d_bf16_i64(c in cases(1)) { check::<half::bf16, i64>(&c, common::cpu_with_threads(3))?; }
     #[test]
     fn unpool2d_f32_i64(c in cases(2)) { check::<f32, i64>(&c, &Cpu::sequential())?; }
     #[test]
@@ -188,6 +195,113 @@ fn errors_name_the_first_bad_index() {
     assert!(matches!(e, Error::Rank { op: "max_unpool3d", got: 3, .. }), "{e}");
 }
 
+/// The 1-D operations on a hand-worked line. A max pooling of kernel 3, stride 2, padding 1
+/// over `[3, 9, 4, 9, 1, 2]` has windows on positions 0..=1, 1..=3 and 3..=5, whose first
+/// maxima are at 1, 1 and 3. Unpooling `[5, 7, 8]` at those indices writes 7 at 1 (the last of
+/// the two equal indices wins over 5) and 8 at 3; the unpooling's backward gives the gradient at
+/// 1 to the second element only, and the double backward reads it for both. Every thread count
+/// and the `[C, L]` rank give the same.
+#[test]
+fn one_dimensional_by_hand() {
+    let x = ndarray::array![[[3.0f32, 9.0, 4.0, 9.0, 1.0, 2.0]]];
+    let params = poolgrad::MaxPool1dParams::new([3]).with_stride([2]).with_padding([1]);
+    let idx = poolgrad::max_pool1d_with_indices(&x, &params).unwrap().indices;
+    assert_eq!(idx, ndarray::array![[[1i64, 1, 3]]]);
+    let values = ndarray::array![[[5.0f32, 7.0, 8.0]]];
+    let y = poolgrad::max_unpool1d(&values, &idx, 6).unwrap();
+    assert_eq!(y, ndarray::array![[[0.0, 7.0, 0.0, 8.0, 0.0, 0.0]]]);
+    let g = ndarray::array![[[10.0f32, 20.0, 30.0, 40.0, 50.0, 60.0]]];
+    let gx = poolgrad::max_unpool1d_backward(&g, &idx).unwrap();
+    assert_eq!(gx, ndarray::array![[[0.0, 20.0, 40.0]]]);
+    let ggo = poolgrad::max_pool1d_double_backward(&g, &idx).unwrap();
+    assert_eq!(ggo, ndarray::array![[[20.0, 20.0, 40.0]]]);
+    for threads in [2, 3] {
+        let cpu = common::cpu_with_threads(threads);
+        assert_eq!(on(cpu).max_unpool1d(&values, &idx, 6).unwrap(), y);
+        assert_eq!(on(cpu).max_unpool1d_backward(&g, &idx).unwrap(), gx);
+        assert_eq!(on(cpu).max_pool1d_double_backward(&g, &idx).unwrap(), ggo);
+    }
+    let first = |a: &Array3<f32>| a.index_axis(ndarray::Axis(0), 0).to_owned();
+    let lines: Array2<f32> = first(&g);
+    let idx2: Array2<i64> = idx.index_axis(ndarray::Axis(0), 0).to_owned();
+    assert_eq!(poolgrad::max_pool1d_double_backward(&lines, &idx2).unwrap(), first(&ggo));
+    let mut into = Array2::<f32>::from_elem((1, 3), 7.0);
+    poolgrad::max_unpool1d_backward_into(&lines, &idx2, &mut into).unwrap();
+    assert_eq!(into, first(&gx));
+    let mut out = Array2::<f32>::from_elem((1, 6), 7.0);
+    poolgrad::max_unpool1d_into(&first(&values), &idx2, 6, &mut out).unwrap();
+    assert_eq!(out, first(&y));
+    let mut ggo2 = Array2::<f32>::from_elem((1, 3), 7.0);
+    poolgrad::max_pool1d_double_backward_into(&lines, &idx2, &mut ggo2).unwrap();
+    assert_eq!(ggo2, first(&ggo));
+}
+
+/// The 1-D operations' errors are in 1-D terms: their own names, ranks 2 and 3, and the first
+/// bad index's position without the row the 2-D operations add.
+#[test]
+fn one_dimensional_errors() {
+    let x = Array3::<f32>::ones((1, 2, 3));
+    let mut idx = Array3::<i64>::zeros((1, 2, 3));
+    idx[[0, 1, 1]] = 4;
+    idx[[0, 1, 2]] = -1;
+    let mut y = Array3::<f32>::from_elem((1, 2, 4), 9.0);
+    match poolgrad::max_unpool1d_into(&x, &idx, 4, &mut y).unwrap_err() {
+        Error::IndexOutOfRange { op, arg, position, value, plane } => {
+            assert_eq!((op, arg, position, value, plane), ("max_unpool1d", "indices", vec![0, 1, 1], 4, 4));
+        }
+        e => panic!("{e}"),
+    }
+    assert!(y.iter().all(|&v| v == 0.0), "{y}");
+    let e = poolgrad::max_unpool1d(&x, &idx, 0).unwrap_err();
+    assert!(matches!(e, Error::InvalidParameter { op: "max_unpool1d", arg: "output_size", .. }), "{e}");
+    let e = poolgrad::max_unpool1d(&x, &Array3::<i64>::zeros((1, 2, 2)), 4).unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { op: "max_unpool1d", arg: "indices", ref expected, .. } if expected == &[1, 2, 3]),
+        "{e}"
+    );
+    let mut short = Array3::<f32>::zeros((1, 2, 3));
+    let e = poolgrad::max_unpool1d_into(&x, &Array3::<i64>::zeros((1, 2, 3)), 4, &mut short).unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { op: "max_unpool1d", arg: "output", ref expected, .. } if expected == &[1, 2, 4]),
+        "{e}"
+    );
+    let e = poolgrad::max_unpool1d_backward(&Array3::<f32>::ones((1, 3, 4)), &idx).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: "max_unpool1d_backward", arg: "grad_output", .. }), "{e}");
+    let e = poolgrad::max_unpool1d_backward(&Array3::<f32>::ones((1, 2, 4)), &idx).unwrap_err();
+    assert!(
+        matches!(e, Error::IndexOutOfRange { op: "max_unpool1d_backward", value: 4, ref position, .. } if position == &[0, 1, 1]),
+        "{e}"
+    );
+    let e = poolgrad::max_pool1d_double_backward(&Array3::<f32>::ones((1, 2, 4)), &idx).unwrap_err();
+    assert!(
+        matches!(e, Error::IndexOutOfRange { op: "max_pool1d_double_backward", value: 4, ref position, .. } if position == &[0, 1, 1]),
+        "{e}"
+    );
+    let mut ggo = Array3::<f32>::zeros((1, 2, 4));
+    let e = poolgrad::max_pool1d_double_backward_into(
+        &Array3::<f32>::ones((1, 2, 4)),
+        &Array3::<i64>::zeros((1, 2, 3)),
+        &mut ggo,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { op: "max_pool1d_double_backward", arg: "grad_grad_output", .. }),
+        "{e}"
+    );
+    let e = poolgrad::max_pool1d_double_backward(
+        &ArrayD::<f32>::zeros(IxDyn(&[2, 2, 2, 2])),
+        &ArrayD::<i64>::zeros(IxDyn(&[2, 2, 2, 2])),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Rank { op: "max_pool1d_double_backward", got: 4, .. }), "{e}");
+    let e = poolgrad::max_unpool1d(&Array3::<f32>::ones((1, 0, 3)), &Array3::<i64>::zeros((1, 0, 3)), 4)
+        .unwrap_err();
+    assert!(matches!(e, Error::EmptyDimension { op: "max_unpool1d", .. }), "{e}");
+    // `i32` addresses 2^31 positions, not one more.
+    let e = poolgrad::max_unpool1d(&x, &Array3::<i32>::zeros((1, 2, 3)), (1 << 31) + 1).unwrap_err();
+    assert!(matches!(e, Error::IndexTypeTooNarrow { op: "max_unpool1d", .. }), "{e}");
+}
+
 /// PyTorch 2.x CPU's results: `python benches/torch-anchor/line_unpool_cases.py DIR`, then
 /// `POOLGRAD_TORCH_CASES=DIR cargo test --release --test unpool against_pytorch -- --ignored`.
 /// The unpooling and the double backward equal PyTorch's bit for bit (NaNs as NaNs). The
@@ -215,7 +329,7 @@ fn against_pytorch() {
         .unwrap_or_else(|e| panic!("{line}: {e}"));
         checked += 1;
     }
-    assert!(checked >= 24 && repeats > 0, "{checked} cases, {repeats} repeated indices");
+    assert!(checked >= 40 && repeats > 0, "{checked} cases, {repeats} repeated indices");
     eprintln!("{checked} unpooling cases equal to PyTorch's ({repeats} repeated indices by poolgrad's rule)");
 }
 
@@ -242,7 +356,10 @@ fn torch_unpool<T: PoolFloat, const B: usize>(
     full_dims.extend_from_slice(size);
     let go = array(elems(file("go")), &full_dims);
     let ggx = array(elems(file("ggx")), &full_dims);
-    let (out, gx, ggo) = if spatial == 2 {
+    let (out, gx, ggo) = if spatial == 1 {
+        let unpooled = poolgrad::max_unpool1d(&y, &ix, size[0]);
+        (unpooled, poolgrad::max_unpool1d_backward(&go, &ix), poolgrad::max_pool1d_double_backward(&ggx, &ix))
+    } else if spatial == 2 {
         let unpooled = poolgrad::max_unpool2d(&y, &ix, [size[0], size[1]]);
         (unpooled, poolgrad::max_unpool2d_backward(&go, &ix), poolgrad::max_pool2d_double_backward(&ggx, &ix))
     } else {

@@ -1,14 +1,15 @@
 """Writes PyTorch's CPU results for 1-D max pooling, adaptive 1-D max pooling, max unpooling
-(2-D and 3-D) and the max poolings' double backwards, for `tests/pool1d.rs::against_pytorch` and
-`tests/unpool.rs::against_pytorch` to compare bit for bit:
+(1-D, 2-D and 3-D) and the max poolings' double backwards, for `tests/pool1d.rs::against_pytorch`
+and `tests/unpool.rs::against_pytorch` to compare bit for bit:
 
     python benches/torch-anchor/line_unpool_cases.py DIR
     POOLGRAD_TORCH_CASES=DIR cargo test --release --test pool1d --test unpool against_pytorch -- --ignored
 
 The shapes and parameters are those of PyTorch's own tests of these operations
 (`test/nn/test_pooling.py`: `test_max_pool1d*`, `test_MaxPool1d_indices`,
-`test_adaptive_max_pool1d*`, `test_MaxUnpool2d_output_size`, `test_max_unpool*`), plus ceil mode,
-dilation, ties, NaN and -inf, and overlapping windows (repeated indices). Each case: a line of
+`test_adaptive_max_pool1d*`, `test_MaxUnpool2d_output_size`, `test_max_unpool*`; the 1-D
+unpooling on the same kinds of case), plus ceil mode, dilation, ties, NaN and -inf, and
+overlapping windows (repeated indices). Each case: a line of
 `lines.txt` or `unpool.txt` and raw little-endian files (see `pool3d_cases.py`).
 
 1-D: `.x`, `.out`, `.idx`, `.go`, `.gi` as the 3-D cases (`.gi` PyTorch's backward in f32 and
@@ -47,12 +48,12 @@ def line_case(out_dir, manifest, name, dtype, shape, op, k=1, s=1, p=0, d=1, cei
 
 
 def unpool_case(out_dir, manifest, name, dtype, shape, k, s, p=0, size=None, kind="randn", seed=0):
-    """A max pooling of `shape` (2-D or 3-D by its rank), unpooled back to `size` (default: `shape`'s)."""
+    """A max pooling of `shape` (1-D, 2-D or 3-D by its rank), unpooled back to `size` (default: `shape`'s)."""
     g = torch.Generator().manual_seed(seed)
     spatial = len(shape) - 2
     x = values(shape, kind, g).to(DTYPES[dtype]).requires_grad_(True)
-    pool = F.max_pool2d if spatial == 2 else F.max_pool3d
-    unpool = F.max_unpool2d if spatial == 2 else F.max_unpool3d
+    pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[spatial]
+    unpool = {1: F.max_unpool1d, 2: F.max_unpool2d, 3: F.max_unpool3d}[spatial]
     y, idx = pool(x, k, s, p, return_indices=True)
     size = list(size or shape[2:])
     y = y.detach().requires_grad_(True)
@@ -108,6 +109,11 @@ def main():
             # 3-D (test_max_unpool3d*), non-overlapping and overlapping.
             u(shape=(1, 2, 4, 6, 6), k=2, s=2)
             u(shape=(1, 1, 5, 5, 5), k=3, s=1, p=1, kind="ties")
+            # 1-D: SegNet-like k2 s2, an output one longer, overlapping windows (repeats).
+            u(shape=(2, 3, 8), k=2, s=2)
+            u(shape=(1, 2, 9), k=2, s=2, size=(9,))
+            u(shape=(1, 2, 11), k=3, s=2, p=1, kind="ties")
+            u(shape=(2, 2, 7), k=3, s=1, p=1, kind="special")
 
 
 if __name__ == "__main__":

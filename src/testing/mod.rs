@@ -7,12 +7,13 @@
 //!   poolings (obvious loops, `f64` sums): the definition of the semantics.
 //! - Strategies ([`adaptive_cases`], [`max_pool_cases`], [`mask_cases`]; for volumes
 //!   [`adaptive3d_cases`] and [`max_pool3d_cases`] within [`VolumeShapes`]; for lines
-//!   [`adaptive1d_cases`] and [`max_pool1d_cases`] within [`LineShapes`]; for max unpooling and
-//!   the double backwards [`unpool2d_cases`] and [`unpool3d_cases`]) that generate valid
-//!   cases within the [`Shapes`], [`ParamBounds`] and [`Values`] you give, typed by rank (`Ix4`
-//!   for a model on `Array4`, `Ix5` on `Array5`), each carrying its reference forward results and
-//!   a gradient, so a backward can be tested directly. The default shapes cross a 16-channel block; failing cases
-//!   shrink to small ones (each size shrinks on its own and the remaining values stay put).
+//!   [`adaptive1d_cases`] and [`max_pool1d_cases`] within [`LineShapes`]; for max unpooling
+//!   and the double backwards [`unpool1d_cases`], [`unpool2d_cases`] and [`unpool3d_cases`])
+//!   that generate valid cases within the [`Shapes`], [`ParamBounds`] and [`Values`] you give,
+//!   typed by rank (`Ix4` for a model on `Array4`, `Ix5` on `Array5`), each carrying its
+//!   reference forward results and a gradient, so a backward can be tested directly. The default
+//!   shapes cross a 16-channel block; failing cases shrink to small ones (each size shrinks on
+//!   its own and the remaining values stay put).
 //! - One-line checks on each case (`case.check_forward(..)`, `case.check_backward(..)`) that
 //!   compare with the reference at the dtype's [`Tolerance`], check the gradient invariants (sum
 //!   conserved, gradient only at arg-max positions) and linearity in `grad_output`, and return the
@@ -62,5 +63,5 @@ pub use strategy::{
     AdaptiveCase, MaskCase, MaxPoolCase, ParamBounds, Shapes, Values, adaptive_cases, mask_cases,
     max_pool_cases,
 };
-pub use unpooling::{UnpoolCase, unpool2d_cases, unpool3d_cases};
+pub use unpooling::{UnpoolCase, unpool1d_cases, unpool2d_cases, unpool3d_cases};
 pub use volumes::{Adaptive3dCase, MaxPool3dCase, VolumeShapes, adaptive3d_cases, max_pool3d_cases};

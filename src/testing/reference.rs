@@ -871,3 +871,59 @@ pub fn max_pool3d_double_backward<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
 ) -> Result<Array<T, D>> {
     gather::<T, I, D, 3>(grad_grad_input, indices, false)
 }
+
+/// Reference 1-D max unpooling of `[N, C, L]` or `[C, L]` to length `output_size`
+/// ([`max_unpool2d`]'s rule along a line).
+///
+/// ```
+/// use ndarray::array;
+/// let y = poolgrad::testing::reference::max_unpool1d(&array![[[1.0f32, 2.0]]], &array![[[3i64, 3]]], 4)?;
+/// assert_eq!(y, array![[[0.0, 0.0, 0.0, 2.0]]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool2d`], for ranks 2 and 3.
+pub fn max_unpool1d<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+    input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+    output_size: usize,
+) -> Result<Array<T, D>> {
+    unpool(input, indices, [output_size])
+}
+
+/// Reference backward of [`max_unpool1d`] ([`max_unpool2d_backward`]'s rule along a line).
+///
+/// ```
+/// use ndarray::array;
+/// let gx = poolgrad::testing::reference::max_unpool1d_backward(&array![[0.0f32, 5.0, 6.0]], &array![[1i64, 1]])?;
+/// assert_eq!(gx, array![[0.0, 5.0]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool1d`].
+pub fn max_unpool1d_backward<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+    grad_output: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    gather::<T, I, D, 1>(grad_output, indices, true)
+}
+
+/// Reference double backward of a 1-D max pooling ([`max_pool2d_double_backward`] along a line).
+///
+/// ```
+/// use ndarray::array;
+/// let ggo = poolgrad::testing::reference::max_pool1d_double_backward(&array![[0.0f32, 5.0, 6.0]], &array![[1i64, 1]])?;
+/// assert_eq!(ggo, array![[5.0, 5.0]]);
+/// # Ok::<(), poolgrad::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`max_unpool1d`].
+pub fn max_pool1d_double_backward<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
+    grad_grad_input: &ArrayRef<T, D>,
+    indices: &ArrayRef<I, D>,
+) -> Result<Array<T, D>> {
+    gather::<T, I, D, 1>(grad_grad_input, indices, false)
+}

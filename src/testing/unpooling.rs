@@ -7,6 +7,7 @@ use ndarray::{Array, ArrayD, Dimension, IxDyn};
 use proptest::prelude::*;
 
 use super::check::{Mismatch, Tolerance, check_linearity, compare};
+use super::lines::{LineCase, LineShapes, max_pool1d_cases};
 use super::reference;
 use super::strategy::{
     MaxPoolCase, ParamBounds, Shapes, Values, grad_at, max_pool_cases, other_grad, reference_failed,
@@ -14,14 +15,15 @@ use super::strategy::{
 use super::volumes::{MaxPool3dCase, VolumeShapes, max_pool3d_cases};
 use crate::element::PoolFloat;
 use crate::index::ArgmaxIndex;
-use crate::tensor::{PoolDim, VolumeDim};
+use crate::tensor::{LineDim, PoolDim, VolumeDim};
 
 /// A generated max-unpooling case: the values and indices of a max pooling of an input of
-/// `output_size`, its reference unpooling, and a gradient of that; see [`unpool2d_cases`] and
-/// [`unpool3d_cases`]. Where the pooling's windows overlap, indices repeat (with equal values).
+/// `output_size`, its reference unpooling, and a gradient of that; see [`unpool1d_cases`],
+/// [`unpool2d_cases`] and [`unpool3d_cases`]. Where the pooling's windows overlap, indices repeat
+/// (with equal values).
 #[derive(Debug, Clone)]
 pub struct UnpoolCase<T, I, D: Dimension = IxDyn> {
-    /// The pooled values, `[N, C, ..]` (or `[C, ..]`), 2 or 3 spatial axes.
+    /// The pooled values, `[N, C, ..]` (or `[C, ..]`), 1, 2 or 3 spatial axes.
     pub input: Array<T, D>,
     /// Their flat indices in each plane (volume) of `output_size`.
     pub indices: Array<I, D>,
@@ -45,6 +47,7 @@ fn unpool_case<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
     let shape = pooling_input.shape();
     let output_size = shape[shape.len() - spatial..].to_vec();
     let output = match spatial {
+        1 => reference::max_unpool1d(&input, &indices, output_size[0]),
         2 => reference::max_unpool2d(&input, &indices, [output_size[0], output_size[1]]),
         _ => reference::max_unpool3d(&input, &indices, [output_size[0], output_size[1], output_size[2]]),
     }
@@ -52,6 +55,28 @@ fn unpool_case<T: PoolFloat, I: ArgmaxIndex, D: Dimension>(
     let grad = ArrayD::from_shape_fn(IxDyn(shape), |p| T::round_from_f64(grad_at(grad_seed, p.slice())));
     let grad_output = grad.into_dimensionality().expect("the pooling input's rank");
     UnpoolCase { input, indices, output_size, output, grad_output }
+}
+
+/// 1-D max-unpooling cases: each of a [`max_pool1d_cases`] pooling, of rank `D`.
+///
+/// ```
+/// use ndarray::Ix3;
+/// use poolgrad::testing::{unpool1d_cases, LineShapes, ParamBounds, Values};
+/// use proptest::prelude::*;
+/// proptest!(|(case in unpool1d_cases::<f32, i64, Ix3>(LineShapes::default(), ParamBounds::default(), Values::Ties))| {
+///     case.check_forward(&poolgrad::max_unpool1d(&case.input, &case.indices, case.output_size[0]).unwrap())?;
+///     case.check_backward(|g| poolgrad::max_unpool1d_backward(g, &case.indices).unwrap())?;
+///     case.check_double_backward(|g| poolgrad::max_pool1d_double_backward(g, &case.indices).unwrap())?;
+/// });
+/// ```
+pub fn unpool1d_cases<T: PoolFloat, I: ArgmaxIndex, D: LineDim>(
+    shapes: LineShapes,
+    bounds: ParamBounds,
+    values: Values,
+) -> impl Strategy<Value = UnpoolCase<T, I, D>> {
+    (max_pool1d_cases::<T, I, D>(shapes, bounds, values), any::<u64>()).prop_map(
+        |(case, seed): (LineCase<T, I, D>, u64)| unpool_case(&case.input, case.output, case.indices, 1, seed),
+    )
 }
 
 /// 2-D max-unpooling cases: each of a [`max_pool_cases`] pooling, of rank `D`.
@@ -108,6 +133,8 @@ impl<T: PoolFloat, I: ArgmaxIndex, D: Dimension> UnpoolCase<T, I, D> {
     /// (`last_only`) or the double backward.
     fn gathered(&self, full: &Array<T, D>, last_only: bool) -> crate::Result<Array<T, D>> {
         match (self.output_size.len(), last_only) {
+            (1, true) => reference::max_unpool1d_backward(full, &self.indices),
+            (1, false) => reference::max_pool1d_double_backward(full, &self.indices),
             (2, true) => reference::max_unpool2d_backward(full, &self.indices),
             (2, false) => reference::max_pool2d_double_backward(full, &self.indices),
             (_, true) => reference::max_unpool3d_backward(full, &self.indices),

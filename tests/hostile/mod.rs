@@ -1048,8 +1048,13 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
         _ => {
             let Some(x) = array::<T>(b, &in_dims) else { return };
             let r = in_dims.len();
-            let spatial = if which == 3 { 2 } else { 3 };
-            let size = if spatial == 2 { vec![three[0], three[1]] } else { three.to_vec() };
+            // 1-D where the 3-D operations would only refuse the rank.
+            let spatial = match which {
+                3 => 2,
+                5 if r <= 3 => 1,
+                _ => 3,
+            };
+            let size = three[..spatial].to_vec();
             let mut full_dims = in_dims.clone();
             if r >= spatial {
                 full_dims.truncate(r - spatial);
@@ -1061,7 +1066,9 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
             // Each of the three on a device (`poolgrad::on`), one at a time.
             macro_rules! unpool {
                 ($on:expr) => {
-                    if spatial == 2 {
+                    if spatial == 1 {
+                        $on.max_unpool1d(&x, &ix, size[0])
+                    } else if spatial == 2 {
                         $on.max_unpool2d(&x, &ix, [size[0], size[1]])
                     } else {
                         $on.max_unpool3d(&x, &ix, three)
@@ -1070,7 +1077,9 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
             }
             macro_rules! unpool_backward {
                 ($on:expr) => {
-                    if spatial == 2 {
+                    if spatial == 1 {
+                        $on.max_unpool1d_backward(&g, &ix)
+                    } else if spatial == 2 {
                         $on.max_unpool2d_backward(&g, &ix)
                     } else {
                         $on.max_unpool3d_backward(&g, &ix)
@@ -1079,7 +1088,9 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
             }
             macro_rules! double_backward {
                 ($on:expr) => {
-                    if spatial == 2 {
+                    if spatial == 1 {
+                        $on.max_pool1d_double_backward(&g, &ix)
+                    } else if spatial == 2 {
                         $on.max_pool2d_double_backward(&g, &ix)
                     } else {
                         $on.max_pool3d_double_backward(&g, &ix)
