@@ -123,3 +123,49 @@ impl Unpooling {
         .map_err(in_terms_of(op))
     }
 }
+
+/// A max unpooling over 1, 2 or 3 axes, to its output's spatial size: what candle's recorded
+/// unpooling runs forward, and whose transpose, the unpooling's backward, is its gradient (and
+/// the other way round: both are linear, each the other's transpose).
+#[cfg(feature = "candle")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum MaxUnpool {
+    Line(usize),
+    Plane([usize; 2]),
+    Volume([usize; 3]),
+}
+
+#[cfg(feature = "candle")]
+impl MaxUnpool {
+    /// `x` written at `indices` in an output of this size, errors named for the bridge
+    /// function `op`.
+    pub(crate) fn forward<T: PoolFloat, I: ArgmaxIndex>(
+        self,
+        op: &'static str,
+        x: &ArrayViewD<'_, T>,
+        indices: &ArrayViewD<'_, I>,
+    ) -> crate::Result<ArrayD<T>> {
+        match self {
+            MaxUnpool::Line(size) => crate::max_unpool1d(x, indices, size),
+            MaxUnpool::Plane(size) => crate::max_unpool2d(x, indices, size),
+            MaxUnpool::Volume(size) => crate::max_unpool3d(x, indices, size),
+        }
+        .map_err(in_terms_of(op))
+    }
+
+    /// `grad` read at `indices` for the last of equal indices (the forward's transpose), errors
+    /// named for the bridge function `op`.
+    pub(crate) fn backward<T: PoolFloat, I: ArgmaxIndex>(
+        self,
+        op: &'static str,
+        grad: &ArrayViewD<'_, T>,
+        indices: &ArrayViewD<'_, I>,
+    ) -> crate::Result<ArrayD<T>> {
+        match self {
+            MaxUnpool::Line(_) => crate::max_unpool1d_backward(grad, indices),
+            MaxUnpool::Plane(_) => crate::max_unpool2d_backward(grad, indices),
+            MaxUnpool::Volume(_) => crate::max_unpool3d_backward(grad, indices),
+        }
+        .map_err(in_terms_of(op))
+    }
+}

@@ -51,8 +51,12 @@
 //! Errors are candle errors (`candle_core::Error::Wrapped`) whose message is poolgrad's: the
 //! operation, the argument, what was expected and what was given.
 //!
-//! The backward of these operations is not itself differentiable (no second derivatives), as in
-//! candle's own pooling.
+//! The mask forward's backward is not itself differentiable (no second derivatives through it).
+//!
+//! **Max unpooling** ([`max_unpool1d`], [`max_unpool2d`], [`max_unpool3d`]; candle has none)
+//! writes pooled values back at their indices, as SegNet-style decoders do. Where indices of a
+//! plane repeat, the last wins and alone gets the gradient, so the unpooling and its gradient
+//! are each other's transpose, at every order.
 
 use std::sync::{Arc, OnceLock};
 
@@ -62,12 +66,12 @@ use candle_core::{
 };
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 
-use crate::bridge::{Pooling, Unpooling, function_names, in_terms_of};
+use crate::bridge::{MaxUnpool, Pooling, Unpooling, function_names, in_terms_of};
 use crate::{Mask, MaskLayout, MaxPool1dParams, MaxPool2dParams, MaxPool3dParams};
 
 // The functions' names, which begin their messages (and name the recorded operation in
 // candle's): each message names the function the user called.
-function_names!("poolgrad::candle::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward, max_pool3d, max_pool3d_with_indices, adaptive_max_pool3d, adaptive_max_pool3d_with_indices, max_pool1d, max_pool1d_with_indices, adaptive_max_pool1d, adaptive_max_pool1d_with_indices);
+function_names!("poolgrad::candle::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward, max_pool3d, max_pool3d_with_indices, adaptive_max_pool3d, adaptive_max_pool3d_with_indices, max_pool1d, max_pool1d_with_indices, adaptive_max_pool1d, adaptive_max_pool1d_with_indices, max_unpool1d, max_unpool2d, max_unpool3d);
 
 /// 2-D max pooling of `x` with PyTorch's semantics (kernel, stride, padding, dilation, ceil mode),
 /// differentiable through candle's autograd with PyTorch's gradient.
@@ -314,6 +318,51 @@ pub fn adaptive_max_pool1d_with_indices(
     pool(name::adaptive_max_pool1d_with_indices, x, Pooling::Adaptive1d(output_size))
 }
 
+/// 2-D max unpooling (PyTorch's `max_unpool2d` with its `output_size`): `x` written at
+/// `indices` (flat in each output plane, as the `_with_indices` forms return them) in an output
+/// of spatial size `output_size`, zero elsewhere; where indices of a plane repeat, the last
+/// wins. Differentiable through candle's autograd: the gradient of `x` is the output's gradient
+/// read at each index, for the last of equal indices only ([`crate::max_unpool2d_backward`]),
+/// and that backward is itself differentiable (its gradient is this unpooling).
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// use poolgrad::MaxPool2dParams;
+/// let x = Tensor::new(&[[[[1.0f32, 2.0], [4.0, 3.0]]]], &Device::Cpu)?;
+/// let (y, idx) = poolgrad::candle::max_pool2d_with_indices(&x, &MaxPool2dParams::new([2, 2]))?;
+/// let u = poolgrad::candle::max_unpool2d(&y, &idx, [2, 2])?;
+/// assert_eq!(u.flatten_all()?.to_vec1::<f32>()?, [0.0, 0.0, 4.0, 0.0]);
+/// # Ok::<(), candle_core::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::max_unpool2d`], and for tensors that are not CPU tensors of a float dtype (`x`)
+/// and I64 or I32 (`indices`).
+pub fn max_unpool2d(x: &Tensor, indices: &Tensor, output_size: [usize; 2]) -> candle_core::Result<Tensor> {
+    unpool(name::max_unpool2d, x, indices, MaxUnpool::Plane(output_size))
+}
+
+/// 3-D max unpooling: [`max_unpool2d`] over volumes (PyTorch's `max_unpool3d`).
+///
+/// # Errors
+/// As [`crate::max_unpool3d`], and as [`max_unpool2d`] for the tensors.
+pub fn max_unpool3d(x: &Tensor, indices: &Tensor, output_size: [usize; 3]) -> candle_core::Result<Tensor> {
+    unpool(name::max_unpool3d, x, indices, MaxUnpool::Volume(output_size))
+}
+
+/// 1-D max unpooling: [`max_unpool2d`] along lines (PyTorch's `max_unpool1d`).
+///
+/// # Errors
+/// As [`crate::max_unpool1d`], and as [`max_unpool2d`] for the tensors.
+pub fn max_unpool1d(x: &Tensor, indices: &Tensor, output_size: usize) -> candle_core::Result<Tensor> {
+    unpool(name::max_unpool1d, x, indices, MaxUnpool::Line(output_size))
+}
+
+/// The unpoolings: recorded by candle when `x` tracks gradients.
+fn unpool(op: &'static str, x: &Tensor, indices: &Tensor, which: MaxUnpool) -> candle_core::Result<Tensor> {
+    x.apply_op1(UnpoolOp { op, which, indices: indices.clone(), transposed: false })
+}
+
 /// The forward with indices behind [`max_pool2d`], [`adaptive_max_pool2d`] and their
 /// `_with_indices` forms: recorded by candle when `x` tracks gradients.
 fn pool(op: &'static str, x: &Tensor, pooling: Pooling) -> candle_core::Result<(Tensor, Tensor)> {
@@ -480,6 +529,53 @@ impl CustomOp1 for DoubleBackwardOp {
     }
 
     gpu_storage_is_an_error!("grad");
+}
+
+/// A max unpooling (`transposed: false`) or its backward (`transposed: true`) applied to the
+/// tensor candle hands it, with the indices it holds. Each is linear and the other's transpose,
+/// so the gradient of one is the other, at every order.
+struct UnpoolOp {
+    op: &'static str,
+    which: MaxUnpool,
+    indices: Tensor,
+    transposed: bool,
+}
+
+impl CustomOp1 for UnpoolOp {
+    fn name(&self) -> &'static str {
+        self.op
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let op = self.op;
+        let arg = if self.transposed { "grad_output" } else { "x" };
+        let (idx_storage, idx_layout) = self.indices.storage_and_layout();
+        let idx_cpu = cpu_storage(&idx_storage, op, "indices")?;
+        with_float_type!(storage.dtype(), op, arg, T => {
+            with_index_type!(self.indices.dtype(), op, "indices", I => {
+                let values = cpu_view::<T>(storage, layout, op, arg)?;
+                let idx = cpu_view::<I>(idx_cpu, idx_layout, op, "indices")?;
+                let result = if self.transposed {
+                    self.which.backward(op, &values, &idx)
+                } else {
+                    self.which.forward(op, &values, &idx)
+                };
+                Ok(into_storage(result.map_err(wrap)?))
+            })
+        })
+    }
+
+    gpu_storage_is_an_error!();
+
+    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let transpose = UnpoolOp {
+            op: self.op,
+            which: self.which,
+            indices: self.indices.clone(),
+            transposed: !self.transposed,
+        };
+        grad_res.apply_op1(transpose).map(Some)
+    }
 }
 
 impl<L: MaskLayout> CustomOp1 for MaskOp<L> {

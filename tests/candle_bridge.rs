@@ -549,6 +549,74 @@ fn second_order_gradients_flow_through_the_pooling() -> Result {
             idx.iter().enumerate().map(|(e, &i)| 2.0 * dx[(e / per) * plane + i as usize]).collect();
         assert_eq!(gw, want, "{name}: the penalty's gradient with respect to w");
     }
+    // Max unpooling, by hand: `x`'s gradient of `L = Σ unpool(x)·w` is `B w` (`w` read at each
+    // index, the last of equal indices only), and the penalty `Σ (B w)²` has the gradient
+    // `2·Bᵀ(B w)` with respect to `w`, where `Bᵀ` is the unpooling itself.
+    let x = var(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 4], DType::F64)?;
+    let idx = Tensor::new(&[[[2i64, 0, 2, 1]]], &cpu())?;
+    let w = var(&[5.0, -3.0, 7.0, 2.0, 1.0], &[1, 1, 5], DType::F64)?;
+    let u = poolgrad::candle::max_unpool1d(x.as_tensor(), &idx, 5)?;
+    let gx = (&u * w.as_tensor())?.sum_all()?.backward()?.get(&x).expect("x takes part").clone();
+    // Element 0's index 2 is written again by element 2: it gets 0.
+    assert_eq!(flat::<f64>(&gx)?, [0.0, 5.0, 7.0, -3.0], "unpooling: first order");
+    let gw = flat::<f64>(gx.sqr()?.sum_all()?.backward()?.get(&w).expect("w takes part in the penalty"))?;
+    // 2·(B w) written back: position 0 from element 1, 1 from element 3, 2 from element 2.
+    assert_eq!(gw, [10.0, -6.0, 14.0, 0.0, 0.0], "unpooling: the penalty's gradient with respect to w");
+    Ok(())
+}
+
+/// Max unpooling through candle's autograd, 1-D, 2-D and 3-D, with repeated indices: the output
+/// and `x`'s gradient of `L = Σ u·w` (`u` the unpooling) against plain loops: `u` holds the last
+/// value written at each position, and `x`'s gradient is `w` read at each index for the last of
+/// equal indices only, 0 for the earlier ones. Errors name the function called.
+#[test]
+fn unpooling_through_candle_autograd() -> Result {
+    type Unpool = fn(&Tensor, &Tensor) -> Result<Tensor>;
+    let cases: [(&str, Vec<usize>, Vec<usize>, Unpool); 3] = [
+        ("1-D", vec![2, 3, 4], vec![2, 3, 7], |x, i| poolgrad::candle::max_unpool1d(x, i, 7)),
+        ("2-D", vec![1, 2, 2, 3], vec![1, 2, 3, 4], |x, i| poolgrad::candle::max_unpool2d(x, i, [3, 4])),
+        ("3-D", vec![1, 2, 2, 1, 2], vec![1, 2, 2, 2, 3], |x, i| {
+            poolgrad::candle::max_unpool3d(x, i, [2, 2, 3])
+        }),
+    ];
+    for (name, pooled, full, unpool) in cases {
+        for dtype in [DType::F32, DType::F64, DType::BF16] {
+            let (count, planes) = (pooled.iter().product::<usize>(), pooled[0] * pooled[1]);
+            let (per, plane) = (count / planes, full.iter().product::<usize>() / planes);
+            let x_values: Vec<f64> = (0..count).map(|v| ((v * 7) % 11) as f64 - 5.0).collect();
+            // Three positions of each plane for more than three values: repeats in every plane.
+            let idx: Vec<i64> = (0..count).map(|v| ((v * 5 + v / 3) % 3) as i64).collect();
+            let w: Vec<f64> = (0..planes * plane).map(|v| ((v * 3) % 13) as f64 - 6.0).collect();
+            let x = var(&x_values, &pooled, dtype)?;
+            let indices = Tensor::new(idx.as_slice(), &cpu())?.reshape(pooled.as_slice())?;
+            let u = unpool(x.as_tensor(), &indices)?;
+            let (mut want_u, mut want_gx) = (vec![0.0; w.len()], vec![0.0; count]);
+            let mut last = std::collections::HashMap::new();
+            for (e, &i) in idx.iter().enumerate() {
+                let at = (e / per) * plane + i as usize;
+                want_u[at] = x_values[e];
+                last.insert(at, e);
+            }
+            for (e, &i) in idx.iter().enumerate() {
+                let at = (e / per) * plane + i as usize;
+                want_gx[e] = if last[&at] == e { w[at] } else { 0.0 };
+            }
+            assert!(last.len() < count, "{name}: the case repeats an index");
+            assert_eq!(u.dims(), full.as_slice(), "{name}");
+            assert_eq!(flat::<f64>(&u.to_dtype(DType::F64)?)?, want_u, "{name} {dtype:?}: unpooling");
+            let grads = weighted_sum(&u, &w)?.backward()?;
+            assert_eq!(grad_f64(&grads, &x)?, want_gx, "{name} {dtype:?}: gradient of x");
+        }
+    }
+    let x = Tensor::zeros((1, 1, 2), DType::F32, &cpu())?;
+    let idx = Tensor::new(&[[[0i64, 5]]], &cpu())?;
+    let e = poolgrad::candle::max_unpool1d(&x, &idx, 5).unwrap_err().to_string();
+    assert!(e.starts_with("poolgrad::candle::max_unpool1d: `indices` holds 5"), "{e}");
+    let e = poolgrad::candle::max_unpool2d(&x.to_dtype(DType::U8)?, &idx, [1, 5]).unwrap_err().to_string();
+    assert!(
+        e.starts_with("poolgrad::candle::max_unpool2d: `x` must have dtype F32, F64, F16 or BF16"),
+        "{e}"
+    );
     Ok(())
 }
 
