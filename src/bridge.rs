@@ -124,10 +124,10 @@ impl Unpooling {
     }
 }
 
-/// A max unpooling over 1, 2 or 3 axes, to its output's spatial size: what candle's recorded
+/// A max unpooling over 1, 2 or 3 axes, to its output's spatial size: what a bridge's recorded
 /// unpooling runs forward, and whose transpose, the unpooling's backward, is its gradient (and
 /// the other way round: both are linear, each the other's transpose).
-#[cfg(feature = "candle")]
+#[cfg(any(feature = "candle", feature = "burn"))]
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum MaxUnpool {
     Line(usize),
@@ -135,7 +135,7 @@ pub(crate) enum MaxUnpool {
     Volume([usize; 3]),
 }
 
-#[cfg(feature = "candle")]
+#[cfg(any(feature = "candle", feature = "burn"))]
 impl MaxUnpool {
     /// `x` written at `indices` in an output of this size, errors named for the bridge
     /// function `op`.

@@ -37,6 +37,10 @@
 //!   strides burn's ndarray backend has), without a copy.
 //! - Indices as `Tensor<4, Int>` of dtype I64 (what the `_with_indices` forms return) or I32.
 //!
+//! Max unpooling ([`max_unpool1d`], [`max_unpool2d`], [`max_unpool3d`]; burn has none) writes
+//! pooled values back at their indices, recorded under autodiff with poolgrad's unpooling
+//! backward (where indices repeat, the last wins and alone gets the gradient).
+//!
 //! The backward of these operations is not itself differentiable (no second derivatives), as in
 //! burn's own pooling.
 //!
@@ -59,11 +63,11 @@ use burn_ndarray::{NdArray, NdArrayTensor};
 use burn_tensor::{Int, Tensor};
 use ndarray::{ArcArray, ArrayViewD, IxDyn};
 
-use crate::bridge::{Pooling, Unpooling, function_names};
+use crate::bridge::{MaxUnpool, Pooling, Unpooling, function_names};
 use crate::{ArgmaxIndex, MaxPool1dParams, MaxPool2dParams, MaxPool3dParams, PoolFloat};
 
 // The functions' names, which begin their messages: each names the function the user called.
-function_names!("poolgrad::burn::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool3d, max_pool3d_with_indices, adaptive_max_pool3d, adaptive_max_pool3d_with_indices, max_pool1d, max_pool1d_with_indices, adaptive_max_pool1d, adaptive_max_pool1d_with_indices);
+function_names!("poolgrad::burn::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool3d, max_pool3d_with_indices, adaptive_max_pool3d, adaptive_max_pool3d_with_indices, max_pool1d, max_pool1d_with_indices, adaptive_max_pool1d, adaptive_max_pool1d_with_indices, max_unpool1d, max_unpool2d, max_unpool3d);
 
 /// What can go wrong in [`poolgrad::burn`](self): poolgrad's own errors, and burn tensors this
 /// bridge cannot read.
@@ -278,6 +282,47 @@ pub fn adaptive_max_pool1d_with_indices(
     pool(name::adaptive_max_pool1d_with_indices, Pooling::Adaptive1d(output_size), x)
 }
 
+/// 2-D max unpooling (PyTorch's `max_unpool2d` with its `output_size`): `x` written at
+/// `indices` (flat in each output plane, as the `_with_indices` forms return them) in an output
+/// of spatial size `output_size`, zero elsewhere; where indices of a plane repeat, the last
+/// wins. Under autodiff, `x`'s gradient is the output's gradient read at each index, for the
+/// last of equal indices only ([`crate::max_unpool2d_backward`]).
+///
+/// ```
+/// # #![allow(deprecated)]
+/// use burn_tensor::{Device, Tensor, TensorData};
+/// let device = Device::ndarray().autodiff();
+/// let x = Tensor::<4>::from_data(TensorData::new(vec![5.0f32, 7.0], [1, 1, 1, 2]), &device).require_grad();
+/// let idx = Tensor::<4, burn_tensor::Int>::from_data(TensorData::new(vec![3i64, 3], [1, 1, 1, 2]), &device);
+/// let y = poolgrad::burn::max_unpool2d(x.clone(), idx, [2, 2])?;
+/// assert_eq!(y.to_data().try_to_vec::<f32>().unwrap(), [0.0, 0.0, 0.0, 7.0]); // the last wins
+/// let gx = x.grad(&y.sum().backward()).expect("x requires grad");
+/// assert_eq!(gx.to_data().try_to_vec::<f32>().unwrap(), [0.0, 1.0]);
+/// # Ok::<(), poolgrad::burn::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::max_unpool2d`], and [`Error::Backend`] / [`Error::DType`].
+pub fn max_unpool2d(x: Tensor<4>, indices: Tensor<4, Int>, output_size: [usize; 2]) -> Result<Tensor<4>> {
+    unpool_recorded_or_plain(name::max_unpool2d, MaxUnpool::Plane(output_size), x, indices)
+}
+
+/// 3-D max unpooling: [`max_unpool2d`] over volumes (PyTorch's `max_unpool3d`).
+///
+/// # Errors
+/// As [`crate::max_unpool3d`], and [`Error::Backend`] / [`Error::DType`].
+pub fn max_unpool3d(x: Tensor<5>, indices: Tensor<5, Int>, output_size: [usize; 3]) -> Result<Tensor<5>> {
+    unpool_recorded_or_plain(name::max_unpool3d, MaxUnpool::Volume(output_size), x, indices)
+}
+
+/// 1-D max unpooling: [`max_unpool2d`] along lines (PyTorch's `max_unpool1d`).
+///
+/// # Errors
+/// As [`crate::max_unpool1d`], and [`Error::Backend`] / [`Error::DType`].
+pub fn max_unpool1d(x: Tensor<3>, indices: Tensor<3, Int>, output_size: usize) -> Result<Tensor<3>> {
+    unpool_recorded_or_plain(name::max_unpool1d, MaxUnpool::Line(output_size), x, indices)
+}
+
 // ---------------------------------------------------------------------------------------------
 // One forward and one backward core, on burn-ndarray's primitives.
 
@@ -356,6 +401,50 @@ where
     NdArrayTensor: From<ArcArray<T, IxDyn>>,
 {
     Ok(which.backward(op, &grad, &x, &indices)?.into_shared().into())
+}
+
+/// The unpooling (`transposed: false`) or its backward (`transposed: true`) on ndarray
+/// primitives: `values` moved between pooled positions and the positions `indices` address.
+fn unpool_core(
+    op: &'static str,
+    which: MaxUnpool,
+    transposed: bool,
+    values: &NdArrayTensor,
+    indices: &NdArrayTensor,
+) -> Result<NdArrayTensor> {
+    let arg = if transposed { "grad_output" } else { "x" };
+    match values {
+        NdArrayTensor::F32(v) => unpool_float::<f32>(op, which, transposed, v.view(), indices),
+        NdArrayTensor::F64(v) => unpool_float::<f64>(op, which, transposed, v.view(), indices),
+        other => Err(dtype_error(op, arg, FLOATS, other)),
+    }
+}
+
+fn unpool_float<T>(
+    op: &'static str,
+    which: MaxUnpool,
+    transposed: bool,
+    values: ArrayViewD<'_, T>,
+    indices: &NdArrayTensor,
+) -> Result<NdArrayTensor>
+where
+    T: PoolFloat,
+    NdArrayTensor: From<ArcArray<T, IxDyn>>,
+{
+    fn typed<T: PoolFloat, I: ArgmaxIndex>(
+        (op, which, transposed): (&'static str, MaxUnpool, bool),
+        values: ArrayViewD<'_, T>,
+        indices: ArrayViewD<'_, I>,
+    ) -> crate::Result<ndarray::ArrayD<T>> {
+        if transposed { which.backward(op, &values, &indices) } else { which.forward(op, &values, &indices) }
+    }
+    let how = (op, which, transposed);
+    let result = match indices {
+        NdArrayTensor::I64(i) => typed(how, values, i.view()),
+        NdArrayTensor::I32(i) => typed(how, values, i.view()),
+        other => return Err(dtype_error(op, "indices", "I64 or I32", other)),
+    };
+    Ok(result?.into_shared().into())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -531,6 +620,74 @@ impl Backward<NdArray, 1> for PoolBackward {
             // backward has no way to return an error.
             let gx = backward(self.op, self.which, &grad, &x, &indices)
                 .unwrap_or_else(|e| panic!("{}: backward of a checked forward failed: {e}", self.op));
+            grads.register::<NdArray>(node.id, gx);
+        }
+    }
+}
+
+/// The public unpoolings: plain on ndarray, recorded under autodiff.
+fn unpool_recorded_or_plain<const D: usize>(
+    op: &'static str,
+    which: MaxUnpool,
+    x: Tensor<D>,
+    indices: Tensor<D, Int>,
+) -> Result<Tensor<D>> {
+    let device = x.device();
+    let idx = int_primitive(indices, op, "indices")?;
+    if let Ok(p) = x.clone().try_into_primitive::<NdArray>() {
+        return Ok(float_tensor(unpool_core(op, which, false, &p, &idx)?, Flavor::Plain));
+    }
+    if let Some(result) = unpool_recorded::<NoCheckpointing, D>(op, which, &x, &idx) {
+        return result;
+    }
+    if let Some(result) = unpool_recorded::<BalancedCheckpointing, D>(op, which, &x, &idx) {
+        return result;
+    }
+    Err(backend_error(op, "x", &device))
+}
+
+/// The unpooling under autodiff with checkpointing strategy `C`: linear in `x`, so its backward
+/// keeps only the indices. `None` when `x` is not such a tensor.
+fn unpool_recorded<C, const D: usize>(
+    op: &'static str,
+    which: MaxUnpool,
+    x: &Tensor<D>,
+    indices: &NdArrayTensor,
+) -> Option<Result<Tensor<D>>>
+where
+    C: CheckpointStrategy,
+    DispatchTensor: DispatchKindConversion<Autodiff<NdArray, C>>,
+{
+    let x = x.clone().try_into_primitive::<Autodiff<NdArray, C>>().ok()?;
+    let output = match unpool_core(op, which, false, x.primitive(), indices) {
+        Ok(output) => output,
+        Err(e) => return Some(Err(e)),
+    };
+    let output = match (UnpoolBackward { op, which }).prepare::<C>([x.node()]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(indices.clone(), output),
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    };
+    Some(Ok(Tensor::from_primitive::<Autodiff<NdArray, C>>(output)))
+}
+
+/// The recorded unpooling's backward: poolgrad's, on the stored indices.
+#[derive(Debug)]
+struct UnpoolBackward {
+    op: &'static str,
+    which: MaxUnpool,
+}
+
+impl Backward<NdArray, 1> for UnpoolBackward {
+    type State = NdArrayTensor;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [parent] = ops.parents;
+        let grad = grads.consume::<NdArray>(&ops.node);
+        if let Some(node) = parent {
+            // The forward checked the indices against the output burn hands a gradient of;
+            // nothing is left to fail but an allocation, and burn's backward cannot return one.
+            let gx = unpool_core(self.op, self.which, true, &grad, &ops.state)
+                .unwrap_or_else(|e| panic!("{}: backward of a checked unpooling failed: {e}", self.op));
             grads.register::<NdArray>(node.id, gx);
         }
     }

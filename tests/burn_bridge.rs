@@ -456,3 +456,90 @@ fn volumes_and_lines_under_burn_autodiff() {
         want.indices.iter().copied().collect::<Vec<_>>()
     );
 }
+
+/// Max unpooling on plain tensors and under burn's autodiff (both checkpointing strategies),
+/// 2-D, 1-D and 3-D (the same planes of 12 positions, 6 values each to 3 of them: repeats),
+/// F32 and F64: the output and `x`'s gradient of `Σ u·w` against plain loops (the last of equal
+/// indices wins and alone gets its gradient); errors name the function called.
+#[test]
+fn unpooling_under_burn_autodiff() {
+    let (planes, per, plane) = (2, 6, 12);
+    let xv: Vec<f64> = (0..planes * per).map(|v| ((v * 7) % 11) as f64 - 5.0).collect();
+    let idx: Vec<i64> = (0..planes * per).map(|v| ((v * 5 + v / 3) % 3) as i64).collect();
+    let w: Vec<f64> = (0..planes * plane).map(|v| ((v * 3) % 13) as f64 - 6.0).collect();
+    let (mut want_u, mut want_gx) = (vec![0.0; w.len()], vec![0.0; xv.len()]);
+    let mut last = std::collections::HashMap::new();
+    for (e, &i) in idx.iter().enumerate() {
+        let at = (e / per) * plane + i as usize;
+        want_u[at] = xv[e];
+        last.insert(at, e);
+    }
+    for (e, &i) in idx.iter().enumerate() {
+        let at = (e / per) * plane + i as usize;
+        want_gx[e] = if last[&at] == e { w[at] } else { 0.0 };
+    }
+    assert!(last.len() < xv.len(), "the case repeats an index");
+    let data = |values: &[f64], shape: &[usize], f64s: bool| {
+        if f64s {
+            TensorData::new(values.to_vec(), shape.to_vec())
+        } else {
+            TensorData::new(values.iter().map(|&v| v as f32).collect::<Vec<_>>(), shape.to_vec())
+        }
+    };
+    let to_f64 = |d: TensorData| match d.clone().try_to_vec::<f64>() {
+        Ok(v) => v,
+        Err(_) => d.try_to_vec::<f32>().expect("f32 or f64").into_iter().map(f64::from).collect(),
+    };
+    for f64s in [false, true] {
+        let dtype = if f64s { burn_tensor::DType::F64 } else { burn_tensor::DType::F32 };
+        for (device, recorded) in [(plain(), false), (autodiff(), true), (balanced(), true)] {
+            let options = burn_tensor::TensorCreationOptions::new(device.clone()).with_dtype(dtype);
+            let float = |values: &[f64], shape: &[usize]| (data(values, shape, f64s), options.clone());
+            let ints = |shape: &[usize]| TensorData::new(idx.clone(), shape.to_vec());
+            // 2-D.
+            let (d, o) = float(&xv, &[1, 2, 2, 3]);
+            let x = Tensor::<4>::from_data(d, o);
+            let x = if recorded { x.require_grad() } else { x };
+            let i = Tensor::<4, Int>::from_data(ints(&[1, 2, 2, 3]), &device);
+            let u = poolgrad::burn::max_unpool2d(x.clone(), i, [3, 4]).unwrap();
+            assert_eq!(u.dims(), [1, 2, 3, 4]);
+            assert_eq!(to_f64(u.clone().into_data()), want_u, "2-D, F64 {f64s}");
+            if recorded {
+                let (d, o) = float(&w, &[1, 2, 3, 4]);
+                let gx =
+                    x.grad(&(u * Tensor::<4>::from_data(d, o)).sum().backward()).expect("x requires grad");
+                assert_eq!(to_f64(gx.into_data()), want_gx, "2-D gradient, F64 {f64s}");
+            }
+            // 1-D.
+            let (d, o) = float(&xv, &[1, 2, 6]);
+            let x = Tensor::<3>::from_data(d, o);
+            let x = if recorded { x.require_grad() } else { x };
+            let i = Tensor::<3, Int>::from_data(ints(&[1, 2, 6]), &device);
+            let u = poolgrad::burn::max_unpool1d(x.clone(), i, 12).unwrap();
+            assert_eq!(to_f64(u.clone().into_data()), want_u, "1-D, F64 {f64s}");
+            if recorded {
+                let (d, o) = float(&w, &[1, 2, 12]);
+                let gx =
+                    x.grad(&(u * Tensor::<3>::from_data(d, o)).sum().backward()).expect("x requires grad");
+                assert_eq!(to_f64(gx.into_data()), want_gx, "1-D gradient, F64 {f64s}");
+            }
+            // 3-D.
+            let (d, o) = float(&xv, &[1, 2, 1, 2, 3]);
+            let x = Tensor::<5>::from_data(d, o);
+            let x = if recorded { x.require_grad() } else { x };
+            let i = Tensor::<5, Int>::from_data(ints(&[1, 2, 1, 2, 3]), &device);
+            let u = poolgrad::burn::max_unpool3d(x.clone(), i, [1, 3, 4]).unwrap();
+            assert_eq!(to_f64(u.clone().into_data()), want_u, "3-D, F64 {f64s}");
+            if recorded {
+                let (d, o) = float(&w, &[1, 2, 1, 3, 4]);
+                let gx =
+                    x.grad(&(u * Tensor::<5>::from_data(d, o)).sum().backward()).expect("x requires grad");
+                assert_eq!(to_f64(gx.into_data()), want_gx, "3-D gradient, F64 {f64s}");
+            }
+        }
+    }
+    let x = Tensor::<3>::from_data(TensorData::new(vec![1.0f32, 2.0], [1, 1, 2]), &autodiff());
+    let i = Tensor::<3, Int>::from_data(TensorData::new(vec![0i64, 5], [1, 1, 2]), &autodiff());
+    let e = poolgrad::burn::max_unpool1d(x, i, 5).unwrap_err().to_string();
+    assert!(e.starts_with("poolgrad::burn::max_unpool1d: `indices` holds 5"), "{e}");
+}
