@@ -294,6 +294,14 @@ fn one_dimensional_errors() {
     )
     .unwrap_err();
     assert!(matches!(e, Error::Rank { op: "max_pool1d_double_backward", got: 4, .. }), "{e}");
+    // Rank 0: checked before the line is viewed as a plane.
+    let (zero_x, zero_i) = (ArrayD::<f32>::zeros(IxDyn(&[])), ArrayD::<i64>::zeros(IxDyn(&[])));
+    let e = poolgrad::max_unpool1d(&zero_x, &zero_i, 3).unwrap_err();
+    assert!(matches!(e, Error::Rank { op: "max_unpool1d", got: 0, .. }), "{e}");
+    let e = poolgrad::max_unpool1d_backward(&x.clone().into_dyn(), &zero_i).unwrap_err();
+    assert!(matches!(e, Error::Rank { op: "max_unpool1d_backward", got: 0, .. }), "{e}");
+    let e = poolgrad::max_pool1d_double_backward(&zero_x, &idx.clone().into_dyn()).unwrap_err();
+    assert!(matches!(e, Error::Rank { op: "max_pool1d_double_backward", got: 0, .. }), "{e}");
     let e = poolgrad::max_unpool1d(&Array3::<f32>::ones((1, 0, 3)), &Array3::<i64>::zeros((1, 0, 3)), 4)
         .unwrap_err();
     assert!(matches!(e, Error::EmptyDimension { op: "max_unpool1d", .. }), "{e}");
