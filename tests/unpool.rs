@@ -236,6 +236,37 @@ fn one_dimensional_by_hand() {
     assert_eq!(ggo2, first(&ggo));
 }
 
+/// The 1-D `_into` forms write strided views (every other element of a wider line) as the
+/// allocating forms compute, on 1 and 3 threads, and leave the elements between untouched.
+#[test]
+fn one_dimensional_into_strided_views() {
+    let values = Array3::from_shape_fn((2, 3, 5), |(n, c, l)| (n * 15 + c * 5 + l) as f32 - 7.0);
+    let idx = Array3::from_shape_fn((2, 3, 5), |(n, c, l)| ((n + c * 2 + l * 3) % 4) as i32);
+    let g = Array3::from_shape_fn((2, 3, 9), |(n, c, l)| (n * 27 + c * 9 + l) as f32 * 0.5);
+    let unpooled = poolgrad::max_unpool1d(&values, &idx, 9).unwrap();
+    let gathered = poolgrad::max_unpool1d_backward(&g, &idx).unwrap();
+    let doubled = poolgrad::max_pool1d_double_backward(&g, &idx).unwrap();
+    let sequential = Cpu::sequential();
+    for cpu in [&sequential, common::cpu_with_threads(3)] {
+        let dev = on(cpu);
+        let mut wide = Array3::<f32>::from_elem((2, 3, 18), -99.0);
+        dev.max_unpool1d_into(&values, &idx, 9, &mut wide.slice_mut(ndarray::s![.., .., ..;2])).unwrap();
+        assert_eq!(wide.slice(ndarray::s![.., .., ..;2]), unpooled);
+        assert!(wide.slice(ndarray::s![.., .., 1..;2]).iter().all(|&v| v == -99.0));
+        for (want, backward) in [(&gathered, true), (&doubled, false)] {
+            let mut wide = Array3::<f32>::from_elem((2, 3, 10), -99.0);
+            let mut view = wide.slice_mut(ndarray::s![.., .., ..;2]);
+            if backward {
+                dev.max_unpool1d_backward_into(&g, &idx, &mut view).unwrap();
+            } else {
+                dev.max_pool1d_double_backward_into(&g, &idx, &mut view).unwrap();
+            }
+            assert_eq!(wide.slice(ndarray::s![.., .., ..;2]), *want);
+            assert!(wide.slice(ndarray::s![.., .., 1..;2]).iter().all(|&v| v == -99.0));
+        }
+    }
+}
+
 /// The 1-D operations' errors are in 1-D terms: their own names, ranks 2 and 3, and the first
 /// bad index's position without the row the 2-D operations add.
 #[test]
