@@ -15,7 +15,9 @@ use poolgrad::MaxPool2dParams;
 
 #[path = "common/bridge_cases.rs"]
 mod bridge_cases;
-use bridge_cases::{Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, values};
+use bridge_cases::{
+    Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, unpool_case, values,
+};
 
 fn plain() -> Device {
     Device::ndarray()
@@ -463,22 +465,9 @@ fn volumes_and_lines_under_burn_autodiff() {
 /// indices wins and alone gets its gradient); errors name the function called.
 #[test]
 fn unpooling_under_burn_autodiff() {
-    let (planes, per, plane) = (2, 6, 12);
-    let xv: Vec<f64> = (0..planes * per).map(|v| ((v * 7) % 11) as f64 - 5.0).collect();
-    let idx: Vec<i64> = (0..planes * per).map(|v| ((v * 5 + v / 3) % 3) as i64).collect();
-    let w: Vec<f64> = (0..planes * plane).map(|v| ((v * 3) % 13) as f64 - 6.0).collect();
-    let (mut want_u, mut want_gx) = (vec![0.0; w.len()], vec![0.0; xv.len()]);
-    let mut last = std::collections::HashMap::new();
-    for (e, &i) in idx.iter().enumerate() {
-        let at = (e / per) * plane + i as usize;
-        want_u[at] = xv[e];
-        last.insert(at, e);
-    }
-    for (e, &i) in idx.iter().enumerate() {
-        let at = (e / per) * plane + i as usize;
-        want_gx[e] = if last[&at] == e { w[at] } else { 0.0 };
-    }
-    assert!(last.len() < xv.len(), "the case repeats an index");
+    let c = unpool_case(2, 6, 12);
+    let (xv, idx, w) = (&c.values[..], &c.indices, &c.weights[..]);
+    let (want_u, want_gx) = (&c.want.output[..], &c.want.gradient[..]);
     let data = |values: &[f64], shape: &[usize], f64s: bool| {
         if f64s {
             TensorData::new(values.to_vec(), shape.to_vec())
@@ -497,7 +486,7 @@ fn unpooling_under_burn_autodiff() {
             let float = |values: &[f64], shape: &[usize]| (data(values, shape, f64s), options.clone());
             let ints = |shape: &[usize]| TensorData::new(idx.clone(), shape.to_vec());
             // 2-D.
-            let (d, o) = float(&xv, &[1, 2, 2, 3]);
+            let (d, o) = float(xv, &[1, 2, 2, 3]);
             let x = Tensor::<4>::from_data(d, o);
             let x = if recorded { x.require_grad() } else { x };
             let i = Tensor::<4, Int>::from_data(ints(&[1, 2, 2, 3]), &device);
@@ -505,33 +494,33 @@ fn unpooling_under_burn_autodiff() {
             assert_eq!(u.dims(), [1, 2, 3, 4]);
             assert_eq!(to_f64(u.clone().into_data()), want_u, "2-D, F64 {f64s}");
             if recorded {
-                let (d, o) = float(&w, &[1, 2, 3, 4]);
+                let (d, o) = float(w, &[1, 2, 3, 4]);
                 let gx =
                     x.grad(&(u * Tensor::<4>::from_data(d, o)).sum().backward()).expect("x requires grad");
                 assert_eq!(to_f64(gx.into_data()), want_gx, "2-D gradient, F64 {f64s}");
             }
             // 1-D.
-            let (d, o) = float(&xv, &[1, 2, 6]);
+            let (d, o) = float(xv, &[1, 2, 6]);
             let x = Tensor::<3>::from_data(d, o);
             let x = if recorded { x.require_grad() } else { x };
             let i = Tensor::<3, Int>::from_data(ints(&[1, 2, 6]), &device);
             let u = poolgrad::burn::max_unpool1d(x.clone(), i, 12).unwrap();
             assert_eq!(to_f64(u.clone().into_data()), want_u, "1-D, F64 {f64s}");
             if recorded {
-                let (d, o) = float(&w, &[1, 2, 12]);
+                let (d, o) = float(w, &[1, 2, 12]);
                 let gx =
                     x.grad(&(u * Tensor::<3>::from_data(d, o)).sum().backward()).expect("x requires grad");
                 assert_eq!(to_f64(gx.into_data()), want_gx, "1-D gradient, F64 {f64s}");
             }
             // 3-D.
-            let (d, o) = float(&xv, &[1, 2, 1, 2, 3]);
+            let (d, o) = float(xv, &[1, 2, 1, 2, 3]);
             let x = Tensor::<5>::from_data(d, o);
             let x = if recorded { x.require_grad() } else { x };
             let i = Tensor::<5, Int>::from_data(ints(&[1, 2, 1, 2, 3]), &device);
             let u = poolgrad::burn::max_unpool3d(x.clone(), i, [1, 3, 4]).unwrap();
             assert_eq!(to_f64(u.clone().into_data()), want_u, "3-D, F64 {f64s}");
             if recorded {
-                let (d, o) = float(&w, &[1, 2, 1, 3, 4]);
+                let (d, o) = float(w, &[1, 2, 1, 3, 4]);
                 let gx =
                     x.grad(&(u * Tensor::<5>::from_data(d, o)).sum().backward()).expect("x requires grad");
                 assert_eq!(to_f64(gx.into_data()), want_gx, "3-D gradient, F64 {f64s}");

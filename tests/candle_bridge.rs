@@ -11,7 +11,9 @@ use poolgrad::{Bitmask, I32Argmax, MaxPool2dParams, PoolFloat};
 
 #[path = "common/bridge_cases.rs"]
 mod bridge_cases;
-use bridge_cases::{Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, values};
+use bridge_cases::{
+    Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, unpool_case, values,
+};
 
 type Result<T = ()> = candle_core::Result<T>;
 
@@ -582,30 +584,14 @@ fn unpooling_through_candle_autograd() -> Result {
     for (name, pooled, full, unpool) in cases {
         for dtype in [DType::F32, DType::F64, DType::BF16] {
             let (count, planes) = (pooled.iter().product::<usize>(), pooled[0] * pooled[1]);
-            let (per, plane) = (count / planes, full.iter().product::<usize>() / planes);
-            let x_values: Vec<f64> = (0..count).map(|v| ((v * 7) % 11) as f64 - 5.0).collect();
-            // Three positions of each plane for more than three values: repeats in every plane.
-            let idx: Vec<i64> = (0..count).map(|v| ((v * 5 + v / 3) % 3) as i64).collect();
-            let w: Vec<f64> = (0..planes * plane).map(|v| ((v * 3) % 13) as f64 - 6.0).collect();
-            let x = var(&x_values, &pooled, dtype)?;
-            let indices = Tensor::new(idx.as_slice(), &cpu())?.reshape(pooled.as_slice())?;
+            let c = unpool_case(planes, count / planes, full.iter().product::<usize>() / planes);
+            let x = var(&c.values, &pooled, dtype)?;
+            let indices = Tensor::new(c.indices.as_slice(), &cpu())?.reshape(pooled.as_slice())?;
             let u = unpool(x.as_tensor(), &indices)?;
-            let (mut want_u, mut want_gx) = (vec![0.0; w.len()], vec![0.0; count]);
-            let mut last = std::collections::HashMap::new();
-            for (e, &i) in idx.iter().enumerate() {
-                let at = (e / per) * plane + i as usize;
-                want_u[at] = x_values[e];
-                last.insert(at, e);
-            }
-            for (e, &i) in idx.iter().enumerate() {
-                let at = (e / per) * plane + i as usize;
-                want_gx[e] = if last[&at] == e { w[at] } else { 0.0 };
-            }
-            assert!(last.len() < count, "{name}: the case repeats an index");
             assert_eq!(u.dims(), full.as_slice(), "{name}");
-            assert_eq!(flat::<f64>(&u.to_dtype(DType::F64)?)?, want_u, "{name} {dtype:?}: unpooling");
-            let grads = weighted_sum(&u, &w)?.backward()?;
-            assert_eq!(grad_f64(&grads, &x)?, want_gx, "{name} {dtype:?}: gradient of x");
+            assert_eq!(flat::<f64>(&u.to_dtype(DType::F64)?)?, c.want.output, "{name} {dtype:?}: unpooling");
+            let grads = weighted_sum(&u, &c.weights)?.backward()?;
+            assert_eq!(grad_f64(&grads, &x)?, c.want.gradient, "{name} {dtype:?}: gradient of x");
         }
     }
     let x = Tensor::zeros((1, 1, 2), DType::F32, &cpu())?;

@@ -48,17 +48,6 @@ fn arr<E: Clone>(shape: &[usize], v: Vec<E>) -> ArrayD<E> {
     ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
 }
 
-/// The reference unpooling: planes in order, each index in row-major order, later ones
-/// overwriting earlier ones.
-fn unpool_reference(c: &Case) -> Vec<f64> {
-    let (p, f): (usize, usize) = (c.pooled[2..].iter().product(), c.full[2..].iter().product());
-    let mut out = vec![0.0; c.gradient.len()];
-    for (i, (&v, &j)) in c.values.iter().zip(&c.indices).enumerate() {
-        out[(i / p) * f + j] = v;
-    }
-    out
-}
-
 fn check<T: PoolFloat, I: ArgmaxIndex>(c: &Case, cpu: &Cpu) -> Result<(), TestCaseError> {
     let f64s = |a: &ArrayD<T>| a.iter().map(|&v| common::to_f64(v)).collect::<Vec<f64>>();
     let x = arr(&c.pooled, c.values.iter().map(|&v| common::cast::<T>(v)).collect());
@@ -78,11 +67,11 @@ fn check<T: PoolFloat, I: ArgmaxIndex>(c: &Case, cpu: &Cpu) -> Result<(), TestCa
         let y = dev.max_unpool3d(&x, &idx, size).unwrap();
         (y, dev.max_unpool3d_backward(&g, &idx).unwrap(), dev.max_pool3d_double_backward(&g, &idx).unwrap())
     };
-    prop_assert_eq!(f64s(&y), unpool_reference(c));
-    // The double backward: a plain gather.
     let (p, f): (usize, usize) = (c.pooled[2..].iter().product(), c.full[2..].iter().product());
-    let gather: Vec<f64> = c.indices.iter().enumerate().map(|(i, &j)| c.gradient[(i / p) * f + j]).collect();
-    prop_assert_eq!(f64s(&ggo), gather.clone());
+    let want = common::unpool_loops(&c.values, &c.indices, p, f, &c.gradient);
+    prop_assert_eq!(f64s(&y), want.output);
+    prop_assert_eq!(f64s(&gx), want.gradient);
+    prop_assert_eq!(f64s(&ggo), want.gathered);
     // Adjoints, exact in f64 for these quarters: <unpool(x), g> = <x, unpool_backward(g)>, and
     // <backward(go), ggi> = <go, double_backward(ggi)> with the pooling backward's scatter-add.
     let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a * b).sum::<f64>();

@@ -8,6 +8,8 @@
 
 #![allow(dead_code)] // each bridge uses what its framework has (burn has no mask form)
 
+#[path = "unpooling.rs"]
+mod unpooling;
 #[path = "../../examples/common/xorshift.rs"]
 mod xorshift;
 
@@ -143,4 +145,25 @@ pub fn values(len: usize, seed: u64) -> Vec<f64> {
 /// Gradients with fractional parts, so that f16 and bf16 sums round.
 pub fn gradient_values(len: usize, seed: u64) -> Vec<f64> {
     values(len, seed).iter().enumerate().map(|(i, v)| v + 0.1 * (i % 7) as f64 + 0.013).collect()
+}
+
+/// An unpooling case: `planes` planes of `per` values, each sent to one of the first three
+/// positions of a plane of `plane` (so every plane of more than three values repeats an index),
+/// a weight for each output position, and what the plain loops give: the output, and `x`'s
+/// gradient of `L = Σ u·w` (`u` the unpooling), which is the unpooling's backward of `w`.
+pub struct UnpoolCase {
+    pub values: Vec<f64>,
+    pub indices: Vec<i64>,
+    pub weights: Vec<f64>,
+    pub want: unpooling::Unpooled,
+}
+
+pub fn unpool_case(planes: usize, per: usize, plane: usize) -> UnpoolCase {
+    let values: Vec<f64> = (0..planes * per).map(|v| ((v * 7) % 11) as f64 - 5.0).collect();
+    let indices: Vec<i64> = (0..planes * per).map(|v| ((v * 5 + v / 3) % 3) as i64).collect();
+    let weights: Vec<f64> = (0..planes * plane).map(|v| ((v * 3) % 13) as f64 - 6.0).collect();
+    let positions: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
+    let want = unpooling::unpool_loops(&values, &positions, per, plane, &weights);
+    assert!(want.written < values.len(), "the case repeats an index");
+    UnpoolCase { values, indices, weights, want }
 }

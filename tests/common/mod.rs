@@ -5,9 +5,12 @@
 use std::sync::OnceLock;
 
 mod forwards;
+mod unpooling;
 
 #[allow(unused_imports)]
 pub use forwards::{adaptive, adaptive_on, max_pool, max_pool_on};
+#[allow(unused_imports)]
+pub use unpooling::unpool_loops;
 
 use ndarray::{Array4, ArrayView4};
 use poolgrad::device::cpu::{Cpu, Parallelism};

@@ -7,6 +7,8 @@
 
 #[path = "../common/forwards.rs"]
 mod forwards;
+#[path = "../common/unpooling.rs"]
+mod unpooling;
 
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 use poolgrad::testing::{Tolerance, compare, compare_indices, reference};
@@ -1118,33 +1120,23 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
             if y.is_none() && gx.is_none() && ggo.is_none() {
                 return;
             }
-            let mut want_y = vec![0.0f64; gs.len()];
-            let mut last = std::collections::HashMap::new();
-            for (e, &i) in ix.iter().enumerate() {
-                let at = (e / per) * plane + i.to_i64() as usize;
-                want_y[at] = xs[e].to_f64_exact();
-                last.insert(at, e);
+            let values: Vec<f64> = xs.iter().map(|v| v.to_f64_exact()).collect();
+            let indices: Vec<usize> = ix.iter().map(|i| i.to_i64() as usize).collect();
+            let gradient: Vec<f64> = gs.iter().map(|v| v.to_f64_exact()).collect();
+            let want = unpooling::unpool_loops(&values, &indices, per, plane, &gradient);
+            // Bit for bit, any NaN for a NaN.
+            fn agrees<T: PoolFloat>(got: &ArrayD<T>, want: &[f64]) -> bool {
+                let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+                got.len() == want.len() && got.iter().zip(want).all(|(a, &b)| same(a.to_f64_exact(), b))
             }
-            let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
             if let Some(y) = y {
-                assert!(y.iter().zip(&want_y).all(|(a, &b)| same(a.to_f64_exact(), b)), "unpooling");
+                assert!(agrees(&y, &want.output), "unpooling");
             }
-            for (e, &i) in ix.iter().enumerate() {
-                let at = (e / per) * plane + i.to_i64() as usize;
-                let gathered = gs[at].to_f64_exact();
-                if let Some(ggo) = &ggo {
-                    assert!(
-                        same(ggo.as_slice().expect("standard")[e].to_f64_exact(), gathered),
-                        "double backward"
-                    );
-                }
-                if let Some(gx) = &gx {
-                    let want = if last[&at] == e { gathered } else { 0.0 };
-                    assert!(
-                        same(gx.as_slice().expect("standard")[e].to_f64_exact(), want),
-                        "unpooling backward"
-                    );
-                }
+            if let Some(gx) = gx {
+                assert!(agrees(&gx, &want.gradient), "unpooling backward");
+            }
+            if let Some(ggo) = ggo {
+                assert!(agrees(&ggo, &want.gathered), "double backward");
             }
         }
     }
