@@ -1,16 +1,29 @@
 //! # poolgrad
 //!
-//! Exact, fast and safe 2-D max-pooling gradients with the semantics of PyTorch and of Huawei
-//! CANN's `aclnnAdaptiveMaxPool2dBackward`, together with the forward that produces their indices.
+//! Exact, fast and safe max-pooling gradients with the semantics of PyTorch and of Huawei CANN's
+//! aclnn operators (`aclnnAdaptiveMaxPool2dBackward`, `aclnnMaxPool2dWithMaskBackward` and the
+//! rest of their family), together with the forwards that produce their indices: 2-D, 3-D and
+//! 1-D max pooling and adaptive max pooling, max unpooling, and the double backward.
 //!
 //! ## Support
 //!
-//! | operation | CPU | element types | index kinds |
-//! |---|---|---|---|
-//! | [`adaptive_max_pool2d`] | yes | f32, f64, f16, bf16 | i32, i64 |
-//! | [`adaptive_max_pool2d_backward`] | yes | f32, f64, f16, bf16 | i32, i64 |
-//! | [`max_pool2d_with_indices`], [`max_pool2d_with_indices_backward`] | yes | f32, f64, f16, bf16 | i32, i64 |
-//! | [`max_pool2d_with_mask`], [`max_pool2d_with_mask_backward`] | yes | f32, f64, f16, bf16 | [`Mask`]`<`[`I32Argmax`]` \| `[`Bitmask`]`>` |
+//! Every operation takes f32, f64, f16 and bf16, has an `_into` form that writes into arrays or
+//! views you own, and runs on a [`Device`] of your choice through [`on`]: the CPU runs them all,
+//! an Ascend NPU what CANN supports on it (refused with a typed error before anything runs).
+//! Indices are `i64`, or `i32` through the `_i32` forms of the forwards (the backwards,
+//! unpoolings and double backwards take either).
+//!
+//! | operations | indices |
+//! |---|---|
+//! | [`adaptive_max_pool2d`], [`adaptive_max_pool2d_backward`] | i64, i32 |
+//! | [`max_pool2d_with_indices`], [`max_pool2d_with_indices_backward`] | i64, i32 |
+//! | [`max_pool2d_with_mask`], [`max_pool2d_with_mask_backward`] | [`Mask`]`<`[`I32Argmax`]` \| `[`Bitmask`]`>` |
+//! | [`adaptive_max_pool3d`], [`adaptive_max_pool3d_backward`] | i64, i32 |
+//! | [`max_pool3d_with_indices`], [`max_pool3d_with_indices_backward`] | i64, i32 |
+//! | [`adaptive_max_pool1d`], [`adaptive_max_pool1d_backward`] | i64, i32 |
+//! | [`max_pool1d_with_indices`], [`max_pool1d_with_indices_backward`] | i64, i32 |
+//! | [`max_unpool1d`], [`max_unpool2d`], [`max_unpool3d`] and their backwards | i64, i32 |
+//! | [`max_pool1d_double_backward`], [`max_pool2d_double_backward`], [`max_pool3d_double_backward`] | i64, i32 |
 //!
 //! ## Getting started
 //!
@@ -28,7 +41,7 @@
 //! ## Two phases, as in aclnn
 //!
 //! 1. Describe a call with an operation struct from [`op`] over [`TensorRef`] / [`TensorMut`]
-//!    views (any non-negative strides, 3-D or 4-D).
+//!    views (any non-negative strides; rank 3 or 4, and 5 for the 3-D operations).
 //! 2. [`Plan::new`] validates everything that does not need the tensors' data (ranks, shapes,
 //!    strides, parameters, device limits) and reports [`Plan::workspace_size`]: the
 //!    `aclnnXxxGetWorkspaceSize` phase.
@@ -38,13 +51,17 @@
 //!    `run` return [`Error::IndexOutOfRange`] with the first such position, and leaves the
 //!    gradient zeroed.
 //!
-//! The device is chosen by the [`Device`] passed to the plan: [`Cpu`](device::cpu::Cpu), with a
-//! [`Parallelism`](device::cpu::Parallelism) setting.
+//! The device is chosen by the [`Device`] passed to the plan (or to [`on`]):
+//! [`Cpu`](device::cpu::Cpu), with a [`Parallelism`](device::cpu::Parallelism) setting, or an
+//! Ascend NPU (feature `ascend`).
 //!
 //! ## Determinism and precision
 //!
 //! - Forward: row-major scan of each window, the first maximum wins; a NaN is taken and a later
-//!   NaN replaces it; indices are `ih * W + iw` inside each `(n, c)` plane.
+//!   NaN replaces it; indices are flat inside each `(n, c)` plane: `ih * W + iw`, and
+//!   `(id * H + ih) * W + iw` in 3-D.
+//! - Max unpooling writes each value at its index; where indices repeat, the last in row-major
+//!   order wins, and its backward gives the gradient to that last value alone.
 //! - Backward: gradients are added in row-major output order, so f32 and f64 results equal
 //!   PyTorch's CPU kernel bit for bit; f16 and bf16 are summed in f32 and rounded once.
 //! - Every output element is computed by one task, in a fixed order: results are bit-identical
@@ -63,12 +80,14 @@
 //!   against a test double of that ABI: no NPU was available to this crate's developers.
 #![cfg_attr(feature = "candle", doc = "- `candle`: [`candle`](mod@candle),")]
 #![cfg_attr(not(feature = "candle"), doc = "- `candle`: `candle`,")]
-//!   max pooling and adaptive max pooling for candle-core 0.11 tensors, differentiable through
-//!   candle's autograd with PyTorch's gradient.
+//!   max pooling and adaptive max pooling (1-D, 2-D, 3-D) and max unpooling for candle-core 0.11
+//!   tensors, differentiable through candle's autograd with PyTorch's gradient (second order
+//!   included).
 #![cfg_attr(feature = "burn", doc = "- `burn`: [`burn`](mod@burn),")]
 #![cfg_attr(not(feature = "burn"), doc = "- `burn`: `burn`,")]
-//!   adaptive max pooling and max pooling with indices for burn 0.22 tensors on its ndarray
-//!   backend, differentiable under burn's autodiff with PyTorch's gradient.
+//!   adaptive max pooling and max pooling with indices (1-D, 2-D, 3-D) and max unpooling for burn
+//!   0.22 tensors on its ndarray backend, differentiable under burn's autodiff with PyTorch's
+//!   gradient.
 
 #![doc(test(attr(deny(warnings))))]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -163,7 +163,7 @@ impl ViewDim for Ix4 {}
 impl ViewDim for Ix5 {}
 impl ViewDim for IxDyn {}
 
-/// A read-only view of a 3-D or 4-D tensor.
+/// A read-only view of a 3-D, 4-D or 5-D tensor.
 ///
 /// ```
 /// use poolgrad::TensorRef;
@@ -195,7 +195,7 @@ impl<E: Element, M: Memory> fmt::Debug for TensorRef<'_, E, M> {
     }
 }
 
-/// A writable view of a 3-D or 4-D tensor. Its elements never alias one another.
+/// A writable view of a 3-D, 4-D or 5-D tensor. Its elements never alias one another.
 ///
 /// ```
 /// use poolgrad::TensorMut;
