@@ -8,7 +8,7 @@
 //! ## Support
 //!
 //! Every operation takes f32, f64, f16 and bf16, has an `_into` form that writes into arrays or
-//! views you own, and runs on a [`Device`] of your choice through [`on`]: the CPU runs them all,
+//! views you own, and runs on a [`Device`] of your choice through [`on()`]: the CPU runs them all,
 //! an Ascend NPU what CANN supports on it (refused with a typed error before anything runs).
 //! Indices are `i64`, or `i32` through the `_i32` forms of the forwards (the backwards,
 //! unpoolings and double backwards take either).
@@ -51,7 +51,7 @@
 //!    `run` return [`Error::IndexOutOfRange`] with the first such position, and leaves the
 //!    gradient zeroed.
 //!
-//! The device is chosen by the [`Device`] passed to the plan (or to [`on`]):
+//! The device is chosen by the [`Device`] passed to the plan (or to [`on()`]):
 //! [`Cpu`](device::cpu::Cpu), with a [`Parallelism`](device::cpu::Parallelism) setting, or an
 //! Ascend NPU (feature `ascend`).
 //!
