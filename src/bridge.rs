@@ -135,6 +135,17 @@ pub(crate) enum MaxUnpool {
     Volume([usize; 3]),
 }
 
+/// The spatial size of a tensor of shape `dims` for an operation over `N` axes: its last `N`
+/// axes (0 for axes it lacks; the operation itself then reports the rank). What the unpoolings'
+/// explicit backwards give as the size of the unpooling whose gradient they are.
+#[cfg(any(feature = "candle", feature = "burn"))]
+pub(crate) fn spatial<const N: usize>(dims: &[usize]) -> [usize; N] {
+    let mut size = [0; N];
+    let n = N.min(dims.len());
+    size[N - n..].copy_from_slice(&dims[dims.len() - n..]);
+    size
+}
+
 #[cfg(any(feature = "candle", feature = "burn"))]
 impl MaxUnpool {
     /// `x` written at `indices` in an output of this size, errors named for the bridge

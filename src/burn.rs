@@ -63,11 +63,11 @@ use burn_ndarray::{NdArray, NdArrayTensor};
 use burn_tensor::{Int, Tensor};
 use ndarray::{ArcArray, ArrayViewD, IxDyn};
 
-use crate::bridge::{MaxUnpool, Pooling, Unpooling, function_names};
+use crate::bridge::{MaxUnpool, Pooling, Unpooling, function_names, spatial};
 use crate::{ArgmaxIndex, MaxPool1dParams, MaxPool2dParams, MaxPool3dParams, PoolFloat};
 
 // The functions' names, which begin their messages: each names the function the user called.
-function_names!("poolgrad::burn::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool3d, max_pool3d_with_indices, adaptive_max_pool3d, adaptive_max_pool3d_with_indices, max_pool1d, max_pool1d_with_indices, adaptive_max_pool1d, adaptive_max_pool1d_with_indices, max_unpool1d, max_unpool2d, max_unpool3d);
+function_names!("poolgrad::burn::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool3d, max_pool3d_with_indices, adaptive_max_pool3d, adaptive_max_pool3d_with_indices, max_pool1d, max_pool1d_with_indices, adaptive_max_pool1d, adaptive_max_pool1d_with_indices, max_unpool1d, max_unpool2d, max_unpool3d, max_pool3d_with_indices_backward, adaptive_max_pool3d_backward, max_pool1d_with_indices_backward, adaptive_max_pool1d_backward, max_unpool1d_backward, max_unpool2d_backward, max_unpool3d_backward);
 
 /// What can go wrong in [`poolgrad::burn`](self): poolgrad's own errors, and burn tensors this
 /// bridge cannot read.
@@ -225,6 +225,32 @@ pub fn max_pool3d_with_indices(
     pool(name::max_pool3d_with_indices, Pooling::MaxPool3d(*params), x)
 }
 
+/// Gradient of [`max_pool3d_with_indices`] for burn tensors: `grad_output` added at `indices` of
+/// each volume of a zero tensor shaped as `x`. Not recorded by autodiff.
+///
+/// ```
+/// # #![allow(deprecated)]
+/// use burn_tensor::{Device, Tensor, TensorData};
+/// let device = Device::ndarray();
+/// let x = Tensor::<5>::from_data(TensorData::new((0..8).map(|v| v as f32).collect::<Vec<_>>(), [1, 1, 2, 2, 2]), &device);
+/// let p = poolgrad::MaxPool3dParams::new([2, 2, 2]);
+/// let (y, indices) = poolgrad::burn::max_pool3d_with_indices(x.clone(), &p)?;
+/// let gx = poolgrad::burn::max_pool3d_with_indices_backward(y.ones_like(), x, indices, &p)?;
+/// assert_eq!(gx.to_data().try_to_vec::<f32>().unwrap(), [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
+/// # Ok::<(), poolgrad::burn::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::max_pool3d_with_indices_backward`], plus [`Error::Backend`] and [`Error::DType`].
+pub fn max_pool3d_with_indices_backward(
+    grad_output: Tensor<5>,
+    x: Tensor<5>,
+    indices: Tensor<5, Int>,
+    params: &MaxPool3dParams,
+) -> Result<Tensor<5>> {
+    unpool(name::max_pool3d_with_indices_backward, Unpooling::MaxPool3d(*params), grad_output, x, indices)
+}
+
 /// Adaptive 3-D max pooling of `x` to `output_size = [Do, Ho, Wo]`, differentiable.
 ///
 /// # Errors
@@ -242,6 +268,19 @@ pub fn adaptive_max_pool3d_with_indices(
     output_size: [usize; 3],
 ) -> Result<(Tensor<5>, Tensor<5, Int>)> {
     pool(name::adaptive_max_pool3d_with_indices, Pooling::Adaptive3d(output_size), x)
+}
+
+/// Gradient of [`adaptive_max_pool3d_with_indices`] for burn tensors: `grad_output` added at
+/// `indices` of each volume of a zero tensor shaped as `x`. Not recorded by autodiff.
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool3d_backward`], plus [`Error::Backend`] and [`Error::DType`].
+pub fn adaptive_max_pool3d_backward(
+    grad_output: Tensor<5>,
+    x: Tensor<5>,
+    indices: Tensor<5, Int>,
+) -> Result<Tensor<5>> {
+    unpool(name::adaptive_max_pool3d_backward, Unpooling::Adaptive3d, grad_output, x, indices)
 }
 
 /// 1-D max pooling of `x` (`[N, C, L]`) with PyTorch's semantics, differentiable.
@@ -263,6 +302,20 @@ pub fn max_pool1d_with_indices(
     pool(name::max_pool1d_with_indices, Pooling::MaxPool1d(*params), x)
 }
 
+/// Gradient of [`max_pool1d_with_indices`] for burn tensors: `grad_output` added at `indices` of
+/// each line of a zero tensor shaped as `x`. Not recorded by autodiff.
+///
+/// # Errors
+/// As [`crate::max_pool1d_with_indices_backward`], plus [`Error::Backend`] and [`Error::DType`].
+pub fn max_pool1d_with_indices_backward(
+    grad_output: Tensor<3>,
+    x: Tensor<3>,
+    indices: Tensor<3, Int>,
+    params: &MaxPool1dParams,
+) -> Result<Tensor<3>> {
+    unpool(name::max_pool1d_with_indices_backward, Unpooling::MaxPool1d(*params), grad_output, x, indices)
+}
+
 /// Adaptive 1-D max pooling of `x` to `output_size` positions, differentiable.
 ///
 /// # Errors
@@ -280,6 +333,19 @@ pub fn adaptive_max_pool1d_with_indices(
     output_size: usize,
 ) -> Result<(Tensor<3>, Tensor<3, Int>)> {
     pool(name::adaptive_max_pool1d_with_indices, Pooling::Adaptive1d(output_size), x)
+}
+
+/// Gradient of [`adaptive_max_pool1d_with_indices`] for burn tensors: `grad_output` added at
+/// `indices` of each line of a zero tensor shaped as `x`. Not recorded by autodiff.
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool1d_backward`], plus [`Error::Backend`] and [`Error::DType`].
+pub fn adaptive_max_pool1d_backward(
+    grad_output: Tensor<3>,
+    x: Tensor<3>,
+    indices: Tensor<3, Int>,
+) -> Result<Tensor<3>> {
+    unpool(name::adaptive_max_pool1d_backward, Unpooling::Adaptive1d, grad_output, x, indices)
 }
 
 /// 2-D max unpooling (PyTorch's `max_unpool2d` with its `output_size`): `x` written at
@@ -307,6 +373,28 @@ pub fn max_unpool2d(x: Tensor<4>, indices: Tensor<4, Int>, output_size: [usize; 
     unpool_recorded_or_plain(name::max_unpool2d, MaxUnpool::Plane(output_size), x, indices)
 }
 
+/// Gradient of [`max_unpool2d`] for burn tensors: `grad_output` read at each index, for the last
+/// of equal indices of a plane (zero for the others), shaped as `indices`. Not recorded by
+/// autodiff.
+///
+/// ```
+/// # #![allow(deprecated)]
+/// use burn_tensor::{Device, Int, Tensor, TensorData};
+/// let device = Device::ndarray();
+/// let idx = Tensor::<4, Int>::from_data(TensorData::new(vec![3i64, 3], [1, 1, 1, 2]), &device);
+/// let g = Tensor::<4>::from_data(TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [1, 1, 2, 2]), &device);
+/// let gx = poolgrad::burn::max_unpool2d_backward(g, idx)?;
+/// assert_eq!(gx.to_data().try_to_vec::<f32>().unwrap(), [0.0, 4.0]); // the last of the repeats
+/// # Ok::<(), poolgrad::burn::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::max_unpool2d_backward`], plus [`Error::Backend`] and [`Error::DType`].
+pub fn max_unpool2d_backward(grad_output: Tensor<4>, indices: Tensor<4, Int>) -> Result<Tensor<4>> {
+    let size = spatial(&grad_output.dims());
+    unpool_transposed(name::max_unpool2d_backward, MaxUnpool::Plane(size), grad_output, indices)
+}
+
 /// 3-D max unpooling: [`max_unpool2d`] over volumes (PyTorch's `max_unpool3d`).
 ///
 /// # Errors
@@ -315,12 +403,30 @@ pub fn max_unpool3d(x: Tensor<5>, indices: Tensor<5, Int>, output_size: [usize; 
     unpool_recorded_or_plain(name::max_unpool3d, MaxUnpool::Volume(output_size), x, indices)
 }
 
+/// Gradient of [`max_unpool3d`]: [`max_unpool2d_backward`] over volumes.
+///
+/// # Errors
+/// As [`crate::max_unpool3d_backward`], plus [`Error::Backend`] and [`Error::DType`].
+pub fn max_unpool3d_backward(grad_output: Tensor<5>, indices: Tensor<5, Int>) -> Result<Tensor<5>> {
+    let size = spatial(&grad_output.dims());
+    unpool_transposed(name::max_unpool3d_backward, MaxUnpool::Volume(size), grad_output, indices)
+}
+
 /// 1-D max unpooling: [`max_unpool2d`] along lines (PyTorch's `max_unpool1d`).
 ///
 /// # Errors
 /// As [`crate::max_unpool1d`], and [`Error::Backend`] / [`Error::DType`].
 pub fn max_unpool1d(x: Tensor<3>, indices: Tensor<3, Int>, output_size: usize) -> Result<Tensor<3>> {
     unpool_recorded_or_plain(name::max_unpool1d, MaxUnpool::Line(output_size), x, indices)
+}
+
+/// Gradient of [`max_unpool1d`]: [`max_unpool2d_backward`] along lines.
+///
+/// # Errors
+/// As [`crate::max_unpool1d_backward`], plus [`Error::Backend`] and [`Error::DType`].
+pub fn max_unpool1d_backward(grad_output: Tensor<3>, indices: Tensor<3, Int>) -> Result<Tensor<3>> {
+    let [size] = spatial(&grad_output.dims());
+    unpool_transposed(name::max_unpool1d_backward, MaxUnpool::Line(size), grad_output, indices)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -623,6 +729,19 @@ impl Backward<NdArray, 1> for PoolBackward {
             grads.register::<NdArray>(node.id, gx);
         }
     }
+}
+
+/// The unpoolings' explicit backwards on a tensor of any flavour: the unpooling's transpose, not
+/// recorded.
+fn unpool_transposed<const D: usize>(
+    op: &'static str,
+    which: MaxUnpool,
+    grad_output: Tensor<D>,
+    indices: Tensor<D, Int>,
+) -> Result<Tensor<D>> {
+    let (grad, flavor) = float_primitive(grad_output, op, "grad_output")?;
+    let indices = int_primitive(indices, op, "indices")?;
+    Ok(float_tensor(unpool_core(op, which, true, &grad, &indices)?, flavor))
 }
 
 /// The public unpoolings: plain on ndarray, recorded under autodiff.

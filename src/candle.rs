@@ -66,12 +66,12 @@ use candle_core::{
 };
 use ndarray::{ArrayD, ArrayViewD, IxDyn, ShapeBuilder};
 
-use crate::bridge::{MaxUnpool, Pooling, Unpooling, function_names, in_terms_of};
+use crate::bridge::{MaxUnpool, Pooling, Unpooling, function_names, in_terms_of, spatial};
 use crate::{Mask, MaskLayout, MaxPool1dParams, MaxPool2dParams, MaxPool3dParams};
 
 // The functions' names, which begin their messages (and name the recorded operation in
 // candle's): each message names the function the user called.
-function_names!("poolgrad::candle::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward, max_pool3d, max_pool3d_with_indices, adaptive_max_pool3d, adaptive_max_pool3d_with_indices, max_pool1d, max_pool1d_with_indices, adaptive_max_pool1d, adaptive_max_pool1d_with_indices, max_unpool1d, max_unpool2d, max_unpool3d);
+function_names!("poolgrad::candle::": max_pool2d, max_pool2d_with_indices, max_pool2d_with_indices_backward, adaptive_max_pool2d, adaptive_max_pool2d_with_indices, adaptive_max_pool2d_backward, max_pool2d_with_mask, max_pool2d_with_mask_backward, max_pool3d, max_pool3d_with_indices, adaptive_max_pool3d, adaptive_max_pool3d_with_indices, max_pool1d, max_pool1d_with_indices, adaptive_max_pool1d, adaptive_max_pool1d_with_indices, max_unpool1d, max_unpool2d, max_unpool3d, max_pool3d_with_indices_backward, adaptive_max_pool3d_backward, max_pool1d_with_indices_backward, adaptive_max_pool1d_backward, max_unpool1d_backward, max_unpool2d_backward, max_unpool3d_backward);
 
 /// 2-D max pooling of `x` with PyTorch's semantics (kernel, stride, padding, dilation, ceil mode),
 /// differentiable through candle's autograd with PyTorch's gradient.
@@ -249,6 +249,39 @@ pub fn max_pool3d_with_indices(
     pool(name::max_pool3d_with_indices, x, Pooling::MaxPool3d(*params))
 }
 
+/// Gradient of [`max_pool3d_with_indices`] for candle tensors: `grad_output[.., od, oh, ow]`
+/// added at `indices[.., od, oh, ow]` of each volume of a zero tensor shaped as `x`. `params` are
+/// those of the forward, checked against the shapes. Not recorded by candle's autograd.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// use poolgrad::MaxPool3dParams;
+/// let x = Tensor::arange(0f32, 8.0, &Device::Cpu)?.reshape((1, 1, 2, 2, 2))?;
+/// let p = MaxPool3dParams::new([2, 2, 2]);
+/// let (y, idx) = poolgrad::candle::max_pool3d_with_indices(&x, &p)?;
+/// let gx = poolgrad::candle::max_pool3d_with_indices_backward(&y.ones_like()?, &x, &idx, &p)?;
+/// assert_eq!(gx.flatten_all()?.to_vec1::<f32>()?, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
+/// # Ok::<(), candle_core::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::max_pool3d_with_indices_backward`], and as [`max_pool2d_with_indices_backward`]
+/// for the tensors.
+pub fn max_pool3d_with_indices_backward(
+    grad_output: &Tensor,
+    x: &Tensor,
+    indices: &Tensor,
+    params: &MaxPool3dParams,
+) -> candle_core::Result<Tensor> {
+    backward_with_indices(
+        name::max_pool3d_with_indices_backward,
+        grad_output,
+        x,
+        indices,
+        Unpooling::MaxPool3d(*params),
+    )
+}
+
 /// Adaptive 3-D max pooling of `x` to `output_size = [Do, Ho, Wo]`, differentiable.
 ///
 /// # Errors
@@ -266,6 +299,20 @@ pub fn adaptive_max_pool3d_with_indices(
     output_size: [usize; 3],
 ) -> candle_core::Result<(Tensor, Tensor)> {
     pool(name::adaptive_max_pool3d_with_indices, x, Pooling::Adaptive3d(output_size))
+}
+
+/// Gradient of [`adaptive_max_pool3d_with_indices`] for candle tensors: `grad_output` added at
+/// `indices` of each volume of a zero tensor shaped as `x`. Not recorded by candle's autograd.
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool3d_backward`], and as [`max_pool2d_with_indices_backward`] for
+/// the tensors.
+pub fn adaptive_max_pool3d_backward(
+    grad_output: &Tensor,
+    x: &Tensor,
+    indices: &Tensor,
+) -> candle_core::Result<Tensor> {
+    backward_with_indices(name::adaptive_max_pool3d_backward, grad_output, x, indices, Unpooling::Adaptive3d)
 }
 
 /// 1-D max pooling of `x` (`[N, C, L]` or `[C, L]`) with PyTorch's semantics, differentiable.
@@ -299,6 +346,28 @@ pub fn max_pool1d_with_indices(
     pool(name::max_pool1d_with_indices, x, Pooling::MaxPool1d(*params))
 }
 
+/// Gradient of [`max_pool1d_with_indices`] for candle tensors: `grad_output[.., o]` added at
+/// `indices[.., o]` of each line of a zero tensor shaped as `x`. `params` are those of the
+/// forward, checked against the shapes. Not recorded by candle's autograd.
+///
+/// # Errors
+/// As [`crate::max_pool1d_with_indices_backward`], and as [`max_pool2d_with_indices_backward`]
+/// for the tensors.
+pub fn max_pool1d_with_indices_backward(
+    grad_output: &Tensor,
+    x: &Tensor,
+    indices: &Tensor,
+    params: &MaxPool1dParams,
+) -> candle_core::Result<Tensor> {
+    backward_with_indices(
+        name::max_pool1d_with_indices_backward,
+        grad_output,
+        x,
+        indices,
+        Unpooling::MaxPool1d(*params),
+    )
+}
+
 /// Adaptive 1-D max pooling of `x` to `output_size` positions, differentiable.
 ///
 /// # Errors
@@ -316,6 +385,20 @@ pub fn adaptive_max_pool1d_with_indices(
     output_size: usize,
 ) -> candle_core::Result<(Tensor, Tensor)> {
     pool(name::adaptive_max_pool1d_with_indices, x, Pooling::Adaptive1d(output_size))
+}
+
+/// Gradient of [`adaptive_max_pool1d_with_indices`] for candle tensors: `grad_output` added at
+/// `indices` of each line of a zero tensor shaped as `x`. Not recorded by candle's autograd.
+///
+/// # Errors
+/// As [`crate::adaptive_max_pool1d_backward`], and as [`max_pool2d_with_indices_backward`] for
+/// the tensors.
+pub fn adaptive_max_pool1d_backward(
+    grad_output: &Tensor,
+    x: &Tensor,
+    indices: &Tensor,
+) -> candle_core::Result<Tensor> {
+    backward_with_indices(name::adaptive_max_pool1d_backward, grad_output, x, indices, Unpooling::Adaptive1d)
 }
 
 /// 2-D max unpooling (PyTorch's `max_unpool2d` with its `output_size`): `x` written at
@@ -342,12 +425,42 @@ pub fn max_unpool2d(x: &Tensor, indices: &Tensor, output_size: [usize; 2]) -> ca
     unpool(name::max_unpool2d, x, indices, MaxUnpool::Plane(output_size))
 }
 
+/// Gradient of [`max_unpool2d`] for candle tensors: `grad_output` read at each index, for the
+/// last of equal indices of a plane (zero for the others), shaped as `indices`. Not recorded by
+/// candle's autograd.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// let idx = Tensor::new(&[[[[3i64, 3]]]], &Device::Cpu)?;
+/// let g = Tensor::new(&[[[[1.0f32, 2.0], [3.0, 4.0]]]], &Device::Cpu)?;
+/// let gx = poolgrad::candle::max_unpool2d_backward(&g, &idx)?;
+/// assert_eq!(gx.flatten_all()?.to_vec1::<f32>()?, [0.0, 4.0]); // the last of the repeats
+/// # Ok::<(), candle_core::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`crate::max_unpool2d_backward`], and as [`max_unpool2d`] for the tensors (`grad_output`
+/// of a float dtype).
+pub fn max_unpool2d_backward(grad_output: &Tensor, indices: &Tensor) -> candle_core::Result<Tensor> {
+    let size = spatial(grad_output.dims());
+    unpool_backward(name::max_unpool2d_backward, grad_output, indices, MaxUnpool::Plane(size))
+}
+
 /// 3-D max unpooling: [`max_unpool2d`] over volumes (PyTorch's `max_unpool3d`).
 ///
 /// # Errors
 /// As [`crate::max_unpool3d`], and as [`max_unpool2d`] for the tensors.
 pub fn max_unpool3d(x: &Tensor, indices: &Tensor, output_size: [usize; 3]) -> candle_core::Result<Tensor> {
     unpool(name::max_unpool3d, x, indices, MaxUnpool::Volume(output_size))
+}
+
+/// Gradient of [`max_unpool3d`]: [`max_unpool2d_backward`] over volumes.
+///
+/// # Errors
+/// As [`crate::max_unpool3d_backward`], and as [`max_unpool2d_backward`] for the tensors.
+pub fn max_unpool3d_backward(grad_output: &Tensor, indices: &Tensor) -> candle_core::Result<Tensor> {
+    let size = spatial(grad_output.dims());
+    unpool_backward(name::max_unpool3d_backward, grad_output, indices, MaxUnpool::Volume(size))
 }
 
 /// 1-D max unpooling: [`max_unpool2d`] along lines (PyTorch's `max_unpool1d`).
@@ -358,9 +471,28 @@ pub fn max_unpool1d(x: &Tensor, indices: &Tensor, output_size: usize) -> candle_
     unpool(name::max_unpool1d, x, indices, MaxUnpool::Line(output_size))
 }
 
+/// Gradient of [`max_unpool1d`]: [`max_unpool2d_backward`] along lines.
+///
+/// # Errors
+/// As [`crate::max_unpool1d_backward`], and as [`max_unpool2d_backward`] for the tensors.
+pub fn max_unpool1d_backward(grad_output: &Tensor, indices: &Tensor) -> candle_core::Result<Tensor> {
+    let [size] = spatial(grad_output.dims());
+    unpool_backward(name::max_unpool1d_backward, grad_output, indices, MaxUnpool::Line(size))
+}
+
 /// The unpoolings: recorded by candle when `x` tracks gradients.
 fn unpool(op: &'static str, x: &Tensor, indices: &Tensor, which: MaxUnpool) -> candle_core::Result<Tensor> {
     x.apply_op1(UnpoolOp { op, which, indices: indices.clone(), transposed: false })
+}
+
+/// The unpoolings' explicit backwards: the transposed [`UnpoolOp`], not recorded.
+fn unpool_backward(
+    op: &'static str,
+    grad_output: &Tensor,
+    indices: &Tensor,
+    which: MaxUnpool,
+) -> candle_core::Result<Tensor> {
+    grad_output.apply_op1_no_bwd(&UnpoolOp { op, which, indices: indices.clone(), transposed: true })
 }
 
 /// The forward with indices behind [`max_pool2d`], [`adaptive_max_pool2d`] and their

@@ -82,12 +82,12 @@
 #![cfg_attr(not(feature = "candle"), doc = "- `candle`: `candle`,")]
 //!   max pooling and adaptive max pooling (1-D, 2-D, 3-D) and max unpooling for candle-core 0.11
 //!   tensors, differentiable through candle's autograd with PyTorch's gradient (second order
-//!   included).
+//!   included), and each backward as a function of its own.
 #![cfg_attr(feature = "burn", doc = "- `burn`: [`burn`](mod@burn),")]
 #![cfg_attr(not(feature = "burn"), doc = "- `burn`: `burn`,")]
 //!   adaptive max pooling and max pooling with indices (1-D, 2-D, 3-D) and max unpooling for burn
 //!   0.22 tensors on its ndarray backend, differentiable under burn's autodiff with PyTorch's
-//!   gradient.
+//!   gradient, and each backward as a function of its own.
 
 #![doc(test(attr(deny(warnings))))]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -16,7 +16,7 @@ use poolgrad::MaxPool2dParams;
 #[path = "common/bridge_cases.rs"]
 mod bridge_cases;
 use bridge_cases::{
-    Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, unpool_case, values,
+    Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, scatter_loop, unpool_case, values,
 };
 
 fn plain() -> Device {
@@ -457,6 +457,105 @@ fn volumes_and_lines_under_burn_autodiff() {
         idx.into_data().try_to_vec::<i64>().unwrap(),
         want.indices.iter().copied().collect::<Vec<_>>()
     );
+}
+
+/// The explicit backwards of the 3-D and 1-D poolings and of the unpoolings, F32 and F64, I64 and
+/// I32 indices, on plain and autodiff tensors: the poolings' against a plain loop over the
+/// forward's indices (summed in the dtype), the unpoolings' against the plain unpooling loop
+/// (the last of equal indices alone reads its gradient); errors name the function called.
+#[test]
+fn explicit_family_backwards_equal_plain_loops() {
+    let p3 = poolgrad::MaxPool3dParams::new([2, 3, 2]).with_stride([1, 2, 2]).with_padding([1, 1, 0]);
+    let p1 = poolgrad::MaxPool1dParams::new([3]).with_stride([2]).with_padding([1]).with_ceil_mode(true);
+    let to_f64 = |d: TensorData| match d.clone().try_to_vec::<f64>() {
+        Ok(v) => v,
+        Err(_) => d.try_to_vec::<f32>().expect("f32 or f64").into_iter().map(f64::from).collect(),
+    };
+    let (volume, line) = ([2, 3, 5, 6, 4], [2, 3, 10]);
+    for dtype in [burn_tensor::DType::F32, burn_tensor::DType::F64] {
+        let add = move |a: f64, b: f64| match dtype {
+            burn_tensor::DType::F32 => f64::from(a as f32 + b as f32),
+            _ => a + b,
+        };
+        for device in [plain(), autodiff()] {
+            let options = burn_tensor::TensorCreationOptions::new(device.clone()).with_dtype(dtype);
+            let data = |v: Vec<f64>, shape: &[usize]| TensorData::new(v, shape.to_vec());
+            let check = |name: &str, gx: Vec<Tensor<5>>, w: &[f64], idx: &[i64]| {
+                let want = scatter_loop((w, idx), (6, 120), add);
+                for gx in gx {
+                    assert_eq!(to_f64(gx.into_data()), want, "{name} {dtype:?}");
+                }
+            };
+            let x = Tensor::<5>::from_data(data(values(720, 5), &volume), options.clone());
+            let (y, idx) = poolgrad::burn::max_pool3d_with_indices(x.clone(), &p3).unwrap();
+            let w = gradient_values(y.shape().num_elements(), 6);
+            let g = Tensor::<5>::from_data(data(w.clone(), &y.dims()), options.clone());
+            let ix = idx.clone().into_data().try_to_vec::<i64>().unwrap();
+            let gx = [idx.clone(), idx.cast(burn_tensor::DType::I32)].map(|i| {
+                poolgrad::burn::max_pool3d_with_indices_backward(g.clone(), x.clone(), i, &p3).unwrap()
+            });
+            check("max 3-D", gx.to_vec(), &w, &ix);
+            let (y, idx) = poolgrad::burn::adaptive_max_pool3d_with_indices(x.clone(), [3, 4, 3]).unwrap();
+            let w = gradient_values(y.shape().num_elements(), 7);
+            let g = Tensor::<5>::from_data(data(w.clone(), &y.dims()), options.clone());
+            let ix = idx.clone().into_data().try_to_vec::<i64>().unwrap();
+            let gx = [idx.clone(), idx.cast(burn_tensor::DType::I32)]
+                .map(|i| poolgrad::burn::adaptive_max_pool3d_backward(g.clone(), x.clone(), i).unwrap());
+            check("adaptive 3-D", gx.to_vec(), &w, &ix);
+
+            let x = Tensor::<3>::from_data(data(values(60, 8), &line), options.clone());
+            let (y, idx) = poolgrad::burn::max_pool1d_with_indices(x.clone(), &p1).unwrap();
+            let w = gradient_values(y.shape().num_elements(), 9);
+            let g = Tensor::<3>::from_data(data(w.clone(), &y.dims()), options.clone());
+            let ix = idx.clone().into_data().try_to_vec::<i64>().unwrap();
+            let want = scatter_loop((&w, &ix), (6, 10), add);
+            for i in [idx.clone(), idx.cast(burn_tensor::DType::I32)] {
+                let gx =
+                    poolgrad::burn::max_pool1d_with_indices_backward(g.clone(), x.clone(), i, &p1).unwrap();
+                assert_eq!(to_f64(gx.into_data()), want, "max 1-D {dtype:?}");
+            }
+            let (y, idx) = poolgrad::burn::adaptive_max_pool1d_with_indices(x.clone(), 4).unwrap();
+            let w = gradient_values(y.shape().num_elements(), 10);
+            let g = Tensor::<3>::from_data(data(w.clone(), &y.dims()), options.clone());
+            let ix = idx.clone().into_data().try_to_vec::<i64>().unwrap();
+            let want = scatter_loop((&w, &ix), (6, 10), add);
+            for i in [idx.clone(), idx.cast(burn_tensor::DType::I32)] {
+                let gx = poolgrad::burn::adaptive_max_pool1d_backward(g.clone(), x.clone(), i).unwrap();
+                assert_eq!(to_f64(gx.into_data()), want, "adaptive 1-D {dtype:?}");
+            }
+            let e =
+                poolgrad::burn::max_pool1d_with_indices_backward(g.clone(), x.clone(), y.clone().int(), &p1)
+                    .unwrap_err()
+                    .to_string();
+            assert!(e.starts_with("poolgrad::burn::max_pool1d_with_indices_backward: "), "{e}");
+
+            // The unpoolings' backwards: planes of 12 positions, 6 values each to 3 of them.
+            let c = unpool_case(2, 6, 12);
+            let ints = |shape: &[usize]| TensorData::new(c.indices.clone(), shape.to_vec());
+            let grad = |shape: &[usize]| data(c.weights.clone(), shape);
+            for i in [
+                Tensor::<4, Int>::from_data(ints(&[1, 2, 2, 3]), &device),
+                Tensor::<4, Int>::from_data(ints(&[1, 2, 2, 3]), &device).cast(burn_tensor::DType::I32),
+            ] {
+                let g = Tensor::<4>::from_data(grad(&[1, 2, 3, 4]), options.clone());
+                let gx = poolgrad::burn::max_unpool2d_backward(g, i).unwrap();
+                assert_eq!(gx.dims(), [1, 2, 2, 3]);
+                assert_eq!(to_f64(gx.into_data()), c.want.gradient, "2-D unpooling {dtype:?}");
+            }
+            let g = Tensor::<3>::from_data(grad(&[1, 2, 12]), options.clone());
+            let i = Tensor::<3, Int>::from_data(ints(&[1, 2, 6]), &device);
+            let gx = poolgrad::burn::max_unpool1d_backward(g, i).unwrap();
+            assert_eq!(to_f64(gx.into_data()), c.want.gradient, "1-D unpooling {dtype:?}");
+            let g = Tensor::<5>::from_data(grad(&[1, 2, 1, 3, 4]), options.clone());
+            let i = Tensor::<5, Int>::from_data(ints(&[1, 2, 1, 2, 3]), &device);
+            let gx = poolgrad::burn::max_unpool3d_backward(g.clone(), i).unwrap();
+            assert_eq!(to_f64(gx.into_data()), c.want.gradient, "3-D unpooling {dtype:?}");
+            let beyond =
+                Tensor::<5, Int>::from_data(TensorData::new(vec![12i64; 12], [1, 2, 1, 2, 3]), &device);
+            let e = poolgrad::burn::max_unpool3d_backward(g, beyond).unwrap_err().to_string();
+            assert!(e.starts_with("poolgrad::burn::max_unpool3d_backward: `indices` holds 12"), "{e}");
+        }
+    }
 }
 
 /// Max unpooling on plain tensors and under burn's autodiff (both checkpointing strategies),

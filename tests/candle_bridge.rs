@@ -12,7 +12,7 @@ use poolgrad::{Bitmask, I32Argmax, MaxPool2dParams, PoolFloat};
 #[path = "common/bridge_cases.rs"]
 mod bridge_cases;
 use bridge_cases::{
-    Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, unpool_case, values,
+    Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, scatter_loop, unpool_case, values,
 };
 
 type Result<T = ()> = candle_core::Result<T>;
@@ -497,6 +497,111 @@ fn volumes_and_lines_through_candle_autograd() -> Result {
         m.contains("poolgrad::candle::max_pool3d") && m.contains("`x`") && m.contains("5 (N, C, D, H, W)"),
         "{m}"
     );
+    Ok(())
+}
+
+/// The explicit backwards of the 3-D and 1-D poolings and of the unpoolings, on I64 and I32
+/// indices: the poolings' against a plain loop over the forward's indices (and candle's
+/// autograd gradient), the unpoolings' against the plain unpooling loop (the last of equal
+/// indices alone reads its gradient); errors name the function called.
+#[test]
+fn explicit_family_backwards_equal_plain_loops() -> Result {
+    type Forward<'p> = Box<dyn Fn(&Tensor) -> Result<(Tensor, Tensor)> + 'p>;
+    type Backward<'p> = Box<dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor> + 'p>;
+    let p3 = poolgrad::MaxPool3dParams::new([2, 3, 2]).with_stride([1, 2, 2]).with_padding([1, 1, 0]);
+    let p1 = poolgrad::MaxPool1dParams::new([3]).with_stride([2]).with_padding([1]).with_ceil_mode(true);
+    let cases: [(&str, Vec<usize>, Forward, Backward); 4] = [
+        (
+            "max 3-D",
+            vec![2, 3, 5, 6, 4],
+            Box::new(|x| poolgrad::candle::max_pool3d_with_indices(x, &p3)),
+            Box::new(|g, x, i| poolgrad::candle::max_pool3d_with_indices_backward(g, x, i, &p3)),
+        ),
+        (
+            "adaptive 3-D",
+            vec![3, 5, 6, 4],
+            Box::new(|x| poolgrad::candle::adaptive_max_pool3d_with_indices(x, [3, 4, 3])),
+            Box::new(poolgrad::candle::adaptive_max_pool3d_backward),
+        ),
+        (
+            "max 1-D",
+            vec![2, 3, 10],
+            Box::new(|x| poolgrad::candle::max_pool1d_with_indices(x, &p1)),
+            Box::new(|g, x, i| poolgrad::candle::max_pool1d_with_indices_backward(g, x, i, &p1)),
+        ),
+        (
+            "adaptive 1-D",
+            vec![3, 10],
+            Box::new(|x| poolgrad::candle::adaptive_max_pool1d_with_indices(x, 4)),
+            Box::new(poolgrad::candle::adaptive_max_pool1d_backward),
+        ),
+    ];
+    for (name, shape, forward, backward) in cases {
+        for dtype in [DType::F32, DType::F64, DType::BF16] {
+            let x = var(&values(shape.iter().product(), 5), &shape, dtype)?;
+            let (y, idx) = forward(x.as_tensor())?;
+            let w = gradient_values(y.elem_count(), 6);
+            let g = Tensor::new(w.as_slice(), &cpu())?.reshape(y.shape())?.to_dtype(dtype)?;
+            let w_as_typed = flat::<f64>(&g.to_dtype(DType::F64)?)?;
+            let spatial = if name.ends_with("3-D") { 3 } else { 1 };
+            let per_plane: usize = shape[shape.len() - spatial..].iter().product();
+            // f64 sums in f64; f32 and bf16 in f32 (each addition of two f32 values rounded to
+            // f32), and bf16 rounds the whole sum once.
+            let in_f32 = |a: f64, b: f64| f64::from(a as f32 + b as f32);
+            let in_f64 = |a: f64, b: f64| a + b;
+            let sums = (&w_as_typed[..], &flat::<i64>(&idx)?[..]);
+            let planes = (x.elem_count() / per_plane, per_plane);
+            let want: Vec<f64> = match dtype {
+                DType::F64 => scatter_loop(sums, planes, in_f64),
+                DType::F32 => scatter_loop(sums, planes, in_f32),
+                _ => scatter_loop(sums, planes, in_f32)
+                    .iter()
+                    .map(|&v| half::bf16::from_f64(v).to_f64())
+                    .collect(),
+            };
+            for indices in [idx.clone(), idx.to_dtype(DType::I32)?] {
+                let gx = flat::<f64>(&backward(&g, x.as_tensor(), &indices)?.to_dtype(DType::F64)?)?;
+                assert!(gx == want, "{name} {dtype:?}: {gx:?} against {want:?}");
+            }
+            let grads = (y * &g)?.sum_all()?.backward()?;
+            let auto = flat::<f64>(&backward(&g, x.as_tensor(), &idx)?.to_dtype(DType::F64)?)?;
+            assert_eq!(grad_f64(&grads, &x)?, auto, "{name} {dtype:?}: autograd");
+        }
+    }
+
+    type UnpoolBackward = fn(&Tensor, &Tensor) -> Result<Tensor>;
+    let unpoolings: [(&str, Vec<usize>, Vec<usize>, UnpoolBackward); 3] = [
+        ("1-D", vec![2, 3, 4], vec![2, 3, 7], poolgrad::candle::max_unpool1d_backward),
+        ("2-D", vec![1, 2, 2, 3], vec![1, 2, 3, 4], poolgrad::candle::max_unpool2d_backward),
+        ("3-D", vec![1, 2, 2, 1, 2], vec![1, 2, 2, 2, 3], poolgrad::candle::max_unpool3d_backward),
+    ];
+    for (name, pooled, full, backward) in unpoolings {
+        let (count, planes) = (pooled.iter().product::<usize>(), pooled[0] * pooled[1]);
+        let c = unpool_case(planes, count / planes, full.iter().product::<usize>() / planes);
+        let indices = Tensor::new(c.indices.as_slice(), &cpu())?.reshape(pooled.as_slice())?;
+        let g = Tensor::new(c.weights.as_slice(), &cpu())?.reshape(full.as_slice())?;
+        for indices in [indices.clone(), indices.to_dtype(DType::I32)?] {
+            let gx = backward(&g, &indices)?;
+            assert_eq!(gx.dims(), pooled.as_slice(), "{name}");
+            assert_eq!(flat::<f64>(&gx)?, c.want.gradient, "{name}");
+        }
+        let e = message(backward(&g, &indices.to_dtype(DType::U8)?));
+        assert!(
+            e.starts_with(&format!("poolgrad::candle::max_unpool{}d_backward: `indices`", &name[..1])),
+            "{e}"
+        );
+    }
+    let x = var(&values(60, 5), &[2, 3, 10], DType::F32)?;
+    let (y, idx) = poolgrad::candle::max_pool1d_with_indices(x.as_tensor(), &p1)?;
+    let e = message(poolgrad::candle::max_pool1d_with_indices_backward(
+        &y,
+        x.as_tensor(),
+        &idx.to_dtype(DType::U8)?,
+        &p1,
+    ));
+    assert!(e.starts_with("poolgrad::candle::max_pool1d_with_indices_backward: `indices`"), "{e}");
+    let e = message(poolgrad::candle::adaptive_max_pool3d_backward(&y, x.as_tensor(), &idx));
+    assert!(e.starts_with("poolgrad::candle::adaptive_max_pool3d_backward: "), "{e}");
     Ok(())
 }
 

@@ -167,3 +167,20 @@ pub fn unpool_case(planes: usize, per: usize, plane: usize) -> UnpoolCase {
     assert!(want.written < values.len(), "the case repeats an index");
     UnpoolCase { values, indices, weights, want }
 }
+
+/// `w` added at `indices` (flat in each of `planes` planes of `per_plane` positions), in output
+/// order, by `add` (the sum in the dtype's accumulator): the gradient of a pooling with indices,
+/// by a plain loop over the forward's indices.
+pub fn scatter_loop(
+    (w, indices): (&[f64], &[i64]),
+    (planes, per_plane): (usize, usize),
+    add: impl Fn(f64, f64) -> f64,
+) -> Vec<f64> {
+    let mut gx = vec![0.0; planes * per_plane];
+    let per_output = indices.len() / planes.max(1);
+    for (o, (&g, &i)) in w.iter().zip(indices).enumerate() {
+        let at = o / per_output * per_plane + usize::try_from(i).unwrap();
+        gx[at] = add(gx[at], g);
+    }
+    gx
+}
