@@ -8,6 +8,8 @@
 
 #![allow(dead_code)] // each bridge uses what its framework has (burn has no mask form)
 
+#[path = "equality.rs"]
+mod equality;
 #[path = "unpooling.rs"]
 mod unpooling;
 #[path = "../../examples/common/xorshift.rs"]
@@ -134,7 +136,7 @@ pub fn hand_worked_cases() -> Vec<Case> {
 }
 
 pub fn same_values(got: &[f64], want: &[f64]) -> bool {
-    got.len() == want.len() && got.iter().zip(want).all(|(g, w)| g == w || (g.is_nan() && w.is_nan()))
+    got.len() == want.len() && got.iter().zip(want).all(|(&g, &w)| equality::same_or_both_nan(g, w))
 }
 
 /// Deterministic values with many ties (eight levels), NaN-free.

@@ -4,8 +4,11 @@
 
 use std::sync::OnceLock;
 
+mod equality;
 mod forwards;
 mod unpooling;
+
+pub use equality::same_or_both_nan;
 
 #[allow(unused_imports)]
 pub use forwards::{adaptive, adaptive_on, max_pool, max_pool_on};
@@ -86,8 +89,7 @@ pub fn arr_f64<T: PoolFloat>(a: ArrayView4<T>) -> Array4<f64> {
 
 /// Bitwise equality of f64 images (NaN equals NaN).
 pub fn same_bits(a: &Array4<f64>, b: &Array4<f64>) -> bool {
-    a.shape() == b.shape()
-        && a.iter().zip(b.iter()).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    a.shape() == b.shape() && a.iter().zip(b.iter()).all(|(x, y)| same_or_both_nan(*x, *y))
 }
 
 /// Reference output length of max pooling, counted window by window (not from the formula):
@@ -174,7 +176,6 @@ pub fn le_indices(bytes: &[u8]) -> Vec<i64> {
 /// The same elements bit for bit, NaNs compared as NaNs: a selected NaN is the input's in
 /// poolgrad, where PyTorch's bf16 kernels give the canonical NaN.
 pub fn same_bits_nan_as_nan<T: PoolFloat>(a: &[T], b: &[T]) -> bool {
-    let nan = |v: &T| v.to_f64_exact().is_nan();
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| (nan(x) && nan(y)) || bytemuck::bytes_of(x) == bytemuck::bytes_of(y))
+    // (Widening is exact and one-to-one on numbers, so equal f64 bits are equal bits of `T`.)
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_or_both_nan(x.to_f64_exact(), y.to_f64_exact()))
 }

@@ -5,6 +5,8 @@
 //! (`poolgrad::testing::reference`), or an `Err`. A panic anywhere is a finding.
 #![allow(dead_code)]
 
+#[path = "../common/equality.rs"]
+mod equality;
 #[path = "../common/forwards.rs"]
 mod forwards;
 #[path = "../common/unpooling.rs"]
@@ -946,10 +948,7 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
                 }
                 assert_eq!(i.to_i64(), at as i64, "3-D index of output {e}");
                 let v = v.to_f64_exact();
-                assert!(
-                    v.to_bits() == best.to_bits() || (v.is_nan() && best.is_nan()),
-                    "3-D value of output {e}"
-                );
+                assert!(equality::same_or_both_nan(v, best), "3-D value of output {e}");
             }
         }
         // 3-D backwards with arbitrary indices: the sums in output order.
@@ -1001,10 +1000,7 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
                     T::round_from_f64(f64::from(s32)).to_f64_exact()
                 };
                 let got = got.to_f64_exact();
-                assert!(
-                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                    "3-D backward sum"
-                );
+                assert!(equality::same_or_both_nan(got, want), "3-D backward sum");
             }
         }
         // 1-D: the forward against the loop.
@@ -1124,10 +1120,9 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
             let indices: Vec<usize> = ix.iter().map(|i| i.to_i64() as usize).collect();
             let gradient: Vec<f64> = gs.iter().map(|v| v.to_f64_exact()).collect();
             let want = unpooling::unpool_loops(&values, &indices, per, plane, &gradient);
-            // Bit for bit, any NaN for a NaN.
             fn agrees<T: PoolFloat>(got: &ArrayD<T>, want: &[f64]) -> bool {
-                let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
-                got.len() == want.len() && got.iter().zip(want).all(|(a, &b)| same(a.to_f64_exact(), b))
+                got.len() == want.len()
+                    && got.iter().zip(want).all(|(a, &b)| equality::same_or_both_nan(a.to_f64_exact(), b))
             }
             if let Some(y) = y {
                 assert!(agrees(&y, &want.output), "unpooling");
