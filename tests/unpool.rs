@@ -184,6 +184,28 @@ fn errors_name_the_first_bad_index() {
     assert!(matches!(e, Error::Rank { op: "max_unpool3d", got: 3, .. }), "{e}");
 }
 
+/// A bad index in planes that a later task works is named where it is: each task reports the
+/// element of its own planes' bad index, which the run turns into a position of the whole index
+/// tensor. 64 planes of 2 x 2 indices on 2, 3 and 7 threads (runs of several planes a task), one
+/// index past the 4 x 4 output in the last plane (batch 3, channel 15), at row 0, column 1.
+#[test]
+fn a_bad_index_in_a_later_tasks_planes_is_named_where_it_is() {
+    let mut idx = Array4::<i64>::from_shape_fn((4, 16, 2, 2), |(_, _, r, c)| (2 * r * 4 + 2 * c) as i64);
+    idx[[3, 15, 0, 1]] = 16;
+    let (x, g) = (Array4::<f32>::ones((4, 16, 2, 2)), Array4::<f32>::ones((4, 16, 4, 4)));
+    let named = |e: Error| match e {
+        Error::IndexOutOfRange { position, value, .. } => (position, value),
+        e => panic!("{e}"),
+    };
+    let want = (vec![3, 15, 0, 1], 16);
+    for threads in [2, 3, 7] {
+        let cpu = common::cpu_with_threads(threads);
+        assert_eq!(named(on(cpu).max_unpool2d(&x, &idx, [4, 4]).unwrap_err()), want, "unpooling");
+        assert_eq!(named(on(cpu).max_unpool2d_backward(&g, &idx).unwrap_err()), want, "its backward");
+        assert_eq!(named(on(cpu).max_pool2d_double_backward(&g, &idx).unwrap_err()), want, "double backward");
+    }
+}
+
 /// The 1-D operations on a hand-worked line. A max pooling of kernel 3, stride 2, padding 1
 /// over `[3, 9, 4, 9, 1, 2]` has windows on positions 0..=1, 1..=3 and 3..=5, whose first
 /// maxima are at 1, 1 and 3. Unpooling `[5, 7, 8]` at those indices writes 7 at 1 (the last of
