@@ -426,8 +426,9 @@ pub fn max_unpool2d(x: &Tensor, indices: &Tensor, output_size: [usize; 2]) -> ca
 }
 
 /// Gradient of [`max_unpool2d`] for candle tensors: `grad_output` read at each index, for the
-/// last of equal indices of a plane (zero for the others), shaped as `indices`. Not recorded by
-/// candle's autograd.
+/// last of equal indices of a plane (zero for the others), shaped as `indices`. Differentiable
+/// through candle's autograd, as a gather layer is: its gradient is [`max_unpool2d`] to
+/// `grad_output`'s size.
 ///
 /// ```
 /// use candle_core::{Device, Tensor};
@@ -485,14 +486,15 @@ fn unpool(op: &'static str, x: &Tensor, indices: &Tensor, which: MaxUnpool) -> c
     x.apply_op1(UnpoolOp { op, which, indices: indices.clone(), transposed: false })
 }
 
-/// The unpoolings' explicit backwards: the transposed [`UnpoolOp`], not recorded.
+/// The unpoolings' explicit backwards: the transposed [`UnpoolOp`], recorded as the unpoolings
+/// are (`which` is the unpooling to `grad_output`'s size, this backward's gradient).
 fn unpool_backward(
     op: &'static str,
     grad_output: &Tensor,
     indices: &Tensor,
     which: MaxUnpool,
 ) -> candle_core::Result<Tensor> {
-    grad_output.apply_op1_no_bwd(&UnpoolOp { op, which, indices: indices.clone(), transposed: true })
+    grad_output.apply_op1(UnpoolOp { op, which, indices: indices.clone(), transposed: true })
 }
 
 /// The forward with indices behind [`max_pool2d`], [`adaptive_max_pool2d`] and their

@@ -503,7 +503,8 @@ fn volumes_and_lines_through_candle_autograd() -> Result {
 /// The explicit backwards of the 3-D and 1-D poolings and of the unpoolings, on I64 and I32
 /// indices: the poolings' against a plain loop over the forward's indices (and candle's
 /// autograd gradient), the unpoolings' against the plain unpooling loop (the last of equal
-/// indices alone reads its gradient); errors name the function called.
+/// indices alone reads its gradient), and their own gradient against the unpooling loop;
+/// errors name the function called.
 #[test]
 fn explicit_family_backwards_equal_plain_loops() -> Result {
     type Forward<'p> = Box<dyn Fn(&Tensor) -> Result<(Tensor, Tensor)> + 'p>;
@@ -585,6 +586,11 @@ fn explicit_family_backwards_equal_plain_loops() -> Result {
             assert_eq!(gx.dims(), pooled.as_slice(), "{name}");
             assert_eq!(flat::<f64>(&gx)?, c.want.gradient, "{name}");
         }
+        // Differentiable as a gather layer: the gradient of `Σ gx·v` with respect to `g` is the
+        // unpooling of `v` to `g`'s size.
+        let gv = var(&c.weights, &full, DType::F64)?;
+        let grads = weighted_sum(&backward(gv.as_tensor(), &indices)?, &c.values)?.backward()?;
+        assert_eq!(grad_f64(&grads, &gv)?, c.want.output, "{name}: gradient of the backward");
         let e = message(backward(&g, &indices.to_dtype(DType::U8)?));
         assert!(
             e.starts_with(&format!("poolgrad::candle::max_unpool{}d_backward: `indices`", &name[..1])),
