@@ -370,12 +370,12 @@ pub fn adaptive_max_pool1d_backward(
 /// # Errors
 /// As [`crate::max_unpool2d`], and [`Error::Backend`] / [`Error::DType`].
 pub fn max_unpool2d(x: Tensor<4>, indices: Tensor<4, Int>, output_size: [usize; 2]) -> Result<Tensor<4>> {
-    unpool_recorded_or_plain(name::max_unpool2d, MaxUnpool::Plane(output_size), x, indices)
+    unpool_recorded_or_plain(name::max_unpool2d, (MaxUnpool::Plane(output_size), false), x, indices)
 }
 
 /// Gradient of [`max_unpool2d`] for burn tensors: `grad_output` read at each index, for the last
-/// of equal indices of a plane (zero for the others), shaped as `indices`. Not recorded by
-/// autodiff.
+/// of equal indices of a plane (zero for the others), shaped as `indices`. Recorded under
+/// autodiff, as a gather layer is: its gradient is [`max_unpool2d`] to `grad_output`'s size.
 ///
 /// ```
 /// # #![allow(deprecated)]
@@ -392,7 +392,12 @@ pub fn max_unpool2d(x: Tensor<4>, indices: Tensor<4, Int>, output_size: [usize; 
 /// As [`crate::max_unpool2d_backward`], plus [`Error::Backend`] and [`Error::DType`].
 pub fn max_unpool2d_backward(grad_output: Tensor<4>, indices: Tensor<4, Int>) -> Result<Tensor<4>> {
     let size = spatial(&grad_output.dims());
-    unpool_transposed(name::max_unpool2d_backward, MaxUnpool::Plane(size), grad_output, indices)
+    unpool_recorded_or_plain(
+        name::max_unpool2d_backward,
+        (MaxUnpool::Plane(size), true),
+        grad_output,
+        indices,
+    )
 }
 
 /// 3-D max unpooling: [`max_unpool2d`] over volumes (PyTorch's `max_unpool3d`).
@@ -400,7 +405,7 @@ pub fn max_unpool2d_backward(grad_output: Tensor<4>, indices: Tensor<4, Int>) ->
 /// # Errors
 /// As [`crate::max_unpool3d`], and [`Error::Backend`] / [`Error::DType`].
 pub fn max_unpool3d(x: Tensor<5>, indices: Tensor<5, Int>, output_size: [usize; 3]) -> Result<Tensor<5>> {
-    unpool_recorded_or_plain(name::max_unpool3d, MaxUnpool::Volume(output_size), x, indices)
+    unpool_recorded_or_plain(name::max_unpool3d, (MaxUnpool::Volume(output_size), false), x, indices)
 }
 
 /// Gradient of [`max_unpool3d`]: [`max_unpool2d_backward`] over volumes.
@@ -409,7 +414,12 @@ pub fn max_unpool3d(x: Tensor<5>, indices: Tensor<5, Int>, output_size: [usize; 
 /// As [`crate::max_unpool3d_backward`], plus [`Error::Backend`] and [`Error::DType`].
 pub fn max_unpool3d_backward(grad_output: Tensor<5>, indices: Tensor<5, Int>) -> Result<Tensor<5>> {
     let size = spatial(&grad_output.dims());
-    unpool_transposed(name::max_unpool3d_backward, MaxUnpool::Volume(size), grad_output, indices)
+    unpool_recorded_or_plain(
+        name::max_unpool3d_backward,
+        (MaxUnpool::Volume(size), true),
+        grad_output,
+        indices,
+    )
 }
 
 /// 1-D max unpooling: [`max_unpool2d`] along lines (PyTorch's `max_unpool1d`).
@@ -417,7 +427,7 @@ pub fn max_unpool3d_backward(grad_output: Tensor<5>, indices: Tensor<5, Int>) ->
 /// # Errors
 /// As [`crate::max_unpool1d`], and [`Error::Backend`] / [`Error::DType`].
 pub fn max_unpool1d(x: Tensor<3>, indices: Tensor<3, Int>, output_size: usize) -> Result<Tensor<3>> {
-    unpool_recorded_or_plain(name::max_unpool1d, MaxUnpool::Line(output_size), x, indices)
+    unpool_recorded_or_plain(name::max_unpool1d, (MaxUnpool::Line(output_size), false), x, indices)
 }
 
 /// Gradient of [`max_unpool1d`]: [`max_unpool2d_backward`] along lines.
@@ -426,7 +436,7 @@ pub fn max_unpool1d(x: Tensor<3>, indices: Tensor<3, Int>, output_size: usize) -
 /// As [`crate::max_unpool1d_backward`], plus [`Error::Backend`] and [`Error::DType`].
 pub fn max_unpool1d_backward(grad_output: Tensor<3>, indices: Tensor<3, Int>) -> Result<Tensor<3>> {
     let [size] = spatial(&grad_output.dims());
-    unpool_transposed(name::max_unpool1d_backward, MaxUnpool::Line(size), grad_output, indices)
+    unpool_recorded_or_plain(name::max_unpool1d_backward, (MaxUnpool::Line(size), true), grad_output, indices)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -731,45 +741,34 @@ impl Backward<NdArray, 1> for PoolBackward {
     }
 }
 
-/// The unpoolings' explicit backwards on a tensor of any flavour: the unpooling's transpose, not
-/// recorded.
-fn unpool_transposed<const D: usize>(
-    op: &'static str,
-    which: MaxUnpool,
-    grad_output: Tensor<D>,
-    indices: Tensor<D, Int>,
-) -> Result<Tensor<D>> {
-    let (grad, flavor) = float_primitive(grad_output, op, "grad_output")?;
-    let indices = int_primitive(indices, op, "indices")?;
-    Ok(float_tensor(unpool_core(op, which, true, &grad, &indices)?, flavor))
-}
-
-/// The public unpoolings: plain on ndarray, recorded under autodiff.
+/// The public unpoolings (`transposed: false`, of `x`) and their explicit backwards
+/// (`transposed: true`, of `grad_output`): plain on ndarray, recorded under autodiff.
 fn unpool_recorded_or_plain<const D: usize>(
     op: &'static str,
-    which: MaxUnpool,
+    (which, transposed): (MaxUnpool, bool),
     x: Tensor<D>,
     indices: Tensor<D, Int>,
 ) -> Result<Tensor<D>> {
     let device = x.device();
     let idx = int_primitive(indices, op, "indices")?;
+    let how = (which, transposed);
     if let Ok(p) = x.clone().try_into_primitive::<NdArray>() {
-        return Ok(float_tensor(unpool_core(op, which, false, &p, &idx)?, Flavor::Plain));
+        return Ok(float_tensor(unpool_core(op, which, transposed, &p, &idx)?, Flavor::Plain));
     }
-    if let Some(result) = unpool_recorded::<NoCheckpointing, D>(op, which, &x, &idx) {
+    if let Some(result) = unpool_recorded::<NoCheckpointing, D>(op, how, &x, &idx) {
         return result;
     }
-    if let Some(result) = unpool_recorded::<BalancedCheckpointing, D>(op, which, &x, &idx) {
+    if let Some(result) = unpool_recorded::<BalancedCheckpointing, D>(op, how, &x, &idx) {
         return result;
     }
-    Err(backend_error(op, "x", &device))
+    Err(backend_error(op, if transposed { "grad_output" } else { "x" }, &device))
 }
 
 /// The unpooling under autodiff with checkpointing strategy `C`: linear in `x`, so its backward
 /// keeps only the indices. `None` when `x` is not such a tensor.
 fn unpool_recorded<C, const D: usize>(
     op: &'static str,
-    which: MaxUnpool,
+    (which, transposed): (MaxUnpool, bool),
     x: &Tensor<D>,
     indices: &NdArrayTensor,
 ) -> Option<Result<Tensor<D>>>
@@ -778,11 +777,12 @@ where
     DispatchTensor: DispatchKindConversion<Autodiff<NdArray, C>>,
 {
     let x = x.clone().try_into_primitive::<Autodiff<NdArray, C>>().ok()?;
-    let output = match unpool_core(op, which, false, x.primitive(), indices) {
+    let output = match unpool_core(op, which, transposed, x.primitive(), indices) {
         Ok(output) => output,
         Err(e) => return Some(Err(e)),
     };
-    let output = match (UnpoolBackward { op, which }).prepare::<C>([x.node()]).compute_bound().stateful() {
+    let recorded = UnpoolBackward { op, which, transposed };
+    let output = match recorded.prepare::<C>([x.node()]).compute_bound().stateful() {
         OpsKind::Tracked(prep) => prep.finish(indices.clone(), output),
         OpsKind::UnTracked(prep) => prep.finish(output),
     };
@@ -794,6 +794,9 @@ where
 struct UnpoolBackward {
     op: &'static str,
     which: MaxUnpool,
+    /// Whether the recorded operation is the unpooling's backward (whose gradient is then the
+    /// unpooling).
+    transposed: bool,
 }
 
 impl Backward<NdArray, 1> for UnpoolBackward {
@@ -803,9 +806,10 @@ impl Backward<NdArray, 1> for UnpoolBackward {
         let [parent] = ops.parents;
         let grad = grads.consume::<NdArray>(&ops.node);
         if let Some(node) = parent {
-            // The forward checked the indices against the output burn hands a gradient of;
-            // nothing is left to fail but an allocation, and burn's backward cannot return one.
-            let gx = unpool_core(self.op, self.which, true, &grad, &ops.state)
+            // The operation checked the indices against the plane burn hands a gradient of (the
+            // unpooling's output) or returns one of (its backward's input); nothing is left to
+            // fail but an allocation, and burn's backward cannot return one.
+            let gx = unpool_core(self.op, self.which, !self.transposed, &grad, &ops.state)
                 .unwrap_or_else(|e| panic!("{}: backward of a checked unpooling failed: {e}", self.op));
             grads.register::<NdArray>(node.id, gx);
         }

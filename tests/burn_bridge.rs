@@ -462,7 +462,8 @@ fn volumes_and_lines_under_burn_autodiff() {
 /// The explicit backwards of the 3-D and 1-D poolings and of the unpoolings, F32 and F64, I64 and
 /// I32 indices, on plain and autodiff tensors: the poolings' against a plain loop over the
 /// forward's indices (summed in the dtype), the unpoolings' against the plain unpooling loop
-/// (the last of equal indices alone reads its gradient); errors name the function called.
+/// (the last of equal indices alone reads its gradient), and their own gradient under autodiff
+/// against the unpooling loop; errors name the function called.
 #[test]
 fn explicit_family_backwards_equal_plain_loops() {
     let p3 = poolgrad::MaxPool3dParams::new([2, 3, 2]).with_stride([1, 2, 2]).with_padding([1, 1, 0]);
@@ -554,6 +555,19 @@ fn explicit_family_backwards_equal_plain_loops() {
                 Tensor::<5, Int>::from_data(TensorData::new(vec![12i64; 12], [1, 2, 1, 2, 3]), &device);
             let e = poolgrad::burn::max_unpool3d_backward(g, beyond).unwrap_err().to_string();
             assert!(e.starts_with("poolgrad::burn::max_unpool3d_backward: `indices` holds 12"), "{e}");
+        }
+        // Recorded as a gather layer (both checkpointing strategies): the gradient of
+        // `Σ gx·v` with respect to the gradient read is the unpooling of `v`.
+        let c = unpool_case(2, 6, 12);
+        for device in [autodiff(), balanced()] {
+            let options = burn_tensor::TensorCreationOptions::new(device.clone()).with_dtype(dtype);
+            let g = Tensor::<4>::from_data(TensorData::new(c.weights.clone(), [1, 2, 3, 4]), options.clone())
+                .require_grad();
+            let i = Tensor::<4, Int>::from_data(TensorData::new(c.indices.clone(), [1, 2, 2, 3]), &device);
+            let v = Tensor::<4>::from_data(TensorData::new(c.values.clone(), [1, 2, 2, 3]), options.clone());
+            let gx = poolgrad::burn::max_unpool2d_backward(g.clone(), i).unwrap();
+            let dg = g.grad(&(gx * v).sum().backward()).expect("g requires grad");
+            assert_eq!(to_f64(dg.into_data()), c.want.output, "gradient of the backward {dtype:?}");
         }
     }
 }
