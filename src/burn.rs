@@ -39,7 +39,9 @@
 //!
 //! Max unpooling ([`max_unpool1d`], [`max_unpool2d`], [`max_unpool3d`]; burn has none) writes
 //! pooled values back at their indices, recorded under autodiff with poolgrad's unpooling
-//! backward (where indices repeat, the last wins and alone gets the gradient).
+//! backward (where indices repeat, the last wins and alone gets the gradient). That backward is
+//! a function too ([`max_unpool2d_backward`]), recorded the other way round: a gather layer
+//! whose gradient is the unpooling.
 //!
 //! The backward of these operations is not itself differentiable (no second derivatives), as in
 //! burn's own pooling.

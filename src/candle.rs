@@ -56,7 +56,8 @@
 //! **Max unpooling** ([`max_unpool1d`], [`max_unpool2d`], [`max_unpool3d`]; candle has none)
 //! writes pooled values back at their indices, as SegNet-style decoders do. Where indices of a
 //! plane repeat, the last wins and alone gets the gradient, so the unpooling and its gradient
-//! are each other's transpose, at every order.
+//! are each other's transpose, at every order; the gradient is a function too
+//! ([`max_unpool2d_backward`]), a gather layer whose own gradient is the unpooling.
 
 use std::sync::{Arc, OnceLock};
 
