@@ -16,7 +16,8 @@ use poolgrad::MaxPool2dParams;
 #[path = "common/bridge_cases.rs"]
 mod bridge_cases;
 use bridge_cases::{
-    Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, scatter_loop, unpool_case, values,
+    Op, gradient_values, hand_worked_cases, in_f32, in_f64, poolgrad_gradient, same_values, scatter_loop,
+    unpool_case, values,
 };
 
 fn plain() -> Device {
@@ -474,10 +475,7 @@ fn explicit_family_backwards_equal_plain_loops() {
     };
     let (volume, line) = ([2, 3, 5, 6, 4], [2, 3, 10]);
     for dtype in [burn_tensor::DType::F32, burn_tensor::DType::F64] {
-        let add = move |a: f64, b: f64| match dtype {
-            burn_tensor::DType::F32 => f64::from(a as f32 + b as f32),
-            _ => a + b,
-        };
+        let add = if dtype == burn_tensor::DType::F32 { in_f32 } else { in_f64 };
         for device in [plain(), autodiff()] {
             let options = burn_tensor::TensorCreationOptions::new(device.clone()).with_dtype(dtype);
             let data = |v: Vec<f64>, shape: &[usize]| TensorData::new(v, shape.to_vec());

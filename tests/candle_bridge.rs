@@ -12,7 +12,8 @@ use poolgrad::{Bitmask, I32Argmax, MaxPool2dParams, PoolFloat};
 #[path = "common/bridge_cases.rs"]
 mod bridge_cases;
 use bridge_cases::{
-    Op, gradient_values, hand_worked_cases, poolgrad_gradient, same_values, scatter_loop, unpool_case, values,
+    Op, gradient_values, hand_worked_cases, in_f32, in_f64, poolgrad_gradient, same_values, scatter_loop,
+    unpool_case, values,
 };
 
 type Result<T = ()> = candle_core::Result<T>;
@@ -546,10 +547,7 @@ fn explicit_family_backwards_equal_plain_loops() -> Result {
             let w_as_typed = flat::<f64>(&g.to_dtype(DType::F64)?)?;
             let spatial = if name.ends_with("3-D") { 3 } else { 1 };
             let per_plane: usize = shape[shape.len() - spatial..].iter().product();
-            // f64 sums in f64; f32 and bf16 in f32 (each addition of two f32 values rounded to
-            // f32), and bf16 rounds the whole sum once.
-            let in_f32 = |a: f64, b: f64| f64::from(a as f32 + b as f32);
-            let in_f64 = |a: f64, b: f64| a + b;
+            // f64 sums in f64; f32 and bf16 in f32, and bf16 rounds the whole sum once.
             let sums = (&w_as_typed[..], &flat::<i64>(&idx)?[..]);
             let planes = (x.elem_count() / per_plane, per_plane);
             let want: Vec<f64> = match dtype {

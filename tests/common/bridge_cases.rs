@@ -10,10 +10,14 @@
 
 #[path = "equality.rs"]
 mod equality;
+#[path = "scatter.rs"]
+mod scatter;
 #[path = "unpooling.rs"]
 mod unpooling;
 #[path = "../../examples/common/xorshift.rs"]
 mod xorshift;
+
+pub use scatter::{in_f32, in_f64, scatter_loop};
 
 use ndarray::ArrayD;
 use poolgrad::{Bitmask, MaxPool2dParams, PoolFloat};
@@ -168,21 +172,4 @@ pub fn unpool_case(planes: usize, per: usize, plane: usize) -> UnpoolCase {
     let want = unpooling::unpool_loops(&values, &positions, per, plane, &weights);
     assert!(want.written < values.len(), "the case repeats an index");
     UnpoolCase { values, indices, weights, want }
-}
-
-/// `w` added at `indices` (flat in each of `planes` planes of `per_plane` positions), in output
-/// order, by `add` (the sum in the dtype's accumulator): the gradient of a pooling with indices,
-/// by a plain loop over the forward's indices.
-pub fn scatter_loop(
-    (w, indices): (&[f64], &[i64]),
-    (planes, per_plane): (usize, usize),
-    add: impl Fn(f64, f64) -> f64,
-) -> Vec<f64> {
-    let mut gx = vec![0.0; planes * per_plane];
-    let per_output = indices.len() / planes.max(1);
-    for (o, (&g, &i)) in w.iter().zip(indices).enumerate() {
-        let at = o / per_output * per_plane + usize::try_from(i).unwrap();
-        gx[at] = add(gx[at], g);
-    }
-    gx
 }

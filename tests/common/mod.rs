@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 mod equality;
 mod forwards;
+mod scatter;
 mod unpooling;
 
 pub use equality::same_or_both_nan;
@@ -19,39 +20,28 @@ use ndarray::{Array4, ArrayView4};
 use poolgrad::device::cpu::{Cpu, Parallelism};
 use poolgrad::{PoolDim, PoolFloat};
 
-/// Reference backward: sums in f64, in row-major output order.
+/// Reference backward: sums in f64, in row-major output order ([`scatter::scatter_loop`]).
 pub fn backward_f64(go: ArrayView4<f64>, idx: ArrayView4<i64>, h: usize, w: usize) -> Array4<f64> {
-    let (n, c, ho, wo) = go.dim();
-    let mut gi = Array4::zeros((n, c, h, w));
-    for b in 0..n {
-        for ch in 0..c {
-            for oh in 0..ho {
-                for ow in 0..wo {
-                    let k = idx[[b, ch, oh, ow]] as usize;
-                    gi[[b, ch, k / w, k % w]] += go[[b, ch, oh, ow]];
-                }
-            }
-        }
-    }
-    gi
+    backward_with(go, idx, (h, w), scatter::in_f64)
 }
 
 /// Reference backward summed in f32 in row-major output order (PyTorch's f32 kernel, and the
 /// accumulator of the half types before their single rounding).
 pub fn backward_f32(go: ArrayView4<f64>, idx: ArrayView4<i64>, h: usize, w: usize) -> Array4<f32> {
-    let (n, c, ho, wo) = go.dim();
-    let mut gi = Array4::<f32>::zeros((n, c, h, w));
-    for b in 0..n {
-        for ch in 0..c {
-            for oh in 0..ho {
-                for ow in 0..wo {
-                    let k = idx[[b, ch, oh, ow]] as usize;
-                    gi[[b, ch, k / w, k % w]] += go[[b, ch, oh, ow]] as f32;
-                }
-            }
-        }
-    }
-    gi
+    backward_with(go, idx, (h, w), scatter::in_f32).mapv(|v| v as f32)
+}
+
+/// The plain scatter of `go` at `idx` into planes of `h x w`, each sum made by `add`.
+fn backward_with(
+    go: ArrayView4<f64>,
+    idx: ArrayView4<i64>,
+    (h, w): (usize, usize),
+    add: fn(f64, f64) -> f64,
+) -> Array4<f64> {
+    let (n, c, _, _) = go.dim();
+    let (go, idx): (Vec<f64>, Vec<i64>) = (go.iter().copied().collect(), idx.iter().copied().collect());
+    let sums = scatter::scatter_loop((&go, &idx), (n * c, h * w), add);
+    Array4::from_shape_vec((n, c, h, w), sums).expect("n * c planes of h * w")
 }
 
 /// Reference backward of element type `T`: the f64 sums for `f64`; for the others the f32 sums

@@ -9,6 +9,8 @@
 mod equality;
 #[path = "../common/forwards.rs"]
 mod forwards;
+#[path = "../common/scatter.rs"]
+mod scatter;
 #[path = "../common/unpooling.rs"]
 mod unpooling;
 
@@ -985,20 +987,16 @@ fn volumes<T: PoolFloat, I: ArgmaxIndex>(b: &mut Bytes) {
                 npu::same_bits
             );
             let Some(gi) = ok_or_err("3-D backward", res) else { return };
-            let per = count(&g_dims[r - 3..]).unwrap_or(1).max(1);
-            let mut sums = vec![0.0f64; gi.len()];
-            let mut sums32 = vec![0.0f32; gi.len()];
-            for (e, (&v, &i)) in g.iter().zip(&ix).enumerate() {
-                let at = (e / per) * volume + i.to_i64() as usize;
-                sums[at] += v.to_f64_exact();
-                sums32[at] += v.to_f64_exact() as f32;
-            }
-            for ((&got, &s64), &s32) in gi.iter().zip(&sums).zip(&sums32) {
-                let want = if T::DTYPE == poolgrad::DType::F64 {
-                    s64
-                } else {
-                    T::round_from_f64(f64::from(s32)).to_f64_exact()
-                };
+            let w: Vec<f64> = g.iter().map(|v| v.to_f64_exact()).collect();
+            let at: Vec<i64> = ix.iter().map(|i| i.to_i64()).collect();
+            let planes = (gi.len() / volume.max(1), volume);
+            let sums = if T::DTYPE == poolgrad::DType::F64 {
+                scatter::scatter_loop((&w, &at), planes, scatter::in_f64)
+            } else {
+                let in_f32 = scatter::scatter_loop((&w, &at), planes, scatter::in_f32);
+                in_f32.into_iter().map(|s| T::round_from_f64(s).to_f64_exact()).collect()
+            };
+            for (&got, &want) in gi.iter().zip(&sums) {
                 let got = got.to_f64_exact();
                 assert!(equality::same_or_both_nan(got, want), "3-D backward sum");
             }
