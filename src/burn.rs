@@ -747,13 +747,13 @@ impl Backward<NdArray, 1> for PoolBackward {
 /// (`transposed: true`, of `grad_output`): plain on ndarray, recorded under autodiff.
 fn unpool_recorded_or_plain<const D: usize>(
     op: &'static str,
-    (which, transposed): (MaxUnpool, bool),
+    how: (MaxUnpool, bool),
     x: Tensor<D>,
     indices: Tensor<D, Int>,
 ) -> Result<Tensor<D>> {
+    let (which, transposed) = how;
     let device = x.device();
     let idx = int_primitive(indices, op, "indices")?;
-    let how = (which, transposed);
     if let Ok(p) = x.clone().try_into_primitive::<NdArray>() {
         return Ok(float_tensor(unpool_core(op, which, transposed, &p, &idx)?, Flavor::Plain));
     }
